@@ -1,0 +1,549 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/berth-dev/berth"
+)
+
+// DefaultGrace is how long a stopped attempt gets between SIGTERM and
+// SIGKILL when its Spec says 0.
+const DefaultGrace = 10 * time.Second
+
+// Spec is one attempt to run.
+type Spec struct {
+	AttemptID, JobID string
+	TaskIndex        int
+	ArrayIndex       *int              // BERTH_ARRAY_INDEX when not nil
+	Command          []string          // argv, run directly (no shell)
+	Env              map[string]string // job env, added to the agent's own environment
+	Workdir          string            // cwd; empty: Dir
+	Dir              string            // the attempt's own directory; created by Start
+	LogPath          string            // combined stdout+stderr file, created or appended to by Start
+	GPUs             []int             // CUDA_VISIBLE_DEVICES; empty: "" so the job sees no GPU
+	MaxRuntime       time.Duration     // 0: none; past it the attempt is stopped and fails
+	Grace            time.Duration     // SIGTERM → wait Grace → SIGKILL; 0: DefaultGrace
+}
+
+// Exit is how an attempt ended. State is succeeded (exit code 0), failed
+// (non-zero exit, killed by a signal, start failure, max_runtime exceeded)
+// or cancelled (Stop or Kill was called). ExitCode is nil when the process
+// did not exit by itself (killed by a signal, never started).
+type Exit struct {
+	State    berth.AttemptState
+	ExitCode *int
+	Reason   string
+}
+
+// Executor starts attempts.
+type Executor interface {
+	// Start starts s and returns its Process. A job that cannot be started
+	// (binary not found, workdir missing) is not an error: it is a Process
+	// already Done with State failed. Start errors only when the attempt's
+	// own directory or log file cannot be created.
+	Start(ctx context.Context, s Spec) (Process, error)
+}
+
+// Process is one started attempt.
+type Process interface {
+	// Done is closed when the whole attempt has ended.
+	Done() <-chan struct{}
+	// Exit is how the attempt ended; valid once Done is closed.
+	Exit() Exit
+	// Stop sends SIGTERM to the attempt's process group and SIGKILL after
+	// the grace period. The attempt ends cancelled with reason. It is
+	// idempotent, does nothing once the attempt has ended, and the first
+	// cause of ending wins (a Stop after max_runtime keeps failed).
+	Stop(reason string)
+	// Kill sends SIGKILL to the attempt's process group now (self-fencing).
+	// The attempt ends cancelled with reason "killed" unless it was already
+	// being stopped, whose cause it keeps.
+	Kill()
+}
+
+// ProcessExecutor runs each attempt as a child process group of the agent:
+// the leader is Command, in its own process group, killed if the agent dies
+// (Pdeathsig), with stdout and stderr appended to LogPath. When the leader
+// exits, the rest of its group is killed, and Done waits (at most Grace) for
+// those members to die. It writes the group id to Dir/pgid so that a
+// restarted agent can kill what it left behind (KillStale).
+type ProcessExecutor struct{}
+
+var _ Executor = ProcessExecutor{}
+
+// devNull is shared as every job's stdin, saving an open per start.
+var devNull = sync.OnceValue(func() *os.File {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil
+	}
+	return f
+})
+
+// Start runs s as described on Executor. It returns an error only if Dir,
+// the log file or Dir/pgid cannot be written (in the last case the started
+// group is killed first).
+func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("attempt dir: %w", err)
+	}
+	if d := filepath.Dir(s.LogPath); d != filepath.Clean(s.Dir) {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("log dir: %w", err)
+		}
+	}
+	logf, err := os.OpenFile(s.LogPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		_ = logf.Close()
+		return doneWith(Exit{State: berth.AttemptCancelled, Reason: "not started: " + err.Error()}), nil
+	}
+	if len(s.Command) == 0 || s.Command[0] == "" {
+		_ = logf.Close()
+		return failedProcess("start: empty command"), nil
+	}
+	cmd, err := command(s)
+	if err != nil {
+		_ = logf.Close()
+		return failedProcess("start: " + err.Error()), nil
+	}
+	cmd.Dir = s.Workdir
+	if cmd.Dir == "" {
+		cmd.Dir = s.Dir
+	}
+	cmd.Env = environ(s)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if f := devNull(); f != nil {
+		cmd.Stdin = f
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	err = cmd.Start()
+	_ = logf.Close() // the child has its own copy
+	if err != nil {
+		if _, serr := os.Stat(cmd.Dir); serr != nil { // the kernel blames the binary for a bad cwd
+			err = fmt.Errorf("workdir: %w", serr)
+		}
+		return failedProcess("start: " + err.Error()), nil
+	}
+	grace := s.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+	p := &process{cmd: cmd, pgid: cmd.Process.Pid, grace: grace, done: make(chan struct{})}
+	if err := os.WriteFile(filepath.Join(s.Dir, "pgid"), strconv.AppendInt(nil, int64(p.pgid), 10), 0o644); err != nil {
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("write pgid: %w", err)
+	}
+	if s.MaxRuntime > 0 {
+		p.maxTimer = time.AfterFunc(s.MaxRuntime, func() { p.terminate(berth.AttemptFailed, "max_runtime exceeded") })
+	}
+	go p.wait()
+	return p, nil
+}
+
+// command builds the exec.Cmd for s. A PATH in the job's env is where a
+// bare command name is looked up; otherwise the agent's PATH is.
+func command(s Spec) (*exec.Cmd, error) {
+	name := s.Command[0]
+	path, ok := s.Env["PATH"]
+	if !ok || strings.Contains(name, "/") {
+		return exec.Command(name, s.Command[1:]...), nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return &exec.Cmd{Path: p, Args: s.Command}, nil
+		}
+	}
+	return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
+}
+
+// environ is the agent's environment, then the job's, then Berth's own
+// variables (later entries win; os/exec drops the earlier duplicates).
+func environ(s Spec) []string {
+	own := os.Environ()
+	env := make([]string, 0, len(own)+len(s.Env)+5)
+	for _, kv := range own {
+		if !strings.HasPrefix(kv, "BERTH_ARRAY_INDEX=") { // ours to set or leave unset
+			env = append(env, kv)
+		}
+	}
+	for k, v := range s.Env {
+		env = append(env, k+"="+v)
+	}
+	env = append(env, "BERTH_JOB_ID="+s.JobID, "BERTH_TASK_INDEX="+strconv.Itoa(s.TaskIndex), "BERTH_ATTEMPT_ID="+s.AttemptID)
+	if s.ArrayIndex != nil {
+		env = append(env, "BERTH_ARRAY_INDEX="+strconv.Itoa(*s.ArrayIndex))
+	}
+	b := []byte("CUDA_VISIBLE_DEVICES=")
+	for i, g := range s.GPUs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(g), 10)
+	}
+	return append(env, string(b))
+}
+
+// process is a running attempt of ProcessExecutor.
+type process struct {
+	cmd      *exec.Cmd
+	pgid     int
+	grace    time.Duration
+	maxTimer *time.Timer // set before wait starts; never reassigned
+	done     chan struct{}
+
+	mu         sync.Mutex
+	exited     bool // the leader has exited: signal the group no more (its id may be reused)
+	stopping   bool
+	stopState  berth.AttemptState
+	stopReason string
+	graceTimer *time.Timer
+	exit       Exit
+}
+
+func (p *process) Done() <-chan struct{} { return p.done }
+
+func (p *process) Exit() Exit {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exit
+}
+
+func (p *process) Stop(reason string) {
+	if reason == "" {
+		reason = "stopped"
+	}
+	p.terminate(berth.AttemptCancelled, reason)
+}
+
+// terminate starts a graceful stop that ends the attempt in state.
+func (p *process) terminate(state berth.AttemptState, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited || p.stopping {
+		return
+	}
+	p.stopping, p.stopState, p.stopReason = true, state, reason
+	_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
+	p.graceTimer = time.AfterFunc(p.grace, p.killGroup)
+}
+
+func (p *process) killGroup() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.exited {
+		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+	}
+}
+
+func (p *process) Kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.exited {
+		return
+	}
+	if !p.stopping {
+		p.stopping, p.stopState, p.stopReason = true, berth.AttemptCancelled, "killed"
+	}
+	if p.graceTimer != nil {
+		p.graceTimer.Stop()
+	}
+	_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+}
+
+// wait is the one goroutine of a process. It waits for the leader to exit
+// without reaping it, so that the group id cannot be reused while the rest
+// of the group is killed; then it reaps the leader, waits for the other
+// members to die, and closes done.
+func (p *process) wait() {
+	pid := p.cmd.Process.Pid
+	awaitExit(pid)
+	p.mu.Lock()
+	p.exited = true
+	if p.maxTimer != nil {
+		p.maxTimer.Stop()
+	}
+	if p.graceTimer != nil {
+		p.graceTimer.Stop()
+	}
+	_ = syscall.Kill(-p.pgid, syscall.SIGKILL) // the leader is a zombie: the id is still ours
+	p.mu.Unlock()
+	err := p.cmd.Wait()
+	awaitGroup(p.pgid, p.grace)
+	ex := exitOf(p.cmd.ProcessState, err)
+	p.mu.Lock()
+	if p.stopping {
+		ex.State, ex.Reason = p.stopState, p.stopReason
+	}
+	p.exit = ex
+	p.mu.Unlock()
+	close(p.done)
+}
+
+// exitOf turns the leader's wait status into an Exit.
+func exitOf(ps *os.ProcessState, err error) Exit {
+	if ps == nil {
+		return Exit{State: berth.AttemptFailed, Reason: fmt.Sprintf("wait: %v", err)}
+	}
+	ws, ok := ps.Sys().(syscall.WaitStatus)
+	switch {
+	case ok && ws.Signaled():
+		r := "killed by signal " + signalName(ws.Signal())
+		if ws.CoreDump() {
+			r += " (core dumped)"
+		}
+		return Exit{State: berth.AttemptFailed, Reason: r}
+	case ps.ExitCode() == 0:
+		code := 0
+		return Exit{State: berth.AttemptSucceeded, ExitCode: &code}
+	default:
+		code := ps.ExitCode()
+		return Exit{State: berth.AttemptFailed, ExitCode: &code, Reason: "exit code " + strconv.Itoa(code)}
+	}
+}
+
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGABRT: "SIGABRT", syscall.SIGALRM: "SIGALRM", syscall.SIGBUS: "SIGBUS",
+	syscall.SIGFPE: "SIGFPE", syscall.SIGHUP: "SIGHUP", syscall.SIGILL: "SIGILL",
+	syscall.SIGINT: "SIGINT", syscall.SIGKILL: "SIGKILL", syscall.SIGPIPE: "SIGPIPE",
+	syscall.SIGQUIT: "SIGQUIT", syscall.SIGSEGV: "SIGSEGV", syscall.SIGSYS: "SIGSYS",
+	syscall.SIGTERM: "SIGTERM", syscall.SIGTRAP: "SIGTRAP", syscall.SIGUSR1: "SIGUSR1",
+	syscall.SIGUSR2: "SIGUSR2", syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ",
+}
+
+func signalName(s syscall.Signal) string {
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return "signal " + strconv.Itoa(int(s))
+}
+
+const (
+	sysPidfdOpen = 434 // pidfd_open(2), the same number on every Linux architecture
+	pPID         = 1   // P_PID for waitid(2)
+	wNOWAIT      = 0x1000000
+)
+
+// siginfo is the start of waitid's siginfo_t: si_signo is SIGCHLD when a
+// child was waitable, 0 when WNOHANG found none.
+type siginfo struct {
+	signo int32
+	_     [124]byte
+}
+
+// awaitExit returns once the child pid has exited, leaving it unreaped. It
+// waits on a pidfd through the runtime's poller, so no thread blocks while
+// the job runs; without pidfds it blocks in waitid.
+func awaitExit(pid int) {
+	if fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(pid), 0, 0); errno == 0 {
+		if pollExit(int(fd), pid) {
+			return
+		}
+	}
+	for {
+		var info siginfo
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
+			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|wNOWAIT, 0, 0)
+		if errno != syscall.EINTR {
+			return
+		}
+	}
+}
+
+// pollExit waits for the pidfd to become readable (the process exited) and
+// reports whether it could; it closes fd.
+func pollExit(fd, pid int) bool {
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		_ = syscall.Close(fd)
+		return false
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	exited := false
+	err = rc.Read(func(uintptr) bool {
+		exited = hasExited(pid)
+		return exited
+	})
+	return err == nil && exited
+}
+
+// hasExited reports, without blocking or reaping, whether the child pid has
+// exited. When it cannot tell it says yes, so the caller goes on to reap.
+func hasExited(pid int) bool {
+	for {
+		var info siginfo
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid),
+			uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WNOHANG|wNOWAIT, 0, 0)
+		switch errno {
+		case 0:
+			return info.signo != 0
+		case syscall.EINTR:
+			continue
+		default:
+			return true
+		}
+	}
+}
+
+// awaitGroup waits, at most limit, until no member of process group pgid
+// is alive (members that are zombies waiting for init to reap them count
+// as dead). Every member has already been sent SIGKILL.
+func awaitGroup(pgid int, limit time.Duration) {
+	if syscall.Kill(-pgid, 0) == syscall.ESRCH {
+		return // the common case: the leader was alone
+	}
+	live := groupMembers(pgid)
+	deadline := time.Now().Add(limit)
+	for delay := time.Millisecond; len(live) > 0 && time.Now().Before(deadline); delay = min(2*delay, 50*time.Millisecond) {
+		time.Sleep(delay)
+		live = slices.DeleteFunc(live, func(pid int) bool { return !memberAlive(pid, pgid) })
+	}
+}
+
+// groupMembers lists the live processes of group pgid from /proc.
+func groupMembers(pgid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && memberAlive(pid, pgid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// memberAlive reports whether pid exists, is in group pgid and is not a
+// zombie.
+func memberAlive(pid, pgid int) bool {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 3 || f[0] == "Z" || f[0] == "X" || f[0] == "x" {
+		return false
+	}
+	g, err := strconv.Atoi(f[2])
+	return err == nil && g == pgid
+}
+
+// KillStale sends SIGKILL to the process groups named by root/*/pgid files
+// that a previous agent left behind, and returns how many were still alive.
+// A missing root is not an error. It goes on past unreadable or malformed
+// files and returns the first such error with the count; it never signals
+// its own process group, nor groups it may not signal (EPERM). It removes
+// nothing.
+func KillStale(root string) (int, error) {
+	entries, err := os.ReadDir(root)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kill stale: %w", err)
+	}
+	own := syscall.Getpgrp()
+	killed := 0
+	var first error
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		path := filepath.Join(root, e.Name(), "pgid")
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			first = cmp.Or(first, fmt.Errorf("kill stale: %w", err))
+			continue
+		}
+		pgid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+		if err != nil || pgid <= 1 {
+			first = cmp.Or(first, fmt.Errorf("kill stale: %s: %q is not a process group id", path, data))
+			continue
+		}
+		if pgid == own {
+			continue
+		}
+		switch err := syscall.Kill(-pgid, syscall.SIGKILL); err {
+		case nil:
+			killed++
+		case syscall.ESRCH, syscall.EPERM:
+		default:
+			first = cmp.Or(first, fmt.Errorf("kill stale: group %d: %w", pgid, err))
+		}
+	}
+	return killed, first
+}
+
+// NoopExecutor runs nothing: every attempt has succeeded with exit code 0
+// the moment it starts. It creates no file. The benchmark uses it to
+// measure the scheduler, store and protocol alone.
+type NoopExecutor struct{}
+
+var _ Executor = NoopExecutor{}
+
+// Start returns a Process that has already succeeded; it never errors.
+func (NoopExecutor) Start(context.Context, Spec) (Process, error) {
+	p := &doneProcess{}
+	p.exit = Exit{State: berth.AttemptSucceeded, ExitCode: &p.code}
+	return p, nil
+}
+
+// closed is the Done channel of every process that ended before it began.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// doneProcess is a Process that had ended when it was returned.
+type doneProcess struct {
+	exit Exit
+	code int
+}
+
+func doneWith(ex Exit) *doneProcess { return &doneProcess{exit: ex} }
+
+// failedProcess is an attempt that could not start.
+func failedProcess(reason string) Process {
+	return doneWith(Exit{State: berth.AttemptFailed, Reason: reason})
+}
+
+func (p *doneProcess) Done() <-chan struct{} { return closed }
+func (p *doneProcess) Exit() Exit            { return p.exit }
+func (p *doneProcess) Stop(string)           {}
+func (p *doneProcess) Kill()                 {}

@@ -1,0 +1,551 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// testSpec is a spec for cmd in a fresh directory.
+func testSpec(t *testing.T, cmd ...string) Spec {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "a1")
+	return Spec{AttemptID: "a1", JobID: "j1", Command: cmd, Dir: dir, LogPath: filepath.Join(dir, "output.log")}
+}
+
+func start(t *testing.T, s Spec) Process {
+	t.Helper()
+	p, err := ProcessExecutor{}.Start(context.Background(), s)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// await waits for p to end and returns its exit.
+func await(t *testing.T, p Process) Exit {
+	t.Helper()
+	select {
+	case <-p.Done():
+		return p.Exit()
+	case <-time.After(30 * time.Second):
+		t.Fatal("attempt did not end within 30s")
+		return Exit{}
+	}
+}
+
+func run(t *testing.T, s Spec) (Exit, string) {
+	t.Helper()
+	ex := await(t, start(t, s))
+	return ex, readLog(t, s)
+}
+
+func readLog(t *testing.T, s Spec) string {
+	t.Helper()
+	data, err := os.ReadFile(s.LogPath)
+	if err != nil {
+		t.Fatalf("read log: %v", err)
+	}
+	return string(data)
+}
+
+// waitForLog polls the log until it contains want (the child has reached
+// that point of its script).
+func waitForLog(t *testing.T, s Spec, want string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		data, _ := os.ReadFile(s.LogPath)
+		if strings.Contains(string(data), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log never contained %q; it has %q", want, data)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func readPgid(t *testing.T, s Spec) int {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(s.Dir, "pgid"))
+	if err != nil {
+		t.Fatalf("read pgid: %v", err)
+	}
+	pgid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pgid <= 1 {
+		t.Fatalf("pgid file holds %q", data)
+	}
+	return pgid
+}
+
+// assertDead checks that each pid is gone or a zombie: every process of the
+// attempt has ended by the time it is Done.
+func assertDead(t *testing.T, pids ...int) {
+	t.Helper()
+	for _, pid := range pids {
+		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+		if f[0] != "Z" && f[0] != "X" {
+			t.Errorf("process %d is still alive (state %s) after Done", pid, f[0])
+		}
+	}
+}
+
+// awaitGroupGone polls until process group pgid no longer exists. Its
+// members are dead when the attempt is Done, but orphans are reaped by
+// init, which may take a while.
+func awaitGroupGone(t *testing.T, pgid int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := syscall.Kill(-pgid, 0)
+		if errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process group %d still exists (kill -0: %v)", pgid, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// pidsIn parses the pids a script wrote, one per line.
+func pidsIn(t *testing.T, path string) []int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read pids: %v", err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("pids file holds %q", data)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+func checkExit(t *testing.T, got Exit, state berth.AttemptState, code *int, reason string) {
+	t.Helper()
+	if got.State != state || got.Reason != reason || (got.ExitCode == nil) != (code == nil) ||
+		(code != nil && *got.ExitCode != *code) {
+		gotCode := "nil"
+		if got.ExitCode != nil {
+			gotCode = strconv.Itoa(*got.ExitCode)
+		}
+		wantCode := "nil"
+		if code != nil {
+			wantCode = strconv.Itoa(*code)
+		}
+		t.Fatalf("exit = {%s %s %q}, want {%s %s %q}", got.State, gotCode, got.Reason, state, wantCode, reason)
+	}
+}
+
+func intp(n int) *int { return &n }
+
+func TestExitCodes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		cmd    []string
+		state  berth.AttemptState
+		code   *int
+		reason string
+	}{
+		{"true", []string{"true"}, berth.AttemptSucceeded, intp(0), ""},
+		{"false", []string{"false"}, berth.AttemptFailed, intp(1), "exit code 1"},
+		{"exit 42", []string{"sh", "-c", "exit 42"}, berth.AttemptFailed, intp(42), "exit code 42"},
+		{"SIGKILL", []string{"sh", "-c", "kill -KILL $$"}, berth.AttemptFailed, nil, "killed by signal SIGKILL"},
+		{"SIGTERM", []string{"sh", "-c", "kill -TERM $$"}, berth.AttemptFailed, nil, "killed by signal SIGTERM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ex, _ := run(t, testSpec(t, tc.cmd...))
+			checkExit(t, ex, tc.state, tc.code, tc.reason)
+		})
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sh", "-c", `echo "job=$BERTH_JOB_ID task=$BERTH_TASK_INDEX attempt=$BERTH_ATTEMPT_ID array=$BERTH_ARRAY_INDEX cuda=$CUDA_VISIBLE_DEVICES model=$MODEL path=${PATH:+set}"`)
+	s.JobID, s.AttemptID, s.TaskIndex, s.ArrayIndex = "job-7", "att-9", 3, intp(12)
+	s.GPUs = []int{0, 2}
+	s.Env = map[string]string{"MODEL": "llama 3"}
+	ex, out := run(t, s)
+	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
+	want := "job=job-7 task=3 attempt=att-9 array=12 cuda=0,2 model=llama 3 path=set\n"
+	if out != want {
+		t.Fatalf("child saw %q, want %q", out, want)
+	}
+}
+
+func TestEnvironmentWithoutArrayOrGPUs(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sh", "-c", `echo "array=${BERTH_ARRAY_INDEX-unset} cuda=${CUDA_VISIBLE_DEVICES-unset}."`)
+	ex, out := run(t, s)
+	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
+	if want := "array=unset cuda=.\n"; out != want {
+		t.Fatalf("child saw %q, want %q (CUDA_VISIBLE_DEVICES set and empty)", out, want)
+	}
+}
+
+func TestJobPATH(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	target := ""
+	for _, p := range []string{"/bin/true", "/usr/bin/true"} {
+		if _, err := os.Stat(p); err == nil {
+			target = p
+			break
+		}
+	}
+	if target == "" {
+		t.Fatal("no true binary in /bin or /usr/bin")
+	}
+	if err := os.Symlink(target, filepath.Join(bin, "berth-test-tool")); err != nil {
+		t.Fatal(err)
+	}
+	s := testSpec(t, "berth-test-tool")
+	s.Env = map[string]string{"PATH": "relative:" + bin}
+	ex, _ := run(t, s)
+	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
+
+	s = testSpec(t, "berth-test-tool")
+	s.Env = map[string]string{"PATH": t.TempDir()}
+	ex, _ = run(t, s)
+	checkExit(t, ex, berth.AttemptFailed, nil, `start: exec: "berth-test-tool": executable file not found in $PATH`)
+}
+
+func TestLogHasStdoutAndStderrAppended(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sh", "-c", "echo out; echo err >&2; echo out2")
+	ex, out := run(t, s)
+	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
+	if want := "out\nerr\nout2\n"; out != want {
+		t.Fatalf("log = %q, want %q", out, want)
+	}
+	s.Command = []string{"sh", "-c", "echo again >&2"}
+	ex, out = run(t, s)
+	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
+	if want := "out\nerr\nout2\nagain\n"; out != want {
+		t.Fatalf("log after a second run = %q, want %q (appended)", out, want)
+	}
+}
+
+func TestWorkdir(t *testing.T) {
+	t.Parallel()
+	wd := t.TempDir()
+	s := testSpec(t, "pwd")
+	s.Workdir = wd
+	if _, out := run(t, s); strings.TrimSpace(out) != wd {
+		t.Fatalf("pwd = %q, want %q", out, wd)
+	}
+	s = testSpec(t, "pwd")
+	if _, out := run(t, s); strings.TrimSpace(out) != s.Dir {
+		t.Fatalf("pwd without workdir = %q, want the attempt dir %q", out, s.Dir)
+	}
+}
+
+func TestStopKillsProcessGroup(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sh", "-c", `sleep 1000 & echo $! >pids; sleep 1000 & echo $! >>pids; echo ready; wait`)
+	p := start(t, s)
+	waitForLog(t, s, "ready")
+	pgid := readPgid(t, s)
+	if err := syscall.Kill(-pgid, 0); err != nil {
+		t.Fatalf("group %d not alive while running: %v", pgid, err)
+	}
+	p.Stop("cancelled by alice")
+	p.Stop("second stop is ignored")
+	ex := await(t, p)
+	checkExit(t, ex, berth.AttemptCancelled, nil, "cancelled by alice")
+	assertDead(t, pidsIn(t, filepath.Join(s.Dir, "pids"))...)
+	awaitGroupGone(t, pgid)
+}
+
+func TestLeaderExitKillsRestOfGroup(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sh", "-c", `sleep 1000 & echo $! >pids`)
+	ex, _ := run(t, s)
+	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
+	assertDead(t, pidsIn(t, filepath.Join(s.Dir, "pids"))...)
+	awaitGroupGone(t, readPgid(t, s))
+}
+
+func TestStopEscalatesToSIGKILL(t *testing.T) {
+	t.Parallel()
+	// The ignored SIGTERM is inherited by sleep, so only SIGKILL ends either.
+	s := testSpec(t, "sh", "-c", `trap "" TERM; sleep 1000 & echo $! >pids; echo ready; wait`)
+	s.Grace = 200 * time.Millisecond
+	p := start(t, s)
+	waitForLog(t, s, "ready")
+	began := time.Now()
+	p.Stop("preempted")
+	ex := await(t, p)
+	if waited := time.Since(began); waited < s.Grace {
+		t.Errorf("ended %v after Stop, before the %v grace period", waited, s.Grace)
+	}
+	checkExit(t, ex, berth.AttemptCancelled, nil, "preempted")
+	assertDead(t, pidsIn(t, filepath.Join(s.Dir, "pids"))...)
+}
+
+func TestMaxRuntime(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sleep", "1000")
+	s.MaxRuntime = 100 * time.Millisecond
+	ex, _ := run(t, s)
+	checkExit(t, ex, berth.AttemptFailed, nil, "max_runtime exceeded")
+}
+
+func TestMaxRuntimeNotReached(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "true")
+	s.MaxRuntime = time.Hour
+	ex, _ := run(t, s)
+	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
+}
+
+func TestKill(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sh", "-c", `trap "" TERM; echo ready; sleep 1000`)
+	p := start(t, s)
+	waitForLog(t, s, "ready")
+	p.Kill()
+	checkExit(t, await(t, p), berth.AttemptCancelled, nil, "killed")
+	p.Stop("after the end")
+	p.Kill()
+	checkExit(t, p.Exit(), berth.AttemptCancelled, nil, "killed")
+}
+
+func TestKillDuringStopKeepsStopReason(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sh", "-c", `trap "" TERM; echo ready; sleep 1000`)
+	s.Grace = time.Hour
+	p := start(t, s)
+	waitForLog(t, s, "ready")
+	p.Stop("drain")
+	p.Kill()
+	checkExit(t, await(t, p), berth.AttemptCancelled, nil, "drain")
+}
+
+func TestStartFailure(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*Spec)
+		reason  string
+		partial bool
+	}{
+		{"not found", func(s *Spec) { s.Command = []string{"nope"} },
+			`start: exec: "nope": executable file not found in $PATH`, false},
+		{"no such path", func(s *Spec) { s.Command = []string{"/nonexistent/bin/tool"} },
+			"start: fork/exec /nonexistent/bin/tool: no such file or directory", false},
+		{"workdir missing", func(s *Spec) { s.Workdir = "/nonexistent/workdir" },
+			"start: workdir: stat /nonexistent/workdir: no such file or directory", false},
+		{"empty command", func(s *Spec) { s.Command = nil }, "start: empty command", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := testSpec(t, "true")
+			tc.mutate(&s)
+			p := start(t, s)
+			select {
+			case <-p.Done():
+			default:
+				t.Fatal("a process that failed to start is not already Done")
+			}
+			ex := p.Exit()
+			if ex.State != berth.AttemptFailed || ex.ExitCode != nil ||
+				(tc.partial && !strings.HasPrefix(ex.Reason, tc.reason)) || (!tc.partial && ex.Reason != tc.reason) {
+				t.Fatalf("exit = %+v, want failed, no exit code, reason %q", ex, tc.reason)
+			}
+			if _, err := os.Stat(filepath.Join(s.Dir, "pgid")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("pgid file written for a process that never started: %v", err)
+			}
+		})
+	}
+}
+
+func TestStartCancelledContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	p, err := ProcessExecutor{}.Start(ctx, testSpec(t, "true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExit(t, await(t, p), berth.AttemptCancelled, nil, "not started: context canceled")
+}
+
+func TestStartErrorsWhenDirCannotBeCreated(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := testSpec(t, "true")
+	s.Dir = filepath.Join(file, "attempt")
+	s.LogPath = filepath.Join(s.Dir, "output.log")
+	if p, err := (ProcessExecutor{}).Start(context.Background(), s); err == nil {
+		t.Fatalf("Start under a regular file = %v, nil; want an error", p)
+	}
+	s = testSpec(t, "true")
+	s.LogPath = filepath.Join(file, "output.log")
+	if p, err := (ProcessExecutor{}).Start(context.Background(), s); err == nil {
+		t.Fatalf("Start with an unwritable log = %v, nil; want an error", p)
+	}
+}
+
+func TestKillStale(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	spec := func(id string, cmd ...string) Spec {
+		dir := filepath.Join(root, id)
+		return Spec{AttemptID: id, JobID: "j", Command: cmd, Dir: dir, LogPath: filepath.Join(dir, "output.log")}
+	}
+	// A group still running (as if a previous agent had left it), one that
+	// has ended, a directory without pgid and one with garbage in it.
+	live := spec("live", "sh", "-c", `sleep 1000 & echo ready; wait`)
+	p := start(t, live)
+	waitForLog(t, live, "ready")
+	await(t, start(t, spec("ended", "true")))
+	if err := os.MkdirAll(filepath.Join(root, "nopgid"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "garbage"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "garbage", "pgid"), []byte("not a pid"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	n, err := KillStale(root)
+	if n != 1 {
+		t.Fatalf("KillStale killed %d groups, want 1", n)
+	}
+	if err == nil || !strings.Contains(err.Error(), "not a process group id") {
+		t.Fatalf("KillStale error = %v, want one about the garbage pgid file", err)
+	}
+	checkExit(t, await(t, p), berth.AttemptFailed, nil, "killed by signal SIGKILL")
+	awaitGroupGone(t, readPgid(t, live))
+
+	if n, err := KillStale(filepath.Join(root, "missing")); n != 0 || err != nil {
+		t.Fatalf("KillStale(missing root) = %d, %v; want 0, nil", n, err)
+	}
+}
+
+func TestNoopExecutor(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "nope")
+	p, err := NoopExecutor{}.Start(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Fatal("noop process not Done at once")
+	}
+	p.Stop("x")
+	p.Kill()
+	checkExit(t, p.Exit(), berth.AttemptSucceeded, intp(0), "")
+	if _, err := os.Stat(s.Dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("noop executor created %s: %v", s.Dir, err)
+	}
+}
+
+func TestEnvironLaterEntriesWin(t *testing.T) {
+	t.Parallel()
+	env := environ(Spec{JobID: "j", AttemptID: "a", TaskIndex: 1, GPUs: []int{3}, Env: map[string]string{"A": "b"}})
+	n := len(env)
+	if env[n-1] != "CUDA_VISIBLE_DEVICES=3" || env[n-2] != "BERTH_ATTEMPT_ID=a" {
+		t.Fatalf("environ ends with %q; Berth's variables must come last", env[n-4:])
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "BERTH_ARRAY_INDEX=") {
+			t.Fatalf("environ has %q without an array index", kv)
+		}
+	}
+}
+
+// BenchmarkStartTrue starts `true` and waits for it to end, one at a time.
+func BenchmarkStartTrue(b *testing.B) {
+	root := b.TempDir()
+	for i := 0; b.Loop(); i++ {
+		dir := filepath.Join(root, strconv.Itoa(i))
+		p, err := ProcessExecutor{}.Start(context.Background(), Spec{AttemptID: "a", JobID: "j",
+			Command: []string{"true"}, Dir: dir, LogPath: filepath.Join(dir, "output.log")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-p.Done()
+		if ex := p.Exit(); ex.State != berth.AttemptSucceeded {
+			b.Fatalf("exit %+v", ex)
+		}
+	}
+}
+
+// BenchmarkStartTrueParallel runs many `true` attempts at once, as an agent
+// with several slots does.
+func BenchmarkStartTrueParallel(b *testing.B) {
+	root := b.TempDir()
+	b.SetParallelism(4)
+	var seq atomic.Int64
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			dir := filepath.Join(root, strconv.FormatInt(seq.Add(1), 10))
+			p, err := ProcessExecutor{}.Start(context.Background(), Spec{AttemptID: "a", JobID: "j",
+				Command: []string{"true"}, Dir: dir, LogPath: filepath.Join(dir, "output.log")})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			<-p.Done()
+			if ex := p.Exit(); ex.State != berth.AttemptSucceeded {
+				b.Errorf("exit %+v", ex)
+				return
+			}
+		}
+	})
+}
+
+func TestAwaitExitWaitsOnPidfdWithoutReaping(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("sh", "-c", "exit 7")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(cmd.Process.Pid), 0, 0)
+	if errno != 0 {
+		t.Fatalf("pidfd_open: %v", errno)
+	}
+	if !pollExit(int(fd), cmd.Process.Pid) {
+		t.Fatal("pollExit could not wait through the poller")
+	}
+	if !hasExited(cmd.Process.Pid) {
+		t.Fatal("hasExited = false after the exit")
+	}
+	// Still unreaped: Wait gets the real status.
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("Wait after awaitExit = %v, want exit status 7", err)
+	}
+}

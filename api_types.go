@@ -1,0 +1,55 @@
+package berth
+
+// Bodies of the HTTP API that both the server and clients use.
+
+// SubmitResponse is the body of POST /api/v1/jobs: the jobs created, or for
+// a repeated idempotency key the jobs of the first submission (status 200).
+type SubmitResponse struct {
+	Jobs []*Job `json:"jobs"`
+}
+
+// JobList is the body of GET /api/v1/jobs. NextCursor, when set, is the
+// cursor query parameter of the next page.
+type JobList struct {
+	Jobs       []*Job `json:"jobs"`
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+// WorkerList is the body of GET /api/v1/workers.
+type WorkerList struct {
+	Workers []*Worker `json:"workers"`
+}
+
+// WaitRequest is the body of POST /api/v1/wait: the server answers when
+// every job named (or, with All, every job active at the call) has ended, or
+// after Timeout (at most a minute) with Done false.
+type WaitRequest struct {
+	IDs     []string `json:"ids,omitempty"`
+	All     bool     `json:"all,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// WaitResult is how the jobs waited for ended: counts by state and the ids
+// of those that did not succeed. Done is false when the wait timed out.
+type WaitResult struct {
+	Done     bool             `json:"done"`
+	Total    int              `json:"total"`
+	Counts   map[JobState]int `json:"counts"`
+	Pending  int              `json:"pending"`
+	Failures []string         `json:"failures,omitempty"` // ids of failed or cancelled jobs
+	// PendingIDs lists the jobs still active when the wait timed out.
+	PendingIDs []string `json:"pending_ids,omitempty"`
+}
+
+// Add records that job id ended in state st.
+func (r *WaitResult) Add(id string, st JobState) {
+	r.Counts[st]++
+	if st != JobSucceeded {
+		r.Failures = append(r.Failures, id)
+	}
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error *Error `json:"error"`
+}

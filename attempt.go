@@ -1,0 +1,41 @@
+package berth
+
+import "time"
+
+// AttemptState is the state of one placement of a task:
+// assigned → running → succeeded | failed | cancelled | lost | preempted.
+type AttemptState string
+
+// Attempt states.
+const (
+	AttemptAssigned  AttemptState = "assigned"
+	AttemptRunning   AttemptState = "running"
+	AttemptSucceeded AttemptState = "succeeded"
+	AttemptFailed    AttemptState = "failed"
+	AttemptCancelled AttemptState = "cancelled"
+	AttemptLost      AttemptState = "lost"
+	AttemptPreempted AttemptState = "preempted"
+)
+
+// Terminal reports whether the attempt has ended.
+func (s AttemptState) Terminal() bool {
+	return s != AttemptAssigned && s != AttemptRunning
+}
+
+// Attempt is one placement of one task of a job on a worker. Everything an
+// agent reports is fenced by the attempt id: reports for a superseded
+// attempt are ignored.
+type Attempt struct {
+	ID         string       `json:"id"`
+	JobID      string       `json:"job_id"`
+	TaskIndex  int          `json:"task_index"`
+	WorkerID   string       `json:"worker_id"`
+	Host       string       `json:"host"`
+	GPUs       []int        `json:"gpus,omitempty"` // GPU indexes on the worker
+	State      AttemptState `json:"state"`
+	ExitCode   *int         `json:"exit_code,omitempty"`
+	Reason     string       `json:"reason,omitempty"`
+	CreatedAt  time.Time    `json:"created_at"`
+	StartedAt  time.Time    `json:"started_at,omitzero"`
+	FinishedAt time.Time    `json:"finished_at,omitzero"`
+}

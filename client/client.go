@@ -1,0 +1,202 @@
+// Package client is the Go client of Berth's HTTP API, used by the CLI, the
+// benchmark and tests. Every method returns the server's *berth.Error for an
+// error response, or a wrapped transport error.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// Client talks to one server.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client for server (e.g. http://127.0.0.1:7070) sending
+// token, if set, as a bearer token.
+func New(server, token string) *Client {
+	return &Client{base: strings.TrimSuffix(server, "/"), token: token,
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.send(ctx, method, path, in)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode response: %w", method, path, err)
+	}
+	return nil
+}
+
+// send performs a request and returns the response of a 2xx status; other
+// statuses become the server's *berth.Error.
+func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		data, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("encode request: %w", err)
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the server at %s: %w", c.base, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	var eb berth.ErrorBody
+	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil || eb.Error == nil {
+		return nil, fmt.Errorf("%s %s: server answered %s", method, path, resp.Status)
+	}
+	return nil, eb.Error
+}
+
+// Submit submits a job (Array jobs when req.Array > 0).
+func (c *Client) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
+	var out berth.SubmitResponse
+	err := c.do(ctx, http.MethodPost, "/api/v1/jobs", req, &out)
+	return out.Jobs, err
+}
+
+// ListOptions filter a job listing. Limit 0 lists every job.
+type ListOptions struct {
+	States []berth.JobState
+	Queue  string
+	User   string
+	Limit  int
+	Cursor string
+}
+
+// Jobs returns one page of jobs, newest first.
+func (c *Client) Jobs(ctx context.Context, o ListOptions) (*berth.JobList, error) {
+	q := url.Values{}
+	if len(o.States) > 0 {
+		names := make([]string, len(o.States))
+		for i, s := range o.States {
+			names[i] = string(s)
+		}
+		q.Set("state", strings.Join(names, ","))
+	}
+	if o.Queue != "" {
+		q.Set("queue", o.Queue)
+	}
+	if o.User != "" {
+		q.Set("user", o.User)
+	}
+	if o.Cursor != "" {
+		q.Set("cursor", o.Cursor)
+	}
+	q.Set("limit", strconv.Itoa(o.Limit))
+	var out berth.JobList
+	err := c.do(ctx, http.MethodGet, "/api/v1/jobs?"+q.Encode(), nil, &out)
+	return &out, err
+}
+
+// Job returns a job with its attempts.
+func (c *Client) Job(ctx context.Context, id string) (*berth.JobDetail, error) {
+	var out berth.JobDetail
+	err := c.do(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(id), nil, &out)
+	return &out, err
+}
+
+// Cancel cancels a job and returns it as it is after the request.
+func (c *Client) Cancel(ctx context.Context, id string) (*berth.Job, error) {
+	var out berth.Job
+	err := c.do(ctx, http.MethodPost, "/api/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &out)
+	return &out, err
+}
+
+// Workers lists the workers.
+func (c *Client) Workers(ctx context.Context) ([]*berth.Worker, error) {
+	var out berth.WorkerList
+	err := c.do(ctx, http.MethodGet, "/api/v1/workers", nil, &out)
+	return out.Workers, err
+}
+
+// Logs copies a job's output to w; with follow it keeps copying until the
+// job ends or ctx does.
+func (c *Client) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
+	resp, err := c.send(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(id)+"/logs?follow="+strconv.FormatBool(follow), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(w, resp.Body)
+	if err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// Wait waits until every job in ids (or, with all, every job active now)
+// has ended, or timeout passes (0: no limit); the result's Done says which.
+// It long-polls the server a minute at a time.
+func (c *Client) Wait(ctx context.Context, ids []string, all bool, timeout time.Duration) (*berth.WaitResult, error) {
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	acc := &berth.WaitResult{Counts: map[berth.JobState]int{}}
+	for first := true; ; first = false {
+		poll := time.Minute
+		if !deadline.IsZero() {
+			poll = max(min(poll, time.Until(deadline)), time.Millisecond)
+		}
+		var out berth.WaitResult
+		req := berth.WaitRequest{IDs: ids, All: all, Timeout: berth.Duration(poll)}
+		if err := c.do(ctx, http.MethodPost, "/api/v1/wait", req, &out); err != nil {
+			return nil, err
+		}
+		if first {
+			acc.Total = out.Total
+		}
+		for st, n := range out.Counts {
+			acc.Counts[st] += n
+		}
+		acc.Failures = append(acc.Failures, out.Failures...)
+		acc.Pending, acc.PendingIDs = out.Pending, out.PendingIDs
+		if out.Done || (!deadline.IsZero() && !time.Now().Before(deadline)) {
+			acc.Done = out.Done
+			return acc, nil
+		}
+		ids, all = out.PendingIDs, false
+	}
+}
+
+// Healthz reports whether the server answers its health check.
+func (c *Client) Healthz(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/healthz", nil, nil)
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/client"
+)
+
+// BenchResult is what berth bench measures.
+type BenchResult struct {
+	Jobs              int     `json:"jobs"`
+	Agents            int     `json:"agents"`
+	CPUs              int     `json:"cpus"`
+	ProcessJobsPerSec float64 `json:"process_jobs_per_sec,omitempty"`
+	NoopJobsPerSec    float64 `json:"noop_jobs_per_sec,omitempty"`
+	LatencySamples    int     `json:"latency_samples,omitempty"`
+	StartP50Ms        float64 `json:"start_p50_ms,omitempty"`
+	StartP99Ms        float64 `json:"start_p99_ms,omitempty"`
+}
+
+func runBench(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("bench", "[flags]")
+	jobs := fs.Int("jobs", 10000, "trivial jobs (true) submitted as one array per throughput run")
+	noopJobs := fs.Int("noop-jobs", 50000, "jobs for the no-op executor run")
+	agents := fs.Int("agents", 2, "local agents")
+	slots := fs.Int("slots", 32, "slots per agent for real processes")
+	samples := fs.Int("latency", 200, "jobs for the submit → process-started latency run (one at a time)")
+	output := fs.String("o", "table", "output: table or json")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case *jobs < 0 || *noopJobs < 0 || *samples < 0:
+		return berth.Invalidf("--jobs", "counts must not be negative")
+	case *jobs > berth.MaxArray || *noopJobs > berth.MaxArray:
+		return berth.Invalidf("--jobs", "at most %d", berth.MaxArray)
+	case *agents < 1 || *agents > 64:
+		return berth.Invalidf("--agents", "must be between 1 and 64")
+	case *slots < 1:
+		return berth.Invalidf("--slots", "must be at least 1")
+	case *output != "table" && *output != "json":
+		return berth.Invalidf("-o", "must be table or json")
+	}
+	res := BenchResult{Jobs: *jobs, Agents: *agents, CPUs: runtime.NumCPU()}
+	if *jobs > 0 || *samples > 0 {
+		err := withBenchCluster(ctx, *agents, *slots, agent.ProcessExecutor{}, func(c *client.Client, dir string) error {
+			if *samples > 0 {
+				p50, p99, err := benchLatency(ctx, c, *samples, dir)
+				if err != nil {
+					return err
+				}
+				res.LatencySamples, res.StartP50Ms, res.StartP99Ms = *samples, p50, p99
+			}
+			if *jobs > 0 {
+				rate, err := benchThroughput(ctx, c, *jobs, dir)
+				res.ProcessJobsPerSec = rate
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if *noopJobs > 0 {
+		err := withBenchCluster(ctx, *agents, 1024, agent.NoopExecutor{}, func(c *client.Client, dir string) error {
+			rate, err := benchThroughput(ctx, c, *noopJobs, dir)
+			res.NoopJobsPerSec = rate
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if *output == "json" {
+		return printJSON(m.Stdout, res)
+	}
+	fmt.Fprintf(m.Stdout, "berth bench: %d agents on %d CPUs, SQLite store\n", res.Agents, res.CPUs)
+	if res.ProcessJobsPerSec > 0 {
+		fmt.Fprintf(m.Stdout, "  real processes: %d jobs, %.0f jobs/s submit → all succeeded\n", *jobs, res.ProcessJobsPerSec)
+	}
+	if res.NoopJobsPerSec > 0 {
+		fmt.Fprintf(m.Stdout, "  no-op executor: %d jobs, %.0f jobs/s submit → all succeeded\n", *noopJobs, res.NoopJobsPerSec)
+	}
+	if res.LatencySamples > 0 {
+		fmt.Fprintf(m.Stdout, "  submit → process started (idle cluster, %d jobs): p50 %.2f ms, p99 %.2f ms\n", res.LatencySamples, res.StartP50Ms, res.StartP99Ms)
+	}
+	return nil
+}
+
+// withBenchCluster runs fn against a fresh server and agents in a temporary
+// directory, all in this process, talking over loopback.
+func withBenchCluster(ctx context.Context, agents, slots int, exec agent.Executor, fn func(*client.Client, string) error) error {
+	dir, err := os.MkdirTemp("", "berth-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	rs, err := startServer(ctx, &serverConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		return err
+	}
+	defer rs.Close(context.Background())
+	actx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	for i := 0; i < agents; i++ {
+		a, err := agent.New(agent.Config{Server: rs.URL, DataDir: filepath.Join(dir, "agent"+strconv.Itoa(i)),
+			Host: "bench-" + strconv.Itoa(i), Slots: slots, Executor: exec})
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = a.Run(actx) }()
+		<-a.Registered()
+	}
+	return fn(client.New(rs.URL, ""), dir)
+}
+
+func trueJob(dir string) *berth.SubmitRequest {
+	req := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	req.Command, req.Workdir = berth.Argv{"true"}, dir
+	return req
+}
+
+// benchThroughput submits n jobs as one array and returns jobs/s from the
+// submit to the last success.
+func benchThroughput(ctx context.Context, c *client.Client, n int, dir string) (float64, error) {
+	req := trueJob(dir)
+	req.Array = n
+	start := time.Now()
+	jobs, err := c.Submit(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	res, err := c.Wait(ctx, ids, false, 0)
+	if err != nil {
+		return 0, err
+	}
+	elapsed := time.Since(start)
+	if len(res.Failures) > 0 {
+		return 0, fmt.Errorf("%d of %d bench jobs did not succeed", len(res.Failures), n)
+	}
+	return float64(n) / elapsed.Seconds(), nil
+}
+
+// benchLatency submits jobs one at a time on an idle cluster and returns the
+// p50 and p99 of submit → process started in milliseconds.
+func benchLatency(ctx context.Context, c *client.Client, n int, dir string) (float64, float64, error) {
+	lat := make([]float64, 0, n)
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		jobs, err := c.Submit(ctx, trueJob(dir))
+		if err != nil {
+			return 0, 0, err
+		}
+		if _, err := c.Wait(ctx, []string{jobs[0].ID}, false, 0); err != nil {
+			return 0, 0, err
+		}
+		d, err := c.Job(ctx, jobs[0].ID)
+		if err != nil {
+			return 0, 0, err
+		}
+		if len(d.AttemptList) == 0 || d.AttemptList[0].StartedAt.IsZero() {
+			return 0, 0, fmt.Errorf("job %s has no started attempt", d.ID)
+		}
+		lat = append(lat, float64(d.AttemptList[0].StartedAt.Sub(start))/float64(time.Millisecond))
+	}
+	sort.Float64s(lat)
+	return percentile(lat, 0.50), percentile(lat, 0.99), nil
+}
+
+func percentile(sorted []float64, p float64) float64 {
+	i := int(float64(len(sorted)-1) * p)
+	return sorted[i]
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/berth-dev/berth"
+)
+
+func runCancel(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("cancel", "ID...")
+	cf := m.addClientFlags(fs, false)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return berth.Invalidf("id", "give at least one job id")
+	}
+	c := m.client(cf)
+	failed := 0
+	for _, id := range fs.Args() {
+		j, err := c.Cancel(ctx, id)
+		if err != nil {
+			fmt.Fprintf(m.Stderr, "berth: %s: %v\n", id, err)
+			failed++
+			continue
+		}
+		if j.State == berth.JobCancelled {
+			fmt.Fprintf(m.Stdout, "%s cancelled\n", id)
+		} else {
+			fmt.Fprintf(m.Stdout, "%s stopping (SIGTERM sent; SIGKILL after the grace period)\n", id)
+		}
+	}
+	if failed > 0 {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("%d of %d cancels failed", failed, fs.NArg())}
+	}
+	return nil
+}

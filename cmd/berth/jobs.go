@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
+)
+
+func runJobs(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("jobs", "[flags]")
+	cf := m.addClientFlags(fs, true)
+	state := fs.String("state", "", "comma-separated states: pending, running, succeeded, failed, cancelled")
+	queue := fs.String("queue", "", "only this queue")
+	user := fs.String("user", "", "only this user's jobs")
+	limit := fs.Int("limit", 100, "most jobs to list, newest first (0 for all)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if *limit < 0 {
+		return berth.Invalidf("--limit", "must be 0 (all) or more")
+	}
+	opts := client.ListOptions{Queue: *queue, User: *user, Limit: *limit}
+	if *state != "" {
+		for _, s := range strings.Split(*state, ",") {
+			st, err := berth.ParseJobState(strings.TrimSpace(s))
+			if err != nil {
+				return berth.Invalidf("--state", "%v", err.(*berth.Error).Message)
+			}
+			opts.States = append(opts.States, st)
+		}
+	}
+	list, err := m.client(cf).Jobs(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if cf.output == "json" {
+		return printJSON(m.Stdout, list.Jobs)
+	}
+	now := time.Now()
+	t := newTable(m.Stdout, "ID", "NAME", "QUEUE", "STATE", "PRIO", "GPUS", "AGE", "REASON")
+	for _, j := range list.Jobs {
+		t.row(j.ID, truncate(j.Name, 24), j.Queue, string(j.State), strconv.Itoa(j.Priority),
+			strconv.Itoa(j.Resources.GPUs), ago(j.CreatedAt, now), truncate(j.Reason, 48))
+	}
+	return t.flush()
+}
+
+func runJob(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("job", "[flags] ID")
+	cf := m.addClientFlags(fs, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return berth.Invalidf("id", "give exactly one job id")
+	}
+	d, err := m.client(cf).Job(ctx, fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if cf.output == "json" {
+		return printJSON(m.Stdout, d)
+	}
+	j := d.Job
+	w := m.Stdout
+	fmt.Fprintf(w, "ID:        %s\nName:      %s\nUser:      %s\nQueue:     %s\nState:     %s\n", j.ID, j.Name, j.User, j.Queue, j.State)
+	if j.Reason != "" {
+		label := "Reason:"
+		if j.State == berth.JobPending {
+			label = "Waiting:"
+		}
+		fmt.Fprintf(w, "%-10s %s\n", label, j.Reason)
+	}
+	if j.ExitCode != nil {
+		fmt.Fprintf(w, "Exit code: %d\n", *j.ExitCode)
+	}
+	fmt.Fprintf(w, "Priority:  %d\nCommand:   %s\n", j.Priority, strings.Join(j.Command, " "))
+	r := j.Resources
+	fmt.Fprintf(w, "Resources: gpus=%d", r.GPUs)
+	if r.GPUType != "" {
+		fmt.Fprintf(w, " gpu_type=%s", r.GPUType)
+	}
+	if r.GPUMemory > 0 {
+		fmt.Fprintf(w, " gpu_memory=%s", r.GPUMemory)
+	}
+	fmt.Fprintf(w, " cpus=%g memory=%s\n", r.CPUs, r.Memory)
+	if j.ArrayIndex != nil {
+		fmt.Fprintf(w, "Array:     index %d\n", *j.ArrayIndex)
+	}
+	fmt.Fprintf(w, "Retries:   %d (attempts so far: %d)\nCreated:   %s\n", j.Retries, j.Attempts, j.CreatedAt.Local().Format(time.RFC3339))
+	if !j.StartedAt.IsZero() {
+		fmt.Fprintf(w, "Started:   %s\n", j.StartedAt.Local().Format(time.RFC3339))
+	}
+	if !j.FinishedAt.IsZero() {
+		fmt.Fprintf(w, "Finished:  %s (ran %s)\n", j.FinishedAt.Local().Format(time.RFC3339), j.FinishedAt.Sub(j.StartedAt).Round(time.Millisecond))
+	}
+	if len(d.AttemptList) > 0 {
+		fmt.Fprintln(w, "\nAttempts:")
+		t := newTable(w, "  ID", "HOST", "GPUS", "STATE", "EXIT", "REASON")
+		for _, a := range d.AttemptList {
+			exit := "-"
+			if a.ExitCode != nil {
+				exit = strconv.Itoa(*a.ExitCode)
+			}
+			gpus := make([]string, len(a.GPUs))
+			for i, g := range a.GPUs {
+				gpus[i] = strconv.Itoa(g)
+			}
+			t.row("  "+a.ID, a.Host, orDash(strings.Join(gpus, ",")), string(a.State), exit, a.Reason)
+		}
+		return t.flush()
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

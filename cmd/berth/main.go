@@ -1,0 +1,182 @@
+// Command berth is Berth's one binary: the server, the worker agent and the
+// command-line client. See "berth help".
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
+)
+
+// Version is the build version, set with -ldflags "-X main.Version=…".
+var Version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	os.Exit(m.Run(ctx, os.Args[1:]))
+}
+
+// Main runs one berth command with injectable output and environment so
+// tests can drive it.
+type Main struct {
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+// command is one subcommand: it parses its own flags from args and runs.
+type command struct {
+	summary string
+	run     func(ctx context.Context, m *Main, args []string) error
+}
+
+var commands = map[string]command{
+	"up":      {"start a server and local agents on embedded SQLite; runs a demo job", runUp},
+	"server":  {"run the control plane only", runServer},
+	"agent":   {"run a worker agent that joins a server", runAgent},
+	"submit":  {"submit a job (or an array of jobs)", runSubmit},
+	"jobs":    {"list jobs", runJobs},
+	"job":     {"show one job with its attempts and why it waits", runJob},
+	"logs":    {"print a job's output (-f to follow)", runLogs},
+	"cancel":  {"cancel jobs", runCancel},
+	"wait":    {"wait for jobs to end; exit 0 only if all succeeded", runWait},
+	"workers": {"list workers", runWorkers},
+	"bench":   {"measure throughput and latency on this machine", runBench},
+}
+
+// exitError carries a specific exit status.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// Exit statuses.
+const (
+	exitFailed  = 1   // a job did not succeed
+	exitUsage   = 2   // bad input or the server refused
+	exitTimeout = 124 // berth wait --timeout ran out
+)
+
+// Run runs the command named by args[0] and returns the process exit status.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		m.usage()
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return 0
+	}
+	if args[0] == "version" || args[0] == "--version" {
+		fmt.Fprintln(m.Stdout, "berth", Version)
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(m.Stderr, "berth: unknown command %q (see berth help)\n", args[0])
+		return exitUsage
+	}
+	err := cmd.run(ctx, m, args[1:])
+	if err == nil {
+		return 0
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(m.Stderr, "berth:", ee.msg)
+		}
+		return ee.code
+	}
+	var be *berth.Error
+	if errors.As(err, &be) {
+		fmt.Fprintf(m.Stderr, "berth: %s (%s)\n", be.Error(), be.Code)
+		return exitUsage
+	}
+	fmt.Fprintln(m.Stderr, "berth:", err)
+	return exitUsage
+}
+
+func (m *Main) usage() {
+	fmt.Fprintln(m.Stdout, "berth: one control plane for every GPU you own, rent or borrow.\n\nUsage: berth COMMAND [flags] [args]\n\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(m.Stdout, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(m.Stdout, "\nThe server is --server, else $BERTH_SERVER, else http://127.0.0.1:7070; the token is $BERTH_TOKEN.\nRun berth COMMAND -h for a command's flags.")
+}
+
+// flagSet returns a FlagSet that reports errors to m.Stderr.
+func (m *Main) flagSet(name, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet("berth "+name, flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(m.Stderr, "Usage: berth %s %s\n\nFlags:\n", name, usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; a flag error is printed by the FlagSet and returned
+// as an exit status 2 without a second message.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &exitError{code: exitUsage}
+	}
+	return nil
+}
+
+// clientFlags are the flags of every command that talks to a server.
+type clientFlags struct {
+	server string
+	output string
+}
+
+func (m *Main) addClientFlags(fs *flag.FlagSet, withOutput bool) *clientFlags {
+	cf := &clientFlags{}
+	def := m.Getenv("BERTH_SERVER")
+	if def == "" {
+		def = "http://127.0.0.1:7070"
+	}
+	fs.StringVar(&cf.server, "server", def, "server URL")
+	if withOutput {
+		fs.StringVar(&cf.output, "o", "table", "output: table or json")
+	}
+	return cf
+}
+
+func (cf *clientFlags) check() error {
+	if cf.output != "" && cf.output != "table" && cf.output != "json" {
+		return berth.Invalidf("-o", "must be table or json")
+	}
+	if !strings.HasPrefix(cf.server, "http://") && !strings.HasPrefix(cf.server, "https://") {
+		return berth.Invalidf("--server", "must be an http:// or https:// URL")
+	}
+	return nil
+}
+
+func (m *Main) client(cf *clientFlags) *client.Client {
+	return client.New(cf.server, m.Getenv("BERTH_TOKEN"))
+}

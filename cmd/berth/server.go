@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/sqlite"
+	"github.com/berth-dev/berth/store"
+)
+
+// serverConfig is what starting a server needs.
+type serverConfig struct {
+	DataDir       string
+	Listen        string
+	Store         string // "" or sqlite path / sqlite:// URL
+	Token         string
+	Lease         time.Duration
+	Heartbeat     time.Duration
+	AcceptTimeout time.Duration
+	Log           *slog.Logger
+}
+
+func (m *Main) addServerFlags(fs interface {
+	StringVar(*string, string, string, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
+}, cfg *serverConfig) {
+	fs.StringVar(&cfg.DataDir, "data-dir", ".berth", "directory for the embedded store and local agents")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address to serve HTTP on; a non-loopback address needs a token")
+	fs.StringVar(&cfg.Token, "token", m.Getenv("BERTH_TOKEN"), "token clients and agents must present (default $BERTH_TOKEN)")
+	fs.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long an agent may be unheard before it self-fences and its attempts are lost")
+	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
+	fs.DurationVar(&cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long an agent has to accept an assignment before it is withdrawn")
+}
+
+// runningServer is a started control plane.
+type runningServer struct {
+	URL   string
+	Ctl   *controller.Controller
+	store store.Store
+	http  *http.Server
+	done  chan error
+}
+
+// openStore opens the store named by cfg.
+func openStore(ctx context.Context, cfg *serverConfig) (store.Store, error) {
+	spec := cfg.Store
+	switch {
+	case spec == "":
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		spec = filepath.Join(cfg.DataDir, "berth.db")
+	case strings.HasPrefix(spec, "sqlite://"):
+		spec = strings.TrimPrefix(spec, "sqlite://")
+	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
+		return nil, berth.Invalidf("--store", "PostgreSQL is not supported by this build yet; use SQLite")
+	case strings.Contains(spec, "://"):
+		return nil, berth.Invalidf("--store", "unknown store URL scheme in %q (want sqlite:// or a file path)", spec)
+	}
+	return sqlite.Open(ctx, spec)
+}
+
+// checkListen refuses a non-loopback address without a token.
+func checkListen(addr, token string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return berth.Invalidf("--listen", "%q is not HOST:PORT", addr)
+	}
+	if token != "" {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return berth.Invalidf("--listen", "%q is not a loopback address; set --token or BERTH_TOKEN so only your clients and agents get in", addr)
+}
+
+// startServer opens the store, starts the controller and serves HTTP.
+func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error) {
+	if err := checkListen(cfg.Listen, cfg.Token); err != nil {
+		return nil, err
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctl := controller.New(controller.Config{Store: st, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
+		AcceptTimeout: cfg.AcceptTimeout})
+	if err := ctl.Start(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		_ = ctl.Stop(ctx)
+		st.Close()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	rs := &runningServer{URL: "http://" + ln.Addr().String(), Ctl: ctl, store: st, done: make(chan error, 1),
+		http: &http.Server{Handler: api.New(ctl, cfg.Token, cfg.Log), ReadHeaderTimeout: 10 * time.Second}}
+	go func() { rs.done <- rs.http.Serve(ln) }()
+	return rs, nil
+}
+
+// Close stops serving, drains the controller's writes and closes the store.
+func (rs *runningServer) Close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_ = rs.http.Shutdown(ctx)
+	rs.http.Close() // long polls and agent sessions
+	err := rs.Ctl.Stop(ctx)
+	return errors.Join(err, rs.store.Close())
+}
+
+// serve blocks until ctx ends or the server fails.
+func (rs *runningServer) serve(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return rs.Close(context.Background())
+	case <-rs.Ctl.Failed():
+		_ = rs.Close(context.Background())
+		return rs.Ctl.Err()
+	case err := <-rs.done:
+		_ = rs.Close(context.Background())
+		return err
+	}
+}
+
+func runServer(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("server", "[flags]")
+	var cfg serverConfig
+	m.addServerFlags(fs, &cfg)
+	fs.StringVar(&cfg.Store, "store", "", "store: a SQLite file path or sqlite://PATH (default DATA-DIR/berth.db)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(m.Stderr, nil))
+	rs, err := startServer(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "berth server listening on %s\n", rs.URL)
+	return rs.serve(ctx)
+}

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/goccy/go-yaml"
+
+	"github.com/berth-dev/berth"
+)
+
+// multiFlag collects a repeatable flag.
+type multiFlag []string
+
+func (f *multiFlag) String() string     { return strings.Join(*f, ",") }
+func (f *multiFlag) Set(v string) error { *f = append(*f, v); return nil }
+
+// loadJobFile reads a YAML (or JSON) job file into req, rejecting unknown
+// fields with the field's name.
+func loadJobFile(path string, stdin io.Reader, req *berth.SubmitRequest) error {
+	var data []byte
+	var err error
+	if path == "-" {
+		data, err = io.ReadAll(stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return berth.Invalidf("-f", "%v", err)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return berth.Invalidf("-f", "%s is not valid YAML: %v", path, err)
+	}
+	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		return berth.Invalidf("-f", "%s is empty", path)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(req); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return berth.Invalidf(te.Field, "in %s: must be %s", path, te.Type)
+		}
+		return berth.Invalidf("-f", "in %s: %v", path, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return nil
+}
+
+func runSubmit(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("submit", "[flags] [-- COMMAND ARGS...]")
+	cf := m.addClientFlags(fs, true)
+	file := fs.String("f", "", "job file (YAML or JSON; - for stdin); flags override its fields")
+	name := fs.String("name", "", "job name")
+	queue := fs.String("queue", "", "queue (default \"default\")")
+	gpus := fs.Int("gpus", -1, "GPUs per node")
+	gpuType := fs.String("gpu-type", "", "GPU model substring, e.g. H100")
+	gpuMem := fs.String("gpu-memory", "", "least memory per GPU, e.g. 40GiB")
+	cpus := fs.Float64("cpus", -1, "CPUs per node")
+	memory := fs.String("memory", "", "memory per node, e.g. 16GiB")
+	nodes := fs.Int("nodes", 0, "nodes (gang size)")
+	priority := fs.Int("priority", -1, "priority 0-1000 (default 100)")
+	array := fs.Int("array", 0, "submit N copies; each gets BERTH_ARRAY_INDEX 0..N-1")
+	retries := fs.Int("retries", -1, "times a failed or lost attempt is retried")
+	maxRuntime := fs.Duration("max-runtime", 0, "kill the job after this long, e.g. 2h")
+	workdir := fs.String("workdir", "", "working directory on the worker (default: the current directory)")
+	host := fs.String("host", "", "run only on the worker with this host label")
+	labels := fs.String("labels", "", "comma-separated KEY=VALUE worker labels required")
+	idem := fs.String("idempotency-key", "", "a repeat with the same key returns the first submission's jobs")
+	wait := fs.Bool("wait", false, "wait for the jobs to end; exit 0 only if all succeeded")
+	var env multiFlag
+	fs.Var(&env, "env", "KEY=VALUE environment variable (repeatable)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	req := berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	if *file != "" {
+		if err := loadJobFile(*file, os.Stdin, &req); err != nil {
+			return err
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if cmd := fs.Args(); len(cmd) > 0 {
+		req.Command = cmd
+	}
+	if set["name"] {
+		req.Name = *name
+	}
+	if set["queue"] {
+		req.Queue = *queue
+	}
+	if set["gpus"] {
+		req.Resources.GPUs = *gpus
+	}
+	if set["gpu-type"] {
+		req.Resources.GPUType = *gpuType
+	}
+	if set["cpus"] {
+		req.Resources.CPUs = *cpus
+	}
+	if set["nodes"] {
+		req.Nodes = *nodes
+	}
+	if set["priority"] {
+		req.Priority = *priority
+	}
+	if set["array"] {
+		req.Array = *array
+	}
+	if set["retries"] {
+		req.Retries = *retries
+	}
+	if set["max-runtime"] {
+		req.MaxRuntime = berth.Duration(*maxRuntime)
+	}
+	if set["host"] {
+		req.Constraints.Host = *host
+	}
+	if set["idempotency-key"] {
+		req.IdempotencyKey = *idem
+	}
+	for _, sz := range []struct {
+		flag string
+		val  string
+		dst  *berth.Bytes
+	}{{"gpu-memory", *gpuMem, &req.Resources.GPUMemory}, {"memory", *memory, &req.Resources.Memory}} {
+		if set[sz.flag] {
+			b, err := berth.ParseBytes(sz.val)
+			if err != nil {
+				return berth.Invalidf("--"+sz.flag, "%v", err)
+			}
+			*sz.dst = b
+		}
+	}
+	if set["labels"] {
+		l, err := parseKeyValues(*labels, "--labels")
+		if err != nil {
+			return err
+		}
+		req.Constraints.Labels = l
+	}
+	for _, kv := range env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return berth.Invalidf("--env", "%q is not KEY=VALUE", kv)
+		}
+		if req.Env == nil {
+			req.Env = map[string]string{}
+		}
+		req.Env[k] = v
+	}
+	if set["workdir"] {
+		req.Workdir = *workdir
+	} else if req.Workdir == "" {
+		if wd, err := os.Getwd(); err == nil {
+			req.Workdir = wd
+		}
+	}
+	if req.User == "" {
+		req.User = m.Getenv("USER")
+	}
+	if len(req.Command) == 0 {
+		return berth.Invalidf("command", "give the command after --, e.g. berth submit -- python train.py, or in -f FILE")
+	}
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	c := m.client(cf)
+	jobs, err := c.Submit(ctx, &req)
+	if err != nil {
+		return err
+	}
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	if cf.output == "json" {
+		if err := printJSON(m.Stdout, jobs); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(m.Stdout, strings.Join(ids, "\n"))
+	}
+	if !*wait {
+		return nil
+	}
+	return m.waitFor(ctx, c, ids, false, time.Duration(0))
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func runWorkers(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("workers", "[flags]")
+	cf := m.addClientFlags(fs, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	list, err := m.client(cf).Workers(ctx)
+	if err != nil {
+		return err
+	}
+	if cf.output == "json" {
+		return printJSON(m.Stdout, list)
+	}
+	now := time.Now()
+	t := newTable(m.Stdout, "HOST", "STATE", "GPUS", "RUNNING", "SLOTS", "QUEUES", "HEARTBEAT", "ID")
+	for _, w := range list {
+		gpus := "-"
+		if len(w.GPUs) > 0 {
+			gpus = fmt.Sprintf("%dx%s", len(w.GPUs), w.GPUs[0].Model)
+		}
+		queues := "*"
+		if len(w.Queues) > 0 {
+			queues = strings.Join(w.Queues, ",")
+		}
+		t.row(w.Host, string(w.State), gpus, strconv.Itoa(w.Running), strconv.Itoa(w.Slots), queues, ago(w.LastHeartbeat, now), w.ID)
+	}
+	return t.flush()
+}

@@ -1,0 +1,293 @@
+// Package controller is Berth's state machine. One goroutine (the loop)
+// owns every job, attempt and worker in memory; API calls and agent messages
+// reach it as closures. Each transition is written through the store's group
+// committer, and nobody outside is told of it (an API reply, an agent
+// message, an event) until it is durable. On start the controller rebuilds
+// its memory from the store.
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
+)
+
+// Config configures a Controller. Zero durations take the defaults.
+type Config struct {
+	Store     store.Store
+	Log       *slog.Logger
+	Now       func() time.Time
+	Scheduler scheduler.Config
+	// Lease is how long an agent may go unheard before it self-fences; the
+	// server declares the worker lost after Lease + FenceMargin.
+	Lease         time.Duration
+	FenceMargin   time.Duration
+	Heartbeat     time.Duration // agent heartbeat interval
+	AcceptTimeout time.Duration // assignment → job_accepted
+	Grace         time.Duration // SIGTERM → SIGKILL on cancel
+	Housekeeping  time.Duration // lease and timeout checks
+}
+
+func (c *Config) setDefaults() {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Scheduler == (scheduler.Config{}) {
+		c.Scheduler = scheduler.DefaultConfig()
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.Lease, 30*time.Second)
+	def(&c.Heartbeat, 5*time.Second)
+	def(&c.FenceMargin, 2*c.Heartbeat)
+	def(&c.AcceptTimeout, 30*time.Second)
+	def(&c.Grace, 10*time.Second)
+	def(&c.Housekeeping, time.Second)
+}
+
+// Controller runs the state machine. Create it with New, then Start.
+type Controller struct {
+	cfg       Config
+	store     store.Store
+	committer *store.Committer
+	log       *slog.Logger
+	now       func() time.Time
+	ids       berth.IDGen
+	bus       *Bus
+
+	inbox chan func()
+	stop  chan struct{}
+	done  chan struct{}
+
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
+
+	// Owned by the loop.
+	jobs     map[string]*jobState
+	attempts map[string]*attemptState
+	workers  map[string]*workerState
+	queue    *scheduler.Queue
+	idem     map[string][]string
+	waiters  map[*waiter]struct{}
+	seq      uint64
+	dirty    bool
+	batch    *store.Batch
+	after    []func()
+	stats    stats
+
+	logMu     sync.Mutex
+	logNotify chan struct{}
+}
+
+// New returns a controller over cfg.Store. It does nothing until Start.
+func New(cfg Config) *Controller {
+	cfg.setDefaults()
+	return &Controller{
+		cfg: cfg, store: cfg.Store, log: cfg.Log, now: cfg.Now,
+		committer: store.NewCommitter(cfg.Store),
+		bus:       NewBus(1 << 16),
+		inbox:     make(chan func(), 4096),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		failed:    make(chan struct{}),
+		jobs:      map[string]*jobState{},
+		attempts:  map[string]*attemptState{},
+		workers:   map[string]*workerState{},
+		queue:     scheduler.NewQueue(cfg.Scheduler),
+		idem:      map[string][]string{},
+		waiters:   map[*waiter]struct{}{},
+		logNotify: make(chan struct{}),
+		stats:     newStats(),
+	}
+}
+
+// Bus returns the event bus.
+func (c *Controller) Bus() *Bus { return c.bus }
+
+// Failed is closed when the controller stopped because the store failed;
+// Err then says why. The server should exit: on restart nothing
+// acknowledged is lost.
+func (c *Controller) Failed() <-chan struct{} { return c.failed }
+
+// Err returns the store failure that stopped the controller, if any.
+func (c *Controller) Err() error {
+	select {
+	case <-c.failed:
+		return c.failErr
+	default:
+		return nil
+	}
+}
+
+func (c *Controller) fail(err error) {
+	c.failOnce.Do(func() {
+		c.failErr = err
+		c.log.Error("controller stopped: store write failed", "err", err)
+		close(c.failed)
+	})
+}
+
+// Start loads active state from the store and starts the loop. It returns
+// the store's error if loading fails.
+func (c *Controller) Start(ctx context.Context) error {
+	active, err := c.store.LoadActive(ctx)
+	if err != nil {
+		return fmt.Errorf("load state: %w", err)
+	}
+	c.rebuild(active)
+	c.committer.Start()
+	go c.loop()
+	return nil
+}
+
+// Stop ends the loop and waits for queued writes to be durable.
+func (c *Controller) Stop(ctx context.Context) error {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.committer.Stop()
+	return nil
+}
+
+var errStopped = berth.Errorf(berth.ECodeUnavailable, "server is shutting down")
+
+// do runs fn on the loop and waits for it to return.
+func (c *Controller) do(ctx context.Context, fn func()) error {
+	ran := make(chan struct{})
+	if err := c.post(ctx, func() { fn(); close(ran) }); err != nil {
+		return err
+	}
+	select {
+	case <-ran:
+		return nil
+	case <-c.done:
+		return errStopped
+	}
+}
+
+// post queues fn for the loop without waiting for it to run.
+func (c *Controller) post(ctx context.Context, fn func()) error {
+	select {
+	case c.inbox <- fn:
+		return nil
+	case <-c.stop:
+		return errStopped
+	case <-c.failed:
+		return berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Controller) loop() {
+	defer close(c.done)
+	tick := time.NewTicker(c.cfg.Housekeeping)
+	defer tick.Stop()
+	for {
+		select {
+		case fn := <-c.inbox:
+			fn()
+			for i := 0; i < 1024; i++ { // take what else is waiting: fewer, larger commits
+				select {
+				case fn = <-c.inbox:
+					fn()
+					continue
+				default:
+				}
+				break
+			}
+		case <-tick.C:
+			c.housekeep()
+		case <-c.stop:
+			c.flush()
+			return
+		case <-c.failed:
+			return
+		}
+		if c.dirty {
+			c.schedule()
+		}
+		c.flush()
+	}
+}
+
+// write adds b to the loop's pending batch; flush commits it.
+func (c *Controller) write(b *store.Batch) {
+	if c.batch == nil {
+		c.batch = &store.Batch{}
+	}
+	c.batch.Append(b)
+}
+
+// afterCommit runs fn once everything written so far is durable. fn runs on
+// the committer goroutine: it must be quick, non-blocking and must not touch
+// loop state.
+func (c *Controller) afterCommit(fn func()) { c.after = append(c.after, fn) }
+
+func (c *Controller) flush() {
+	if c.batch == nil && len(c.after) == 0 {
+		return
+	}
+	b, after := c.batch, c.after
+	c.batch, c.after = nil, nil
+	if b == nil {
+		b = &store.Batch{}
+	}
+	c.committer.Commit(b, func(err error) {
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		for _, fn := range after {
+			fn()
+		}
+	})
+}
+
+// notifyLogs wakes log followers.
+func (c *Controller) notifyLogs() {
+	c.logMu.Lock()
+	close(c.logNotify)
+	c.logNotify = make(chan struct{})
+	c.logMu.Unlock()
+}
+
+// LogNotify returns a channel closed the next time logs are stored or a job
+// ends.
+func (c *Controller) LogNotify() <-chan struct{} {
+	c.logMu.Lock()
+	defer c.logMu.Unlock()
+	return c.logNotify
+}
+
+// notFound is the error for an unknown job id.
+func notFound(id string) error {
+	return &berth.Error{Code: berth.ECodeNotFound, Field: "id", Message: fmt.Sprintf("no job %q", id)}
+}
+
+// isNotFound reports whether err is a not-found error.
+func isNotFound(err error) bool {
+	var e *berth.Error
+	return errors.As(err, &e) && e.Code == berth.ECodeNotFound
+}

@@ -1,0 +1,75 @@
+package controller
+
+import (
+	"context"
+	"sort"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
+)
+
+// Store returns the store the controller writes to, for reads.
+func (c *Controller) Store() store.Store { return c.store }
+
+// Job returns a job with its attempts; a pending job's Reason says why the
+// scheduler has not placed it. Unknown ids return ECodeNotFound.
+func (c *Controller) Job(ctx context.Context, id string) (*berth.JobDetail, error) {
+	j, err := c.store.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	attempts, err := c.store.Attempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if j.State == berth.JobPending {
+		var reason string
+		if err := c.do(ctx, func() { reason = c.explain(id) }); err != nil {
+			return nil, err
+		}
+		if reason != "" {
+			j.Reason = reason
+		}
+	}
+	return &berth.JobDetail{Job: j, AttemptList: attempts}, nil
+}
+
+// explain says why a queued job waits; "" when it is not queued.
+func (c *Controller) explain(id string) string {
+	js := c.jobs[id]
+	if js == nil || js.task == nil || js.attempt != nil {
+		return ""
+	}
+	workers := make([]*scheduler.Worker, 0, len(c.workers))
+	for _, ws := range c.workers {
+		workers = append(workers, ws.sched)
+	}
+	reason := scheduler.Explain(c.queue, js.task, workers, c.now().UTC())
+	if js.job.Reason != "" {
+		reason += "; " + js.job.Reason
+	}
+	return reason
+}
+
+// Jobs lists jobs from the store, newest first.
+func (c *Controller) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, error) {
+	return c.store.Jobs(ctx, f)
+}
+
+// Workers returns every known worker with its observed state, by host.
+func (c *Controller) Workers(ctx context.Context) ([]*berth.Worker, error) {
+	var out []*berth.Worker
+	err := c.do(ctx, func() {
+		for _, ws := range c.workers {
+			out = append(out, c.workerCopy(ws))
+		}
+	})
+	sort.Slice(out, func(i, k int) bool {
+		if out[i].Host != out[k].Host {
+			return out[i].Host < out[k].Host
+		}
+		return out[i].ID < out[k].ID
+	})
+	return out, err
+}

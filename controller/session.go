@@ -1,0 +1,441 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/wire"
+)
+
+// Conn is one agent's message connection (a WebSocket in production).
+type Conn interface {
+	// Read returns the next frame.
+	Read(ctx context.Context) ([]byte, error)
+	// Write sends one frame.
+	Write(ctx context.Context, frame []byte) error
+	// Close ends the connection, telling the peer why.
+	Close(reason string) error
+}
+
+type outMsg struct {
+	typ     string
+	payload any
+}
+
+// session is one connected agent. send is safe from any goroutine and
+// never blocks; a writer goroutine encodes and writes in order.
+type session struct {
+	conn   Conn
+	worker *workerState // set by register, loop-owned
+
+	mu     sync.Mutex
+	out    []outMsg
+	wake   chan struct{}
+	closed chan struct{}
+	once   sync.Once
+	reason string
+}
+
+func newSession(conn Conn) *session {
+	return &session{conn: conn, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+}
+
+func (s *session) send(typ string, payload any) {
+	s.mu.Lock()
+	s.out = append(s.out, outMsg{typ, payload})
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *session) close(reason string) {
+	s.once.Do(func() {
+		s.reason = reason
+		close(s.closed)
+		_ = s.conn.Close(reason)
+	})
+}
+
+func (s *session) writer(ctx context.Context, log func(string, ...any)) {
+	var batch []outMsg
+	for {
+		select {
+		case <-s.wake:
+		case <-s.closed:
+			return
+		case <-ctx.Done():
+			return
+		}
+		s.mu.Lock()
+		batch, s.out = s.out, batch[:0]
+		s.mu.Unlock()
+		for i, m := range batch {
+			frame, err := wire.Encode(m.typ, m.payload)
+			if err == nil {
+				err = s.conn.Write(ctx, frame)
+			}
+			if err != nil {
+				log("agent write failed", "err", err)
+				s.close("write failed")
+				return
+			}
+			batch[i] = outMsg{}
+		}
+	}
+}
+
+// ServeAgent runs one agent session over conn until it closes. Malformed or
+// out-of-order messages close this session only.
+func (c *Controller) ServeAgent(ctx context.Context, conn Conn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := newSession(conn)
+	go s.writer(ctx, c.log.Warn)
+	defer func() {
+		s.close("session ended")
+		_ = c.post(context.Background(), func() { c.disconnected(s) })
+	}()
+	for {
+		frame, err := conn.Read(ctx)
+		if err != nil {
+			select {
+			case <-s.closed:
+				return fmt.Errorf("agent session closed: %s", s.reason)
+			default:
+			}
+			return fmt.Errorf("read agent message: %w", err)
+		}
+		typ, msg, err := wire.Decode(frame)
+		if err != nil {
+			s.close(err.Error())
+			return err
+		}
+		if err := c.post(ctx, func() { c.handle(s, typ, msg) }); err != nil {
+			s.close("server stopping")
+			return err
+		}
+	}
+}
+
+// protocolError closes a session that broke the protocol.
+func (c *Controller) protocolError(s *session, format string, args ...any) {
+	reason := fmt.Sprintf(format, args...)
+	c.log.Warn("closing agent session", "reason", reason)
+	s.close(reason)
+}
+
+func (c *Controller) handle(s *session, typ string, msg any) {
+	select {
+	case <-s.closed:
+		return
+	default:
+	}
+	if s.worker == nil && typ != wire.TypeRegister {
+		c.protocolError(s, "first message must be register, got %s", typ)
+		return
+	}
+	if s.worker != nil {
+		s.worker.lastSeen = c.now().UnixNano()
+	}
+	switch m := msg.(type) {
+	case *wire.Register:
+		c.onRegister(s, m)
+	case *wire.Heartbeat:
+		c.onHeartbeat(s, m)
+	case *wire.ReadyForWork:
+		s.worker.asked = true
+		c.dirty = true
+	case *wire.JobAccepted:
+		c.onAccepted(s, m)
+	case *wire.Log:
+		c.onLog(s, m)
+	case *wire.JobResult:
+		c.onResult(s, m)
+	default:
+		c.protocolError(s, "agents may not send %s", typ)
+	}
+}
+
+func (c *Controller) onRegister(s *session, m *wire.Register) {
+	switch {
+	case s.worker != nil:
+		c.protocolError(s, "register sent twice")
+		return
+	case m.Version != wire.Version:
+		s.send(wire.TypeAck, &wire.Ack{Of: wire.AckRegister, Error: fmt.Sprintf("protocol version %d not supported; server speaks %d", m.Version, wire.Version)})
+		c.protocolError(s, "protocol version %d", m.Version)
+		return
+	case m.WorkerID == "" || m.Host == "" || len(m.WorkerID) > 128 || len(m.Host) > 253:
+		c.protocolError(s, "register needs worker_id and host")
+		return
+	case m.Slots < 1 || m.CPUs < 0 || m.Memory < 0 || len(m.GPUs) > berth.MaxGPUsPerNode:
+		c.protocolError(s, "register has invalid capacity")
+		return
+	}
+	now := c.now().UTC()
+	ws := c.workers[m.WorkerID]
+	if ws == nil {
+		ws = newWorkerState(&berth.Worker{ID: m.WorkerID, RegisteredAt: now})
+		c.workers[m.WorkerID] = ws
+	}
+	if old := ws.sess; old != nil && old != s {
+		old.worker = nil
+		old.close("replaced by a new session of the same worker")
+	}
+	w := ws.w
+	w.Host, w.Queues, w.GPUs, w.CPUs, w.Memory, w.Slots, w.Labels, w.Version =
+		m.Host, m.Queues, m.GPUs, m.CPUs, m.Memory, m.Slots, m.Labels, m.Agent
+	w.State, w.LastHeartbeat, w.RegisteredAt = berth.WorkerReady, now, now
+	ws.sess, ws.lastSeen = s, now.UnixNano()
+	s.worker = ws
+
+	// Keep what the agent still runs if it is still this worker's; kill the rest.
+	reported := map[string]bool{}
+	ack := &wire.Ack{Of: wire.AckRegister, Lease: c.cfg.Lease, Heartbeat: c.cfg.Heartbeat}
+	for _, id := range m.Running {
+		reported[id] = true
+		if as := c.attempts[id]; as != nil && as.worker == ws && !as.job.cancelRequested() {
+			ack.Keep = append(ack.Keep, id)
+		} else {
+			ack.Kill = append(ack.Kill, id)
+		}
+	}
+	for _, id := range m.Finished {
+		reported[id] = true
+	}
+	for id, as := range ws.attempts {
+		switch {
+		case reported[id] && as.a.State == berth.AttemptAssigned:
+			// It started; its job_accepted was lost with the old session.
+			c.markRunning(as, now)
+		case !reported[id] && as.a.State == berth.AttemptAssigned:
+			// The assignment never reached the agent: no retry spent.
+			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
+		case !reported[id]:
+			c.endAttempt(as, berth.AttemptLost, nil, "agent restarted without it", now)
+		}
+	}
+	ws.recompute()
+	c.write(&store.Batch{Workers: []*berth.Worker{c.workerCopy(ws)}})
+	ev := Event{Time: now, Type: EventWorkerRegistered, WorkerID: w.ID, Host: w.Host}
+	c.afterCommit(func() {
+		s.send(wire.TypeAck, ack)
+		c.bus.Publish(ev)
+	})
+	for _, as := range ws.attempts {
+		if as.job.cancelRequested() {
+			c.sendCancel(as, "cancelled by user")
+		}
+	}
+	c.dirty = true
+}
+
+func (c *Controller) workerCopy(ws *workerState) *berth.Worker {
+	w := *ws.w
+	w.State = ws.observedState()
+	return &w
+}
+
+func (c *Controller) onHeartbeat(s *session, m *wire.Heartbeat) {
+	ws := s.worker
+	ws.w.LastHeartbeat = c.now().UTC()
+	ack := &wire.Ack{Of: wire.AckHeartbeat}
+	for _, id := range m.Running {
+		if as := c.attempts[id]; as == nil || as.worker != ws {
+			ack.Kill = append(ack.Kill, id)
+		}
+	}
+	s.send(wire.TypeAck, ack)
+}
+
+// attemptOf returns the active attempt id on s's worker, or nil.
+func (c *Controller) attemptOf(s *session, id string) *attemptState {
+	if as := c.attempts[id]; as != nil && as.worker == s.worker {
+		return as
+	}
+	return nil
+}
+
+func (c *Controller) onAccepted(s *session, m *wire.JobAccepted) {
+	as := c.attemptOf(s, m.AttemptID)
+	if as == nil || as.a.State != berth.AttemptAssigned {
+		return // superseded or duplicate: fenced
+	}
+	c.markRunning(as, c.now().UTC())
+}
+
+// markRunning records that an attempt's process started.
+func (c *Controller) markRunning(as *attemptState, now time.Time) {
+	as.a.State, as.a.StartedAt = berth.AttemptRunning, now
+	js := as.job
+	j := js.job
+	b := &store.Batch{Attempts: []*berth.Attempt{as.copy()}}
+	var events []Event
+	if j.State == berth.JobPending {
+		c.stats.jobs[berth.JobPending]--
+		c.stats.jobs[berth.JobRunning]++
+		j.State = berth.JobRunning
+		if j.StartedAt.IsZero() {
+			j.StartedAt = now
+		}
+		if !js.cancelRequested() {
+			j.Reason = ""
+		}
+		events = append(events, Event{Time: now, Type: EventJobRunning, JobID: j.ID, State: berth.JobRunning, WorkerID: as.worker.w.ID, Host: as.worker.w.Host})
+	}
+	b.JobUpdates = []store.JobUpdate{js.update()}
+	c.stats.started.observe(now.Sub(j.CreatedAt))
+	c.write(b)
+	c.afterCommit(func() { c.bus.Publish(events...) })
+}
+
+func (c *Controller) onLog(s *session, m *wire.Log) {
+	as := c.attemptOf(s, m.AttemptID)
+	end := m.Offset + int64(len(m.Data))
+	if as == nil {
+		// Not ours (superseded or already ended): acknowledge so the agent stops.
+		s.send(wire.TypeAck, &wire.Ack{Of: wire.AckLog, AttemptID: m.AttemptID, Offset: end})
+		return
+	}
+	if m.Offset > as.logSize {
+		s.send(wire.TypeAck, &wire.Ack{Of: wire.AckLog, AttemptID: m.AttemptID, Offset: as.logSize, Resend: true})
+		return
+	}
+	if end <= as.logSize {
+		s.send(wire.TypeAck, &wire.Ack{Of: wire.AckLog, AttemptID: m.AttemptID, Offset: as.logSize})
+		return
+	}
+	data := m.Data[as.logSize-m.Offset:]
+	c.write(&store.Batch{Logs: []store.LogChunk{{AttemptID: m.AttemptID, Offset: as.logSize, Data: data}}})
+	as.logSize = end
+	ack := &wire.Ack{Of: wire.AckLog, AttemptID: m.AttemptID, Offset: end}
+	c.afterCommit(func() {
+		s.send(wire.TypeAck, ack)
+		c.notifyLogs()
+	})
+}
+
+func (c *Controller) onResult(s *session, m *wire.JobResult) {
+	ack := &wire.Ack{Of: wire.AckResult, AttemptID: m.AttemptID}
+	as := c.attemptOf(s, m.AttemptID)
+	if as == nil {
+		s.send(wire.TypeAck, ack) // fenced: already ended here; stop the resends
+		return
+	}
+	switch m.State {
+	case berth.AttemptSucceeded, berth.AttemptFailed, berth.AttemptCancelled:
+	default:
+		c.protocolError(s, "job_result state %q", m.State)
+		return
+	}
+	c.endAttempt(as, m.State, m.ExitCode, m.Reason, c.now().UTC())
+	c.afterCommit(func() { s.send(wire.TypeAck, ack) })
+}
+
+// endAttempt records an attempt's end, frees its capacity and moves its job
+// on: done, failed, cancelled or queued again per its retries.
+func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *int, reason string, now time.Time) {
+	a := as.a
+	a.State, a.ExitCode, a.Reason, a.FinishedAt = st, code, reason, now
+	delete(c.attempts, a.ID)
+	as.worker.release(as)
+	js := as.job
+	js.attempt = nil
+	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}})
+	c.dirty = true
+	j := js.job
+	switch {
+	case js.cancelRequested():
+		c.finishJob(js, berth.JobCancelled, code, "cancelled by user", now)
+	case st == berth.AttemptSucceeded:
+		c.finishJob(js, berth.JobSucceeded, code, "", now)
+	case st == berth.AttemptPreempted || (st == berth.AttemptCancelled && reason == reasonWithdrawn):
+		j.Attempts-- // not the job's fault: no retry spent
+		c.requeue(js, reason, now)
+	case j.Attempts <= j.Retries:
+		c.requeue(js, fmt.Sprintf("retrying after attempt %d %s: %s", j.Attempts, st, orDefault(reason, exitDesc(code))), now)
+	default:
+		c.finishJob(js, berth.JobFailed, code, orDefault(reason, exitDesc(code)), now)
+	}
+}
+
+const reasonWithdrawn = "assignment withdrawn: the agent did not start it"
+
+func orDefault(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}
+
+func exitDesc(code *int) string {
+	if code == nil {
+		return "no exit code"
+	}
+	return fmt.Sprintf("exit code %d", *code)
+}
+
+// requeue puts a job back in the queue.
+func (c *Controller) requeue(js *jobState, reason string, now time.Time) {
+	j := js.job
+	c.stats.jobs[j.State]--
+	c.stats.jobs[berth.JobPending]++
+	j.State, j.Reason = berth.JobPending, reason
+	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
+	c.enqueue(js)
+	ev := Event{Time: now, Type: EventJobRequeued, JobID: j.ID, State: berth.JobPending, Reason: reason}
+	c.afterCommit(func() { c.bus.Publish(ev) })
+}
+
+func (c *Controller) disconnected(s *session) {
+	ws := s.worker
+	if ws == nil || ws.sess != s {
+		return
+	}
+	ws.sess = nil
+	ws.lastSeen = c.now().UnixNano()
+	ws.recompute()
+	w := c.workerCopy(ws)
+	c.write(&store.Batch{Workers: []*berth.Worker{w}})
+	ev := Event{Time: c.now().UTC(), Type: EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: s.reason}
+	c.afterCommit(func() { c.bus.Publish(ev) })
+}
+
+// housekeep ends what ran out of time: workers unheard past their lease and
+// assignments not accepted in time.
+func (c *Controller) housekeep() {
+	now := c.now().UTC()
+	deadline := now.Add(-(c.cfg.Lease + c.cfg.FenceMargin)).UnixNano()
+	for _, ws := range c.workers {
+		if ws.w.State == berth.WorkerLost || ws.lastSeen > deadline {
+			continue
+		}
+		if ws.sess != nil {
+			ws.sess.close("lease expired: no message within the lease")
+			ws.sess.worker = nil
+			ws.sess = nil
+		}
+		for _, as := range ws.attempts {
+			c.endAttempt(as, berth.AttemptLost, nil, fmt.Sprintf("worker %s lost", ws.w.Host), now)
+		}
+		ws.w.State = berth.WorkerLost
+		ws.recompute()
+		w := c.workerCopy(ws)
+		c.write(&store.Batch{Workers: []*berth.Worker{w}})
+		ev := Event{Time: now, Type: EventWorkerLost, WorkerID: w.ID, Host: w.Host}
+		c.afterCommit(func() { c.bus.Publish(ev) })
+	}
+	acceptBy := now.Add(-c.cfg.AcceptTimeout)
+	for _, as := range c.attempts {
+		if as.a.State == berth.AttemptAssigned && as.a.CreatedAt.Before(acceptBy) && as.worker.sess != nil {
+			c.sendCancel(as, reasonWithdrawn)
+			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
+		}
+	}
+}

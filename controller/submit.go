@@ -1,0 +1,179 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/wire"
+)
+
+// Submit validates req, stores the job (or Array jobs) durably and queues
+// it. A request whose idempotency key was seen before returns the original
+// jobs and stores nothing. Invalid input returns an ECodeInvalid *berth.Error
+// and stores nothing.
+func (c *Controller) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	if key := req.IdempotencyKey; key != "" {
+		prior, err := c.store.JobsByIdempotencyKey(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("idempotency lookup: %w", err)
+		}
+		if len(prior) > 0 {
+			return prior, nil
+		}
+	}
+	type result struct {
+		jobs []*berth.Job
+		err  error
+	}
+	reply := make(chan result, 1)
+	if err := c.do(ctx, func() {
+		if ids, ok := c.idem[req.IdempotencyKey]; ok && req.IdempotencyKey != "" {
+			// Submitted since the lookup above, maybe not durable yet.
+			jobs := make([]*berth.Job, 0, len(ids))
+			for _, id := range ids {
+				if js := c.jobs[id]; js != nil {
+					j := *js.job
+					jobs = append(jobs, &j)
+				}
+			}
+			c.afterCommit(func() { reply <- result{jobs: jobs} })
+			return
+		}
+		jobs := c.createJobs(req)
+		c.afterCommit(func() { reply <- result{jobs: jobs} })
+	}); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-reply:
+		return r.jobs, r.err
+	case <-c.failed:
+		return nil, berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// createJobs makes and queues the jobs of a valid request; it returns copies
+// for the caller.
+func (c *Controller) createJobs(req *berth.SubmitRequest) []*berth.Job {
+	now := c.now().UTC()
+	n := max(req.Array, 1)
+	out := make([]*berth.Job, n)
+	b := &store.Batch{Jobs: make([]*berth.Job, n)}
+	events := make([]Event, n)
+	for i := 0; i < n; i++ {
+		j := &berth.Job{ID: c.ids.New(now), JobSpec: req.JobSpec, State: berth.JobPending, CreatedAt: now}
+		if req.Array > 0 {
+			idx := i
+			j.ArrayIndex = &idx
+		}
+		if j.Name == "" {
+			j.Name = defaultName(req.Command)
+		}
+		stored, reply := *j, *j
+		b.Jobs[i], out[i] = &stored, &reply
+		js := &jobState{job: j}
+		c.jobs[j.ID] = js
+		c.enqueue(js)
+		if req.IdempotencyKey != "" {
+			c.idem[req.IdempotencyKey] = append(c.idem[req.IdempotencyKey], j.ID)
+		}
+		events[i] = Event{Time: now, Type: EventJobSubmitted, JobID: j.ID, State: berth.JobPending}
+	}
+	c.stats.jobs[berth.JobPending] += n
+	c.write(b)
+	c.afterCommit(func() { c.bus.Publish(events...) })
+	c.dirty = true
+	return out
+}
+
+// defaultName is the base name of the command's program.
+func defaultName(cmd berth.Argv) string {
+	name := cmd[0]
+	for i := len(name) - 1; i >= 0; i-- {
+		if name[i] == '/' {
+			name = name[i+1:]
+			break
+		}
+	}
+	if !berth.ValidName(name) {
+		return "job"
+	}
+	return name
+}
+
+// Cancel stops a job. A pending job is cancelled at once; a running one is
+// marked durably and its attempt is stopped (SIGTERM, grace, SIGKILL), and
+// the job becomes cancelled when the agent reports the attempt's end. It
+// returns the job as it is after the request: ECodeNotFound for an unknown
+// id, ECodeConflict for a job that has already ended.
+func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) {
+	type result struct {
+		job *berth.Job
+		err error
+	}
+	reply := make(chan result, 1)
+	if err := c.do(ctx, func() {
+		js := c.jobs[id]
+		if js == nil {
+			reply <- result{err: errInactive}
+			return
+		}
+		now := c.now().UTC()
+		if as := js.attempt; as == nil {
+			c.queue.Remove(js.task)
+			c.finishJob(js, berth.JobCancelled, nil, "cancelled by user", now)
+		} else if !js.cancelRequested() {
+			js.job.Reason = ReasonCancelRequested
+			c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
+			c.sendCancel(as, "cancelled by user")
+		}
+		j := *js.job
+		c.afterCommit(func() { reply <- result{job: &j} })
+	}); err != nil {
+		return nil, err
+	}
+	r := <-reply
+	if r.err == errInactive {
+		j, err := c.store.Job(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return nil, &berth.Error{Code: berth.ECodeConflict, Field: "id",
+			Message: fmt.Sprintf("job %s has already %s", id, j.State)}
+	}
+	return r.job, r.err
+}
+
+var errInactive = berth.Errorf(berth.ECodeConflict, "job is not active")
+
+// sendCancel tells the attempt's agent to stop it, once durable.
+func (c *Controller) sendCancel(as *attemptState, reason string) {
+	if s := as.worker.sess; s != nil {
+		msg := &wire.JobCancel{AttemptID: as.a.ID, Reason: reason}
+		c.afterCommit(func() { s.send(wire.TypeJobCancel, msg) })
+	}
+}
+
+// finishJob moves a job to a terminal state and drops it from memory.
+func (c *Controller) finishJob(js *jobState, st berth.JobState, code *int, reason string, now time.Time) {
+	j := js.job
+	c.stats.jobs[j.State]--
+	c.stats.jobs[st]++
+	j.State, j.ExitCode, j.Reason, j.FinishedAt = st, code, reason, now
+	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
+	delete(c.jobs, j.ID)
+	ev := Event{Time: now, Type: "job." + string(st), JobID: j.ID, State: st, Reason: reason}
+	c.jobEnded(j.ID, st)
+	c.afterCommit(func() {
+		c.bus.Publish(ev)
+		c.notifyLogs()
+	})
+}

@@ -1,0 +1,97 @@
+package controller
+
+import (
+	"context"
+	"sync"
+
+	"github.com/berth-dev/berth"
+)
+
+// waiter is one Wait call: the jobs it still waits for and how those that
+// ended, ended. The loop registers it and fills it in; the caller reads it.
+type waiter struct {
+	mu      sync.Mutex
+	pending map[string]struct{}
+	ended   map[string]berth.JobState
+	done    chan struct{}
+}
+
+// jobEnded records a terminal job for every waiter; the waiter is woken
+// once that state is durable. Runs on the loop.
+func (c *Controller) jobEnded(id string, st berth.JobState) {
+	for w := range c.waiters {
+		if _, ok := w.pending[id]; ok {
+			delete(w.pending, id)
+			if len(w.pending) == 0 {
+				delete(c.waiters, w)
+				c.afterCommit(func() { close(w.done) })
+			}
+			w.mu.Lock()
+			w.ended[id] = st
+			w.mu.Unlock()
+		}
+	}
+}
+
+// Wait blocks until every job in ids has ended, or ctx ends (Done false).
+// With all set it waits for every job active when it is called. Unknown ids
+// return ECodeNotFound.
+func (c *Controller) Wait(ctx context.Context, ids []string, all bool) (*berth.WaitResult, error) {
+	w := &waiter{pending: map[string]struct{}{}, ended: map[string]berth.JobState{}, done: make(chan struct{})}
+	var inactive []string
+	var total int
+	if err := c.do(ctx, func() {
+		if all {
+			for id := range c.jobs {
+				w.pending[id] = struct{}{}
+			}
+		}
+		for _, id := range ids {
+			if c.jobs[id] != nil {
+				w.pending[id] = struct{}{}
+			} else {
+				inactive = append(inactive, id)
+			}
+		}
+		total = len(w.pending) + len(inactive)
+		if len(w.pending) == 0 {
+			close(w.done)
+			return
+		}
+		c.waiters[w] = struct{}{}
+	}); err != nil {
+		return nil, err
+	}
+	res := &berth.WaitResult{Total: total, Counts: map[berth.JobState]int{}}
+	for _, id := range inactive {
+		j, err := c.store.Job(ctx, id)
+		if err != nil {
+			c.forget(w)
+			return nil, err
+		}
+		res.Add(id, j.State)
+	}
+	select {
+	case <-w.done:
+		res.Done = true
+	case <-ctx.Done():
+		_ = c.do(context.Background(), func() {
+			delete(c.waiters, w)
+			for id := range w.pending {
+				res.PendingIDs = append(res.PendingIDs, id)
+			}
+		})
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, st := range w.ended {
+		res.Add(id, st)
+	}
+	res.Pending = res.Total - len(w.ended) - len(inactive)
+	return res, nil
+}
+
+// forget unregisters a waiter that gave up.
+func (c *Controller) forget(w *waiter) {
+	_ = c.post(context.Background(), func() { delete(c.waiters, w) })
+}

@@ -1,0 +1,57 @@
+// Package berth holds Berth's domain: jobs, attempts, workers, their states,
+// the validation rules for what users submit, and the one error type every
+// layer returns. It depends on the standard library only.
+package berth
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes. The api package maps each to an HTTP status; nothing else does.
+const (
+	ECodeInvalid      = "invalid"           // 400: a field breaks a rule
+	ECodeUnauthorized = "unauthorized"      // 401: no or wrong token
+	ECodeForbidden    = "forbidden"         // 403
+	ECodeNotFound     = "not_found"         // 404
+	ECodeConflict     = "conflict"          // 409: the object is in the wrong state
+	ECodeLocked       = "locked"            // 423
+	ECodeTooMany      = "too_many_requests" // 429
+	ECodeUnavailable  = "unavailable"       // 503: shutting down or store failing
+	ECodeInternal     = "internal"          // 500
+)
+
+// Error is the one error type users see. Field names the offending input
+// field (JSON name) when there is one.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+// Error returns "field: message" or just the message.
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return e.Field + ": " + e.Message
+	}
+	return e.Message
+}
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Invalidf returns an ECodeInvalid *Error naming field.
+func Invalidf(field, format string, args ...any) *Error {
+	return &Error{Code: ECodeInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the *Error in err's chain, or ECodeInternal.
+func ErrorCode(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ECodeInternal
+}

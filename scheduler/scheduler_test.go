@@ -1,0 +1,277 @@
+package scheduler
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/berth-dev/berth"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func gpus(n int, model string, mem berth.Bytes) []berth.GPU {
+	out := make([]berth.GPU, n)
+	for i := range out {
+		out[i] = berth.GPU{Index: i, Model: model, Memory: mem}
+	}
+	return out
+}
+
+func worker(id string, gs []berth.GPU) *Worker {
+	return &Worker{ID: id, Host: id, GPUs: gs, GPUUsed: make([]bool, len(gs)),
+		CPUs: 64, Memory: 512 << 30, FreeCPUs: 64, FreeMemory: 512 << 30, FreeSlots: 100}
+}
+
+func task(id string, prio int, submitted time.Time, ngpu int) *Task {
+	return &Task{JobID: id, Queue: "default", Priority: prio, Submitted: submitted,
+		Resources: berth.Resources{GPUs: ngpu}}
+}
+
+func order(q *Queue, now time.Time) []string {
+	var ids []string
+	q.Ordered(now, func(t *Task) bool { ids = append(ids, t.JobID); return true })
+	return ids
+}
+
+func TestOrderPriorityThenFIFO(t *testing.T) {
+	t.Parallel()
+	q := NewQueue(Config{AgingRate: 0})
+	for i, p := range []int{100, 500, 100, 500} {
+		tk := task(fmt.Sprint("j", i), p, t0.Add(time.Duration(i)*time.Second), 0)
+		tk.Seq = uint64(i)
+		q.Push(tk)
+	}
+	got := fmt.Sprint(order(q, t0.Add(time.Minute)))
+	if want := "[j1 j3 j0 j2]"; got != want {
+		t.Fatalf("order = %s, want %s", got, want)
+	}
+}
+
+func TestAgingLetsOldLowPriorityPass(t *testing.T) {
+	t.Parallel()
+	// 60 points an hour: a job 2 hours older gains 120 points.
+	q := NewQueue(Config{AgingRate: 60})
+	old := task("old", 100, t0, 0)
+	young := task("young", 200, t0.Add(2*time.Hour), 0)
+	q.Push(young)
+	q.Push(old)
+	now := t0.Add(2 * time.Hour)
+	if got := order(q, now); got[0] != "old" {
+		t.Fatalf("order = %v, want old first (effective %v vs %v)", got, q.EffectivePriority(old, now), q.EffectivePriority(young, now))
+	}
+	q2 := NewQueue(Config{AgingRate: 60})
+	young2 := task("young", 200, t0.Add(time.Hour), 0)
+	q2.Push(task("old", 100, t0, 0))
+	q2.Push(young2)
+	if got := order(q2, t0.Add(time.Hour)); got[0] != "young" {
+		t.Fatalf("with only 60 points of aging, order = %v, want young first", got)
+	}
+}
+
+func TestStarvationBoost(t *testing.T) {
+	t.Parallel()
+	q := NewQueue(Config{AgingRate: 0, StarvationAfter: 10 * time.Minute, StarvationBoost: 1000})
+	q.Push(task("starving", 0, t0, 0))
+	q.Push(task("urgent", 1000, t0.Add(9*time.Minute), 0))
+	if got := order(q, t0.Add(9*time.Minute)); got[0] != "urgent" {
+		t.Fatalf("before the threshold order = %v, want urgent first", got)
+	}
+	now := t0.Add(11 * time.Minute)
+	if got := order(q, now); got[0] != "starving" {
+		t.Fatalf("past the threshold order = %v, want starving first", got)
+	}
+}
+
+func TestRemoveAndRepush(t *testing.T) {
+	t.Parallel()
+	q := NewQueue(DefaultConfig())
+	a, b := task("a", 100, t0, 0), task("b", 100, t0.Add(time.Second), 0)
+	q.Push(a)
+	q.Push(b)
+	q.Remove(a)
+	if got := fmt.Sprint(order(q, t0)); got != "[b]" || q.Len() != 1 {
+		t.Fatalf("after remove: %s len %d", got, q.Len())
+	}
+	q.Push(a)
+	if got := fmt.Sprint(order(q, t0)); got != "[a b]" || q.Len() != 2 {
+		t.Fatalf("after re-push: %s len %d", got, q.Len())
+	}
+}
+
+func TestFeasibility(t *testing.T) {
+	t.Parallel()
+	w := worker("w1", gpus(4, "NVIDIA H100 80GB HBM3", 80<<30))
+	w.Labels = map[string]string{"zone": "a"}
+	tests := []struct {
+		name string
+		mod  func(*Task)
+		fits bool
+	}{
+		{"fits", func(*Task) {}, true},
+		{"too many gpus", func(t *Task) { t.Resources.GPUs = 5 }, false},
+		{"gpu type matches case-insensitively", func(t *Task) { t.Resources.GPUType = "h100" }, true},
+		{"wrong gpu type", func(t *Task) { t.Resources.GPUType = "A100" }, false},
+		{"gpu memory ok", func(t *Task) { t.Resources.GPUMemory = 80 << 30 }, true},
+		{"gpu memory too big", func(t *Task) { t.Resources.GPUMemory = 81 << 30 }, false},
+		{"cpus", func(t *Task) { t.Resources.CPUs = 65 }, false},
+		{"memory", func(t *Task) { t.Resources.Memory = 513 << 30 }, false},
+		{"host", func(t *Task) { t.Constraints.Host = "w2" }, false},
+		{"label ok", func(t *Task) { t.Constraints.Labels = map[string]string{"zone": "a"} }, true},
+		{"label wrong", func(t *Task) { t.Constraints.Labels = map[string]string{"zone": "b"} }, false},
+		{"queue not served", func(t *Task) { t.Queue = "cpu"; w.Queues = []string{"gpu"} }, false},
+	}
+	for _, tt := range tests {
+		w.Queues = nil
+		tk := task("j", 100, t0, 2)
+		tt.mod(tk)
+		q := NewQueue(DefaultConfig())
+		q.Push(tk)
+		plan := Schedule(q, []*Worker{w}, t0)
+		if got := len(plan.Assignments) == 1; got != tt.fits {
+			t.Errorf("%s: placed = %v, want %v", tt.name, got, tt.fits)
+		}
+		if !tt.fits {
+			if reason := Explain(q, tk, []*Worker{w}, t0); reason == "" || reason == "waiting for free resources" {
+				t.Errorf("%s: Explain = %q, want the failing requirement", tt.name, reason)
+			}
+		}
+	}
+}
+
+func TestBestFitKeepsWholeMachinesFree(t *testing.T) {
+	t.Parallel()
+	full := worker("empty8", gpus(8, "H100", 80<<30))
+	partial := worker("half", gpus(8, "H100", 80<<30))
+	for i := 0; i < 6; i++ {
+		partial.GPUUsed[i] = true
+	}
+	q := NewQueue(DefaultConfig())
+	q.Push(task("small", 100, t0, 2))
+	q.Push(task("big", 100, t0.Add(time.Second), 8))
+	plan := Schedule(q, []*Worker{full, partial}, t0.Add(time.Minute))
+	got := map[string]string{}
+	for _, a := range plan.Assignments {
+		got[a.Task.JobID] = fmt.Sprint(a.WorkerID, a.GPUs)
+	}
+	if got["small"] != "half[6 7]" || got["big"] != "empty8[0 1 2 3 4 5 6 7]" {
+		t.Fatalf("placements = %v, want small on half's free GPUs and big on the empty machine", got)
+	}
+}
+
+func TestOffWorkersGetNothing(t *testing.T) {
+	t.Parallel()
+	w := worker("w", nil)
+	w.Off = true
+	q := NewQueue(DefaultConfig())
+	tk := task("j", 100, t0, 0)
+	q.Push(tk)
+	if plan := Schedule(q, []*Worker{w}, t0); len(plan.Assignments) != 0 {
+		t.Fatalf("placed on an off worker: %+v", plan.Assignments)
+	}
+	if r := Explain(q, tk, []*Worker{w}, t0); r != "every worker that fits is off or disconnected" {
+		t.Fatalf("Explain = %q", r)
+	}
+}
+
+// TestNeverOvercommit checks on random clusters and workloads that a plan
+// never gives a GPU twice or exceeds CPUs, memory or slots, and that it is
+// the same plan for the same input.
+func TestNeverOvercommit(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(rt *rapid.T) {
+		nw := rapid.IntRange(1, 8).Draw(rt, "workers")
+		var workers []*Worker
+		for i := 0; i < nw; i++ {
+			w := worker(fmt.Sprint("w", i), gpus(rapid.IntRange(0, 8).Draw(rt, "gpus"), rapid.SampledFrom([]string{"H100", "A100"}).Draw(rt, "model"), berth.Bytes(rapid.SampledFrom([]int64{40, 80}).Draw(rt, "mem"))<<30))
+			for g := range w.GPUUsed {
+				w.GPUUsed[g] = rapid.Bool().Draw(rt, "used")
+			}
+			w.FreeCPUs = float64(rapid.IntRange(0, 16).Draw(rt, "cpus"))
+			w.FreeMemory = berth.Bytes(rapid.IntRange(0, 64).Draw(rt, "memgb")) << 30
+			w.FreeSlots = rapid.IntRange(0, 6).Draw(rt, "slots")
+			workers = append(workers, w)
+		}
+		build := func() *Queue {
+			q := NewQueue(DefaultConfig())
+			nt := rapid.IntRange(0, 40).Draw(rt, "tasks")
+			for i := 0; i < nt; i++ {
+				tk := task(fmt.Sprint("j", i), rapid.IntRange(0, 1000).Draw(rt, "prio"), t0.Add(time.Duration(rapid.IntRange(0, 7200).Draw(rt, "age"))*time.Second), rapid.IntRange(0, 4).Draw(rt, "ngpu"))
+				tk.Resources.CPUs = float64(rapid.IntRange(0, 4).Draw(rt, "tcpu"))
+				tk.Resources.Memory = berth.Bytes(rapid.IntRange(0, 16).Draw(rt, "tmem")) << 30
+				tk.Seq = uint64(i)
+				q.Push(tk)
+			}
+			return q
+		}
+		q := build()
+		now := t0.Add(3 * time.Hour)
+		plan := Schedule(q, workers, now)
+		byID := map[string]*Worker{}
+		for _, w := range workers {
+			byID[w.ID] = w
+		}
+		usedCPU, usedMem, usedSlots := map[string]float64{}, map[string]berth.Bytes{}, map[string]int{}
+		gpuTaken := map[string]bool{}
+		placed := map[string]bool{}
+		for _, a := range plan.Assignments {
+			if placed[a.Task.JobID] {
+				rt.Fatalf("task %s placed twice", a.Task.JobID)
+			}
+			placed[a.Task.JobID] = true
+			w := byID[a.WorkerID]
+			if len(a.GPUs) != a.Task.Resources.GPUs {
+				rt.Fatalf("task %s wants %d GPUs, got %v", a.Task.JobID, a.Task.Resources.GPUs, a.GPUs)
+			}
+			for _, g := range a.GPUs {
+				key := fmt.Sprint(w.ID, "/", g)
+				if w.GPUUsed[g] || gpuTaken[key] {
+					rt.Fatalf("GPU %s given twice", key)
+				}
+				gpuTaken[key] = true
+			}
+			usedCPU[w.ID] += a.Task.Resources.CPUs
+			usedMem[w.ID] += a.Task.Resources.Memory
+			usedSlots[w.ID]++
+		}
+		for _, w := range workers {
+			if usedCPU[w.ID] > w.FreeCPUs || usedMem[w.ID] > w.FreeMemory || usedSlots[w.ID] > w.FreeSlots {
+				rt.Fatalf("worker %s overcommitted: cpu %v/%v mem %v/%v slots %d/%d", w.ID,
+					usedCPU[w.ID], w.FreeCPUs, usedMem[w.ID], w.FreeMemory, usedSlots[w.ID], w.FreeSlots)
+			}
+		}
+		again := Schedule(q, workers, now)
+		if fmt.Sprint(summary(again)) != fmt.Sprint(summary(plan)) {
+			rt.Fatalf("plans differ for the same input:\n%v\n%v", summary(plan), summary(again))
+		}
+	})
+}
+
+func summary(p Plan) []string {
+	var out []string
+	for _, a := range p.Assignments {
+		out = append(out, fmt.Sprint(a.Task.JobID, "@", a.WorkerID, a.GPUs))
+	}
+	return out
+}
+
+func BenchmarkSchedule(b *testing.B) {
+	var workers []*Worker
+	for i := 0; i < 1000; i++ {
+		workers = append(workers, worker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30)))
+	}
+	q := NewQueue(DefaultConfig())
+	for i := 0; i < 100000; i++ {
+		tk := task(fmt.Sprint("j", i), i%1000, t0.Add(time.Duration(i)*time.Millisecond), 1+i%4)
+		tk.Seq = uint64(i)
+		q.Push(tk)
+	}
+	b.ResetTimer()
+	placed := 0
+	for i := 0; i < b.N; i++ {
+		placed += len(Schedule(q, workers, t0.Add(time.Hour)).Assignments)
+	}
+	b.ReportMetric(float64(placed)/b.Elapsed().Seconds(), "placements/s")
+}

@@ -1,0 +1,106 @@
+package store
+
+import (
+	"context"
+	"sync"
+)
+
+// Committer is the one writer in front of a Store: it takes batches from
+// any goroutine, merges those that arrive while a transaction is being
+// made durable, and writes them as one transaction (group commit). Each
+// batch's callback runs, in submission order, once its writes are durable.
+//
+// A failed write is sticky: that batch and every later one get the error,
+// because later batches may build on the lost writes.
+type Committer struct {
+	store Store
+
+	mu      sync.Mutex
+	pending []commit
+	err     error
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type commit struct {
+	batch *Batch
+	done  func(error)
+}
+
+// NewCommitter returns a committer over s. It writes nothing until Start.
+func NewCommitter(s Store) *Committer {
+	return &Committer{store: s, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// Start runs the writer goroutine.
+func (c *Committer) Start() { go c.run() }
+
+// Stop writes what is pending and ends the writer goroutine. Commits after
+// Stop fail with ErrStopped.
+func (c *Committer) Stop() {
+	c.mu.Lock()
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	c.mu.Unlock()
+	<-c.done
+}
+
+// Commit queues b. done is called with nil once b is durable, or with the
+// store's error; it runs on the writer goroutine and must not block. The
+// committer owns b from here on.
+func (c *Committer) Commit(b *Batch, done func(error)) {
+	c.mu.Lock()
+	select {
+	case <-c.stop:
+		c.mu.Unlock()
+		done(ErrStopped)
+		return
+	default:
+	}
+	c.pending = append(c.pending, commit{b, done})
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Committer) run() {
+	defer close(c.done)
+	for {
+		select {
+		case <-c.wake:
+			c.writePending()
+		case <-c.stop:
+			c.writePending()
+			return
+		}
+	}
+}
+
+func (c *Committer) writePending() {
+	for {
+		c.mu.Lock()
+		group := c.pending
+		c.pending = nil
+		c.mu.Unlock()
+		if len(group) == 0 {
+			return
+		}
+		merged := group[0].batch
+		for _, g := range group[1:] {
+			merged.Append(g.batch)
+		}
+		if c.err == nil && !merged.Empty() {
+			merged.Compact()
+			c.err = c.store.Write(context.Background(), merged)
+		}
+		for _, g := range group {
+			g.done(c.err)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+// Package store defines what the controller needs from durable storage and
+// the group-commit writer that batches every write into few transactions.
+// Drivers (sqlite, postgres) implement Store; storetest checks them all
+// against one conformance suite.
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// Batch is a set of writes applied in one transaction, in this order: new
+// jobs, job updates, attempt upserts, worker upserts, log appends. Within
+// each list a later entry for the same id wins.
+type Batch struct {
+	Jobs       []*berth.Job
+	JobUpdates []JobUpdate
+	Attempts   []*berth.Attempt
+	Workers    []*berth.Worker
+	Logs       []LogChunk
+}
+
+// Empty reports whether the batch writes nothing.
+func (b *Batch) Empty() bool {
+	return len(b.Jobs)+len(b.JobUpdates)+len(b.Attempts)+len(b.Workers)+len(b.Logs) == 0
+}
+
+// Append adds every write of o after those of b.
+func (b *Batch) Append(o *Batch) {
+	b.Jobs = append(b.Jobs, o.Jobs...)
+	b.JobUpdates = append(b.JobUpdates, o.JobUpdates...)
+	b.Attempts = append(b.Attempts, o.Attempts...)
+	b.Workers = append(b.Workers, o.Workers...)
+	b.Logs = append(b.Logs, o.Logs...)
+}
+
+// JobUpdate sets the mutable fields of a job.
+type JobUpdate struct {
+	ID         string
+	State      berth.JobState
+	Reason     string
+	ExitCode   *int
+	Attempts   int
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// LogChunk is Data written at byte Offset of an attempt's output. The
+// controller only appends contiguous chunks.
+type LogChunk struct {
+	AttemptID string
+	Offset    int64
+	Data      []byte
+}
+
+// JobFilter selects jobs for a listing, newest first.
+type JobFilter struct {
+	States []berth.JobState // empty: all
+	Queue  string
+	User   string
+	Before string // cursor: only ids < Before
+	Limit  int    // 0: no limit
+}
+
+// Active is what the controller rebuilds its memory from at start.
+type Active struct {
+	Jobs     []*berth.Job     // pending and running jobs
+	Attempts []*berth.Attempt // assigned and running attempts
+	Workers  []*berth.Worker
+	LogSizes map[string]int64 // stored bytes of each active attempt's output
+	Counts   map[berth.JobState]int
+}
+
+// Store is durable storage. Every method is safe for concurrent use.
+// Lookups of a missing object return a *berth.Error with ECodeNotFound.
+type Store interface {
+	// Write applies b atomically and durably (fsynced) before returning.
+	Write(ctx context.Context, b *Batch) error
+	// LoadActive returns every non-terminal job and attempt, all workers,
+	// log sizes of the active attempts and job counts by state.
+	LoadActive(ctx context.Context) (*Active, error)
+	// Job returns one job.
+	Job(ctx context.Context, id string) (*berth.Job, error)
+	// Jobs returns jobs matching f, newest first.
+	Jobs(ctx context.Context, f JobFilter) ([]*berth.Job, error)
+	// JobsByIdempotencyKey returns the jobs of the submission made with key,
+	// in id order; none is not an error.
+	JobsByIdempotencyKey(ctx context.Context, key string) ([]*berth.Job, error)
+	// Attempts returns a job's attempts, oldest first.
+	Attempts(ctx context.Context, jobID string) ([]*berth.Attempt, error)
+	// Logs returns up to limit bytes of an attempt's output from offset.
+	Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error)
+	// Workers returns every worker ever registered, by id.
+	Workers(ctx context.Context) ([]*berth.Worker, error)
+	// Close releases the store.
+	Close() error
+}
+
+// ErrStopped is the error of a commit made after the committer stopped.
+var ErrStopped = berth.Errorf(berth.ECodeUnavailable, "store writer stopped")
+
+// Compact folds writes that a later write of the same batch supersedes:
+// updates of jobs created in the batch go into the created row, and only
+// the last upsert of each attempt and worker is kept. The result writes the
+// same final state with fewer statements.
+func (b *Batch) Compact() {
+	if len(b.Jobs) > 0 && len(b.JobUpdates) > 0 {
+		created := make(map[string]*berth.Job, len(b.Jobs))
+		for _, j := range b.Jobs {
+			created[j.ID] = j
+		}
+		kept := b.JobUpdates[:0]
+		for _, u := range b.JobUpdates {
+			if j := created[u.ID]; j != nil {
+				u.applyTo(j)
+			} else {
+				kept = append(kept, u)
+			}
+		}
+		clear(b.JobUpdates[len(kept):])
+		b.JobUpdates = kept
+	}
+	b.JobUpdates = lastByID(b.JobUpdates, func(u JobUpdate) string { return u.ID })
+	b.Attempts = lastByID(b.Attempts, func(a *berth.Attempt) string { return a.ID })
+	b.Workers = lastByID(b.Workers, func(w *berth.Worker) string { return w.ID })
+}
+
+// applyTo sets the fields u updates on j.
+func (u *JobUpdate) applyTo(j *berth.Job) {
+	j.State, j.Reason, j.ExitCode, j.Attempts, j.StartedAt, j.FinishedAt =
+		u.State, u.Reason, u.ExitCode, u.Attempts, u.StartedAt, u.FinishedAt
+}
+
+// lastByID keeps the last entry of each id, in the order of those last
+// entries.
+func lastByID[T any](list []T, id func(T) string) []T {
+	if len(list) < 2 {
+		return list
+	}
+	last := make(map[string]int, len(list))
+	for i, v := range list {
+		last[id(v)] = i
+	}
+	if len(last) == len(list) {
+		return list
+	}
+	kept := make([]T, 0, len(last))
+	for i, v := range list {
+		if last[id(v)] == i {
+			kept = append(kept, v)
+		}
+	}
+	return kept
+}

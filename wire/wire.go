@@ -1,0 +1,181 @@
+// Package wire defines the messages between agents and the server on the
+// agent WebSocket (/api/v1/agent). Every frame is one JSON Envelope; the
+// vocabulary is seed 003's. Version is checked at register.
+package wire
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// Version is the protocol version this build speaks.
+const Version = 1
+
+// Message types.
+const (
+	// Agent → server.
+	TypeRegister     = "register"
+	TypeHeartbeat    = "heartbeat"
+	TypeReadyForWork = "ready_for_work"
+	TypeJobAccepted  = "job_accepted"
+	TypeJobResult    = "job_result"
+	TypeLog          = "log"
+	// Server → agent.
+	TypeJobAssign = "job_assign"
+	TypeJobCancel = "job_cancel"
+	TypeNoWork    = "no_work"
+	TypeAck       = "ack"
+)
+
+// Envelope is one frame.
+type Envelope struct {
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+// Encode returns the frame for a payload of the given type.
+func Encode(typ string, payload any) ([]byte, error) {
+	p, err := json.Marshal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", typ, err)
+	}
+	return json.Marshal(Envelope{Type: typ, Payload: p})
+}
+
+// Decode parses a frame into its type and payload value (a pointer to the
+// struct for that type). Unknown types and malformed payloads are errors.
+func Decode(frame []byte) (string, any, error) {
+	var env Envelope
+	if err := json.Unmarshal(frame, &env); err != nil {
+		return "", nil, fmt.Errorf("decode frame: %w", err)
+	}
+	var v any
+	switch env.Type {
+	case TypeRegister:
+		v = &Register{}
+	case TypeHeartbeat:
+		v = &Heartbeat{}
+	case TypeReadyForWork:
+		v = &ReadyForWork{}
+	case TypeJobAccepted:
+		v = &JobAccepted{}
+	case TypeJobResult:
+		v = &JobResult{}
+	case TypeLog:
+		v = &Log{}
+	case TypeJobAssign:
+		v = &JobAssign{}
+	case TypeJobCancel:
+		v = &JobCancel{}
+	case TypeNoWork:
+		v = &NoWork{}
+	case TypeAck:
+		v = &Ack{}
+	default:
+		return "", nil, fmt.Errorf("decode frame: unknown message type %q", env.Type)
+	}
+	if len(env.Payload) > 0 {
+		if err := json.Unmarshal(env.Payload, v); err != nil {
+			return "", nil, fmt.Errorf("decode %s: %w", env.Type, err)
+		}
+	}
+	return env.Type, v, nil
+}
+
+// Register is the first message of a session. Running lists the attempts
+// the agent still supervises (after a reconnect); the server answers with
+// an Ack saying which to keep and which to kill.
+type Register struct {
+	Version  int               `json:"version"`
+	WorkerID string            `json:"worker_id"`
+	Host     string            `json:"host"`
+	Queues   []string          `json:"queues,omitempty"`
+	GPUs     []berth.GPU       `json:"gpus,omitempty"`
+	CPUs     float64           `json:"cpus"`
+	Memory   berth.Bytes       `json:"memory"`
+	Slots    int               `json:"slots"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Running  []string          `json:"running,omitempty"`
+	Finished []string          `json:"finished,omitempty"` // ended, result not yet acknowledged
+	Agent    string            `json:"agent,omitempty"`    // build version
+}
+
+// Heartbeat renews the worker's lease and the leases of Running attempts.
+type Heartbeat struct {
+	Running []string `json:"running,omitempty"`
+}
+
+// ReadyForWork tells the server the agent can take assignments.
+type ReadyForWork struct{}
+
+// NoWork answers ReadyForWork when nothing is queued for the worker.
+type NoWork struct{}
+
+// JobAssign starts an attempt on the agent.
+type JobAssign struct {
+	AttemptID  string            `json:"attempt_id"`
+	JobID      string            `json:"job_id"`
+	TaskIndex  int               `json:"task_index"`
+	ArrayIndex *int              `json:"array_index,omitempty"`
+	Command    []string          `json:"command"`
+	Env        map[string]string `json:"env,omitempty"`
+	Workdir    string            `json:"workdir,omitempty"`
+	GPUs       []int             `json:"gpus,omitempty"`
+	MaxRuntime time.Duration     `json:"max_runtime,omitempty"`
+	Grace      time.Duration     `json:"grace,omitempty"` // SIGTERM → SIGKILL
+}
+
+// JobAccepted says the attempt's process has started.
+type JobAccepted struct {
+	AttemptID string `json:"attempt_id"`
+}
+
+// JobResult says the attempt has ended. LogSize is the full size of its
+// output; every byte of it was shipped before the result.
+type JobResult struct {
+	AttemptID string             `json:"attempt_id"`
+	State     berth.AttemptState `json:"state"` // succeeded, failed or cancelled
+	ExitCode  *int               `json:"exit_code,omitempty"`
+	Reason    string             `json:"reason,omitempty"`
+	LogSize   int64              `json:"log_size"`
+}
+
+// Log is a chunk of an attempt's combined stdout and stderr at Offset.
+type Log struct {
+	AttemptID string `json:"attempt_id"`
+	Offset    int64  `json:"offset"`
+	Data      []byte `json:"data"`
+}
+
+// JobCancel stops an attempt: SIGTERM to its process group, then SIGKILL
+// after the grace period.
+type JobCancel struct {
+	AttemptID string `json:"attempt_id"`
+	Reason    string `json:"reason,omitempty"`
+}
+
+// Ack types (Ack.Of).
+const (
+	AckRegister  = "register"
+	AckHeartbeat = "heartbeat"
+	AckResult    = "job_result"
+	AckLog       = "log"
+)
+
+// Ack answers Register (Keep, Kill, lease settings), Heartbeat (Kill),
+// JobResult (the result is durable; AttemptID) and Log (Offset is the next
+// byte the server expects for AttemptID; the agent resends from there).
+type Ack struct {
+	Of        string        `json:"of"`
+	AttemptID string        `json:"attempt_id,omitempty"`
+	Offset    int64         `json:"offset,omitempty"`
+	Keep      []string      `json:"keep,omitempty"`
+	Kill      []string      `json:"kill,omitempty"`
+	Lease     time.Duration `json:"lease,omitempty"`
+	Heartbeat time.Duration `json:"heartbeat,omitempty"`
+	Resend    bool          `json:"resend,omitempty"` // log: the server lacks bytes from Offset
+	Error     string        `json:"error,omitempty"`  // register refused
+}

@@ -1,0 +1,93 @@
+package berth
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// WorkerState is a worker's observed state.
+type WorkerState string
+
+// Worker states.
+const (
+	WorkerReady  WorkerState = "ready"  // connected, has free capacity
+	WorkerBusy   WorkerState = "busy"   // connected, full
+	WorkerParked WorkerState = "parked" // connected, takes no work
+	WorkerLost   WorkerState = "lost"   // missed heartbeats past its lease
+)
+
+// GPU is one device on a worker.
+type GPU struct {
+	Index  int    `json:"index"`
+	UUID   string `json:"uuid,omitempty"`
+	Model  string `json:"model"`
+	Memory Bytes  `json:"memory"`
+}
+
+// Worker is a machine running a berth agent.
+type Worker struct {
+	ID            string            `json:"id"`
+	Host          string            `json:"host"`
+	Queues        []string          `json:"queues,omitempty"` // empty: every queue
+	GPUs          []GPU             `json:"gpus,omitempty"`
+	CPUs          float64           `json:"cpus"`
+	Memory        Bytes             `json:"memory"`
+	Slots         int               `json:"slots"` // most attempts at once
+	Labels        map[string]string `json:"labels,omitempty"`
+	Version       string            `json:"version,omitempty"`
+	State         WorkerState       `json:"state"`
+	Running       int               `json:"running"`
+	LastHeartbeat time.Time         `json:"last_heartbeat"`
+	RegisteredAt  time.Time         `json:"registered_at"`
+}
+
+// Serves reports whether the worker takes jobs from queue.
+func (w *Worker) Serves(queue string) bool {
+	if len(w.Queues) == 0 {
+		return true
+	}
+	for _, q := range w.Queues {
+		if q == queue {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseGPUSpec parses a --gpus declaration such as "4xH100:80GiB",
+// "2xA100:40GiB,1xT4:16GiB" or "0" (none) into GPUs indexed from 0.
+func ParseGPUSpec(spec string) ([]GPU, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" || spec == "0" || spec == "none" {
+		return nil, nil
+	}
+	var gpus []GPU
+	for _, part := range strings.Split(spec, ",") {
+		countStr, rest, ok := strings.Cut(strings.TrimSpace(part), "x")
+		if !ok {
+			return nil, fmt.Errorf("gpus: %q is not COUNTxMODEL:MEMORY (e.g. 4xH100:80GiB)", part)
+		}
+		count, err := strconv.Atoi(countStr)
+		if err != nil || count < 1 || count > MaxGPUsPerNode {
+			return nil, fmt.Errorf("gpus: count %q must be between 1 and %d", countStr, MaxGPUsPerNode)
+		}
+		model, memStr, ok := strings.Cut(rest, ":")
+		if !ok || model == "" {
+			return nil, fmt.Errorf("gpus: %q is not COUNTxMODEL:MEMORY (e.g. 4xH100:80GiB)", part)
+		}
+		mem, err := ParseBytes(memStr)
+		if err != nil || mem == 0 {
+			return nil, fmt.Errorf("gpus: memory %q is not a size such as 80GiB", memStr)
+		}
+		for i := 0; i < count; i++ {
+			gpus = append(gpus, GPU{Index: len(gpus), Model: model, Memory: mem,
+				UUID: fmt.Sprintf("GPU-fake-%s-%d", strings.ToLower(model), len(gpus))})
+		}
+	}
+	if len(gpus) > MaxGPUsPerNode {
+		return nil, fmt.Errorf("gpus: at most %d per worker", MaxGPUsPerNode)
+	}
+	return gpus, nil
+}
