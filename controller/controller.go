@@ -245,6 +245,27 @@ func (c *Controller) write(b *store.Batch) {
 // loop state.
 func (c *Controller) afterCommit(fn func()) { c.after = append(c.after, fn) }
 
+// durable returns a channel closed once every write made so far on the
+// loop is in the store, so that a store read sees what the loop decided.
+// Loop only.
+func (c *Controller) durable() <-chan struct{} {
+	ch := make(chan struct{})
+	c.afterCommit(func() { close(ch) })
+	return ch
+}
+
+// awaitDurable waits for a channel from durable.
+func (c *Controller) awaitDurable(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-c.failed:
+		return berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 func (c *Controller) flush() {
 	if c.batch == nil && len(c.after) == 0 {
 		return

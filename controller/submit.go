@@ -116,14 +116,15 @@ func defaultName(cmd berth.Argv) string {
 // id, ECodeConflict for a job that has already ended.
 func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) {
 	type result struct {
-		job *berth.Job
-		err error
+		job     *berth.Job
+		err     error
+		written <-chan struct{}
 	}
 	reply := make(chan result, 1)
 	if err := c.do(ctx, func() {
 		js := c.jobs[id]
 		if js == nil {
-			reply <- result{err: errInactive}
+			reply <- result{err: errInactive, written: c.durable()}
 			return
 		}
 		now := c.now().UTC()
@@ -142,12 +143,15 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 	}
 	r := <-reply
 	if r.err == errInactive {
+		if err := c.awaitDurable(ctx, r.written); err != nil {
+			return nil, err
+		}
 		j, err := c.store.Job(ctx, id)
 		if err != nil {
 			return nil, err
 		}
 		return nil, &berth.Error{Code: berth.ECodeConflict, Field: "id",
-			Message: fmt.Sprintf("job %s has already %s", id, j.State)}
+			Message: fmt.Sprintf("job %s has already ended (%s)", id, j.State)}
 	}
 	return r.job, r.err
 }

@@ -40,7 +40,9 @@ func (c *Controller) Wait(ctx context.Context, ids []string, all bool) (*berth.W
 	w := &waiter{pending: map[string]struct{}{}, ended: map[string]berth.JobState{}, done: make(chan struct{})}
 	var inactive []string
 	var total int
+	var written <-chan struct{}
 	if err := c.do(ctx, func() {
+		written = c.durable() // inactive jobs' ends may still be on their way to the store
 		if all {
 			for id := range c.jobs {
 				w.pending[id] = struct{}{}
@@ -63,6 +65,10 @@ func (c *Controller) Wait(ctx context.Context, ids []string, all bool) (*berth.W
 		return nil, err
 	}
 	res := &berth.WaitResult{Total: total, Counts: map[berth.JobState]int{}}
+	if err := c.awaitDurable(ctx, written); err != nil {
+		c.forget(w)
+		return nil, err
+	}
 	for _, id := range inactive {
 		j, err := c.store.Job(ctx, id)
 		if err != nil {

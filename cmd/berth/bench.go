@@ -133,6 +133,9 @@ func trueJob(dir string) *berth.SubmitRequest {
 	return req
 }
 
+// waitChunk is how many job ids one wait request names.
+const waitChunk = 10_000
+
 // benchThroughput submits n jobs as one array and returns jobs/s from the
 // submit to the last success.
 func benchThroughput(ctx context.Context, c *client.Client, n int, dir string) (float64, error) {
@@ -143,17 +146,27 @@ func benchThroughput(ctx context.Context, c *client.Client, n int, dir string) (
 	if err != nil {
 		return 0, err
 	}
-	ids := make([]string, len(jobs))
-	for i, j := range jobs {
-		ids[i] = j.ID
-	}
-	res, err := c.Wait(ctx, ids, false, 0)
-	if err != nil {
-		return 0, err
+	// Wait in chunks so that each request stays under the body limit.
+	var failures []string
+	for start := 0; start < len(jobs); start += waitChunk {
+		chunk := jobs[start:min(start+waitChunk, len(jobs))]
+		ids := make([]string, len(chunk))
+		for i, j := range chunk {
+			ids[i] = j.ID
+		}
+		res, err := c.Wait(ctx, ids, false, 0)
+		if err != nil {
+			return 0, err
+		}
+		failures = append(failures, res.Failures...)
 	}
 	elapsed := time.Since(start)
-	if len(res.Failures) > 0 {
-		return 0, fmt.Errorf("%d of %d bench jobs did not succeed", len(res.Failures), n)
+	if len(failures) > 0 {
+		why := "unknown"
+		if j, err := c.Job(ctx, failures[0]); err == nil {
+			why = string(j.State) + ": " + j.Reason
+		}
+		return 0, fmt.Errorf("%d of %d bench jobs did not succeed; the first, %s, %s", len(failures), n, failures[0], why)
 	}
 	return float64(n) / elapsed.Seconds(), nil
 }
