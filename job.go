@@ -142,7 +142,7 @@ func (s *JobSpec) Validate() error {
 			return Invalidf("constraints.labels", "label names must not be empty")
 		}
 	}
-	if len(s.Command) == 0 || s.Command[0] == "" {
+	if len(s.Command) == 0 || s.Command[0] == "" || emptyShell(s.Command) {
 		return Invalidf("command", "must not be empty")
 	}
 	n := 0
@@ -189,6 +189,12 @@ func (s *JobSpec) Validate() error {
 		return Invalidf("cluster", "federated clusters are not supported by this server yet")
 	}
 	return nil
+}
+
+// emptyShell reports whether cmd is a shell command with nothing to run:
+// "command": "" decodes to sh -c "".
+func emptyShell(cmd Argv) bool {
+	return len(cmd) == 3 && cmd[0] == "sh" && cmd[1] == "-c" && strings.TrimSpace(cmd[2]) == ""
 }
 
 func (r *Resources) validate() error {

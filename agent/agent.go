@@ -50,6 +50,7 @@ type Agent struct {
 	log      *slog.Logger
 	workerID string
 	attDir   string
+	groups   *GroupJournal
 
 	mu       sync.Mutex
 	attempts map[string]*attempt
@@ -64,9 +65,10 @@ type Agent struct {
 
 type attempt struct {
 	id   string
-	dir  string
-	log  string
-	proc Process
+	dir     string
+	scratch bool // dir was made as the working directory
+	log     string
+	proc    Process
 
 	mu     sync.Mutex // serialises shipping and result sending
 	sent   int64
@@ -108,7 +110,8 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a.workerID = id
-	if n, err := KillStale(a.attDir); err != nil {
+	journal := filepath.Join(cfg.DataDir, "groups")
+	if n, err := KillStale(journal); err != nil {
 		return nil, fmt.Errorf("agent: kill stale attempts: %w", err)
 	} else if n > 0 {
 		a.log.Warn("killed attempts left by a previous agent", "count", n)
@@ -116,6 +119,9 @@ func New(cfg Config) (*Agent, error) {
 	entries, _ := os.ReadDir(a.attDir)
 	for _, e := range entries {
 		_ = os.RemoveAll(filepath.Join(a.attDir, e.Name()))
+	}
+	if a.groups, err = OpenGroupJournal(journal); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
 	}
 	return a, nil
 }
@@ -142,6 +148,7 @@ func (a *Agent) Registered() <-chan struct{} { return a.registered }
 // Run connects to the server and serves assignments until ctx ends,
 // reconnecting with backoff. On return every attempt has been stopped.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.groups.Close()
 	fenceCtx, stopFence := context.WithCancel(ctx)
 	defer stopFence()
 	go a.fence(fenceCtx)
@@ -406,12 +413,21 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 					at.file = nil
 				}
 				at.mu.Unlock()
-				_ = os.RemoveAll(at.dir)
+				at.removeFiles()
 			}
 		}
 	case *wire.NoWork:
 	default:
 		a.log.Warn("unexpected message from server", "type", typ)
+	}
+}
+
+// removeFiles deletes the attempt's log and, if Start made it, its
+// scratch directory.
+func (at *attempt) removeFiles() {
+	_ = os.Remove(at.log)
+	if at.scratch {
+		_ = os.RemoveAll(at.dir)
 	}
 }
 
@@ -432,10 +448,10 @@ func (a *Agent) kill(ids []string) {
 
 func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	dir := filepath.Join(a.attDir, m.AttemptID)
-	at := &attempt{id: m.AttemptID, dir: dir, log: filepath.Join(dir, "output.log")}
+	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: dir + ".log"}
 	proc, err := a.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
 		ArrayIndex: m.ArrayIndex, Command: m.Command, Env: m.Env, Workdir: m.Workdir, Dir: dir, LogPath: at.log,
-		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, Grace: m.Grace})
+		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, Grace: m.Grace, Groups: a.groups})
 	if err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	}

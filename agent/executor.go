@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,8 +29,9 @@ type Spec struct {
 	Command          []string          // argv, run directly (no shell)
 	Env              map[string]string // job env, added to the agent's own environment
 	Workdir          string            // cwd; empty: Dir
-	Dir              string            // the attempt's own directory; created by Start
-	LogPath          string            // combined stdout+stderr file, created or appended to by Start
+	Dir              string            // the attempt's scratch directory, created by Start only when Workdir is empty
+	LogPath          string            // combined stdout+stderr file, created or appended to by Start; its directory must exist
+	Groups           *GroupJournal     // where the process group is recorded while it lives; nil: nowhere
 	GPUs             []int             // CUDA_VISIBLE_DEVICES; empty: "" so the job sees no GPU
 	MaxRuntime       time.Duration     // 0: none; past it the attempt is stopped and fails
 	Grace            time.Duration     // SIGTERM → wait Grace → SIGKILL; 0: DefaultGrace
@@ -78,8 +77,8 @@ type Process interface {
 // the leader is Command, in its own process group, killed if the agent dies
 // (Pdeathsig), with stdout and stderr appended to LogPath. When the leader
 // exits, the rest of its group is killed, and Done waits (at most Grace) for
-// those members to die. It writes the group id to Dir/pgid so that a
-// restarted agent can kill what it left behind (KillStale).
+// those members to die. It records the group in Spec.Groups while it lives
+// so that a restarted agent can kill what it left behind (KillStale).
 type ProcessExecutor struct{}
 
 var _ Executor = ProcessExecutor{}
@@ -93,16 +92,13 @@ var devNull = sync.OnceValue(func() *os.File {
 	return f
 })
 
-// Start runs s as described on Executor. It returns an error only if Dir,
-// the log file or Dir/pgid cannot be written (in the last case the started
-// group is killed first).
+// Start runs s as described on Executor. It returns an error only if Dir
+// (when it is the working directory), the log file or the journal entry
+// cannot be written (in the last case the started group is killed first).
 func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
-	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("attempt dir: %w", err)
-	}
-	if d := filepath.Dir(s.LogPath); d != filepath.Clean(s.Dir) {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("log dir: %w", err)
+	if s.Workdir == "" {
+		if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+			return nil, fmt.Errorf("attempt dir: %w", err)
 		}
 	}
 	logf, err := os.OpenFile(s.LogPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -144,11 +140,14 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 	if grace <= 0 {
 		grace = DefaultGrace
 	}
-	p := &process{cmd: cmd, pgid: cmd.Process.Pid, grace: grace, done: make(chan struct{})}
-	if err := os.WriteFile(filepath.Join(s.Dir, "pgid"), strconv.AppendInt(nil, int64(p.pgid), 10), 0o644); err != nil {
-		_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		return nil, fmt.Errorf("write pgid: %w", err)
+	p := &process{cmd: cmd, pgid: cmd.Process.Pid, grace: grace, done: make(chan struct{}),
+		attemptID: s.AttemptID, groups: s.Groups}
+	if s.Groups != nil {
+		if err := s.Groups.Started(s.AttemptID, p.pgid); err != nil {
+			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			return nil, err
+		}
 	}
 	if s.MaxRuntime > 0 {
 		p.maxTimer = time.AfterFunc(s.MaxRuntime, func() { p.terminate(berth.AttemptFailed, "max_runtime exceeded") })
@@ -211,6 +210,9 @@ type process struct {
 	grace    time.Duration
 	maxTimer *time.Timer // set before wait starts; never reassigned
 	done     chan struct{}
+
+	attemptID string
+	groups    *GroupJournal // nil: not recorded
 
 	mu         sync.Mutex
 	exited     bool // the leader has exited: signal the group no more (its id may be reused)
@@ -290,6 +292,9 @@ func (p *process) wait() {
 	p.mu.Unlock()
 	err := p.cmd.Wait()
 	awaitGroup(p.pgid, p.grace)
+	if p.groups != nil {
+		_ = p.groups.Ended(p.attemptID) // a lost line only makes a restarted agent signal a dead group
+	}
 	ex := exitOf(p.cmd.ProcessState, err)
 	p.mu.Lock()
 	if p.stopping {
@@ -458,55 +463,6 @@ func memberAlive(pid, pgid int) bool {
 	}
 	g, err := strconv.Atoi(f[2])
 	return err == nil && g == pgid
-}
-
-// KillStale sends SIGKILL to the process groups named by root/*/pgid files
-// that a previous agent left behind, and returns how many were still alive.
-// A missing root is not an error. It goes on past unreadable or malformed
-// files and returns the first such error with the count; it never signals
-// its own process group, nor groups it may not signal (EPERM). It removes
-// nothing.
-func KillStale(root string) (int, error) {
-	entries, err := os.ReadDir(root)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("kill stale: %w", err)
-	}
-	own := syscall.Getpgrp()
-	killed := 0
-	var first error
-	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		path := filepath.Join(root, e.Name(), "pgid")
-		data, err := os.ReadFile(path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			first = cmp.Or(first, fmt.Errorf("kill stale: %w", err))
-			continue
-		}
-		pgid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-		if err != nil || pgid <= 1 {
-			first = cmp.Or(first, fmt.Errorf("kill stale: %s: %q is not a process group id", path, data))
-			continue
-		}
-		if pgid == own {
-			continue
-		}
-		switch err := syscall.Kill(-pgid, syscall.SIGKILL); err {
-		case nil:
-			killed++
-		case syscall.ESRCH, syscall.EPERM:
-		default:
-			first = cmp.Or(first, fmt.Errorf("kill stale: group %d: %w", pgid, err))
-		}
-	}
-	return killed, first
 }
 
 // NoopExecutor runs nothing: every attempt has succeeded with exit code 0

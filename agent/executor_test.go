@@ -16,11 +16,29 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// testSpec is a spec for cmd in a fresh directory.
+// testSpec is a spec for cmd in a fresh directory, recording its group in
+// a fresh journal.
 func testSpec(t *testing.T, cmd ...string) Spec {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "a1")
-	return Spec{AttemptID: "a1", JobID: "j1", Command: cmd, Dir: dir, LogPath: filepath.Join(dir, "output.log")}
+	root := t.TempDir()
+	return specIn(t, root, openJournal(t, root), "a1", cmd...)
+}
+
+// specIn is a spec for attempt id under root, as the agent makes them.
+func specIn(t *testing.T, root string, groups *GroupJournal, id string, cmd ...string) Spec {
+	t.Helper()
+	dir := filepath.Join(root, id)
+	return Spec{AttemptID: id, JobID: "j1", Command: cmd, Dir: dir, LogPath: dir + ".log", Groups: groups}
+}
+
+func openJournal(t *testing.T, dir string) *GroupJournal {
+	t.Helper()
+	j, err := OpenGroupJournal(filepath.Join(dir, "groups"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
 }
 
 func start(t *testing.T, s Spec) Process {
@@ -77,15 +95,13 @@ func waitForLog(t *testing.T, s Spec, want string) {
 	}
 }
 
+// readPgid returns the process group the journal records for a live
+// attempt.
 func readPgid(t *testing.T, s Spec) int {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(s.Dir, "pgid"))
-	if err != nil {
-		t.Fatalf("read pgid: %v", err)
-	}
-	pgid, err := strconv.Atoi(strings.TrimSpace(string(data)))
-	if err != nil || pgid <= 1 {
-		t.Fatalf("pgid file holds %q", data)
+	pgid, ok := s.Groups.Group(s.AttemptID)
+	if !ok || pgid <= 1 {
+		t.Fatalf("journal has no process group for %s (%d)", s.AttemptID, pgid)
 	}
 	return pgid
 }
@@ -287,7 +303,9 @@ func TestLeaderExitKillsRestOfGroup(t *testing.T) {
 	ex, _ := run(t, s)
 	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
 	assertDead(t, pidsIn(t, filepath.Join(s.Dir, "pids"))...)
-	awaitGroupGone(t, readPgid(t, s))
+	if pgid, ok := s.Groups.Group(s.AttemptID); ok {
+		t.Fatalf("journal still holds group %d of an ended attempt", pgid)
+	}
 }
 
 func TestStopEscalatesToSIGKILL(t *testing.T) {
@@ -377,8 +395,8 @@ func TestStartFailure(t *testing.T) {
 				(tc.partial && !strings.HasPrefix(ex.Reason, tc.reason)) || (!tc.partial && ex.Reason != tc.reason) {
 				t.Fatalf("exit = %+v, want failed, no exit code, reason %q", ex, tc.reason)
 			}
-			if _, err := os.Stat(filepath.Join(s.Dir, "pgid")); !errors.Is(err, os.ErrNotExist) {
-				t.Fatalf("pgid file written for a process that never started: %v", err)
+			if pgid, ok := s.Groups.Group(s.AttemptID); ok {
+				t.Fatalf("group %d recorded for a process that never started", pgid)
 			}
 		})
 	}
@@ -417,38 +435,35 @@ func TestStartErrorsWhenDirCannotBeCreated(t *testing.T) {
 func TestKillStale(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	spec := func(id string, cmd ...string) Spec {
-		dir := filepath.Join(root, id)
-		return Spec{AttemptID: id, JobID: "j", Command: cmd, Dir: dir, LogPath: filepath.Join(dir, "output.log")}
-	}
+	groups := openJournal(t, root)
 	// A group still running (as if a previous agent had left it), one that
-	// has ended, a directory without pgid and one with garbage in it.
-	live := spec("live", "sh", "-c", `sleep 1000 & echo ready; wait`)
+	// has ended, and a line of garbage.
+	live := specIn(t, root, groups, "live", "sh", "-c", `sleep 1000 & echo ready; wait`)
 	p := start(t, live)
 	waitForLog(t, live, "ready")
-	await(t, start(t, spec("ended", "true")))
-	if err := os.MkdirAll(filepath.Join(root, "nopgid"), 0o755); err != nil {
+	pgid := readPgid(t, live)
+	await(t, start(t, specIn(t, root, groups, "ended", "true")))
+	f, err := os.OpenFile(filepath.Join(root, "groups"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(root, "garbage"), 0o755); err != nil {
+	if _, err := f.WriteString("start garbage not-a-pid\n"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(root, "garbage", "pgid"), []byte("not a pid"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	f.Close()
 
-	n, err := KillStale(root)
+	n, err := KillStale(filepath.Join(root, "groups"))
 	if n != 1 {
 		t.Fatalf("KillStale killed %d groups, want 1", n)
 	}
 	if err == nil || !strings.Contains(err.Error(), "not a process group id") {
-		t.Fatalf("KillStale error = %v, want one about the garbage pgid file", err)
+		t.Fatalf("KillStale error = %v, want one about the garbage line", err)
 	}
 	checkExit(t, await(t, p), berth.AttemptFailed, nil, "killed by signal SIGKILL")
-	awaitGroupGone(t, readPgid(t, live))
+	awaitGroupGone(t, pgid)
 
 	if n, err := KillStale(filepath.Join(root, "missing")); n != 0 || err != nil {
-		t.Fatalf("KillStale(missing root) = %d, %v; want 0, nil", n, err)
+		t.Fatalf("KillStale(missing journal) = %d, %v; want 0, nil", n, err)
 	}
 }
 
@@ -492,7 +507,7 @@ func BenchmarkStartTrue(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		dir := filepath.Join(root, strconv.Itoa(i))
 		p, err := ProcessExecutor{}.Start(context.Background(), Spec{AttemptID: "a", JobID: "j",
-			Command: []string{"true"}, Dir: dir, LogPath: filepath.Join(dir, "output.log")})
+			Command: []string{"true"}, Workdir: root, Dir: dir, LogPath: dir + ".log"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -513,7 +528,7 @@ func BenchmarkStartTrueParallel(b *testing.B) {
 		for pb.Next() {
 			dir := filepath.Join(root, strconv.FormatInt(seq.Add(1), 10))
 			p, err := ProcessExecutor{}.Start(context.Background(), Spec{AttemptID: "a", JobID: "j",
-				Command: []string{"true"}, Dir: dir, LogPath: filepath.Join(dir, "output.log")})
+				Command: []string{"true"}, Workdir: root, Dir: dir, LogPath: dir + ".log"})
 			if err != nil {
 				b.Error(err)
 				return

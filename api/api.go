@@ -139,7 +139,11 @@ func jsonError(err error) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &typeErr):
-		return berth.Invalidf(typeErr.Field, "must be %s", typeErr.Type)
+		field := jsonPath(typeErr.Field)
+		if field == "" {
+			field = "body" // the whole body has the wrong type, e.g. an array
+		}
+		return berth.Invalidf(field, "must be %s", typeErr.Type)
 	case errors.As(err, &syntaxErr):
 		return berth.Invalidf("body", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -149,6 +153,20 @@ func jsonError(err error) error {
 		return berth.Invalidf("body", "empty; want a JSON object")
 	}
 	return berth.Invalidf("body", "%v", err)
+}
+
+// jsonPath turns an UnmarshalTypeError's field path into the JSON name of
+// the field: encoding/json puts the Go name of an embedded struct first
+// ("JobSpec.priority" for SubmitRequest), which users never write. JSON
+// field names here are all lower case.
+func jsonPath(field string) string {
+	for {
+		head, rest, ok := strings.Cut(field, ".")
+		if !ok || head == "" || head[0] < 'A' || head[0] > 'Z' {
+			return field
+		}
+		field = rest
+	}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
@@ -165,14 +183,14 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	jobs, err := s.ctl.Submit(r.Context(), &req)
+	jobs, replayed, err := s.ctl.SubmitReplayed(r.Context(), &req)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	status := http.StatusCreated
-	if req.IdempotencyKey != "" && len(jobs) > 0 && jobs[0].CreatedAt.Before(time.Now().Add(-time.Second)) {
-		status = http.StatusOK
+	if replayed {
+		status = http.StatusOK // the jobs of an earlier request with this idempotency key
 	}
 	writeJSON(w, status, berth.SubmitResponse{Jobs: jobs})
 }

@@ -24,13 +24,15 @@ type Conn interface {
 type outMsg struct {
 	typ     string
 	payload any
+	close   string // non-empty: close the session with this reason, once what came before is written
 }
 
 // session is one connected agent. send is safe from any goroutine and
 // never blocks; a writer goroutine encodes and writes in order.
 type session struct {
-	conn   Conn
-	worker *workerState // set by register, loop-owned
+	conn    Conn
+	worker  *workerState // set by register, loop-owned
+	refused bool         // register was refused; loop-owned
 
 	mu     sync.Mutex
 	out    []outMsg
@@ -45,8 +47,19 @@ func newSession(conn Conn) *session {
 }
 
 func (s *session) send(typ string, payload any) {
+	s.enqueue(outMsg{typ: typ, payload: payload})
+}
+
+// sendAndClose sends one last message and then closes the session with
+// reason, so that the peer reads why before the close.
+func (s *session) sendAndClose(typ string, payload any, reason string) {
+	s.enqueue(outMsg{typ: typ, payload: payload})
+	s.enqueue(outMsg{close: reason})
+}
+
+func (s *session) enqueue(m outMsg) {
 	s.mu.Lock()
-	s.out = append(s.out, outMsg{typ, payload})
+	s.out = append(s.out, m)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -76,6 +89,10 @@ func (s *session) writer(ctx context.Context, log func(string, ...any)) {
 		batch, s.out = s.out, batch[:0]
 		s.mu.Unlock()
 		for i, m := range batch {
+			if m.close != "" {
+				s.close(m.close)
+				return
+			}
 			frame, err := wire.Encode(m.typ, m.payload)
 			if err == nil {
 				err = s.conn.Write(ctx, frame)
@@ -136,6 +153,9 @@ func (c *Controller) handle(s *session, typ string, msg any) {
 		return
 	default:
 	}
+	if s.refused {
+		return // closing once the refusal is written
+	}
 	if s.worker == nil && typ != wire.TypeRegister {
 		c.protocolError(s, "first message must be register, got %s", typ)
 		return
@@ -168,8 +188,11 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 		c.protocolError(s, "register sent twice")
 		return
 	case m.Version != wire.Version:
-		s.send(wire.TypeAck, &wire.Ack{Of: wire.AckRegister, Error: fmt.Sprintf("protocol version %d not supported; server speaks %d", m.Version, wire.Version)})
-		c.protocolError(s, "protocol version %d", m.Version)
+		// Tell the agent why, then close: the ack must be written first.
+		reason := fmt.Sprintf("protocol version %d not supported; server speaks %d", m.Version, wire.Version)
+		c.log.Warn("closing agent session", "reason", reason)
+		s.refused = true
+		s.sendAndClose(wire.TypeAck, &wire.Ack{Of: wire.AckRegister, Error: reason}, reason)
 		return
 	case m.WorkerID == "" || m.Host == "" || len(m.WorkerID) > 128 || len(m.Host) > 253:
 		c.protocolError(s, "register needs worker_id and host")

@@ -15,21 +15,30 @@ import (
 // jobs and stores nothing. Invalid input returns an ECodeInvalid *berth.Error
 // and stores nothing.
 func (c *Controller) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
+	jobs, _, err := c.SubmitReplayed(ctx, req)
+	return jobs, err
+}
+
+// SubmitReplayed is Submit that also reports whether the jobs returned are
+// those of an earlier submission with the same idempotency key (replayed
+// true, nothing stored) rather than created by this call. Errors are
+// Submit's.
+func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitRequest) (jobs []*berth.Job, replayed bool, err error) {
 	if err := req.Validate(); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if key := req.IdempotencyKey; key != "" {
 		prior, err := c.store.JobsByIdempotencyKey(ctx, key)
 		if err != nil {
-			return nil, fmt.Errorf("idempotency lookup: %w", err)
+			return nil, false, fmt.Errorf("idempotency lookup: %w", err)
 		}
 		if len(prior) > 0 {
-			return prior, nil
+			return prior, true, nil
 		}
 	}
 	type result struct {
-		jobs []*berth.Job
-		err  error
+		jobs     []*berth.Job
+		replayed bool
 	}
 	reply := make(chan result, 1)
 	if err := c.do(ctx, func() {
@@ -42,21 +51,21 @@ func (c *Controller) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*b
 					jobs = append(jobs, &j)
 				}
 			}
-			c.afterCommit(func() { reply <- result{jobs: jobs} })
+			c.afterCommit(func() { reply <- result{jobs: jobs, replayed: true} })
 			return
 		}
 		jobs := c.createJobs(req)
 		c.afterCommit(func() { reply <- result{jobs: jobs} })
 	}); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	select {
 	case r := <-reply:
-		return r.jobs, r.err
+		return r.jobs, r.replayed, nil
 	case <-c.failed:
-		return nil, berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
+		return nil, false, berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, false, ctx.Err()
 	}
 }
 

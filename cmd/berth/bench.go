@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"sync"
@@ -36,6 +37,7 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	slots := fs.Int("slots", 32, "slots per agent for real processes")
 	samples := fs.Int("latency", 200, "jobs for the submit → process-started latency run (one at a time)")
 	output := fs.String("o", "table", "output: table or json")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -50,6 +52,17 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 		return berth.Invalidf("--slots", "must be at least 1")
 	case *output != "table" && *output != "json":
 		return berth.Invalidf("-o", "must be table or json")
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			return berth.Invalidf("--cpuprofile", "%v", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res := BenchResult{Jobs: *jobs, Agents: *agents, CPUs: runtime.NumCPU()}
 	if *jobs > 0 || *samples > 0 {

@@ -1,0 +1,827 @@
+package api_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/sqlite"
+	"github.com/berth-dev/berth/wire"
+)
+
+// testTimeout bounds every blocking wait in these tests so a missing event
+// fails the test instead of hanging it.
+const testTimeout = 20 * time.Second
+
+// server is a real controller on a real SQLite store behind the API.
+type server struct {
+	t     *testing.T
+	url   string
+	token string
+	ctl   *controller.Controller
+}
+
+func newServer(t *testing.T, token string) *server {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Errorf("close store: %v", err)
+		}
+	})
+	ctl := controller.New(controller.Config{Store: st})
+	if err := ctl.Start(ctx); err != nil {
+		t.Fatalf("start controller: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		defer cancel()
+		if err := ctl.Stop(ctx); err != nil {
+			t.Errorf("stop controller: %v", err)
+		}
+	})
+	hs := httptest.NewServer(api.New(ctl, token, nil))
+	t.Cleanup(hs.Close)
+	return &server{t: t, url: hs.URL, token: token, ctl: ctl}
+}
+
+// do sends a request with the server's token (if any) and returns the
+// status, the Content-Type and the body.
+func (s *server) do(method, path, body string) (int, string, []byte) {
+	s.t.Helper()
+	return s.doAuth(method, path, body, s.token)
+}
+
+func (s *server) doAuth(method, path, body, token string) (int, string, []byte) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
+	if err != nil {
+		s.t.Fatalf("new request: %v", err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatalf("%s %s: read body: %v", method, path, err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), data
+}
+
+// submit posts body and requires status want, returning the jobs.
+func (s *server) submit(body string, want int) []*berth.Job {
+	s.t.Helper()
+	status, ctype, data := s.do("POST", "/api/v1/jobs", body)
+	if status != want {
+		s.t.Fatalf("POST /api/v1/jobs %s: status %d, want %d: %s", body, status, want, data)
+	}
+	if !strings.HasPrefix(ctype, "application/json") {
+		s.t.Errorf("Content-Type = %q, want application/json", ctype)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		s.t.Fatalf("submit response is not a JSON object: %v: %s", err, data)
+	}
+	if _, ok := raw["jobs"]; !ok || len(raw) != 1 {
+		s.t.Fatalf(`submit response = %s, want {"jobs":[...]}`, data)
+	}
+	var resp berth.SubmitResponse
+	if err := json.Unmarshal(data, &resp); err != nil {
+		s.t.Fatalf("decode submit response: %v: %s", err, data)
+	}
+	return resp.Jobs
+}
+
+// list GETs /api/v1/jobs with query and requires 200.
+func (s *server) list(query string) berth.JobList {
+	s.t.Helper()
+	status, _, data := s.do("GET", "/api/v1/jobs"+query, "")
+	if status != http.StatusOK {
+		s.t.Fatalf("GET /api/v1/jobs%s: status %d: %s", query, status, data)
+	}
+	var l berth.JobList
+	if err := json.Unmarshal(data, &l); err != nil {
+		s.t.Fatalf("decode job list: %v: %s", err, data)
+	}
+	if l.Jobs == nil {
+		s.t.Fatalf("GET /api/v1/jobs%s: jobs is null, want an array: %s", query, data)
+	}
+	return l
+}
+
+// count returns how many jobs the store holds.
+func (s *server) count() int {
+	s.t.Helper()
+	return len(s.list("?limit=0").Jobs)
+}
+
+// ids returns the ids of jobs.
+func ids(jobs []*berth.Job) []string {
+	out := make([]string, len(jobs))
+	for i, j := range jobs {
+		out[i] = j.ID
+	}
+	return out
+}
+
+// errorBody is exactly the error shape: unknown keys fail the decode.
+type errorBody struct {
+	Error *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Field   string `json:"field"`
+	} `json:"error"`
+}
+
+// checkError requires an error response with the given status, code and
+// field ("" for none).
+func checkError(t *testing.T, status int, ctype string, data []byte, wantStatus int, wantCode, wantField string) {
+	t.Helper()
+	if status != wantStatus {
+		t.Errorf("status = %d, want %d: %s", status, wantStatus, data)
+	}
+	if !strings.HasPrefix(ctype, "application/json") {
+		t.Errorf("Content-Type = %q, want application/json", ctype)
+	}
+	var e errorBody
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil || e.Error == nil {
+		t.Fatalf(`body %s is not {"error":{"code","message","field"}}: %v`, data, err)
+	}
+	if e.Error.Code != wantCode {
+		t.Errorf("code = %q, want %q: %s", e.Error.Code, wantCode, data)
+	}
+	if e.Error.Message == "" {
+		t.Errorf("message is empty: %s", data)
+	}
+	if e.Error.Field != wantField {
+		t.Errorf("field = %q, want %q: %s", e.Error.Field, wantField, data)
+	}
+}
+
+func TestSubmitCreatesJob(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	jobs := s.submit(`{"name":"train","queue":"gpu","priority":500,"command":["python","train.py"],"resources":{"gpus":2,"gpu_memory":"40GiB"},"env":{"LR":"0.1"}}`, http.StatusCreated)
+	if len(jobs) != 1 {
+		t.Fatalf("got %d jobs, want 1", len(jobs))
+	}
+	j := jobs[0]
+	if j.ID == "" || j.State != berth.JobPending || j.Queue != "gpu" || j.Priority != 500 ||
+		j.Resources.GPUs != 2 || j.Resources.GPUMemory != 40<<30 || j.ArrayIndex != nil || j.CreatedAt.IsZero() {
+		t.Errorf("job = %+v", j)
+	}
+
+	status, _, data := s.do("GET", "/api/v1/jobs/"+j.ID, "")
+	if status != http.StatusOK {
+		t.Fatalf("GET job: status %d: %s", status, data)
+	}
+	var got berth.JobDetail
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatalf("decode job: %v: %s", err, data)
+	}
+	if got.Job == nil || got.ID != j.ID || got.Name != "train" || got.State != berth.JobPending ||
+		!slices.Equal(got.Command, berth.Argv{"python", "train.py"}) || got.Env["LR"] != "0.1" {
+		t.Errorf("GET job = %s", data)
+	}
+	if l := s.list(""); len(l.Jobs) != 1 || l.Jobs[0].ID != j.ID {
+		t.Errorf("listing = %v, want [%s]", ids(l.Jobs), j.ID)
+	}
+}
+
+func TestSubmitDefaults(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	j := s.submit(`{"command":"echo hi"}`, http.StatusCreated)[0]
+	if j.Queue != berth.DefaultQueue || j.Priority != berth.DefaultPriority || j.Nodes != 1 || j.Kind != berth.KindBatch {
+		t.Errorf("defaults not applied: %+v", j.JobSpec)
+	}
+	if !slices.Equal(j.Command, berth.Argv{"sh", "-c", "echo hi"}) {
+		t.Errorf("command = %q, want sh -c", j.Command)
+	}
+}
+
+func TestSubmitArray(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	const n = 7
+	jobs := s.submit(fmt.Sprintf(`{"command":["true"],"array":%d}`, n), http.StatusCreated)
+	if len(jobs) != n {
+		t.Fatalf("got %d jobs, want %d", len(jobs), n)
+	}
+	seen := map[string]bool{}
+	for i, j := range jobs {
+		if j.ArrayIndex == nil || *j.ArrayIndex != i {
+			t.Errorf("job %d: array_index = %v, want %d", i, j.ArrayIndex, i)
+		}
+		if seen[j.ID] {
+			t.Errorf("job id %s repeated", j.ID)
+		}
+		seen[j.ID] = true
+	}
+	stored := s.list("?limit=0").Jobs
+	if len(stored) != n {
+		t.Fatalf("stored %d jobs, want %d", len(stored), n)
+	}
+	indexes := map[int]bool{}
+	for _, j := range stored {
+		if !seen[j.ID] || j.ArrayIndex == nil {
+			t.Errorf("stored job %s (array_index %v) is not one of those returned", j.ID, j.ArrayIndex)
+			continue
+		}
+		indexes[*j.ArrayIndex] = true
+	}
+	if len(indexes) != n {
+		t.Errorf("stored array indexes %v, want 0..%d", indexes, n-1)
+	}
+}
+
+func TestSubmitIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	body := `{"command":["true"],"array":3,"idempotency_key":"run-42"}`
+	first := s.submit(body, http.StatusCreated)
+	if len(first) != 3 {
+		t.Fatalf("got %d jobs, want 3", len(first))
+	}
+	// Repeats, at once: the same jobs, 200, nothing new stored.
+	for range 2 {
+		again := s.submit(body, http.StatusOK)
+		if !slices.Equal(ids(again), ids(first)) {
+			t.Errorf("repeat returned %v, want %v", ids(again), ids(first))
+		}
+	}
+	if n := s.count(); n != 3 {
+		t.Errorf("store holds %d jobs after repeats, want 3", n)
+	}
+	// Another key is another submission.
+	other := s.submit(`{"command":["true"],"idempotency_key":"run-43"}`, http.StatusCreated)
+	if len(other) != 1 || slices.Contains(ids(first), other[0].ID) {
+		t.Errorf("new key returned %v", ids(other))
+	}
+	if n := s.count(); n != 4 {
+		t.Errorf("store holds %d jobs, want 4", n)
+	}
+}
+
+func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	big := `{"command":["echo","` + strings.Repeat("x", api.MaxBody) + `"]}`
+	tests := []struct {
+		name   string
+		body   string
+		status int
+		field  string
+	}{
+		{"unknown top-level field", `{"command":["true"],"colour":"red"}`, 400, "colour"},
+		// encoding/json names only the leaf of an unknown nested field.
+		{"unknown nested field", `{"command":["true"],"resources":{"gpu":1}}`, 400, "gpu|resources.gpu"},
+		{"priority as string", `{"command":["true"],"priority":"high"}`, 400, "priority"},
+		{"gpus as string", `{"command":["true"],"resources":{"gpus":"2"}}`, 400, "resources.gpus"},
+		{"negative gpus", `{"command":["true"],"resources":{"gpus":-1}}`, 400, "resources.gpus"},
+		{"10000 gpus", `{"command":["true"],"resources":{"gpus":10000}}`, 400, "resources.gpus"},
+		{"empty command list", `{"command":[]}`, 400, "command"},
+		{"empty program", `{"command":[""]}`, 400, "command"},
+		{"empty shell string", `{"command":""}`, 400, "command"},
+		{"blank shell string", `{"command":"  "}`, 400, "command"},
+		{"null command", `{"command":null}`, 400, "command"},
+		{"missing command", `{"queue":"gpu"}`, 400, "command"},
+		{"empty object", `{}`, 400, "command"},
+		{"priority 5000", `{"command":["true"],"priority":5000}`, 400, "priority"},
+		{"negative priority", `{"command":["true"],"priority":-1}`, 400, "priority"},
+		{"queue with upper case", `{"command":["true"],"queue":"GPU"}`, 400, "queue"},
+		{"empty queue", `{"command":["true"],"queue":""}`, 400, "queue"},
+		{"array -1", `{"command":["true"],"array":-1}`, 400, "array"},
+		{"array above max", fmt.Sprintf(`{"command":["true"],"array":%d}`, berth.MaxArray+1), 400, "array"},
+		{"body larger than MaxBody", big, 400, "body"},
+		{"invalid JSON", `{"command":["true"`, 400, "body"},
+		{"not JSON", `command=true`, 400, "body"},
+		{"empty body", ``, 400, "body"},
+		{"trailing data", `{"command":["true"]} {"command":["true"]}`, 400, "body"},
+		{"JSON array body", `[{"command":["true"]}]`, 400, "body"},
+		{"JSON number body", `42`, 400, "body"},
+		{"env value as number", `{"command":["true"],"env":{"A":1}}`, 400, "env"},
+		{"env BERTH_X", `{"command":["true"],"env":{"BERTH_X":"1"}}`, 400, "env"},
+		{"env CUDA_VISIBLE_DEVICES", `{"command":["true"],"env":{"CUDA_VISIBLE_DEVICES":"0"}}`, 400, "env"},
+		{"env bad name", `{"command":["true"],"env":{"1X":"1"}}`, 400, "env"},
+		{"bad kind", `{"command":["true"],"kind":"cron"}`, 400, "kind"},
+		{"gang", `{"command":["true"],"nodes":2}`, 400, "nodes"},
+		{"relative workdir", `{"command":["true"],"workdir":"tmp"}`, 400, "workdir"},
+		{"negative retries", `{"command":["true"],"retries":-1}`, 400, "retries"},
+		{"bad name", `{"command":["true"],"name":"-x"}`, 400, "name"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			status, ctype, data := s.do("POST", "/api/v1/jobs", tt.body)
+			if status < 400 || status >= 500 {
+				t.Fatalf("status %d, want 4xx: %.300s", status, data)
+			}
+			// "a|b" accepts either field.
+			field := tt.field
+			var e errorBody
+			if err := json.Unmarshal(data, &e); err == nil && e.Error != nil &&
+				slices.Contains(strings.Split(field, "|"), e.Error.Field) {
+				field = e.Error.Field
+			}
+			checkError(t, status, ctype, data, tt.status, berth.ECodeInvalid, field)
+		})
+	}
+	t.Cleanup(func() {
+		// After every subtest: nothing stored, nothing announced.
+		if n := s.count(); n != 0 {
+			t.Errorf("store holds %d jobs after rejected submissions, want 0", n)
+		}
+		if last := s.ctl.Bus().Last(); last != 0 {
+			t.Errorf("%d events published after rejected submissions, want 0", last)
+		}
+	})
+}
+
+func TestGetAndCancel(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+
+	status, ctype, data := s.do("GET", "/api/v1/jobs/01NOSUCHJOB0000000000000000", "")
+	checkError(t, status, ctype, data, http.StatusNotFound, berth.ECodeNotFound, "id")
+	status, ctype, data = s.do("POST", "/api/v1/jobs/01NOSUCHJOB0000000000000000/cancel", "")
+	checkError(t, status, ctype, data, http.StatusNotFound, berth.ECodeNotFound, "id")
+
+	j := s.submit(`{"command":["sleep","100"]}`, http.StatusCreated)[0]
+	status, _, data = s.do("POST", "/api/v1/jobs/"+j.ID+"/cancel", "")
+	if status != http.StatusOK {
+		t.Fatalf("cancel: status %d: %s", status, data)
+	}
+	var cancelled berth.Job
+	if err := json.Unmarshal(data, &cancelled); err != nil {
+		t.Fatalf("decode cancel response: %v: %s", err, data)
+	}
+	if cancelled.ID != j.ID || cancelled.State != berth.JobCancelled {
+		t.Errorf("cancel returned %s", data)
+	}
+	status, _, data = s.do("GET", "/api/v1/jobs/"+j.ID, "")
+	var got berth.JobDetail
+	if status != http.StatusOK || json.Unmarshal(data, &got) != nil || got.Job == nil ||
+		got.State != berth.JobCancelled || got.FinishedAt.IsZero() {
+		t.Errorf("GET after cancel: %d %s", status, data)
+	}
+
+	status, ctype, data = s.do("POST", "/api/v1/jobs/"+j.ID+"/cancel", "")
+	checkError(t, status, ctype, data, http.StatusConflict, berth.ECodeConflict, "id")
+	if n := s.count(); n != 1 {
+		t.Errorf("store holds %d jobs, want 1", n)
+	}
+}
+
+func TestListJobs(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	gpu := s.submit(`{"command":["true"],"queue":"gpu","array":3}`, http.StatusCreated)
+	cpu := s.submit(`{"command":["true"],"queue":"cpu","array":2}`, http.StatusCreated)
+	if status, _, data := s.do("POST", "/api/v1/jobs/"+cpu[0].ID+"/cancel", ""); status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", status, data)
+	}
+	all := append(append([]*berth.Job{}, gpu...), cpu...)
+
+	sorted := func(jobs []*berth.Job) []string {
+		out := ids(jobs)
+		slices.Sort(out)
+		return out
+	}
+	filters := []struct {
+		query string
+		want  []*berth.Job
+	}{
+		{"", all},
+		{"?limit=0", all},
+		{"?queue=gpu", gpu},
+		{"?queue=cpu", cpu},
+		{"?queue=none", nil},
+		{"?state=pending", append(append([]*berth.Job{}, gpu...), cpu[1])},
+		{"?state=cancelled", cpu[:1]},
+		{"?state=pending,cancelled", all},
+		{"?state=running", nil},
+		{"?queue=cpu&state=pending", cpu[1:]},
+	}
+	for _, f := range filters {
+		l := s.list(f.query)
+		if got, want := sorted(l.Jobs), sorted(f.want); !slices.Equal(got, want) {
+			t.Errorf("GET /api/v1/jobs%s = %v, want %v", f.query, got, want)
+		}
+		if l.NextCursor != "" {
+			t.Errorf("GET /api/v1/jobs%s: next_cursor %q on the only page", f.query, l.NextCursor)
+		}
+		// Newest first.
+		if !slices.IsSortedFunc(l.Jobs, func(a, b *berth.Job) int { return strings.Compare(b.ID, a.ID) }) {
+			t.Errorf("GET /api/v1/jobs%s not newest first: %v", f.query, ids(l.Jobs))
+		}
+	}
+
+	if l := s.list("?limit=5"); len(l.Jobs) != 5 || l.NextCursor != "" {
+		t.Errorf("limit=5 of 5: %d jobs, next_cursor %q; want 5 and none", len(l.Jobs), l.NextCursor)
+	}
+	for _, limit := range []int{1, 2, 4} {
+		seen := map[string]int{}
+		query := fmt.Sprintf("?limit=%d", limit)
+		pages := 0
+		for {
+			l := s.list(query)
+			pages++
+			if len(l.Jobs) > limit || len(l.Jobs) == 0 {
+				t.Fatalf("limit %d page %d has %d jobs", limit, pages, len(l.Jobs))
+			}
+			for _, j := range l.Jobs {
+				seen[j.ID]++
+			}
+			if l.NextCursor == "" {
+				break
+			}
+			if pages > len(all) {
+				t.Fatalf("limit %d: more than %d pages", limit, len(all))
+			}
+			query = fmt.Sprintf("?limit=%d&cursor=%s", limit, l.NextCursor)
+		}
+		if want := (len(all) + limit - 1) / limit; pages != want {
+			t.Errorf("limit %d: %d pages, want %d", limit, pages, want)
+		}
+		for _, j := range all {
+			if seen[j.ID] != 1 {
+				t.Errorf("limit %d: job %s seen %d times, want once", limit, j.ID, seen[j.ID])
+			}
+		}
+		if len(seen) != len(all) {
+			t.Errorf("limit %d: saw %d distinct jobs, want %d", limit, len(seen), len(all))
+		}
+	}
+	// Pagination composes with filters.
+	l := s.list("?queue=gpu&limit=2")
+	if len(l.Jobs) != 2 || l.NextCursor == "" {
+		t.Fatalf("queue=gpu&limit=2: %d jobs, cursor %q", len(l.Jobs), l.NextCursor)
+	}
+	rest := s.list("?queue=gpu&limit=2&cursor=" + l.NextCursor)
+	if got := sorted(append(l.Jobs, rest.Jobs...)); !slices.Equal(got, sorted(gpu)) || rest.NextCursor != "" {
+		t.Errorf("gpu pages = %v (cursor %q), want %v", got, rest.NextCursor, sorted(gpu))
+	}
+
+	bad := []struct{ query, field string }{
+		{"?state=bogus", "state"},
+		{"?state=pending,bogus", "state"},
+		{"?state=PENDING", "state"},
+		{"?limit=-1", "limit"},
+		{"?limit=abc", "limit"},
+		{"?limit=1.5", "limit"},
+	}
+	for _, b := range bad {
+		status, ctype, data := s.do("GET", "/api/v1/jobs"+b.query, "")
+		checkError(t, status, ctype, data, http.StatusBadRequest, berth.ECodeInvalid, b.field)
+	}
+}
+
+func TestToken(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret-token"
+	s := newServer(t, token)
+
+	for _, tt := range []struct{ method, path, body string }{
+		{"GET", "/api/v1/jobs", ""},
+		{"POST", "/api/v1/jobs", `{"command":["true"]}`},
+		{"GET", "/api/v1/workers", ""},
+		{"GET", "/api/v1/events", ""},
+		{"GET", "/metrics", ""},
+		{"GET", "/api/v1/nope", ""},
+	} {
+		status, ctype, data := s.doAuth(tt.method, tt.path, tt.body, "")
+		checkError(t, status, ctype, data, http.StatusUnauthorized, berth.ECodeUnauthorized, "")
+		status, ctype, data = s.doAuth(tt.method, tt.path, tt.body, "wrong")
+		checkError(t, status, ctype, data, http.StatusUnauthorized, berth.ECodeUnauthorized, "")
+	}
+	if n := s.count(); n != 0 {
+		t.Errorf("unauthenticated submit stored %d jobs", n)
+	}
+	s.submit(`{"command":["true"]}`, http.StatusCreated)
+	if n := s.count(); n != 1 {
+		t.Errorf("store holds %d jobs, want 1", n)
+	}
+	if status, _, data := s.doAuth("GET", "/healthz", "", ""); status != http.StatusOK {
+		t.Errorf("/healthz without token: %d %s", status, data)
+	}
+}
+
+func TestHealthz(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	status, ctype, data := s.do("GET", "/healthz", "")
+	var body map[string]string
+	if status != http.StatusOK || !strings.HasPrefix(ctype, "application/json") ||
+		json.Unmarshal(data, &body) != nil || body["status"] != "ok" {
+		t.Errorf("/healthz = %d %q %s", status, ctype, data)
+	}
+}
+
+// metricsValues parses Prometheus text into series → value, failing on a
+// line that is neither a comment nor "series value".
+func metricsValues(t *testing.T, text string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			t.Fatalf("metrics line %q has no value", line)
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: value: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	scrape := func() (string, map[string]float64) {
+		t.Helper()
+		status, ctype, data := s.do("GET", "/metrics", "")
+		if status != http.StatusOK || !strings.HasPrefix(ctype, "text/plain") {
+			t.Fatalf("/metrics = %d %q: %s", status, ctype, data)
+		}
+		return string(data), metricsValues(t, string(data))
+	}
+	text, _ := scrape()
+	for _, want := range []string{
+		"# TYPE berth_queue_depth gauge",
+		"# TYPE berth_jobs gauge",
+		"# TYPE berth_workers gauge",
+		"# TYPE berth_scheduling_latency_seconds histogram",
+		"berth_scheduling_latency_seconds_bucket{le=\"+Inf\"} 0",
+		"berth_scheduling_latency_seconds_count 0",
+		"berth_jobs{state=\"pending\"} 0",
+		"berth_workers{state=\"ready\"} 0",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, text)
+		}
+	}
+
+	s.submit(`{"command":["true"],"queue":"gpu","array":3}`, http.StatusCreated)
+	s.submit(`{"command":["true"],"queue":"cpu"}`, http.StatusCreated)
+	_, m := scrape()
+	for series, want := range map[string]float64{
+		`berth_queue_depth{queue="gpu"}`: 3,
+		`berth_queue_depth{queue="cpu"}`: 1,
+		`berth_jobs{state="pending"}`:    4,
+		`berth_jobs{state="running"}`:    0,
+		`berth_workers{state="ready"}`:   0,
+	} {
+		if got, ok := m[series]; !ok || got != want {
+			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
+		}
+	}
+}
+
+// sseEvent is one server-sent event.
+type sseEvent struct {
+	id, typ, data string
+}
+
+// readEvent reads the next event (lines up to a blank line) from r.
+func readEvent(r *bufio.Reader) (sseEvent, error) {
+	var e sseEvent
+	for {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return e, err
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if line == "" {
+			if e.typ != "" || e.data != "" {
+				return e, nil
+			}
+			continue
+		}
+		k, v, _ := strings.Cut(line, ":")
+		v = strings.TrimPrefix(v, " ")
+		switch k {
+		case "id":
+			e.id = v
+		case "event":
+			e.typ = v
+		case "data":
+			e.data += v
+		}
+	}
+}
+
+func TestEventsStream(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", s.url+"/api/v1/events", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /api/v1/events: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /api/v1/events: status %d", resp.StatusCode)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		t.Fatalf("Content-Type = %q, want text/event-stream", ct)
+	}
+
+	// The headers arrived, so the stream is subscribed: submit now.
+	j := s.submit(`{"command":["true"]}`, http.StatusCreated)[0]
+	r := bufio.NewReader(resp.Body)
+	for {
+		e, err := readEvent(r)
+		if err != nil {
+			t.Fatalf("no job.submitted event for %s: %v", j.ID, err)
+		}
+		if e.typ != controller.EventJobSubmitted {
+			continue
+		}
+		var ev controller.Event
+		if err := json.Unmarshal([]byte(e.data), &ev); err != nil {
+			t.Fatalf("event data %q: %v", e.data, err)
+		}
+		if ev.JobID != j.ID {
+			continue
+		}
+		if ev.Type != controller.EventJobSubmitted || ev.State != berth.JobPending || e.id != strconv.FormatUint(ev.Seq, 10) {
+			t.Errorf("event = id %q %+v", e.id, ev)
+		}
+		break
+	}
+
+	status, ctype, data := s.do("GET", "/api/v1/events?after=x", "")
+	checkError(t, status, ctype, data, http.StatusBadRequest, berth.ECodeInvalid, "after")
+}
+
+// dialAgent opens an agent WebSocket session.
+func (s *server) dialAgent(ctx context.Context) *websocket.Conn {
+	s.t.Helper()
+	c, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(s.url, "http")+"/api/v1/agent", nil)
+	if err != nil {
+		s.t.Fatalf("dial agent: %v", err)
+	}
+	s.t.Cleanup(func() { _ = c.CloseNow() })
+	return c
+}
+
+// wantClosed requires the server to close c with a policy violation.
+func wantClosed(t *testing.T, ctx context.Context, c *websocket.Conn) {
+	t.Helper()
+	typ, data, err := c.Read(ctx)
+	if err == nil {
+		t.Fatalf("session still open: got %v %s", typ, data)
+	}
+	if got := websocket.CloseStatus(err); got != websocket.StatusPolicyViolation {
+		t.Fatalf("session ended with %v (status %d), want a policy-violation close", err, got)
+	}
+}
+
+func TestAgentBadSessionsCloseOnlyThemselves(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+
+	heartbeat, err := wire.Encode(wire.TypeHeartbeat, &wire.Heartbeat{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	badVersion, err := wire.Encode(wire.TypeRegister, &wire.Register{Version: wire.Version + 1, WorkerID: "w0", Host: "h0", Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"malformed frame", []byte("this is not json")},
+		{"unknown type", []byte(`{"type":"format_disk"}`)},
+		{"first message not register", heartbeat},
+		{"server-only message", []byte(`{"type":"job_assign","payload":{}}`)},
+		{"wrong protocol version", badVersion},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := s.dialAgent(ctx)
+			if err := c.Write(ctx, websocket.MessageText, tt.frame); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			if tt.name == "wrong protocol version" {
+				// Told why before the close.
+				_, data, err := c.Read(ctx)
+				if err != nil {
+					t.Fatalf("read ack: %v", err)
+				}
+				typ, msg, err := wire.Decode(data)
+				ack, ok := msg.(*wire.Ack)
+				if err != nil || typ != wire.TypeAck || !ok || ack.Of != wire.AckRegister || ack.Error == "" {
+					t.Fatalf("answer to a wrong version = %s, want a register ack with an error", data)
+				}
+			}
+			wantClosed(t, ctx, c)
+
+			if status, _, data := s.do("GET", "/healthz", ""); status != http.StatusOK {
+				t.Fatalf("/healthz after a bad session: %d %s", status, data)
+			}
+		})
+	}
+
+	// A well-formed session still registers.
+	c := s.dialAgent(ctx)
+	reg, err := wire.Encode(wire.TypeRegister, &wire.Register{
+		Version: wire.Version, WorkerID: "w1", Host: "host-1", Queues: []string{"gpu"},
+		GPUs: []berth.GPU{{Index: 0, Model: "H100", Memory: 80 << 30}}, CPUs: 8, Memory: 64 << 30, Slots: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Write(ctx, websocket.MessageText, reg); err != nil {
+		t.Fatalf("write register: %v", err)
+	}
+	_, data, err := c.Read(ctx)
+	if err != nil {
+		t.Fatalf("read register ack: %v", err)
+	}
+	typ, msg, err := wire.Decode(data)
+	if err != nil {
+		t.Fatalf("decode %s: %v", data, err)
+	}
+	ack, ok := msg.(*wire.Ack)
+	if typ != wire.TypeAck || !ok || ack.Of != wire.AckRegister || ack.Error != "" || ack.Lease <= 0 || ack.Heartbeat <= 0 {
+		t.Fatalf("register answered with %s", data)
+	}
+
+	status, _, data := s.do("GET", "/api/v1/workers", "")
+	var wl berth.WorkerList
+	if status != http.StatusOK || json.Unmarshal(data, &wl) != nil {
+		t.Fatalf("GET /api/v1/workers: %d %s", status, data)
+	}
+	if len(wl.Workers) != 1 || wl.Workers[0].ID != "w1" || wl.Workers[0].Host != "host-1" || wl.Workers[0].State != berth.WorkerReady {
+		t.Errorf("workers = %s, want only w1 on host-1, ready", data)
+	}
+	if err := c.Close(websocket.StatusNormalClosure, "done"); err != nil {
+		t.Logf("close: %v", err)
+	}
+}
+
+func TestUnknownEndpoint(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, "")
+	for _, tt := range []struct{ method, path string }{
+		{"GET", "/api/v1/nope"},
+		{"GET", "/nope"},
+		{"POST", "/api/v2/jobs"},
+		{"GET", "/api/v1/jobs/x/y/z"},
+	} {
+		status, ctype, data := s.do(tt.method, tt.path, "")
+		checkError(t, status, ctype, data, http.StatusNotFound, berth.ECodeNotFound, "")
+	}
+}
