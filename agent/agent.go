@@ -64,7 +64,7 @@ type Agent struct {
 }
 
 type attempt struct {
-	id   string
+	id      string
 	dir     string
 	scratch bool // dir was made as the working directory
 	log     string
