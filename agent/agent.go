@@ -54,7 +54,7 @@ type Agent struct {
 
 	mu       sync.Mutex
 	attempts map[string]*attempt
-	conn     *websocket.Conn // current session, nil while disconnected
+	out      *wire.Outbox // the current session's, nil while disconnected
 
 	lastContact atomic.Int64 // unix nanos of the last server message
 	lease       atomic.Int64 // nanoseconds
@@ -232,20 +232,24 @@ func (a *Agent) wsURL() string {
 	return u + "/api/v1/agent"
 }
 
-// send writes one message on the current session; it fails while
-// disconnected (what matters is resent after the next register).
+// outboxLimit bounds the messages queued for the server, so that shipping
+// a large output waits for the connection rather than filling memory.
+const outboxLimit = 256
+
+// errNotConnected is send's error while no session is up.
+var errNotConnected = errors.New("not connected")
+
+// send queues one message on the current session, waiting while its
+// outbox is full; it fails while disconnected (what matters is resent
+// after the next register).
 func (a *Agent) send(ctx context.Context, typ string, payload any) error {
 	a.mu.Lock()
-	c := a.conn
+	out := a.out
 	a.mu.Unlock()
-	if c == nil {
-		return errors.New("not connected")
+	if out == nil {
+		return errNotConnected
 	}
-	frame, err := wire.Encode(typ, payload)
-	if err != nil {
-		return err
-	}
-	return c.Write(ctx, websocket.MessageText, frame)
+	return out.Send(ctx, typ, payload)
 }
 
 func (a *Agent) session(ctx context.Context) error {
@@ -286,11 +290,15 @@ func (a *Agent) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("register: %w", err)
 	}
-	typ, msg, err := wire.Decode(data)
-	ack, ok := msg.(*wire.Ack)
-	if err != nil || typ != wire.TypeAck || !ok || ack.Of != wire.AckRegister {
-		return fmt.Errorf("register: unexpected answer %q", typ)
+	msgs, err := wire.DecodeFrame(data)
+	if err != nil {
+		return fmt.Errorf("register: %w", err)
 	}
+	ack, ok := msgs[0].Body.(*wire.Ack)
+	if !ok || ack.Of != wire.AckRegister {
+		return fmt.Errorf("register: unexpected answer %q", msgs[0].Type)
+	}
+	early := msgs[1:] // what the server sent right after the ack, in the same frame
 	if ack.Error != "" {
 		return fmt.Errorf("register refused: %s", ack.Error)
 	}
@@ -301,13 +309,22 @@ func (a *Agent) session(ctx context.Context) error {
 	if ack.Heartbeat > 0 {
 		a.heartbeat.Store(int64(ack.Heartbeat))
 	}
+	out := wire.NewOutbox(outboxLimit)
+	go func() {
+		if err := out.Run(sctx, func(ctx context.Context, frame []byte) error {
+			return c.Write(ctx, websocket.MessageText, frame)
+		}); err != nil && sctx.Err() == nil {
+			a.log.Warn("write to server failed", "err", err)
+			c.CloseNow()
+		}
+	}()
 	a.mu.Lock()
-	a.conn = c
+	a.out = out
 	a.mu.Unlock()
 	defer func() {
 		a.mu.Lock()
-		if a.conn == c {
-			a.conn = nil
+		if a.out == out {
+			a.out = nil
 		}
 		a.mu.Unlock()
 	}()
@@ -335,17 +352,22 @@ func (a *Agent) session(ctx context.Context) error {
 		return err
 	}
 	go a.heartbeatLoop(sctx)
+	for _, m := range early {
+		a.handle(ctx, sctx, m.Type, m.Body)
+	}
 	for {
 		_, data, err := c.Read(sctx)
 		if err != nil {
 			return fmt.Errorf("read: %w", err)
 		}
 		a.touch()
-		typ, msg, err := wire.Decode(data)
+		msgs, err := wire.DecodeFrame(data)
 		if err != nil {
 			return err
 		}
-		a.handle(ctx, sctx, typ, msg)
+		for _, m := range msgs {
+			a.handle(ctx, sctx, m.Type, m.Body)
+		}
 	}
 }
 

@@ -21,50 +21,33 @@ type Conn interface {
 	Close(reason string) error
 }
 
-type outMsg struct {
-	typ     string
-	payload any
-	close   string // non-empty: close the session with this reason, once what came before is written
-}
-
 // session is one connected agent. send is safe from any goroutine and
-// never blocks; a writer goroutine encodes and writes in order.
+// never blocks; the session's outbox writes in order, batched into frames.
 type session struct {
 	conn    Conn
+	out     *wire.Outbox
 	worker  *workerState // set by register, loop-owned
 	refused bool         // register was refused; loop-owned
 
-	mu     sync.Mutex
-	out    []outMsg
-	wake   chan struct{}
-	closed chan struct{}
-	once   sync.Once
-	reason string
+	closed    chan struct{}
+	once      sync.Once
+	reason    string
+	lastWords string // why the session closes once its last message is written
 }
 
 func newSession(conn Conn) *session {
-	return &session{conn: conn, wake: make(chan struct{}, 1), closed: make(chan struct{})}
+	return &session{conn: conn, out: wire.NewOutbox(0), closed: make(chan struct{})}
 }
 
 func (s *session) send(typ string, payload any) {
-	s.enqueue(outMsg{typ: typ, payload: payload})
+	_ = s.out.Send(context.Background(), typ, payload) // never waits: no limit
 }
 
 // sendAndClose sends one last message and then closes the session with
-// reason, so that the peer reads why before the close.
+// reason, so that the peer reads why before the close. Loop only.
 func (s *session) sendAndClose(typ string, payload any, reason string) {
-	s.enqueue(outMsg{typ: typ, payload: payload})
-	s.enqueue(outMsg{close: reason})
-}
-
-func (s *session) enqueue(m outMsg) {
-	s.mu.Lock()
-	s.out = append(s.out, m)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
+	s.lastWords = reason
+	s.out.SendLast(typ, payload)
 }
 
 func (s *session) close(reason string) {
@@ -75,35 +58,15 @@ func (s *session) close(reason string) {
 	})
 }
 
+// writer runs the outbox until the session ends.
 func (s *session) writer(ctx context.Context, log func(string, ...any)) {
-	var batch []outMsg
-	for {
-		select {
-		case <-s.wake:
-		case <-s.closed:
-			return
-		case <-ctx.Done():
-			return
-		}
-		s.mu.Lock()
-		batch, s.out = s.out, batch[:0]
-		s.mu.Unlock()
-		for i, m := range batch {
-			if m.close != "" {
-				s.close(m.close)
-				return
-			}
-			frame, err := wire.Encode(m.typ, m.payload)
-			if err == nil {
-				err = s.conn.Write(ctx, frame)
-			}
-			if err != nil {
-				log("agent write failed", "err", err)
-				s.close("write failed")
-				return
-			}
-			batch[i] = outMsg{}
-		}
+	err := s.out.Run(ctx, s.conn.Write)
+	switch {
+	case err == nil:
+		s.close(s.lastWords)
+	case ctx.Err() == nil:
+		log("agent write failed", "err", err)
+		s.close("write failed")
 	}
 }
 
@@ -128,12 +91,16 @@ func (c *Controller) ServeAgent(ctx context.Context, conn Conn) error {
 			}
 			return fmt.Errorf("read agent message: %w", err)
 		}
-		typ, msg, err := wire.Decode(frame)
+		msgs, err := wire.DecodeFrame(frame)
 		if err != nil {
 			s.close(err.Error())
 			return err
 		}
-		if err := c.post(ctx, func() { c.handle(s, typ, msg) }); err != nil {
+		if err := c.post(ctx, func() {
+			for _, m := range msgs {
+				c.handle(s, m.Type, m.Body)
+			}
+		}); err != nil {
 			s.close("server stopping")
 			return err
 		}

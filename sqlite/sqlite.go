@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -421,8 +422,15 @@ func (s *Store) Attempts(ctx context.Context, jobID string) ([]*berth.Attempt, e
 
 // Logs returns up to limit bytes of an attempt's output from offset.
 func (s *Store) Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	end := offset + int64(limit)
+	if end < offset { // offset+limit overflows: read to the end
+		end = math.MaxInt64
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT off, data FROM logs WHERE attempt_id = ? AND off < ? AND off + length(data) > ? ORDER BY off`,
-		attemptID, offset+int64(limit), offset)
+		attemptID, end, offset)
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s: %w", attemptID, err)
 	}

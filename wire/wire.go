@@ -1,9 +1,11 @@
 // Package wire defines the messages between agents and the server on the
-// agent WebSocket (/api/v1/agent). Every frame is one JSON Envelope; the
-// vocabulary is seed 003's. Version is checked at register.
+// agent WebSocket (/api/v1/agent). A frame is one or more JSON Envelopes,
+// one per line (newline-delimited JSON; an encoded envelope never contains
+// a newline); the vocabulary is seed 003's. Version is checked at register.
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -36,17 +38,64 @@ type Envelope struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
-// Encode returns the frame for a payload of the given type.
+// Encode returns the frame of one message.
 func Encode(typ string, payload any) ([]byte, error) {
-	p, err := json.Marshal(payload)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", typ, err)
-	}
-	return json.Marshal(Envelope{Type: typ, Payload: p})
+	return AppendFrame(nil, typ, payload)
 }
 
-// Decode parses a frame into its type and payload value (a pointer to the
-// struct for that type). Unknown types and malformed payloads are errors.
+// AppendFrame appends the envelope of one message to frame, on a line of
+// its own after any envelopes already there.
+func AppendFrame(frame []byte, typ string, payload any) ([]byte, error) {
+	p, err := json.Marshal(payload)
+	if err != nil {
+		return frame, fmt.Errorf("encode %s: %w", typ, err)
+	}
+	env, err := json.Marshal(Envelope{Type: typ, Payload: p})
+	if err != nil {
+		return frame, fmt.Errorf("encode %s: %w", typ, err)
+	}
+	if len(frame) > 0 {
+		frame = append(frame, '\n')
+	}
+	return append(frame, env...), nil
+}
+
+// Message is one decoded envelope: its type and a pointer to the payload
+// struct for that type.
+type Message struct {
+	Type string
+	Body any
+}
+
+// DecodeFrame parses every envelope of a frame, in order. A frame with no
+// envelope, or any malformed one, is an error and returns no message.
+func DecodeFrame(frame []byte) ([]Message, error) {
+	var msgs []Message
+	for len(frame) > 0 {
+		line := frame
+		if i := bytes.IndexByte(frame, '\n'); i >= 0 {
+			line, frame = frame[:i], frame[i+1:]
+		} else {
+			frame = nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		typ, body, err := Decode(line)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, Message{Type: typ, Body: body})
+	}
+	if len(msgs) == 0 {
+		return nil, fmt.Errorf("decode frame: no message")
+	}
+	return msgs, nil
+}
+
+// Decode parses a frame of one envelope into its type and payload value (a
+// pointer to the struct for that type). Unknown types and malformed
+// payloads are errors.
 func Decode(frame []byte) (string, any, error) {
 	var env Envelope
 	if err := json.Unmarshal(frame, &env); err != nil {

@@ -1,0 +1,305 @@
+package store_test
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
+)
+
+var base = time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)
+
+func intPtr(n int) *int { return &n }
+
+func TestCompactFoldsUpdatesOfCreatedJobs(t *testing.T) {
+	t.Parallel()
+	j1 := &berth.Job{ID: "j1", JobSpec: berth.JobSpec{Queue: "gpu"}, State: berth.JobPending, CreatedAt: base}
+	j2 := &berth.Job{ID: "j2", JobSpec: berth.JobSpec{Queue: "gpu"}, State: berth.JobPending, CreatedAt: base}
+	j2Before := *j2
+	last := store.JobUpdate{ID: "j1", State: berth.JobFailed, Reason: "exit status 2", ExitCode: intPtr(2), Attempts: 1,
+		StartedAt: base.Add(1), FinishedAt: base.Add(2)}
+	oldFirst := store.JobUpdate{ID: "old", State: berth.JobRunning, Attempts: 1, StartedAt: base.Add(3)}
+	oldLast := store.JobUpdate{ID: "old", State: berth.JobSucceeded, ExitCode: intPtr(0), Attempts: 1,
+		StartedAt: base.Add(3), FinishedAt: base.Add(4)}
+	b := &store.Batch{
+		Jobs: []*berth.Job{j1, j2},
+		JobUpdates: []store.JobUpdate{
+			{ID: "j1", State: berth.JobRunning, Attempts: 1, StartedAt: base.Add(1)},
+			oldFirst,
+			last,
+			oldLast,
+		},
+	}
+	b.Compact()
+
+	if len(b.Jobs) != 2 || b.Jobs[0] != j1 || b.Jobs[1] != j2 {
+		t.Fatalf("Jobs = %v, want j1 and j2 as they were", b.Jobs)
+	}
+	want := berth.Job{ID: "j1", JobSpec: berth.JobSpec{Queue: "gpu"}, State: berth.JobFailed, Reason: "exit status 2",
+		ExitCode: intPtr(2), Attempts: 1, CreatedAt: base, StartedAt: base.Add(1), FinishedAt: base.Add(2)}
+	if !reflect.DeepEqual(*j1, want) {
+		t.Errorf("created job after Compact = %+v, want the last update folded in: %+v", *j1, want)
+	}
+	if !reflect.DeepEqual(*j2, j2Before) {
+		t.Errorf("job without updates changed: %+v", *j2)
+	}
+	if !reflect.DeepEqual(b.JobUpdates, []store.JobUpdate{oldLast}) {
+		t.Errorf("JobUpdates = %+v, want only the last update of the job not created in the batch", b.JobUpdates)
+	}
+}
+
+func TestCompactKeepsLastUpsert(t *testing.T) {
+	t.Parallel()
+	a1 := &berth.Attempt{ID: "a1", JobID: "j", State: berth.AttemptAssigned}
+	a2 := &berth.Attempt{ID: "a2", JobID: "j", State: berth.AttemptAssigned}
+	a1Running := &berth.Attempt{ID: "a1", JobID: "j", State: berth.AttemptRunning}
+	a3 := &berth.Attempt{ID: "a3", JobID: "j", State: berth.AttemptRunning}
+	a1Done := &berth.Attempt{ID: "a1", JobID: "j", State: berth.AttemptSucceeded}
+	w1 := &berth.Worker{ID: "w1", State: berth.WorkerReady}
+	w2 := &berth.Worker{ID: "w2", State: berth.WorkerReady}
+	w1Busy := &berth.Worker{ID: "w1", State: berth.WorkerBusy}
+	logs := []store.LogChunk{{AttemptID: "a1", Offset: 0, Data: []byte("a")}, {AttemptID: "a1", Offset: 1, Data: []byte("b")}}
+	b := &store.Batch{
+		Attempts: []*berth.Attempt{a1, a2, a1Running, a3, a1Done},
+		Workers:  []*berth.Worker{w1, w2, w1Busy},
+		Logs:     slices.Clone(logs),
+	}
+	b.Compact()
+	if !slices.Equal(b.Attempts, []*berth.Attempt{a2, a3, a1Done}) {
+		t.Errorf("Attempts = %v, want a2, a3 and the last a1", ids(b.Attempts, func(a *berth.Attempt) string { return a.ID + ":" + string(a.State) }))
+	}
+	if !slices.Equal(b.Workers, []*berth.Worker{w2, w1Busy}) {
+		t.Errorf("Workers = %v, want w2 and the last w1", ids(b.Workers, func(w *berth.Worker) string { return w.ID + ":" + string(w.State) }))
+	}
+	if !reflect.DeepEqual(b.Logs, logs) {
+		t.Errorf("Logs changed: %v", b.Logs)
+	}
+
+	// Nothing to fold: nothing changes.
+	c := &store.Batch{Attempts: []*berth.Attempt{a1, a2}, Workers: []*berth.Worker{w1}}
+	c.Compact()
+	if !slices.Equal(c.Attempts, []*berth.Attempt{a1, a2}) || !slices.Equal(c.Workers, []*berth.Worker{w1}) {
+		t.Errorf("Compact of a batch without repeats changed it: %+v", c)
+	}
+}
+
+func ids[T any](list []T, id func(T) string) []string {
+	out := make([]string, len(list))
+	for i, v := range list {
+		out[i] = id(v)
+	}
+	return out
+}
+
+// model is the state a batch leaves: what applying every write in order
+// gives.
+type model struct {
+	Jobs     map[string]berth.Job
+	Attempts map[string]berth.Attempt
+	Workers  map[string]berth.Worker
+	Logs     []store.LogChunk
+}
+
+func (m *model) apply(b *store.Batch) {
+	for _, j := range b.Jobs {
+		m.Jobs[j.ID] = *j
+	}
+	for _, u := range b.JobUpdates {
+		j, ok := m.Jobs[u.ID]
+		if !ok {
+			panic("update of unknown job " + u.ID)
+		}
+		j.State, j.Reason, j.ExitCode, j.Attempts, j.StartedAt, j.FinishedAt =
+			u.State, u.Reason, u.ExitCode, u.Attempts, u.StartedAt, u.FinishedAt
+		m.Jobs[u.ID] = j
+	}
+	for _, a := range b.Attempts {
+		m.Attempts[a.ID] = *a
+	}
+	for _, w := range b.Workers {
+		m.Workers[w.ID] = *w
+	}
+	m.Logs = append(m.Logs, b.Logs...)
+}
+
+func newModel() *model {
+	m := &model{Jobs: map[string]berth.Job{}, Attempts: map[string]berth.Attempt{}, Workers: map[string]berth.Worker{}}
+	for _, id := range []string{"old0", "old1"} {
+		m.Jobs[id] = berth.Job{ID: id, State: berth.JobPending, CreatedAt: base}
+	}
+	return m
+}
+
+// cloneBatch copies b deeply enough that compacting the copy leaves b as
+// it was (Compact changes the jobs it folds updates into).
+func cloneBatch(b *store.Batch) *store.Batch {
+	c := &store.Batch{JobUpdates: slices.Clone(b.JobUpdates), Attempts: slices.Clone(b.Attempts),
+		Workers: slices.Clone(b.Workers), Logs: slices.Clone(b.Logs)}
+	for _, j := range b.Jobs {
+		cj := *j
+		c.Jobs = append(c.Jobs, &cj)
+	}
+	return c
+}
+
+func TestCompactKeepsFinalState(t *testing.T) {
+	t.Parallel()
+	jobStates := []berth.JobState{berth.JobPending, berth.JobRunning, berth.JobSucceeded, berth.JobFailed, berth.JobCancelled}
+	attemptStates := []berth.AttemptState{berth.AttemptAssigned, berth.AttemptRunning, berth.AttemptFailed, berth.AttemptLost}
+	rapid.Check(t, func(rt *rapid.T) {
+		b := &store.Batch{}
+		targets := []string{"old0", "old1"}
+		for i := range rapid.IntRange(0, 4).Draw(rt, "jobs") {
+			id := fmt.Sprint("new", i)
+			b.Jobs = append(b.Jobs, &berth.Job{ID: id, State: berth.JobPending, CreatedAt: base, Reason: "created"})
+			targets = append(targets, id)
+		}
+		for i := range rapid.IntRange(0, 12).Draw(rt, "updates") {
+			u := store.JobUpdate{
+				ID:       rapid.SampledFrom(targets).Draw(rt, "update"),
+				State:    rapid.SampledFrom(jobStates).Draw(rt, "state"),
+				Reason:   fmt.Sprint("update ", i),
+				Attempts: rapid.IntRange(0, 3).Draw(rt, "attempts"),
+			}
+			if rapid.Bool().Draw(rt, "exited") {
+				u.ExitCode = intPtr(rapid.IntRange(-1, 2).Draw(rt, "code"))
+			}
+			if rapid.Bool().Draw(rt, "started") {
+				u.StartedAt = base.Add(time.Duration(i))
+			}
+			b.JobUpdates = append(b.JobUpdates, u)
+		}
+		for i := range rapid.IntRange(0, 10).Draw(rt, "attempts") {
+			b.Attempts = append(b.Attempts, &berth.Attempt{
+				ID:       rapid.SampledFrom([]string{"a0", "a1", "a2"}).Draw(rt, "attempt"),
+				JobID:    rapid.SampledFrom(targets).Draw(rt, "job"),
+				State:    rapid.SampledFrom(attemptStates).Draw(rt, "attempt state"),
+				Reason:   fmt.Sprint("attempt write ", i),
+				WorkerID: "w",
+			})
+		}
+		for i := range rapid.IntRange(0, 6).Draw(rt, "workers") {
+			b.Workers = append(b.Workers, &berth.Worker{
+				ID:      rapid.SampledFrom([]string{"w0", "w1", "w2"}).Draw(rt, "worker"),
+				Running: i,
+			})
+		}
+		for i := range rapid.IntRange(0, 3).Draw(rt, "logs") {
+			b.Logs = append(b.Logs, store.LogChunk{AttemptID: "a0", Offset: int64(i), Data: []byte{byte(i)}})
+		}
+
+		want := newModel()
+		want.apply(cloneBatch(b))
+		compacted := cloneBatch(b)
+		compacted.Compact()
+		got := newModel()
+		got.apply(compacted)
+		if !reflect.DeepEqual(got, want) {
+			rt.Fatalf("compacted batch leaves\n%+v\nwant\n%+v", got, want)
+		}
+
+		// And it is compact: no update of a created job, no id twice.
+		if !slices.Equal(ids(compacted.Jobs, func(j *berth.Job) string { return j.ID }), ids(b.Jobs, func(j *berth.Job) string { return j.ID })) {
+			rt.Fatalf("Compact changed the created jobs")
+		}
+		seen := map[string]bool{}
+		for _, u := range compacted.JobUpdates {
+			if slices.ContainsFunc(b.Jobs, func(j *berth.Job) bool { return j.ID == u.ID }) {
+				rt.Fatalf("update of %s, created in the batch, was kept", u.ID)
+			}
+			if seen["u"+u.ID] {
+				rt.Fatalf("two updates of %s kept", u.ID)
+			}
+			seen["u"+u.ID] = true
+		}
+		for _, a := range compacted.Attempts {
+			if seen["a"+a.ID] {
+				rt.Fatalf("two upserts of attempt %s kept", a.ID)
+			}
+			seen["a"+a.ID] = true
+		}
+		for _, w := range compacted.Workers {
+			if seen["w"+w.ID] {
+				rt.Fatalf("two upserts of worker %s kept", w.ID)
+			}
+			seen["w"+w.ID] = true
+		}
+	})
+}
+
+// TestCompactOnSQLite writes one batch as it is to one store and compacted
+// to another: both must hold the same.
+func TestCompactOnSQLite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	var gen berth.IDGen
+	b := &store.Batch{}
+	var jobIDs []string
+	for i := range 200 {
+		j := &berth.Job{ID: gen.New(base), JobSpec: berth.JobSpec{Queue: "gpu"}, State: berth.JobPending, CreatedAt: base}
+		b.Jobs = append(b.Jobs, j)
+		jobIDs = append(jobIDs, j.ID)
+		if i%3 == 0 {
+			b.JobUpdates = append(b.JobUpdates, store.JobUpdate{ID: j.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base.Add(time.Duration(i))})
+		}
+	}
+	var attemptIDs []string
+	for i := range 150 {
+		a := &berth.Attempt{ID: gen.New(base), JobID: jobIDs[i], State: berth.AttemptAssigned, CreatedAt: base}
+		b.Attempts = append(b.Attempts, a)
+		attemptIDs = append(attemptIDs, a.ID)
+	}
+	for i := range 150 {
+		if i%2 == 0 {
+			b.Attempts = append(b.Attempts, &berth.Attempt{ID: attemptIDs[i], JobID: jobIDs[i], State: berth.AttemptRunning,
+				CreatedAt: base, StartedAt: base.Add(1)})
+			b.JobUpdates = append(b.JobUpdates, store.JobUpdate{ID: jobIDs[i], State: berth.JobSucceeded, ExitCode: intPtr(0),
+				Attempts: 1, StartedAt: base.Add(1), FinishedAt: base.Add(2)})
+		}
+	}
+	b.Workers = []*berth.Worker{{ID: "w1", State: berth.WorkerReady}, {ID: "w2"}, {ID: "w1", State: berth.WorkerBusy, Running: 3}}
+
+	plain, compacted := openSQLite(t), openSQLite(t)
+	if err := plain.Write(ctx, cloneBatch(b)); err != nil {
+		t.Fatalf("Write as is: %v", err)
+	}
+	c := cloneBatch(b)
+	c.Compact()
+	if len(c.JobUpdates) != 0 || len(c.Attempts) != 150 || len(c.Workers) != 2 {
+		t.Errorf("compacted batch has %d updates, %d attempts, %d workers; want 0, 150, 2", len(c.JobUpdates), len(c.Attempts), len(c.Workers))
+	}
+	if err := compacted.Write(ctx, c); err != nil {
+		t.Fatalf("Write compacted: %v", err)
+	}
+	a1, err := plain.LoadActive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, err := compacted.LoadActive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a1, a2) {
+		t.Errorf("LoadActive differs:\n as is     %+v\n compacted %+v", a1, a2)
+	}
+	if a1.Counts[berth.JobSucceeded] != 75 {
+		t.Errorf("Counts = %v, want 75 succeeded", a1.Counts)
+	}
+	j1, err := plain.Jobs(ctx, store.JobFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j2, err := compacted.Jobs(ctx, store.JobFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(j1) != 200 || !reflect.DeepEqual(j1, j2) {
+		t.Errorf("Jobs differ: %d as is, %d compacted", len(j1), len(j2))
+	}
+}
