@@ -69,13 +69,20 @@ func (c *Controller) Wait(ctx context.Context, ids []string, all bool) (*berth.W
 		c.forget(w)
 		return nil, err
 	}
-	for _, id := range inactive {
-		j, err := c.store.Job(ctx, id)
+	if len(inactive) > 0 {
+		states, err := c.store.JobStates(ctx, inactive)
 		if err != nil {
 			c.forget(w)
 			return nil, err
 		}
-		res.Add(id, j.State)
+		for _, id := range inactive {
+			st, ok := states[id]
+			if !ok {
+				c.forget(w)
+				return nil, notFound(id)
+			}
+			res.Add(id, st)
+		}
 	}
 	select {
 	case <-w.done:

@@ -14,6 +14,7 @@ import (
 	"math"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -29,6 +30,9 @@ var migrations embed.FS
 type Store struct {
 	w *sql.DB // one connection: the only writer
 	r *sql.DB // read-only pool
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // prepared on w, by query: parsed once
 }
 
 var _ store.Store = (*Store)(nil)
@@ -70,11 +74,33 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
-	return &Store{w: w, r: r}, nil
+	return &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}, nil
 }
 
 // Close closes both connection pools.
 func (s *Store) Close() error { return errors.Join(s.r.Close(), s.w.Close()) }
+
+// prepared returns the statements for queries, in their order, preparing
+// on the writer connection those not seen before. Write's queries are few
+// shapes, so each is parsed once. It must run outside a transaction: the writer has
+// one connection, which a transaction holds.
+func (s *Store) prepared(ctx context.Context, queries []string) ([]*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	stmts := make([]*sql.Stmt, len(queries))
+	for i, q := range queries {
+		st := s.stmts[q]
+		if st == nil {
+			var err error
+			if st, err = s.w.PrepareContext(ctx, q); err != nil {
+				return nil, err
+			}
+			s.stmts[q] = st
+		}
+		stmts[i] = st
+	}
+	return stmts, nil
+}
 
 const jobColumns = `id, queue, user_name, idempotency_key, spec, array_index, state, reason, exit_code, attempts, created_at, started_at, finished_at`
 
@@ -82,13 +108,33 @@ const attemptColumns = `id, job_id, task_index, worker_id, host, gpus, state, ex
 
 // Write applies b in one transaction and returns once it is fsynced.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
+	ops, err := planBatch(b)
+	if err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	queries := make([]string, len(ops))
+	for i, op := range ops {
+		queries[i] = op.query
+	}
+	stmts, err := s.prepared(ctx, queries)
+	if err != nil {
+		return fmt.Errorf("write: prepare: %w", err)
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("write: begin: %w", err)
 	}
 	defer tx.Rollback()
-	if err := writeBatch(ctx, tx, b); err != nil {
-		return fmt.Errorf("write: %w", err)
+	for i, op := range ops {
+		res, err := tx.StmtContext(ctx, stmts[i]).ExecContext(ctx, op.args...)
+		if err != nil {
+			return fmt.Errorf("write: %s: %w", op.what, err)
+		}
+		if op.mustUpdate {
+			if n, _ := res.RowsAffected(); n != 1 {
+				return fmt.Errorf("write: %s: no such job", op.what)
+			}
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("write: commit: %w", err)
@@ -96,102 +142,76 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 	return nil
 }
 
-func writeBatch(ctx context.Context, tx *sql.Tx, b *store.Batch) error {
-	if len(b.Jobs) > 0 {
-		if err := insertRows(ctx, tx, `INSERT INTO jobs (`+jobColumns+`) VALUES `, 13, len(b.Jobs), "",
-			func(i int, args []any) error { return jobArgs(b.Jobs[i], args) }); err != nil {
-			return fmt.Errorf("insert jobs: %w", err)
-		}
+// writeOp is one statement of a batch.
+type writeOp struct {
+	what       string // for errors
+	query      string
+	args       []any
+	mustUpdate bool // an update that must hit exactly one row
+}
+
+const (
+	insertJobs     = `INSERT INTO jobs (` + jobColumns + `) VALUES `
+	updateJob      = `UPDATE jobs SET state = ?, reason = ?, exit_code = ?, attempts = ?, started_at = ?, finished_at = ? WHERE id = ?`
+	upsertAttempts = `INSERT INTO attempts (` + attemptColumns + `) VALUES `
+	attemptsTail   = ` ON CONFLICT (id) DO UPDATE SET worker_id = excluded.worker_id, host = excluded.host, gpus = excluded.gpus,
+		state = excluded.state, exit_code = excluded.exit_code, reason = excluded.reason,
+		started_at = excluded.started_at, finished_at = excluded.finished_at`
+	upsertWorker = `INSERT INTO workers (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body`
+	insertLogs   = `INSERT INTO logs (attempt_id, off, data) VALUES `
+)
+
+// planBatch turns b into statements in the order Batch documents.
+func planBatch(b *store.Batch) ([]writeOp, error) {
+	var ops []writeOp
+	var err error
+	if ops, err = insertRows(ops, "insert jobs", insertJobs, 13, len(b.Jobs), "",
+		func(i int, args []any) error { return jobArgs(b.Jobs[i], args) }); err != nil {
+		return nil, err
 	}
-	if len(b.JobUpdates) > 0 {
-		st, err := tx.PrepareContext(ctx, `UPDATE jobs SET state = ?, reason = ?, exit_code = ?, attempts = ?, started_at = ?, finished_at = ? WHERE id = ?`)
-		if err != nil {
-			return fmt.Errorf("update jobs: %w", err)
-		}
-		defer st.Close()
-		for _, u := range b.JobUpdates {
-			res, err := st.ExecContext(ctx, string(u.State), u.Reason, nullInt(u.ExitCode), u.Attempts, nanos(u.StartedAt), nanos(u.FinishedAt), u.ID)
-			if err != nil {
-				return fmt.Errorf("update job %s: %w", u.ID, err)
-			}
-			if n, _ := res.RowsAffected(); n != 1 {
-				return fmt.Errorf("update job %s: no such job", u.ID)
-			}
-		}
+	for _, u := range b.JobUpdates {
+		ops = append(ops, writeOp{what: "update job " + u.ID, query: updateJob, mustUpdate: true,
+			args: []any{string(u.State), u.Reason, nullInt(u.ExitCode), u.Attempts, nanos(u.StartedAt), nanos(u.FinishedAt), u.ID}})
 	}
-	if len(b.Attempts) > 0 {
-		if err := insertRows(ctx, tx, `INSERT INTO attempts (`+attemptColumns+`) VALUES `, 12, len(b.Attempts),
-			` ON CONFLICT (id) DO UPDATE SET worker_id = excluded.worker_id, host = excluded.host, gpus = excluded.gpus,
-			state = excluded.state, exit_code = excluded.exit_code, reason = excluded.reason,
-			started_at = excluded.started_at, finished_at = excluded.finished_at`,
-			func(i int, args []any) error { return attemptArgs(b.Attempts[i], args) }); err != nil {
-			return fmt.Errorf("upsert attempts: %w", err)
-		}
+	if ops, err = insertRows(ops, "upsert attempts", upsertAttempts, 12, len(b.Attempts), attemptsTail,
+		func(i int, args []any) error { return attemptArgs(b.Attempts[i], args) }); err != nil {
+		return nil, err
 	}
 	for _, w := range b.Workers {
 		body, err := json.Marshal(w)
 		if err != nil {
-			return fmt.Errorf("encode worker %s: %w", w.ID, err)
+			return nil, fmt.Errorf("encode worker %s: %w", w.ID, err)
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO workers (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body`, w.ID, body); err != nil {
-			return fmt.Errorf("upsert worker %s: %w", w.ID, err)
-		}
+		ops = append(ops, writeOp{what: "upsert worker " + w.ID, query: upsertWorker, args: []any{w.ID, body}})
 	}
-	if len(b.Logs) > 0 {
-		if err := insertRows(ctx, tx, `INSERT INTO logs (attempt_id, off, data) VALUES `, 3, len(b.Logs), "",
-			func(i int, args []any) error {
-				l := b.Logs[i]
-				args[0], args[1], args[2] = l.AttemptID, l.Offset, l.Data
-				return nil
-			}); err != nil {
-			return fmt.Errorf("append logs: %w", err)
-		}
-	}
-	return nil
+	return insertRows(ops, "append logs", insertLogs, 3, len(b.Logs), "",
+		func(i int, args []any) error {
+			l := b.Logs[i]
+			args[0], args[1], args[2] = l.AttemptID, l.Offset, l.Data
+			return nil
+		})
 }
 
 // rowsPerInsert is how many rows one multi-row INSERT carries: far fewer
 // statements for large batches, well under SQLite's 32,766 parameters.
 const rowsPerInsert = 128
 
-// insertRows inserts n rows of cols values each, rowsPerInsert at a time,
-// with fill setting the arguments of row i. Statements of a full chunk are
-// prepared once per call.
-func insertRows(ctx context.Context, tx *sql.Tx, head string, cols, n int, tail string, fill func(i int, args []any) error) error {
+// insertRows appends to ops the inserts of n rows of cols values each,
+// rowsPerInsert at a time, with fill setting the arguments of row i.
+func insertRows(ops []writeOp, what, head string, cols, n int, tail string, fill func(i int, args []any) error) ([]writeOp, error) {
 	placeholders := "(" + strings.Repeat("?, ", cols-1) + "?)"
-	var full *sql.Stmt
-	defer func() {
-		if full != nil {
-			full.Close()
-		}
-	}()
-	args := make([]any, 0, cols*rowsPerInsert)
 	for start := 0; start < n; start += rowsPerInsert {
 		rows := min(rowsPerInsert, n-start)
-		args = args[:cols*rows]
+		args := make([]any, cols*rows)
 		for i := 0; i < rows; i++ {
 			if err := fill(start+i, args[i*cols:(i+1)*cols]); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		query := head + strings.TrimSuffix(strings.Repeat(placeholders+", ", rows), ", ") + tail
-		if rows == rowsPerInsert {
-			if full == nil {
-				var err error
-				if full, err = tx.PrepareContext(ctx, query); err != nil {
-					return err
-				}
-			}
-			if _, err := full.ExecContext(ctx, args...); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, err := tx.ExecContext(ctx, query, args...); err != nil {
-			return err
-		}
+		ops = append(ops, writeOp{what: what, args: args,
+			query: head + strings.TrimSuffix(strings.Repeat(placeholders+", ", rows), ", ") + tail})
 	}
-	return nil
+	return ops, nil
 }
 
 func jobArgs(j *berth.Job, args []any) error {
@@ -409,6 +429,39 @@ func (s *Store) JobsByIdempotencyKey(ctx context.Context, key string) ([]*berth.
 		return nil, fmt.Errorf("jobs by idempotency key: %w", err)
 	}
 	return jobs, nil
+}
+
+// idsPerQuery bounds the ids one IN (…) list binds.
+const idsPerQuery = 500
+
+// JobStates returns the state of each existing job in ids.
+func (s *Store) JobStates(ctx context.Context, ids []string) (map[string]berth.JobState, error) {
+	states := make(map[string]berth.JobState, len(ids))
+	for start := 0; start < len(ids); start += idsPerQuery {
+		chunk := ids[start:min(start+idsPerQuery, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := s.r.QueryContext(ctx, `SELECT id, state FROM jobs WHERE id IN (?`+strings.Repeat(", ?", len(chunk)-1)+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("job states: %w", err)
+		}
+		for rows.Next() {
+			var id, st string
+			if err := rows.Scan(&id, &st); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("job states: %w", err)
+			}
+			states[id] = berth.JobState(st)
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("job states: %w", err)
+		}
+	}
+	return states, nil
 }
 
 // Attempts returns a job's attempts, oldest first.

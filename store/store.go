@@ -88,6 +88,9 @@ type Store interface {
 	// JobsByIdempotencyKey returns the jobs of the submission made with key,
 	// in id order; none is not an error.
 	JobsByIdempotencyKey(ctx context.Context, key string) ([]*berth.Job, error)
+	// JobStates returns the state of each job in ids that exists; unknown
+	// ids are absent from the map.
+	JobStates(ctx context.Context, ids []string) (map[string]berth.JobState, error)
 	// Attempts returns a job's attempts, oldest first.
 	Attempts(ctx context.Context, jobID string) ([]*berth.Attempt, error)
 	// Logs returns up to limit bytes of an attempt's output from offset.

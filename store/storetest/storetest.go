@@ -16,6 +16,7 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"iter"
@@ -57,6 +58,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"JobRoundTrip", testJobRoundTrip},
 		{"JobZeroValues", testJobZeroValues},
 		{"JobNotFound", testJobNotFound},
+		{"JobStates", testJobStates},
 		{"JobUpdates", testJobUpdates},
 		{"JobUpdatesInBatchOrder", testJobUpdatesInBatchOrder},
 		{"UpdateOfMissingJobFailsWholeBatch", testUpdateOfMissingJobFailsWholeBatch},
@@ -393,6 +395,41 @@ func testJobNotFound(t *testing.T, s store.Store) {
 	checkNotFound(t, s, "")
 	checkNotFound(t, s, j.ID[:len(j.ID)-1])
 	checkJob(t, s, j)
+}
+
+func testJobStates(t *testing.T, s store.Store) {
+	var ids idSource
+	states := []berth.JobState{berth.JobPending, berth.JobRunning, berth.JobSucceeded, berth.JobFailed, berth.JobCancelled}
+	want := map[string]berth.JobState{}
+	var jobs []*berth.Job
+	var ask []string
+	for i := 0; i < 1203; i++ { // more than one IN list's worth
+		j := newJob(ids.next(), "gpu", "alice", states[i%len(states)])
+		jobs = append(jobs, j)
+		want[j.ID] = j.State
+		ask = append(ask, j.ID)
+	}
+	write(t, s, &store.Batch{Jobs: jobs})
+	missing := ids.next()
+	ask = append(ask, missing)
+	got, err := s.JobStates(context.Background(), ask)
+	if err != nil {
+		t.Fatalf("JobStates: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("JobStates returned %d states, want %d", len(got), len(want))
+	}
+	for id, st := range want {
+		if got[id] != st {
+			t.Fatalf("JobStates[%s] = %q, want %q", id, got[id], st)
+		}
+	}
+	if _, ok := got[missing]; ok {
+		t.Fatal("JobStates has an entry for an unknown id")
+	}
+	if got, err := s.JobStates(context.Background(), nil); err != nil || len(got) != 0 {
+		t.Fatalf("JobStates(nil) = %v, %v; want empty", got, err)
+	}
 }
 
 func testJobUpdates(t *testing.T, s store.Store) {
