@@ -38,7 +38,7 @@ func loadJobFile(path string, stdin io.Reader, req *berth.SubmitRequest) error {
 	}
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		return berth.Invalidf("-f", "%s is not valid YAML: %v", path, err)
+		return berth.Invalidf("-f", "%s is not valid YAML: %s", path, yaml.FormatError(err, false, false))
 	}
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 		return berth.Invalidf("-f", "%s is empty", path)

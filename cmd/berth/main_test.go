@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// cli runs berth commands in-process against one server on real SQLite
+// with no agents: jobs stay pending unless cancelled.
+type cli struct {
+	t   *testing.T
+	url string
+}
+
+func newCLI(t *testing.T) *cli {
+	t.Helper()
+	rs, err := startServer(context.Background(), &serverConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close(context.Background()) })
+	return &cli{t: t, url: rs.URL}
+}
+
+// run returns the exit status, stdout and stderr of one command.
+func (c *cli) run(args ...string) (int, string, string) {
+	c.t.Helper()
+	var out, errOut bytes.Buffer
+	m := &Main{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
+		if k == "BERTH_SERVER" {
+			return c.url
+		}
+		return ""
+	}}
+	code := m.Run(context.Background(), args)
+	return code, out.String(), errOut.String()
+}
+
+func (c *cli) listJobs() []berth.Job {
+	c.t.Helper()
+	code, out, errOut := c.run("jobs", "-o", "json", "--limit", "0")
+	if code != 0 {
+		c.t.Fatalf("jobs: exit %d: %s", code, errOut)
+	}
+	var jobs []berth.Job
+	if err := json.Unmarshal([]byte(out), &jobs); err != nil {
+		c.t.Fatalf("jobs -o json printed %q: %v", out, err)
+	}
+	return jobs
+}
+
+func TestSubmitPrintsOneIDPerJob(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	code, out, errOut := c.run("submit", "--array", "3", "--gpus", "2", "--priority", "300", "--", "python", "train.py")
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, errOut)
+	}
+	ids := strings.Fields(out)
+	if len(ids) != 3 {
+		t.Fatalf("submit printed %q, want 3 ids", out)
+	}
+	jobs := c.listJobs()
+	if len(jobs) != 3 {
+		t.Fatalf("%d jobs stored, want 3", len(jobs))
+	}
+	for _, j := range jobs {
+		if j.Resources.GPUs != 2 || j.Priority != 300 || j.State != berth.JobPending || strings.Join(j.Command, " ") != "python train.py" {
+			t.Fatalf("stored job %+v", j)
+		}
+	}
+}
+
+func TestSubmitFromYAMLWithFlagOverride(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	file := filepath.Join(t.TempDir(), "job.yaml")
+	yaml := "name: train-llama\nqueue: gpu\nresources: {gpus: 4, gpu_type: H100, gpu_memory: 80GiB}\ncommand: [\"python\", \"train.py\"]\nretries: 2\nmax_runtime: 6h\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := c.run("submit", "-f", file, "--priority", "700"); code != 0 {
+		t.Fatalf("submit -f: exit %d: %s", code, errOut)
+	}
+	jobs := c.listJobs()
+	if len(jobs) != 1 {
+		t.Fatalf("%d jobs, want 1", len(jobs))
+	}
+	j := jobs[0]
+	if j.Name != "train-llama" || j.Queue != "gpu" || j.Resources.GPUs != 4 || j.Resources.GPUMemory != 80<<30 ||
+		j.Retries != 2 || j.Priority != 700 || time.Duration(j.MaxRuntime) != 6*time.Hour {
+		t.Fatalf("job from YAML: %+v", j)
+	}
+}
+
+// TestBadInputFailsWithOneLineAndStoresNothing checks each mistake gives
+// exit 2 and one error line naming the field, and that nothing is stored.
+func TestBadInputFailsWithOneLineAndStoresNothing(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	malformed := write("bad.yaml", "command: [python\nresources: {gpus: 1\n")
+	unknown := write("unknown.yaml", "command: [\"true\"]\ngpuz: 4\n")
+	for _, tc := range []struct {
+		args []string
+		want string // in the error line
+	}{
+		{[]string{"submit", "--gpus", "10000", "--", "true"}, "resources.gpus"},
+		{[]string{"submit", "--queue", "BAD", "--", "true"}, "queue"},
+		{[]string{"submit", "--priority", "5000", "--", "true"}, "priority"},
+		{[]string{"submit", "--array", "-1", "--", "true"}, "array"},
+		{[]string{"submit"}, "command"},
+		{[]string{"submit", "--memory", "lots", "--", "true"}, "memory"},
+		{[]string{"submit", "--env", "BERTH_X=1", "--", "true"}, "env"},
+		{[]string{"submit", "-f", malformed}, "bad.yaml"},
+		{[]string{"submit", "-f", unknown}, "gpuz"},
+		{[]string{"submit", "-f", filepath.Join(dir, "missing.yaml")}, "missing.yaml"},
+		{[]string{"job", "01NOSUCHJOB"}, "not_found"},
+		{[]string{"jobs", "--state", "sleeping"}, "state"},
+		{[]string{"cancel", "01NOSUCHJOB"}, "no job"}, // a line per failed id, then a summary
+		{[]string{"frobnicate"}, "unknown command"},
+	} {
+		code, out, errOut := c.run(tc.args...)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if code != exitUsage || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("berth %s: exit %d, stdout %q, stderr %q; want exit 2 and an error naming %q",
+				strings.Join(tc.args, " "), code, out, errOut, tc.want)
+		}
+		if tc.args[0] != "cancel" && len(lines) != 1 {
+			t.Errorf("berth %s: error is %d lines: %q", strings.Join(tc.args, " "), len(lines), errOut)
+		}
+	}
+	if jobs := c.listJobs(); len(jobs) != 0 {
+		t.Fatalf("bad input stored %d jobs", len(jobs))
+	}
+}
+
+func TestCancelAndWaitExitCodes(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	_, out, _ := c.run("submit", "--", "sleep", "1000")
+	id := strings.TrimSpace(out)
+	if code, _, errOut := c.run("cancel", id); code != 0 {
+		t.Fatalf("cancel pending job: exit %d: %s", code, errOut)
+	}
+	if code, out, _ := c.run("wait", id); code != exitFailed || !strings.Contains(out, "cancelled") {
+		t.Fatalf("wait on a cancelled job: exit %d, %q; want 1 and a cancelled count", code, out)
+	}
+	code, _, errOut := c.run("cancel", id)
+	if code != exitUsage || !strings.Contains(errOut, "already ended") {
+		t.Fatalf("second cancel: exit %d, %q; want 2 and 'already ended'", code, errOut)
+	}
+	_, out, _ = c.run("submit", "--", "sleep", "1000")
+	pending := strings.TrimSpace(out)
+	if code, _, _ := c.run("wait", "--timeout", "50ms", pending); code != exitTimeout {
+		t.Fatalf("wait --timeout on a pending job: exit %d, want %d", code, exitTimeout)
+	}
+	code, out, _ = c.run("job", pending)
+	if code != 0 || !strings.Contains(out, "no worker serves queue") {
+		t.Fatalf("job on a pending job with no workers: exit %d, %q; want why it waits", code, out)
+	}
+}
