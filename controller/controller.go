@@ -133,6 +133,11 @@ func (c *Controller) Err() error {
 	}
 }
 
+// storeFailedError is what callers get once the store has failed.
+func (c *Controller) storeFailedError() error {
+	return berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
+}
+
 func (c *Controller) fail(err error) {
 	c.failOnce.Do(func() {
 		c.failErr = err
@@ -194,7 +199,7 @@ func (c *Controller) post(ctx context.Context, fn func()) error {
 	case <-c.stop:
 		return errStopped
 	case <-c.failed:
-		return berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
+		return c.storeFailedError()
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -260,7 +265,7 @@ func (c *Controller) awaitDurable(ctx context.Context, ch <-chan struct{}) error
 	case <-ch:
 		return nil
 	case <-c.failed:
-		return berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
+		return c.storeFailedError()
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -63,7 +63,7 @@ func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitReques
 	case r := <-reply:
 		return r.jobs, r.replayed, nil
 	case <-c.failed:
-		return nil, false, berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
+		return nil, false, c.storeFailedError()
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}

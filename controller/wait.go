@@ -42,7 +42,6 @@ func (c *Controller) Wait(ctx context.Context, ids []string, all bool) (*berth.W
 	var total int
 	var written <-chan struct{}
 	if err := c.do(ctx, func() {
-		written = c.durable() // inactive jobs' ends may still be on their way to the store
 		if all {
 			for id := range c.jobs {
 				w.pending[id] = struct{}{}
@@ -56,6 +55,9 @@ func (c *Controller) Wait(ctx context.Context, ids []string, all bool) (*berth.W
 			}
 		}
 		total = len(w.pending) + len(inactive)
+		if len(inactive) > 0 {
+			written = c.durable() // their ends may still be on their way to the store
+		}
 		if len(w.pending) == 0 {
 			close(w.done)
 			return
@@ -65,11 +67,11 @@ func (c *Controller) Wait(ctx context.Context, ids []string, all bool) (*berth.W
 		return nil, err
 	}
 	res := &berth.WaitResult{Total: total, Counts: map[berth.JobState]int{}}
-	if err := c.awaitDurable(ctx, written); err != nil {
-		c.forget(w)
-		return nil, err
-	}
 	if len(inactive) > 0 {
+		if err := c.awaitDurable(ctx, written); err != nil {
+			c.forget(w)
+			return nil, err
+		}
 		states, err := c.store.JobStates(ctx, inactive)
 		if err != nil {
 			c.forget(w)
