@@ -20,6 +20,11 @@ type WorkerList struct {
 	Workers []*Worker `json:"workers"`
 }
 
+// QuotaList is the body of GET /api/v1/quotas: every quota rule, by id.
+type QuotaList struct {
+	Quotas []*QuotaRule `json:"quotas"`
+}
+
 // WaitRequest is the body of POST /api/v1/wait: the server answers when
 // every job named (or, with All, every job active at the call) has ended, or
 // after Timeout (at most a minute) with Done false.

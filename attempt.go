@@ -32,6 +32,7 @@ type Attempt struct {
 	WorkerID   string       `json:"worker_id"`
 	Host       string       `json:"host"`
 	GPUs       []int        `json:"gpus,omitempty"` // GPU indexes on the worker
+	Port       int          `json:"port,omitempty"` // rank 0 of a gang: the coordinator's port
 	State      AttemptState `json:"state"`
 	ExitCode   *int         `json:"exit_code,omitempty"`
 	Reason     string       `json:"reason,omitempty"`

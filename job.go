@@ -73,6 +73,7 @@ type JobSpec struct {
 	StallTimeout   Duration          `json:"stall_timeout,omitempty" yaml:"stall_timeout,omitempty"`
 	Retries        int               `json:"retries,omitempty" yaml:"retries,omitempty"`
 	Preemptible    bool              `json:"preemptible,omitempty" yaml:"preemptible,omitempty"`
+	Model          string            `json:"model,omitempty" yaml:"model,omitempty"` // placed preferably where it is loaded
 	IdempotencyKey string            `json:"idempotency_key,omitempty" yaml:"idempotency_key,omitempty"`
 	Parent         string            `json:"parent,omitempty" yaml:"parent,omitempty"`
 	Backend        string            `json:"backend,omitempty" yaml:"backend,omitempty"`
@@ -131,9 +132,6 @@ func (s *JobSpec) Validate() error {
 	if s.Nodes < 1 || s.Nodes > MaxNodes {
 		return Invalidf("nodes", "must be between 1 and %d", MaxNodes)
 	}
-	if s.Nodes > 1 {
-		return Invalidf("nodes", "multi-node (gang) jobs are not supported by this server yet; use nodes: 1")
-	}
 	if err := s.Resources.validate(); err != nil {
 		return err
 	}
@@ -178,6 +176,9 @@ func (s *JobSpec) Validate() error {
 	}
 	if s.Retries < 0 || s.Retries > MaxRetries {
 		return Invalidf("retries", "must be between 0 and %d", MaxRetries)
+	}
+	if len(s.Model) > 256 {
+		return Invalidf("model", "must be at most 256 characters")
 	}
 	if len(s.IdempotencyKey) > 256 {
 		return Invalidf("idempotency_key", "must be at most 256 characters")

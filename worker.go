@@ -41,6 +41,7 @@ type Worker struct {
 	Running       int               `json:"running"`
 	LastHeartbeat time.Time         `json:"last_heartbeat"`
 	RegisteredAt  time.Time         `json:"registered_at"`
+	ReservedFor   string            `json:"reserved_for,omitempty"` // job the scheduler holds this worker for
 }
 
 // Serves reports whether the worker takes jobs from queue.

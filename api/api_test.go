@@ -341,7 +341,7 @@ func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
 		{"env CUDA_VISIBLE_DEVICES", `{"command":["true"],"env":{"CUDA_VISIBLE_DEVICES":"0"}}`, 400, "env"},
 		{"env bad name", `{"command":["true"],"env":{"1X":"1"}}`, 400, "env"},
 		{"bad kind", `{"command":["true"],"kind":"cron"}`, 400, "kind"},
-		{"gang", `{"command":["true"],"nodes":2}`, 400, "nodes"},
+		{"too many nodes", `{"command":["true"],"nodes":257}`, 400, "nodes"},
 		{"relative workdir", `{"command":["true"],"workdir":"tmp"}`, 400, "workdir"},
 		{"negative retries", `{"command":["true"],"retries":-1}`, 400, "retries"},
 		{"bad name", `{"command":["true"],"name":"-x"}`, 400, "name"},

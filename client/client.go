@@ -33,19 +33,25 @@ func New(server, token string) *Client {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	_, err := c.doStatus(ctx, method, path, in, out)
+	return err
+}
+
+// doStatus is do that also returns the (2xx) status of the response.
+func (c *Client) doStatus(ctx context.Context, method, path string, in, out any) (int, error) {
 	resp, err := c.send(ctx, method, path, in)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer resp.Body.Close()
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return nil
+		return resp.StatusCode, nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode response: %w", method, path, err)
+		return resp.StatusCode, fmt.Errorf("%s %s: decode response: %w", method, path, err)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // send performs a request and returns the response of a 2xx status; other
@@ -144,6 +150,31 @@ func (c *Client) Workers(ctx context.Context) ([]*berth.Worker, error) {
 	var out berth.WorkerList
 	err := c.do(ctx, http.MethodGet, "/api/v1/workers", nil, &out)
 	return out.Workers, err
+}
+
+// SetQuota creates or replaces the quota rule q.ID() with q's limits and
+// returns the rule as stored; created reports whether it is new. The
+// server's invalid error names the offending field.
+func (c *Client) SetQuota(ctx context.Context, q berth.QuotaRule) (rule *berth.QuotaRule, created bool, err error) {
+	var out berth.QuotaRule
+	status, err := c.doStatus(ctx, http.MethodPut, "/api/v1/quotas/"+url.PathEscape(q.ID()), q, &out)
+	if err != nil {
+		return nil, false, err
+	}
+	return &out, status == http.StatusCreated, nil
+}
+
+// Quotas lists every quota rule, by id.
+func (c *Client) Quotas(ctx context.Context) ([]*berth.QuotaRule, error) {
+	var out berth.QuotaList
+	err := c.do(ctx, http.MethodGet, "/api/v1/quotas", nil, &out)
+	return out.Quotas, err
+}
+
+// DeleteQuota deletes the quota rule with id "SCOPE:NAME"; an unknown id
+// is the server's not_found error.
+func (c *Client) DeleteQuota(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/quotas/"+url.PathEscape(id), nil, nil)
 }
 
 // Logs copies a job's output to w; with follow it keeps copying until the

@@ -24,7 +24,7 @@ type Config struct {
 	Store     store.Store
 	Log       *slog.Logger
 	Now       func() time.Time
-	Scheduler scheduler.Config
+	Scheduler *scheduler.Config // nil: scheduler.DefaultConfig
 	// Lease is how long an agent may go unheard before it self-fences; the
 	// server declares the worker lost after Lease + FenceMargin.
 	Lease         time.Duration
@@ -42,8 +42,9 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.Scheduler == (scheduler.Config{}) {
-		c.Scheduler = scheduler.DefaultConfig()
+	if c.Scheduler == nil {
+		def := scheduler.DefaultConfig()
+		c.Scheduler = &def
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d <= 0 {
@@ -80,14 +81,20 @@ type Controller struct {
 	jobs     map[string]*jobState
 	attempts map[string]*attemptState
 	workers  map[string]*workerState
-	queue    *scheduler.Queue
-	idem     map[string][]string
-	waiters  map[*waiter]struct{}
-	seq      uint64
-	dirty    bool
-	batch    *store.Batch
-	after    []func()
-	stats    stats
+	quotas   map[string]*berth.QuotaRule // by ID()
+	order    []*workerState              // every worker, by id
+	reserved map[string]string           // worker id → job holding it, from the last full pass
+	nextPort int                         // where the next rendezvous port search starts
+	// preempted holds when each preemption of the last window happened.
+	preempted []time.Time
+	queue     *scheduler.Queue
+	idem      map[string][]string
+	waiters   map[*waiter]struct{}
+	seq       uint64
+	dirty     bool
+	batch     *store.Batch
+	after     []func()
+	stats     stats
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -107,7 +114,8 @@ func New(cfg Config) *Controller {
 		jobs:      map[string]*jobState{},
 		attempts:  map[string]*attemptState{},
 		workers:   map[string]*workerState{},
-		queue:     scheduler.NewQueue(cfg.Scheduler),
+		quotas:    map[string]*berth.QuotaRule{},
+		queue:     scheduler.NewQueue(*cfg.Scheduler),
 		idem:      map[string][]string{},
 		waiters:   map[*waiter]struct{}{},
 		logNotify: make(chan struct{}),

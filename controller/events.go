@@ -13,24 +13,34 @@ const (
 	EventJobSubmitted      = "job.submitted"
 	EventJobRunning        = "job.running"
 	EventJobRequeued       = "job.requeued"
+	EventJobPreempted      = "job.preempted"  // a running attempt is stopped for a waiting job
+	EventQuotaExceeded     = "quota.exceeded" // a job is held back by a quota rule
 	EventJobSucceeded      = "job.succeeded"
 	EventJobFailed         = "job.failed"
 	EventJobCancelled      = "job.cancelled"
 	EventWorkerRegistered  = "worker.registered"
 	EventWorkerLost        = "worker.lost"
 	EventWorkerDisconnects = "worker.disconnected"
+	EventQuotaSet          = "quota.set"     // a quota rule was created or replaced
+	EventQuotaDeleted      = "quota.deleted" // a quota rule was deleted
 )
 
 // Event is one thing that happened, published after it is durable.
 type Event struct {
-	Seq      uint64         `json:"seq"`
-	Time     time.Time      `json:"time"`
-	Type     string         `json:"type"`
-	JobID    string         `json:"job_id,omitempty"`
-	State    berth.JobState `json:"state,omitempty"`
-	WorkerID string         `json:"worker_id,omitempty"`
-	Host     string         `json:"host,omitempty"`
-	Reason   string         `json:"reason,omitempty"`
+	Seq       uint64         `json:"seq"`
+	Time      time.Time      `json:"time"`
+	Type      string         `json:"type"`
+	JobID     string         `json:"job_id,omitempty"`
+	State     berth.JobState `json:"state,omitempty"`
+	WorkerID  string         `json:"worker_id,omitempty"`
+	Host      string         `json:"host,omitempty"`
+	Reason    string         `json:"reason,omitempty"`
+	Quota     string         `json:"quota,omitempty"`     // id of the rule a quota event is about
+	Limits    string         `json:"limits,omitempty"`    // a set rule's limits, e.g. "gpus<=8 jobs<=4"
+	Actor     string         `json:"actor,omitempty"`     // who made the change; empty until requests carry a user identity
+	User      string         `json:"user,omitempty"`      // the job's user, for quota events
+	Requested int            `json:"requested,omitempty"` // what a held-back job asked for
+	Limit     int            `json:"limit,omitempty"`     // the rule's limit
 }
 
 // Bus keeps the most recent events in a ring and wakes readers when more

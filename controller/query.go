@@ -5,7 +5,6 @@ import (
 	"sort"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -38,14 +37,10 @@ func (c *Controller) Job(ctx context.Context, id string) (*berth.JobDetail, erro
 // explain says why a queued job waits; "" when it is not queued.
 func (c *Controller) explain(id string) string {
 	js := c.jobs[id]
-	if js == nil || js.task == nil || js.attempt != nil {
+	if js == nil || js.task == nil || js.placed() {
 		return ""
 	}
-	workers := make([]*scheduler.Worker, 0, len(c.workers))
-	for _, ws := range c.workers {
-		workers = append(workers, ws.sched)
-	}
-	reason := scheduler.Explain(c.queue, js.task, workers, c.now().UTC())
+	reason := c.queue.Reason(js.task, c.snapshot()).Message
 	if js.job.Reason != "" {
 		reason += "; " + js.job.Reason
 	}
@@ -62,7 +57,9 @@ func (c *Controller) Workers(ctx context.Context) ([]*berth.Worker, error) {
 	var out []*berth.Worker
 	err := c.do(ctx, func() {
 		for _, ws := range c.workers {
-			out = append(out, c.workerCopy(ws))
+			w := c.workerCopy(ws)
+			w.ReservedFor = c.reserved[w.ID]
+			out = append(out, w)
 		}
 	})
 	sort.Slice(out, func(i, k int) bool {

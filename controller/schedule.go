@@ -1,6 +1,11 @@
 package controller
 
 import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strconv"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -9,26 +14,78 @@ import (
 	"github.com/berth-dev/berth/wire"
 )
 
+// Rendezvous ports: rank 0 of a gang gets one of these for its coordinator.
+const (
+	firstRendezvousPort = 29500
+	rendezvousPorts     = 1000
+)
+
+// addWorker registers a new worker state, keeping the order by id that
+// snapshots use.
+func (c *Controller) addWorker(ws *workerState) {
+	c.workers[ws.w.ID] = ws
+	i := sort.Search(len(c.order), func(i int) bool { return c.order[i].w.ID >= ws.w.ID })
+	c.order = slices.Insert(c.order, i, ws)
+}
+
+// snapshot is the cluster as the scheduler sees it now.
+func (c *Controller) snapshot() *scheduler.Snapshot {
+	now := c.now().UTC()
+	s := &scheduler.Snapshot{Now: now, Workers: make([]*scheduler.Worker, len(c.order)), Quotas: c.quotaRules()}
+	for i, ws := range c.order {
+		s.Workers[i] = ws.sched
+	}
+	window := now.Add(-c.cfg.Scheduler.PreemptWindow)
+	for len(c.preempted) > 0 && !c.preempted[0].After(window) {
+		c.preempted = c.preempted[1:]
+	}
+	s.RecentPreemptions = len(c.preempted)
+	return s
+}
+
 // schedule runs one scheduling pass and applies its plan: each assignment
-// becomes a durable attempt, then a job_assign to the worker's agent.
+// becomes a durable attempt, then a job_assign to the worker's agent;
+// preemptions stop their victims; reservations and quota holds become
+// visible.
 func (c *Controller) schedule() {
 	c.dirty = false
 	start := time.Now()
-	now := c.now().UTC()
-	workers := make([]*scheduler.Worker, 0, len(c.workers))
 	for _, ws := range c.workers {
 		ws.got = false
-		if ws.sess != nil {
-			workers = append(workers, ws.sched)
-		}
 	}
-	plan := scheduler.Schedule(c.queue, workers, now)
+	s := c.snapshot()
+	plan := scheduler.Schedule(c.queue, s)
 	if n := len(plan.Assignments); n > 0 {
 		b := &store.Batch{Attempts: make([]*berth.Attempt, 0, n), JobUpdates: make([]store.JobUpdate, 0, n)}
-		for _, pa := range plan.Assignments {
-			c.assign(pa, now, b)
+		for i := 0; i < n; {
+			k := i + 1
+			for k < n && plan.Assignments[k].Task == plan.Assignments[i].Task {
+				k++
+			}
+			c.assign(plan.Assignments[i:k], s.Now, b)
+			i = k
 		}
 		c.write(b)
+	}
+	for _, p := range plan.Preemptions {
+		c.preempt(p, s.Now)
+	}
+	if plan.Examined > 0 {
+		c.reserved = map[string]string{}
+		for _, r := range plan.Reservations {
+			for _, w := range r.Workers {
+				c.reserved[w] = r.JobID
+			}
+		}
+	}
+	if len(plan.QuotaExceeded) > 0 {
+		events := make([]Event, len(plan.QuotaExceeded))
+		for i, q := range plan.QuotaExceeded {
+			events[i] = Event{Time: s.Now, Type: EventQuotaExceeded, JobID: q.JobID, User: q.User, Quota: q.Rule,
+				Reason:    fmt.Sprintf("%s<=%d: %d in use, %d requested", q.Resource, q.Limit, q.InUse, q.Requested),
+				Requested: q.Requested, Limit: q.Limit}
+		}
+		c.afterCommit(func() { c.bus.Publish(events...) })
 	}
 	for _, ws := range c.workers {
 		if ws.asked && ws.sess != nil {
@@ -42,26 +99,99 @@ func (c *Controller) schedule() {
 	c.stats.passes.observe(time.Since(start))
 }
 
-func (c *Controller) assign(pa scheduler.Assignment, now time.Time, b *store.Batch) {
-	js, ws := c.jobs[pa.Task.JobID], c.workers[pa.WorkerID]
-	c.queue.Remove(pa.Task)
+// assign starts a job's members (all ranks of a gang at once): durable
+// attempts, then a job_assign to each member's agent.
+func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *store.Batch) {
+	js := c.jobs[members[0].Task.JobID]
+	c.queue.Remove(js.task)
 	j := js.job
-	a := &berth.Attempt{ID: c.ids.New(now), JobID: j.ID, TaskIndex: pa.Task.Index, WorkerID: ws.w.ID,
-		Host: ws.w.Host, GPUs: pa.GPUs, State: berth.AttemptAssigned, CreatedAt: now}
-	as := &attemptState{a: a, job: js, worker: ws}
-	js.attempt = as
-	c.attempts[a.ID] = as
-	ws.attempts[a.ID] = as
-	ws.take(as)
-	ws.w.Running = len(ws.attempts)
-	ws.got = true
 	j.Attempts++
-	b.Attempts = append(b.Attempts, as.copy())
+	js.failure = nil
+	var env map[string]string
+	for _, pa := range members {
+		ws := c.workers[pa.WorkerID]
+		a := &berth.Attempt{ID: c.ids.New(now), JobID: j.ID, TaskIndex: pa.Rank, WorkerID: ws.w.ID,
+			Host: ws.w.Host, GPUs: pa.GPUs, State: berth.AttemptAssigned, CreatedAt: now}
+		as := &attemptState{a: a, job: js, worker: ws}
+		as.run = c.running(as)
+		js.addMember(as)
+		c.attempts[a.ID] = as
+		ws.attempts[a.ID] = as
+		ws.take(as)
+		ws.w.Running = len(ws.attempts)
+		ws.got = true
+		if len(members) > 1 {
+			if pa.Rank == 0 {
+				a.Port = c.rendezvousPort(ws)
+				env = rendezvous(ws.w.Host, a.Port, len(members))
+			}
+			env = maps.Clone(env)
+			for _, k := range []string{"BERTH_NODE_RANK", "RANK", "NODE_RANK"} {
+				env[k] = strconv.Itoa(pa.Rank)
+			}
+		}
+		b.Attempts = append(b.Attempts, as.copy())
+		msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
+			Command: j.Command, Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
+			MaxRuntime: time.Duration(j.MaxRuntime), Grace: c.cfg.Grace}
+		s := ws.sess
+		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
+	}
 	b.JobUpdates = append(b.JobUpdates, js.update())
 	c.stats.placed.observe(now.Sub(j.CreatedAt))
-	msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
-		Command: j.Command, Env: j.Env, Workdir: j.Workdir, GPUs: a.GPUs,
-		MaxRuntime: time.Duration(j.MaxRuntime), Grace: c.cfg.Grace}
-	s := ws.sess
-	c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
+}
+
+// rendezvous returns the environment every member of a gang of n shares:
+// rank 0's host and port, in Berth's names and torchrun's.
+func rendezvous(host string, port, n int) map[string]string {
+	p, nn := strconv.Itoa(port), strconv.Itoa(n)
+	return map[string]string{"BERTH_NNODES": nn, "BERTH_COORDINATOR": host + ":" + p,
+		"MASTER_ADDR": host, "MASTER_PORT": p, "WORLD_SIZE": nn}
+}
+
+// mergeEnv returns the job's environment with Berth's added, sharing the
+// job's map when there is nothing to add.
+func mergeEnv(job, add map[string]string) map[string]string {
+	if len(add) == 0 {
+		return job
+	}
+	out := make(map[string]string, len(job)+len(add))
+	maps.Copy(out, job)
+	maps.Copy(out, add)
+	return out
+}
+
+// rendezvousPort picks a coordinator port on ws that no active gang there
+// holds.
+func (c *Controller) rendezvousPort(ws *workerState) int {
+	used := map[int]bool{}
+	for _, as := range ws.attempts {
+		used[as.a.Port] = true
+	}
+	for i := range rendezvousPorts {
+		p := firstRendezvousPort + (c.nextPort+i)%rendezvousPorts
+		if !used[p] {
+			c.nextPort = (c.nextPort + i + 1) % rendezvousPorts
+			return p
+		}
+	}
+	return firstRendezvousPort
+}
+
+// preempt stops a victim attempt for a waiting job; when its agent reports
+// the end, the attempt ends preempted and its job is requeued without
+// spending a retry.
+func (c *Controller) preempt(p scheduler.Preemption, now time.Time) {
+	as := c.attempts[p.AttemptID]
+	if as == nil || as.preemptedBy != "" {
+		return
+	}
+	as.preemptedBy = p.For
+	as.run.Stopping = true
+	c.preempted = append(c.preempted, now)
+	reason := "preempted by job " + p.For
+	c.sendCancel(as, reason)
+	ev := Event{Time: now, Type: EventJobPreempted, JobID: as.job.job.ID, WorkerID: as.worker.w.ID,
+		Host: as.worker.w.Host, Reason: reason}
+	c.afterCommit(func() { c.bus.Publish(ev) })
 }

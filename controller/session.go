@@ -172,7 +172,7 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 	ws := c.workers[m.WorkerID]
 	if ws == nil {
 		ws = newWorkerState(&berth.Worker{ID: m.WorkerID, RegisteredAt: now})
-		c.workers[m.WorkerID] = ws
+		c.addWorker(ws)
 	}
 	if old := ws.sess; old != nil && old != s {
 		old.worker = nil
@@ -190,7 +190,7 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 	ack := &wire.Ack{Of: wire.AckRegister, Lease: c.cfg.Lease, Heartbeat: c.cfg.Heartbeat}
 	for _, id := range m.Running {
 		reported[id] = true
-		if as := c.attempts[id]; as != nil && as.worker == ws && !as.job.cancelRequested() {
+		if as := c.attempts[id]; as != nil && as.worker == ws && as.stopReason() == "" {
 			ack.Keep = append(ack.Keep, id)
 		} else {
 			ack.Kill = append(ack.Kill, id)
@@ -219,8 +219,8 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 		c.bus.Publish(ev)
 	})
 	for _, as := range ws.attempts {
-		if as.job.cancelRequested() {
-			c.sendCancel(as, "cancelled by user")
+		if why := as.stopReason(); why != "" {
+			c.sendCancel(as, why)
 		}
 	}
 	c.dirty = true
@@ -324,34 +324,59 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 		c.protocolError(s, "job_result state %q", m.State)
 		return
 	}
-	c.endAttempt(as, m.State, m.ExitCode, m.Reason, c.now().UTC())
+	st, reason := m.State, m.Reason
+	if as.preemptedBy != "" && st != berth.AttemptSucceeded {
+		st, reason = berth.AttemptPreempted, "preempted by job "+as.preemptedBy
+	}
+	c.endAttempt(as, st, m.ExitCode, reason, c.now().UTC())
 	c.afterCommit(func() { s.send(wire.TypeAck, ack) })
 }
 
-// endAttempt records an attempt's end, frees its capacity and moves its job
-// on: done, failed, cancelled or queued again per its retries.
+// endAttempt records an attempt's end and frees its capacity. The first
+// member of a gang to end otherwise than succeeded ends the gang: the other
+// members are stopped. Once no member is left the job moves on: done,
+// failed, cancelled or queued again per its retries.
 func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *int, reason string, now time.Time) {
 	a := as.a
 	a.State, a.ExitCode, a.Reason, a.FinishedAt = st, code, reason, now
 	delete(c.attempts, a.ID)
 	as.worker.release(as)
 	js := as.job
-	js.attempt = nil
+	js.members[a.TaskIndex] = nil
+	js.live--
 	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}})
 	c.dirty = true
+	if st != berth.AttemptSucceeded && js.failure == nil {
+		js.failure = &memberEnd{state: st, code: code, reason: reason}
+		if js.live > 0 {
+			why := fmt.Sprintf("gang member %d %s", a.TaskIndex, st)
+			if st == berth.AttemptPreempted {
+				why = reason
+			}
+			js.active(func(o *attemptState) {
+				o.run.Stopping = true
+				c.sendCancel(o, why)
+			})
+		}
+	}
+	if js.live > 0 {
+		return
+	}
+	js.members = nil
 	j := js.job
+	f := js.failure
 	switch {
 	case js.cancelRequested():
 		c.finishJob(js, berth.JobCancelled, code, "cancelled by user", now)
-	case st == berth.AttemptSucceeded:
+	case f == nil:
 		c.finishJob(js, berth.JobSucceeded, code, "", now)
-	case st == berth.AttemptPreempted || (st == berth.AttemptCancelled && reason == reasonWithdrawn):
+	case f.state == berth.AttemptPreempted || (f.state == berth.AttemptCancelled && f.reason == reasonWithdrawn):
 		j.Attempts-- // not the job's fault: no retry spent
-		c.requeue(js, reason, now)
+		c.requeue(js, f.reason, now)
 	case j.Attempts <= j.Retries:
-		c.requeue(js, fmt.Sprintf("retrying after attempt %d %s: %s", j.Attempts, st, orDefault(reason, exitDesc(code))), now)
+		c.requeue(js, fmt.Sprintf("retrying after attempt %d %s: %s", j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
 	default:
-		c.finishJob(js, berth.JobFailed, code, orDefault(reason, exitDesc(code)), now)
+		c.finishJob(js, berth.JobFailed, f.code, orDefault(f.reason, exitDesc(f.code)), now)
 	}
 }
 

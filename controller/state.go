@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"slices"
 	"sort"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/scheduler"
@@ -15,7 +17,28 @@ const ReasonCancelRequested = "cancel requested"
 type jobState struct {
 	job     *berth.Job // the loop's copy; batches get copies
 	task    *scheduler.Task
-	attempt *attemptState // current attempt, nil while queued
+	members []*attemptState // active attempts by rank (a gang has several); nil while queued
+	live    int             // active members
+	failure *memberEnd      // the first member to end otherwise than succeeded
+}
+
+// memberEnd is how one member of a job's current placement ended.
+type memberEnd struct {
+	state  berth.AttemptState
+	code   *int
+	reason string
+}
+
+// placed reports whether the job has active attempts.
+func (js *jobState) placed() bool { return js.live > 0 }
+
+// active calls fn for each active member.
+func (js *jobState) active(fn func(*attemptState)) {
+	for _, as := range js.members {
+		if as != nil {
+			fn(as)
+		}
+	}
 }
 
 func (js *jobState) cancelRequested() bool { return js.job.Reason == ReasonCancelRequested }
@@ -27,10 +50,27 @@ func (js *jobState) update() store.JobUpdate {
 }
 
 type attemptState struct {
-	a       *berth.Attempt
-	job     *jobState
-	worker  *workerState
-	logSize int64
+	a           *berth.Attempt
+	job         *jobState
+	worker      *workerState
+	run         *scheduler.Running // what the scheduler sees of it
+	logSize     int64
+	preemptedBy string // job it is being stopped for
+}
+
+// stopReason says why the attempt is being stopped, or "" if it is not:
+// its job is cancelled, it is preempted, or another member of its gang
+// ended.
+func (as *attemptState) stopReason() string {
+	switch {
+	case as.job.cancelRequested():
+		return "cancelled by user"
+	case as.preemptedBy != "":
+		return "preempted by job " + as.preemptedBy
+	case as.job.failure != nil:
+		return "another member of the gang ended"
+	}
+	return ""
 }
 
 func (as *attemptState) copy() *berth.Attempt {
@@ -62,6 +102,7 @@ func (ws *workerState) recompute() {
 	s.CPUs, s.Memory = w.CPUs, w.Memory
 	s.GPUUsed = make([]bool, len(w.GPUs))
 	s.FreeCPUs, s.FreeMemory, s.FreeSlots = w.CPUs, w.Memory, w.Slots
+	s.Running = s.Running[:0]
 	for _, as := range ws.attempts {
 		ws.take(as)
 	}
@@ -71,6 +112,7 @@ func (ws *workerState) recompute() {
 
 func (ws *workerState) take(as *attemptState) {
 	s := ws.sched
+	s.Running = append(s.Running, as.run)
 	for _, idx := range as.a.GPUs {
 		for i, g := range s.GPUs {
 			if g.Index == idx {
@@ -87,6 +129,9 @@ func (ws *workerState) take(as *attemptState) {
 func (ws *workerState) release(as *attemptState) {
 	delete(ws.attempts, as.a.ID)
 	s := ws.sched
+	if i := slices.Index(s.Running, as.run); i >= 0 {
+		s.Running = slices.Delete(s.Running, i, i+1)
+	}
 	for _, idx := range as.a.GPUs {
 		for i, g := range s.GPUs {
 			if g.Index == idx {
@@ -121,7 +166,7 @@ func (c *Controller) rebuild(a *store.Active) {
 	for _, w := range a.Workers {
 		ws := newWorkerState(w)
 		ws.lastSeen = now.UnixNano()
-		c.workers[w.ID] = ws
+		c.addWorker(ws)
 	}
 	for _, j := range a.Jobs {
 		js := &jobState{job: j}
@@ -139,10 +184,11 @@ func (c *Controller) rebuild(a *store.Active) {
 		if ws == nil {
 			ws = newWorkerState(&berth.Worker{ID: at.WorkerID, Host: at.Host, State: berth.WorkerParked})
 			ws.lastSeen = now.UnixNano()
-			c.workers[at.WorkerID] = ws
+			c.addWorker(ws)
 		}
 		as := &attemptState{a: at, job: js, worker: ws, logSize: a.LogSizes[at.ID]}
-		js.attempt = as
+		as.run = c.running(as)
+		js.addMember(as)
 		c.attempts[at.ID] = as
 		ws.attempts[at.ID] = as
 	}
@@ -154,16 +200,47 @@ func (c *Controller) rebuild(a *store.Active) {
 	}
 	var queued []*jobState
 	for _, js := range c.jobs {
-		if js.attempt == nil {
+		if !js.placed() {
 			queued = append(queued, js)
+		} else if js.live < max(js.job.Nodes, 1) {
+			// A member of this gang ended before the restart: the gang
+			// ends too. Its agents stop the others when they register.
+			js.failure = &memberEnd{state: berth.AttemptLost, reason: "another member of the gang ended while the server restarted"}
+			js.active(func(as *attemptState) { as.run.Stopping = true })
 		}
 	}
 	sort.Slice(queued, func(i, k int) bool { return queued[i].job.ID < queued[k].job.ID })
 	for _, js := range queued {
 		c.enqueue(js)
 	}
+	c.loadQuotas(a.Quotas)
 	c.stats.loadCounts(a.Counts)
 	c.dirty = true
+}
+
+// addMember records as as the active attempt of its rank.
+func (js *jobState) addMember(as *attemptState) {
+	if js.members == nil {
+		js.members = make([]*attemptState, max(js.job.Nodes, 1))
+	}
+	if r := as.a.TaskIndex; r >= 0 && r < len(js.members) && js.members[r] == nil {
+		js.members[r] = as
+		js.live++
+	}
+}
+
+// running returns the scheduler's view of an attempt.
+func (c *Controller) running(as *attemptState) *scheduler.Running {
+	j := as.job.job
+	started := as.a.StartedAt
+	if started.IsZero() {
+		started = as.a.CreatedAt
+	}
+	r := j.Resources
+	return &scheduler.Running{AttemptID: as.a.ID, JobID: j.ID, Rank: as.a.TaskIndex, Queue: j.Queue, User: j.User,
+		Template: j.Template, Priority: j.Priority, Preemptible: j.Preemptible, Gang: j.Nodes > 1, Started: started,
+		MaxRuntime: time.Duration(j.MaxRuntime), GPUs: as.a.GPUs, CPUs: r.CPUs, Memory: r.Memory,
+		Stopping: as.preemptedBy != "" || as.job.cancelRequested()}
 }
 
 // enqueue puts a job's task in the scheduler queue.
@@ -171,7 +248,8 @@ func (c *Controller) enqueue(js *jobState) {
 	if js.task == nil {
 		c.seq++
 		j := js.job
-		js.task = &scheduler.Task{JobID: j.ID, Queue: j.Queue, Priority: j.Priority, Submitted: j.CreatedAt,
+		js.task = &scheduler.Task{JobID: j.ID, Nodes: j.Nodes, Queue: j.Queue, User: j.User, Template: j.Template,
+			Model: j.Model, Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
 			Seq: c.seq, Resources: j.Resources, Constraints: j.Constraints}
 	}
 	c.queue.Push(js.task)

@@ -137,13 +137,16 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 			return
 		}
 		now := c.now().UTC()
-		if as := js.attempt; as == nil {
+		if !js.placed() {
 			c.queue.Remove(js.task)
 			c.finishJob(js, berth.JobCancelled, nil, "cancelled by user", now)
 		} else if !js.cancelRequested() {
 			js.job.Reason = ReasonCancelRequested
 			c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
-			c.sendCancel(as, "cancelled by user")
+			js.active(func(as *attemptState) {
+				as.run.Stopping = true
+				c.sendCancel(as, "cancelled by user")
+			})
 		}
 		j := *js.job
 		c.afterCommit(func() { reply <- result{job: &j} })

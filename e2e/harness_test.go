@@ -5,9 +5,11 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -268,4 +270,34 @@ func shellJob(script string) *berth.SubmitRequest {
 // alive reports whether a process group still has members.
 func alive(pgid int) bool {
 	return syscall.Kill(-pgid, 0) == nil
+}
+
+// awaitEvent reads the server's event stream from the start until an event
+// matches, and returns it.
+func (cl *cluster) awaitEvent(timeout time.Duration, what string, match func(map[string]any) bool) map[string]any {
+	cl.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.url+"/api/v1/events?after=0", nil)
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cl.t.Fatalf("events: %v", err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var e map[string]any
+		if json.Unmarshal([]byte(data), &e) == nil && match(e) {
+			return e
+		}
+	}
+	cl.t.Fatalf("no event %s within %s", what, timeout)
+	return nil
 }

@@ -1,65 +1,127 @@
-// Package scheduler decides where pending tasks run. It is pure: Schedule
-// reads a queue, a set of workers and a time and returns a plan, with no I/O,
-// goroutines or clock of its own; the same input gives the same plan.
+// Package scheduler decides where pending jobs run. It is pure: Schedule
+// reads a queue and a snapshot of the cluster and returns a plan, with no
+// I/O, goroutines or clock of its own; the same input gives the same plan.
 //
-// Order: every task has an effective priority
+// Order: every pending task (one per job; a gang is one task of Nodes
+// members) has an effective priority
 //
 //	priority + wait × AgingRate (+ StarvationBoost once wait > StarvationAfter)
+//	         − FairShare × dominant share ÷ weight
 //
-// and ties go to the earlier submission (FIFO). Because the aging term grows
-// at the same rate for every task, the order without the boost never changes
-// as time passes, so Queue keeps tasks sorted once, by
-// priority − submitted × AgingRate, and only the boost is applied per plan.
+// and ties go to the earlier submission (FIFO). The dominant share is the
+// largest fraction of its queue's GPUs, CPUs or memory that the task's user
+// holds there (weighted dominant-resource fairness), so one user with
+// 10,000 queued jobs cannot lock others out. Because the aging term grows at
+// the same rate for every task, the order within one user's tasks never
+// changes as time passes, so Queue keeps each (queue, user) list sorted
+// once, by priority − submitted × AgingRate, and a pass merges the lists.
 package scheduler
 
 import (
+	"math"
 	"sort"
 	"time"
 
 	"github.com/berth-dev/berth"
 )
 
-// Config holds the ordering policy.
-type Config struct {
-	AgingRate       float64       // priority points gained per hour of waiting
-	StarvationAfter time.Duration // wait past which a task is boosted
-	StarvationBoost float64       // points added to a starving task
-}
-
-// DefaultConfig ages one point a minute and boosts tasks waiting over an hour
-// above every unboosted priority.
-func DefaultConfig() Config {
-	return Config{AgingRate: 60, StarvationAfter: time.Hour, StarvationBoost: berth.MaxPriority}
-}
-
-// Task is one pending task of a job.
+// Task is one pending job: Nodes members (1 for a single-node job, N for a
+// gang) that must all be placed at once, each needing Resources.
 type Task struct {
 	JobID       string
-	Index       int
+	Nodes       int // members; 0 means 1
 	Queue       string
+	User        string
+	Template    string
+	Model       string // placed preferably where this model is loaded
 	Priority    int
+	MaxRuntime  time.Duration // 0: unknown, never backfills
 	Submitted   time.Time
 	Seq         uint64 // FIFO tie-break; the controller passes submission order
 	Resources   berth.Resources
 	Constraints berth.Constraints
 
-	key     float64 // priority − submitted × rate, in hours
-	removed bool
-	queued  bool
+	// Reason is why the task was still pending after the last pass that
+	// examined it; Schedule sets it. Queue.Reason tells whether it is fresh.
+	Reason Reason
+
+	key        float64 // priority − submitted × rate, in hours
+	shape      *shape  // interned: tasks alike for feasibility share one
+	submitted  int64   // unix nanos
+	list       *list
+	reasonPass uint64
+	removed    bool
+	queued     bool
 }
 
-// Queue holds pending tasks in effective-priority order. It is not safe for
-// concurrent use; the controller owns it.
-type Queue struct {
-	cfg     Config
+func (t *Task) nodes() int { return max(t.Nodes, 1) }
+
+// Config holds the scheduling policy.
+type Config struct {
+	AgingRate       float64       // priority points gained per hour of waiting
+	StarvationAfter time.Duration // wait past which a task is boosted
+	StarvationBoost float64       // points added to a starving task
+	// FairShare is the priority points a user loses at a dominant share of
+	// 1 (all of the queue); 0 turns fair share off.
+	FairShare float64
+	// HeadOfLine stops each queue at its first task that does not fit
+	// (strict FIFO, as a scheduler without backfill).
+	HeadOfLine bool
+	// ReserveAfter is how long a task that does not fit waits before it
+	// reserves workers as they free up; 0 never reserves.
+	ReserveAfter    time.Duration
+	MaxReservations int // reservations held at once; 0 means 8
+	// Preemption: a pending task may stop preemptible running attempts of
+	// lower priority that have run at least PreemptMinRuntime, at most
+	// PreemptLimit per PreemptWindow (the caller counts; see Snapshot).
+	Preempt           bool
+	PreemptMinRuntime time.Duration
+	PreemptLimit      int
+	PreemptWindow     time.Duration
+}
+
+// DefaultConfig ages one point a minute, boosts tasks waiting over an hour
+// above every unboosted priority, takes up to 100 points for fair share,
+// reserves for tasks blocked over 10 minutes and allows 10 preemptions a
+// minute of attempts that have run 5 minutes.
+func DefaultConfig() Config {
+	return Config{AgingRate: 60, StarvationAfter: time.Hour, StarvationBoost: berth.MaxPriority,
+		FairShare: 100, ReserveAfter: 10 * time.Minute, MaxReservations: 8,
+		Preempt: true, PreemptMinRuntime: 5 * time.Minute, PreemptLimit: 10, PreemptWindow: time.Minute}
+}
+
+// listKey names one user's tasks in one queue.
+type listKey struct{ queue, user string }
+
+// list holds one user's tasks of one queue, sorted by key.
+type list struct {
+	key     listKey
 	sorted  []*Task // by key desc, Seq asc; may contain removed tasks
-	fresh   []*Task // pushed since the last sort
+	subs    []int64 // submission times of sorted, read without touching each task
+	oldest  int64   // no task was submitted before (removals leave it low)
+	newest  int64   // nor after (removals leave it high)
+	fresh   []*Task // pushed since the last settle
 	removed int
 	live    int
 }
 
+// Queue holds pending tasks. It is not safe for concurrent use; the
+// controller owns it.
+type Queue struct {
+	cfg    Config
+	lists  map[listKey]*list
+	shapes map[shape]*shape
+	live   int
+	pass   uint64 // passes run over this queue
+}
+
 // NewQueue returns an empty queue ordered by cfg.
-func NewQueue(cfg Config) *Queue { return &Queue{cfg: cfg} }
+func NewQueue(cfg Config) *Queue {
+	return &Queue{cfg: cfg, lists: map[listKey]*list{}, shapes: map[shape]*shape{}}
+}
+
+// Config returns the policy the queue was made with.
+func (q *Queue) Config() Config { return q.cfg }
 
 // Len returns the number of tasks queued.
 func (q *Queue) Len() int { return q.live }
@@ -69,9 +131,22 @@ func (q *Queue) Push(t *Task) {
 	if t.queued {
 		return
 	}
+	k := listKey{t.Queue, t.User}
+	l := q.lists[k]
+	if l == nil {
+		l = &list{key: k, oldest: math.MaxInt64, newest: math.MinInt64}
+		q.lists[k] = l
+	}
+	sh := shapeOf(t)
+	if q.shapes[sh] == nil {
+		q.shapes[sh] = &sh
+	}
+	t.shape, t.submitted = q.shapes[sh], t.Submitted.UnixNano()
+	l.oldest, l.newest = min(l.oldest, t.submitted), max(l.newest, t.submitted)
 	t.key = float64(t.Priority) - hours(t.Submitted)*q.cfg.AgingRate
-	t.removed, t.queued = false, true
-	q.fresh = append(q.fresh, t)
+	t.removed, t.queued, t.list = false, true, l
+	l.fresh = append(l.fresh, t)
+	l.live++
 	q.live++
 }
 
@@ -81,11 +156,16 @@ func (q *Queue) Remove(t *Task) {
 		return
 	}
 	t.queued, t.removed = false, true
+	t.list.live--
+	t.list.removed++
 	q.live--
-	q.removed++
+	if t.list.live == 0 {
+		delete(q.lists, t.list.key)
+	}
 }
 
-// EffectivePriority returns t's priority at now, aging and boost included.
+// EffectivePriority returns t's priority at now, aging and boost included
+// (fair share, which depends on the cluster, is not).
 func (q *Queue) EffectivePriority(t *Task, now time.Time) float64 {
 	p := t.key + hours(now)*q.cfg.AgingRate
 	if q.starving(t, now) {
@@ -108,73 +188,234 @@ func before(a, b *Task) bool {
 }
 
 // settle merges fresh tasks into the sorted list and drops removed ones.
-func (q *Queue) settle() {
-	if q.removed > 0 && (q.removed > len(q.sorted)/2 || len(q.fresh) > 0) {
-		kept := q.sorted[:0]
-		for _, t := range q.sorted {
+func (l *list) settle() {
+	if l.removed > 0 && (l.removed > len(l.sorted)/2 || len(l.fresh) > 0) {
+		kept := l.sorted[:0]
+		for _, t := range l.sorted {
 			if !t.removed {
 				kept = append(kept, t)
 			}
 		}
-		clear(q.sorted[len(kept):])
-		q.sorted, q.removed = kept, 0
+		clear(l.sorted[len(kept):])
+		l.sorted, l.removed = kept, 0
+		if len(l.fresh) == 0 {
+			l.index()
+			return
+		}
 	}
-	if len(q.fresh) == 0 {
+	if len(l.fresh) == 0 {
 		return
 	}
-	fresh := q.fresh[:0]
-	for _, t := range q.fresh {
+	defer l.index()
+	fresh := l.fresh[:0]
+	for _, t := range l.fresh {
 		if !t.removed {
 			fresh = append(fresh, t)
 		}
 	}
 	sort.Slice(fresh, func(i, j int) bool { return before(fresh[i], fresh[j]) })
-	merged := make([]*Task, 0, len(q.sorted)+len(fresh))
-	i, j := 0, 0
-	for i < len(q.sorted) && j < len(fresh) {
-		if before(fresh[j], q.sorted[i]) {
-			merged = append(merged, fresh[j])
-			j++
-		} else {
-			merged = append(merged, q.sorted[i])
-			i++
-		}
-	}
-	merged = append(merged, q.sorted[i:]...)
-	merged = append(merged, fresh[j:]...)
-	q.sorted, q.fresh = merged, q.fresh[:0]
-}
-
-// Ordered calls fn for each queued task in effective-priority order at now,
-// until fn returns false. Starving tasks come first among equals of their
-// boosted priority.
-func (q *Queue) Ordered(now time.Time, fn func(*Task) bool) {
-	q.settle()
-	if q.cfg.StarvationAfter <= 0 {
-		for _, t := range q.sorted {
-			if !t.removed && !fn(t) {
-				return
+	if len(l.sorted) == 0 {
+		l.sorted = append([]*Task(nil), fresh...)
+	} else {
+		merged := make([]*Task, 0, len(l.sorted)+len(fresh))
+		i, j := 0, 0
+		for i < len(l.sorted) && j < len(fresh) {
+			if before(fresh[j], l.sorted[i]) {
+				merged = append(merged, fresh[j])
+				j++
+			} else {
+				merged = append(merged, l.sorted[i])
+				i++
 			}
 		}
-		return
+		merged = append(merged, l.sorted[i:]...)
+		l.sorted = append(merged, fresh[j:]...)
 	}
-	// Two cursors over the one sorted list: starving tasks and the rest,
-	// each already in key order; merge them by effective priority.
-	var s, r int
-	next := func(i int, starving bool) int {
-		for i < len(q.sorted) && (q.sorted[i].removed || q.starving(q.sorted[i], now) != starving) {
-			i++
-		}
-		return i
+	clear(l.fresh)
+	l.fresh = l.fresh[:0]
+}
+
+// index rebuilds subs.
+func (l *list) index() {
+	l.subs = l.subs[:0]
+	for _, t := range l.sorted {
+		l.subs = append(l.subs, t.submitted)
 	}
-	s, r = next(0, true), next(0, false)
-	for s < len(q.sorted) || r < len(q.sorted) {
-		var t *Task
-		if r >= len(q.sorted) || (s < len(q.sorted) && q.sorted[s].key+q.cfg.StarvationBoost >= q.sorted[r].key) {
-			t, s = q.sorted[s], next(s+1, true)
-		} else {
-			t, r = q.sorted[r], next(r+1, false)
+}
+
+// cursor walks one list in effective-priority order at now: two indexes
+// over the one sorted slice, for starving tasks and the rest, each already
+// in key order, merged by effective priority.
+type cursor struct {
+	q      *Queue
+	l      *list
+	now    time.Time
+	cutoff int64 // tasks submitted before are starving
+	s, r   int
+	score  float64 // effective priority of head, less the list's fair-share penalty
+}
+
+func (q *Queue) newCursor(l *list, now time.Time) *cursor {
+	l.settle()
+	c := &cursor{q: q, l: l, now: now, cutoff: now.Add(-q.cfg.StarvationAfter).UnixNano()}
+	if q.cfg.StarvationAfter <= 0 {
+		c.cutoff = math.MinInt64
+	}
+	// Scan for the first of each kind only where the list may hold one.
+	c.s, c.r = len(l.sorted), len(l.sorted)
+	if l.oldest < c.cutoff {
+		c.s = c.skip(0, true)
+	}
+	if l.newest >= c.cutoff {
+		c.r = c.skip(0, false)
+	}
+	return c
+}
+
+func (c *cursor) skip(i int, starving bool) int {
+	subs := c.l.subs
+	for i < len(subs) && ((subs[i] < c.cutoff) != starving || c.l.sorted[i].removed) {
+		i++
+	}
+	return i
+}
+
+// head returns the next task, or nil when the list is exhausted.
+func (c *cursor) head() *Task {
+	n := len(c.l.sorted)
+	switch {
+	case c.s >= n && c.r >= n:
+		return nil
+	case c.r >= n:
+		return c.l.sorted[c.s]
+	case c.s >= n:
+		return c.l.sorted[c.r]
+	}
+	if c.l.sorted[c.s].key+c.q.cfg.StarvationBoost >= c.l.sorted[c.r].key {
+		return c.l.sorted[c.s]
+	}
+	return c.l.sorted[c.r]
+}
+
+func (c *cursor) advance() {
+	if c.s < len(c.l.sorted) && c.head() == c.l.sorted[c.s] {
+		c.s = c.skip(c.s+1, true)
+	} else {
+		c.r = c.skip(c.r+1, false)
+	}
+}
+
+// merger yields the tasks of every list in score order: a heap of cursors.
+type merger struct {
+	heap    []*cursor
+	penalty func(listKey) float64 // fair-share points taken from a list
+	last    *cursor               // yielded the last task; pushed back at the next call
+}
+
+func (q *Queue) merger(now time.Time, penalty func(listKey) float64) *merger {
+	m := &merger{penalty: penalty, heap: make([]*cursor, 0, len(q.lists))}
+	keys := make([]listKey, 0, len(q.lists))
+	for k := range q.lists {
+		keys = append(keys, k)
+	}
+	// Map order is random; a fixed order keeps plans deterministic.
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].queue != keys[j].queue {
+			return keys[i].queue < keys[j].queue
 		}
+		return keys[i].user < keys[j].user
+	})
+	for _, k := range keys {
+		c := q.newCursor(q.lists[k], now)
+		if c.head() != nil {
+			m.push(c)
+		}
+	}
+	return m
+}
+
+func (m *merger) rescore(c *cursor) {
+	t := c.head()
+	c.score = c.q.EffectivePriority(t, c.now)
+	if m.penalty != nil {
+		c.score -= m.penalty(c.l.key)
+	}
+}
+
+func (m *merger) less(a, b *cursor) bool {
+	if a.score != b.score {
+		return a.score > b.score
+	}
+	return a.head().Seq < b.head().Seq
+}
+
+func (m *merger) push(c *cursor) {
+	m.rescore(c)
+	m.heap = append(m.heap, c)
+	i := len(m.heap) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !m.less(m.heap[i], m.heap[p]) {
+			break
+		}
+		m.heap[i], m.heap[p] = m.heap[p], m.heap[i]
+		i = p
+	}
+}
+
+// pop removes and returns the best cursor, or nil.
+func (m *merger) pop() *cursor {
+	n := len(m.heap)
+	if n == 0 {
+		return nil
+	}
+	top := m.heap[0]
+	m.heap[0] = m.heap[n-1]
+	m.heap[n-1] = nil
+	m.heap = m.heap[:n-1]
+	i := 0
+	for {
+		l, r, best := 2*i+1, 2*i+2, i
+		if l < len(m.heap) && m.less(m.heap[l], m.heap[best]) {
+			best = l
+		}
+		if r < len(m.heap) && m.less(m.heap[r], m.heap[best]) {
+			best = r
+		}
+		if best == i {
+			break
+		}
+		m.heap[i], m.heap[best] = m.heap[best], m.heap[i]
+		i = best
+	}
+	return top
+}
+
+// next returns the next task in order, or nil when all are done. The list
+// of the task returned is scored again at the following call, so that a
+// placement made in between counts against its fair share.
+func (m *merger) next() *Task {
+	if c := m.last; c != nil {
+		m.last = nil
+		if c.head() != nil {
+			m.push(c)
+		}
+	}
+	c := m.pop()
+	if c == nil {
+		return nil
+	}
+	t := c.head()
+	c.advance()
+	m.last = c
+	return t
+}
+
+// Ordered calls fn for each queued task in effective-priority order at now
+// (without fair share), until fn returns false.
+func (q *Queue) Ordered(now time.Time, fn func(*Task) bool) {
+	m := q.merger(now, nil)
+	for t := m.next(); t != nil; t = m.next() {
 		if !fn(t) {
 			return
 		}

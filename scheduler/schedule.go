@@ -2,14 +2,13 @@ package scheduler
 
 import (
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
 )
 
-// Worker is a worker's free capacity as the scheduler sees it.
+// Worker is a worker as the scheduler sees it: capacity, what is free now
+// and what runs on it.
 type Worker struct {
 	ID         string
 	Host       string
@@ -22,7 +21,9 @@ type Worker struct {
 	FreeCPUs   float64
 	FreeMemory berth.Bytes
 	FreeSlots  int
-	Off        bool // takes no new work (disconnected, parked, off)
+	Off        bool     // takes no new work (disconnected, parked, off)
+	Models     []string // models loaded and warm
+	Running    []*Running
 }
 
 func (w *Worker) serves(queue string) bool {
@@ -37,250 +38,220 @@ func (w *Worker) serves(queue string) bool {
 	return false
 }
 
-// Assignment places a task on a worker with the listed GPU indexes.
+// Running is one attempt holding resources on a worker.
+type Running struct {
+	AttemptID   string
+	JobID       string
+	Rank        int // member of the job; rank 0 counts the job once
+	Queue       string
+	User        string
+	Template    string
+	Priority    int
+	Preemptible bool
+	Gang        bool // member of a multi-node job: never a preemption victim
+	Started     time.Time
+	MaxRuntime  time.Duration // 0: unknown
+	GPUs        []int
+	CPUs        float64
+	Memory      berth.Bytes
+	Stopping    bool // being stopped; its resources free soon
+}
+
+// end returns when the attempt ends at the latest, and false if unknown.
+func (r *Running) end(now time.Time) (time.Time, bool) {
+	switch {
+	case r.Stopping:
+		return now, true
+	case r.MaxRuntime > 0:
+		return r.Started.Add(r.MaxRuntime), true
+	}
+	return time.Time{}, false
+}
+
+// Snapshot is the cluster a pass plans over.
+type Snapshot struct {
+	Now     time.Time
+	Workers []*Worker // in a stable order (e.g. by id) for deterministic plans
+	Quotas  []berth.QuotaRule
+	// RecentPreemptions is how many preemptions the caller carried out in
+	// the last Config.PreemptWindow.
+	RecentPreemptions int
+}
+
+// Assignment places member Rank of a task on a worker with the listed GPU
+// indexes.
 type Assignment struct {
 	Task     *Task
+	Rank     int
 	WorkerID string
 	GPUs     []int
 }
 
-// Plan is what one scheduling pass decided. Later policies add preemptions
-// and reservations beside Assignments.
+// Preemption stops a running attempt so that job For can start.
+type Preemption struct {
+	AttemptID string
+	JobID     string
+	WorkerID  string
+	For       string
+}
+
+// Reservation holds workers for a waiting job as they free up. Only
+// backfill (a job whose max_runtime ends before Start) may use them
+// meanwhile.
+type Reservation struct {
+	JobID   string
+	Workers []string
+	Start   time.Time // expected start; zero when unknown (no backfill)
+}
+
+// QuotaExceeded reports a task newly held back by a quota rule.
+type QuotaExceeded struct {
+	JobID     string
+	User      string
+	Rule      string // "user:alice"
+	Resource  string // "gpus" or "jobs"
+	Requested int
+	InUse     int
+	Limit     int
+}
+
+// Plan is what one scheduling pass decided.
 type Plan struct {
-	Assignments []Assignment
+	Assignments   []Assignment
+	Preemptions   []Preemption
+	Reservations  []Reservation
+	QuotaExceeded []QuotaExceeded
+	Examined      int // pending tasks looked at
 }
 
-// Schedule places queued tasks on workers in effective-priority order, each
-// on the feasible worker it fits best (fewest GPUs left free, then fewest
-// CPUs), never overcommitting GPUs, CPUs, memory or slots. It reads q and
-// workers and changes neither.
-func Schedule(q *Queue, workers []*Worker, now time.Time) Plan {
-	free := make([]workerFree, len(workers))
-	open := 0
-	for i, w := range workers {
-		free[i] = workerFree{w: w, gpuUsed: append([]bool(nil), w.GPUUsed...), cpus: w.FreeCPUs, mem: w.FreeMemory, slots: w.FreeSlots}
-		if !w.Off && w.FreeSlots > 0 {
-			open++
-		}
+// Reason codes of a pending task.
+const (
+	ReasonUnfit       = "unfit"       // no worker could ever take it
+	ReasonOff         = "off"         // the workers that could are off or disconnected
+	ReasonCapacity    = "capacity"    // waiting for free resources
+	ReasonQuota       = "quota"       // a quota rule holds it back
+	ReasonReserved    = "reserved"    // what it could use is reserved for another job
+	ReasonReservation = "reservation" // holds a reservation, waiting for it to free up
+	ReasonPreempting  = "preempting"  // waiting for the attempts it preempted to stop
+	ReasonOrder       = "order"       // behind the head of its queue (head-of-line policy)
+)
+
+// Reason says why a task is pending.
+type Reason struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Schedule runs one pass: it walks the queue in order (effective priority
+// less fair share), places each task on the feasible workers it fits best
+// (fewest GPUs left free), all members of a gang or none, within quotas, and
+// never overcommits GPUs, CPUs, memory or slots. A task that does not fit
+// may preempt lower-priority preemptible attempts or, once it has waited
+// Config.ReserveAfter, reserve workers. Schedule records on each task it
+// examines why it is still pending; it changes nothing else of q or s.
+func Schedule(q *Queue, s *Snapshot) Plan {
+	q.pass++
+	p := newPass(q, s)
+	if p.open == 0 && !p.canPreempt() {
+		return p.plan
 	}
-	var plan Plan
-	if open == 0 {
-		return plan
+	var penalty func(listKey) float64
+	if q.cfg.FairShare > 0 {
+		penalty = p.fairPenalty
 	}
-	full := map[shape]bool{} // shapes that found no worker this pass
-	q.Ordered(now, func(t *Task) bool {
-		sh := shapeOf(t)
-		if full[sh] {
-			return true
+	m := q.merger(s.Now, penalty)
+	for t := m.next(); t != nil; t = m.next() {
+		if p.open == 0 && !p.canPreempt() {
+			break
 		}
-		best, bestGPUs := -1, []int(nil)
-		var bestScore [2]float64
-		for i := range free {
-			f := &free[i]
-			if f.w.Off || f.slots == 0 {
-				continue
+		p.plan.Examined++
+		p.consider(t)
+	}
+	return p.plan
+}
+
+// consider tries to place t, and otherwise records why it waits and tries
+// preemption and reservation for it.
+func (p *pass) consider(t *Task) {
+	q := p.q
+	t.reasonPass = q.pass
+	if head := p.blocked[t.Queue]; head != nil {
+		p.setReason(t, ReasonOrder, fmt.Sprintf("behind job %s, first in queue %s", head.JobID, t.Queue))
+		return
+	}
+	if qe := p.overQuota(t); qe != nil {
+		if t.Reason.Code != ReasonQuota {
+			p.plan.QuotaExceeded = append(p.plan.QuotaExceeded, *qe)
+		}
+		p.setReason(t, ReasonQuota, p.quotaMessage(qe))
+		return
+	}
+	mk := memoKey{t.shape, p.backfillMask(t)}
+	why, failed := p.failed[mk]
+	if !failed {
+		if p.place(t) {
+			return
+		}
+		why = p.whyNot(t)
+		p.failed[mk] = why
+	}
+	t.Reason = why
+	if q.cfg.HeadOfLine {
+		p.blocked[t.Queue] = t
+	}
+	if why.Code == ReasonUnfit || why.Code == ReasonOff {
+		return
+	}
+	if p.preempt(t) {
+		return
+	}
+	if q.cfg.ReserveAfter > 0 && p.s.Now.Sub(t.Submitted) >= q.cfg.ReserveAfter {
+		p.reserve(t)
+	}
+}
+
+func (p *pass) setReason(t *Task, code, msg string) {
+	if t.Reason.Code != code || t.Reason.Message != msg {
+		t.Reason = Reason{code, msg}
+	}
+}
+
+// place puts every member of t on a distinct worker, or none.
+func (p *pass) place(t *Task) bool {
+	n := t.nodes()
+	p.stamp++
+	p.sawRes = nil
+	chosen := make([]*node, 0, n)
+	gpus := make([][]int, 0, n)
+	for range n {
+		nd, g := p.find(t)
+		if nd == nil {
+			for i, c := range chosen {
+				c.give(p, t, gpus[i])
+				c.stamp = 0
 			}
-			gpus, ok := f.fit(t)
-			if !ok {
-				continue
-			}
-			score := [2]float64{float64(f.freeGPUs() - len(gpus)), f.cpus - t.Resources.CPUs}
-			if best < 0 || score[0] < bestScore[0] || (score[0] == bestScore[0] && score[1] < bestScore[1]) {
-				best, bestGPUs, bestScore = i, gpus, score
-			}
-		}
-		if best < 0 {
-			full[sh] = true
-			return true
-		}
-		f := &free[best]
-		f.take(t, bestGPUs)
-		plan.Assignments = append(plan.Assignments, Assignment{Task: t, WorkerID: f.w.ID, GPUs: bestGPUs})
-		if f.slots == 0 {
-			open--
-		}
-		return open > 0
-	})
-	return plan
-}
-
-type workerFree struct {
-	w       *Worker
-	gpuUsed []bool
-	cpus    float64
-	mem     berth.Bytes
-	slots   int
-}
-
-func (f *workerFree) freeGPUs() int {
-	n := 0
-	for _, u := range f.gpuUsed {
-		if !u {
-			n++
-		}
-	}
-	return n
-}
-
-// fit returns the GPUs t would take on f, lowest index first, if t fits now.
-func (f *workerFree) fit(t *Task) ([]int, bool) {
-	r := &t.Resources
-	if !eligible(f.w, t) || r.CPUs > f.cpus || r.Memory > f.mem {
-		return nil, false
-	}
-	if r.GPUs == 0 {
-		return nil, true
-	}
-	gpus := make([]int, 0, r.GPUs)
-	for i, g := range f.w.GPUs {
-		if !f.gpuUsed[i] && gpuMatches(g, r) {
-			gpus = append(gpus, g.Index)
-			if len(gpus) == r.GPUs {
-				return gpus, true
-			}
-		}
-	}
-	return nil, false
-}
-
-func (f *workerFree) take(t *Task, gpus []int) {
-	for _, idx := range gpus {
-		for i, g := range f.w.GPUs {
-			if g.Index == idx {
-				f.gpuUsed[i] = true
-			}
-		}
-	}
-	f.cpus -= t.Resources.CPUs
-	f.mem -= t.Resources.Memory
-	f.slots--
-}
-
-// eligible checks what does not depend on current use: queue, host, labels.
-func eligible(w *Worker, t *Task) bool {
-	if !w.serves(t.Queue) {
-		return false
-	}
-	if t.Constraints.Host != "" && t.Constraints.Host != w.Host {
-		return false
-	}
-	for k, v := range t.Constraints.Labels {
-		if w.Labels[k] != v {
 			return false
 		}
+		nd.take(p, t, g)
+		nd.stamp = p.stamp
+		chosen = append(chosen, nd)
+		gpus = append(gpus, g)
 	}
+	for rank, nd := range chosen {
+		nd.stamp = 0
+		p.plan.Assignments = append(p.plan.Assignments, Assignment{Task: t, Rank: rank, WorkerID: nd.w.ID, GPUs: gpus[rank]})
+	}
+	p.charge(t)
+	t.Reason = Reason{}
 	return true
 }
 
-func gpuMatches(g berth.GPU, r *berth.Resources) bool {
-	if r.GPUMemory > 0 && g.Memory < r.GPUMemory {
-		return false
+// Reason returns why t is pending: what the last pass that examined it
+// found, or, if the last pass stopped before t (the cluster was full),
+// what Explain finds now.
+func (q *Queue) Reason(t *Task, s *Snapshot) Reason {
+	if t.reasonPass == q.pass && t.Reason.Code != "" {
+		return t.Reason
 	}
-	return r.GPUType == "" || strings.Contains(strings.ToLower(g.Model), strings.ToLower(r.GPUType))
-}
-
-// shape is what makes two tasks interchangeable for feasibility: if one
-// found no worker in a pass, the next of the same shape won't either.
-type shape struct {
-	queue, host, gpuType, labels string
-	gpus                         int
-	gpuMem, mem                  berth.Bytes
-	cpus                         float64
-}
-
-func shapeOf(t *Task) shape {
-	s := shape{queue: t.Queue, host: t.Constraints.Host, gpuType: t.Resources.GPUType, gpus: t.Resources.GPUs,
-		gpuMem: t.Resources.GPUMemory, mem: t.Resources.Memory, cpus: t.Resources.CPUs}
-	if len(t.Constraints.Labels) > 0 {
-		keys := make([]string, 0, len(t.Constraints.Labels))
-		for k, v := range t.Constraints.Labels {
-			keys = append(keys, k+"="+v)
-		}
-		sort.Strings(keys)
-		s.labels = strings.Join(keys, ",")
-	}
-	return s
-}
-
-// Explain says why t is still pending on these workers: no worker could ever
-// take it (and which requirement fails), or it waits for capacity, or for
-// tasks ahead of it.
-func Explain(q *Queue, t *Task, workers []*Worker, now time.Time) string {
-	r := &t.Resources
-	var serving, hostOK, labelsOK, gpuOK, cpuOK, memOK, on int
-	for _, w := range workers {
-		if !w.serves(t.Queue) {
-			continue
-		}
-		serving++
-		if t.Constraints.Host != "" && t.Constraints.Host != w.Host {
-			continue
-		}
-		hostOK++
-		if !eligible(w, t) {
-			continue
-		}
-		labelsOK++
-		matching := 0
-		for _, g := range w.GPUs {
-			if gpuMatches(g, r) {
-				matching++
-			}
-		}
-		if matching < r.GPUs {
-			continue
-		}
-		gpuOK++
-		if !w.Off {
-			on++
-		}
-		if w.CPUs >= r.CPUs {
-			cpuOK++
-		}
-		if w.Memory >= r.Memory {
-			memOK++
-		}
-	}
-	switch {
-	case serving == 0:
-		return fmt.Sprintf("no worker serves queue %q", t.Queue)
-	case hostOK == 0:
-		return fmt.Sprintf("no worker with host %q serves queue %q", t.Constraints.Host, t.Queue)
-	case labelsOK == 0:
-		return "no worker has the required labels"
-	case gpuOK == 0:
-		return fmt.Sprintf("no worker has %d GPUs%s", r.GPUs, gpuDesc(r))
-	case cpuOK == 0:
-		return fmt.Sprintf("no worker has %g CPUs", r.CPUs)
-	case memOK == 0:
-		return fmt.Sprintf("no worker has %s of memory", r.Memory)
-	case on == 0:
-		return "every worker that fits is off or disconnected"
-	}
-	ahead := 0
-	q.Ordered(now, func(o *Task) bool {
-		if o == t {
-			return false
-		}
-		ahead++
-		return true
-	})
-	if ahead > 0 {
-		return fmt.Sprintf("waiting for free resources (%d tasks ahead in order)", ahead)
-	}
-	return "waiting for free resources"
-}
-
-func gpuDesc(r *berth.Resources) string {
-	var parts []string
-	if r.GPUType != "" {
-		parts = append(parts, "of type "+r.GPUType)
-	}
-	if r.GPUMemory > 0 {
-		parts = append(parts, "with "+r.GPUMemory.String()+" each")
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " " + strings.Join(parts, " ")
+	return Explain(q, t, s)
 }

@@ -104,7 +104,9 @@ func (s *Store) prepared(ctx context.Context, queries []string) ([]*sql.Stmt, er
 
 const jobColumns = `id, queue, user_name, idempotency_key, spec, array_index, state, reason, exit_code, attempts, created_at, started_at, finished_at`
 
-const attemptColumns = `id, job_id, task_index, worker_id, host, gpus, state, exit_code, reason, created_at, started_at, finished_at`
+const attemptColumns = `id, job_id, task_index, worker_id, host, gpus, state, exit_code, reason, created_at, started_at, finished_at, port`
+
+const quotaColumns = `id, scope, name, max_gpus, max_jobs, weight, updated_at`
 
 // Write applies b in one transaction and returns once it is fsynced.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
@@ -156,9 +158,13 @@ const (
 	upsertAttempts = `INSERT INTO attempts (` + attemptColumns + `) VALUES `
 	attemptsTail   = ` ON CONFLICT (id) DO UPDATE SET worker_id = excluded.worker_id, host = excluded.host, gpus = excluded.gpus,
 		state = excluded.state, exit_code = excluded.exit_code, reason = excluded.reason,
-		started_at = excluded.started_at, finished_at = excluded.finished_at`
+		started_at = excluded.started_at, finished_at = excluded.finished_at, port = excluded.port`
 	upsertWorker = `INSERT INTO workers (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body`
-	insertLogs   = `INSERT INTO logs (attempt_id, off, data) VALUES `
+	upsertQuota  = `INSERT INTO quota_rules (` + quotaColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET scope = excluded.scope, name = excluded.name, max_gpus = excluded.max_gpus,
+		max_jobs = excluded.max_jobs, weight = excluded.weight, updated_at = excluded.updated_at`
+	deleteQuota = `DELETE FROM quota_rules WHERE id = ?`
+	insertLogs  = `INSERT INTO logs (attempt_id, off, data) VALUES `
 )
 
 // planBatch turns b into statements in the order Batch documents.
@@ -173,7 +179,7 @@ func planBatch(b *store.Batch) ([]writeOp, error) {
 		ops = append(ops, writeOp{what: "update job " + u.ID, query: updateJob, mustUpdate: true,
 			args: []any{string(u.State), u.Reason, nullInt(u.ExitCode), u.Attempts, nanos(u.StartedAt), nanos(u.FinishedAt), u.ID}})
 	}
-	if ops, err = insertRows(ops, "upsert attempts", upsertAttempts, 12, len(b.Attempts), attemptsTail,
+	if ops, err = insertRows(ops, "upsert attempts", upsertAttempts, 13, len(b.Attempts), attemptsTail,
 		func(i int, args []any) error { return attemptArgs(b.Attempts[i], args) }); err != nil {
 		return nil, err
 	}
@@ -183,6 +189,13 @@ func planBatch(b *store.Batch) ([]writeOp, error) {
 			return nil, fmt.Errorf("encode worker %s: %w", w.ID, err)
 		}
 		ops = append(ops, writeOp{what: "upsert worker " + w.ID, query: upsertWorker, args: []any{w.ID, body}})
+	}
+	for _, q := range b.Quotas {
+		ops = append(ops, writeOp{what: "upsert quota rule " + q.ID(), query: upsertQuota,
+			args: []any{q.ID(), q.Scope, q.Name, q.MaxGPUs, q.MaxJobs, q.Weight, nanos(q.UpdatedAt)}})
+	}
+	for _, id := range b.QuotaDeletes {
+		ops = append(ops, writeOp{what: "delete quota rule " + id, query: deleteQuota, args: []any{id}})
 	}
 	return insertRows(ops, "append logs", insertLogs, 3, len(b.Logs), "",
 		func(i int, args []any) error {
@@ -236,7 +249,7 @@ func attemptArgs(a *berth.Attempt, args []any) error {
 	}
 	args[0], args[1], args[2], args[3], args[4], args[5] = a.ID, a.JobID, a.TaskIndex, a.WorkerID, a.Host, string(gpus)
 	args[6], args[7], args[8] = string(a.State), nullInt(a.ExitCode), a.Reason
-	args[9], args[10], args[11] = nanos(a.CreatedAt), nanos(a.StartedAt), nanos(a.FinishedAt)
+	args[9], args[10], args[11], args[12] = nanos(a.CreatedAt), nanos(a.StartedAt), nanos(a.FinishedAt), a.Port
 	return nil
 }
 
@@ -302,7 +315,7 @@ func scanAttempt(row scanner) (*berth.Attempt, error) {
 		created, started, finished int64
 	)
 	if err := row.Scan(&a.ID, &a.JobID, &a.TaskIndex, &a.WorkerID, &a.Host, &gpus, &state, &exitCode, &a.Reason,
-		&created, &started, &finished); err != nil {
+		&created, &started, &finished, &a.Port); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(gpus), &a.GPUs); err != nil {
@@ -311,6 +324,19 @@ func scanAttempt(row scanner) (*berth.Attempt, error) {
 	a.State, a.ExitCode = berth.AttemptState(state), intPtr(exitCode)
 	a.CreatedAt, a.StartedAt, a.FinishedAt = fromNanos(created), fromNanos(started), fromNanos(finished)
 	return &a, nil
+}
+
+func scanQuota(row scanner) (*berth.QuotaRule, error) {
+	var (
+		q       berth.QuotaRule
+		id      string
+		updated int64
+	)
+	if err := row.Scan(&id, &q.Scope, &q.Name, &q.MaxGPUs, &q.MaxJobs, &q.Weight, &updated); err != nil {
+		return nil, err
+	}
+	q.UpdatedAt = fromNanos(updated)
+	return &q, nil
 }
 
 // collect runs query on the read pool and scans every row with scan.
@@ -342,6 +368,9 @@ func (s *Store) LoadActive(ctx context.Context) (*store.Active, error) {
 		return nil, fmt.Errorf("load attempts: %w", err)
 	}
 	if a.Workers, err = s.Workers(ctx); err != nil {
+		return nil, err
+	}
+	if a.Quotas, err = s.Quotas(ctx); err != nil {
 		return nil, err
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT l.attempt_id, MAX(l.off + length(l.data)) FROM logs l
@@ -520,4 +549,13 @@ func (s *Store) Workers(ctx context.Context) ([]*berth.Worker, error) {
 		return nil, fmt.Errorf("list workers: %w", err)
 	}
 	return ws, nil
+}
+
+// Quotas returns every quota rule, by id.
+func (s *Store) Quotas(ctx context.Context) ([]*berth.QuotaRule, error) {
+	qs, err := collect(ctx, s.r, scanQuota, `SELECT `+quotaColumns+` FROM quota_rules ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list quota rules: %w", err)
+	}
+	return qs, nil
 }

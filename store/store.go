@@ -6,33 +6,50 @@ package store
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/berth-dev/berth"
 )
 
 // Batch is a set of writes applied in one transaction, in this order: new
-// jobs, job updates, attempt upserts, worker upserts, log appends. Within
-// each list a later entry for the same id wins.
+// jobs, job updates, attempt upserts, worker upserts, quota rule upserts,
+// quota rule deletes, log appends. Within each list a later entry for the
+// same id wins. Because deletes come after upserts, a batch holding both an
+// upsert and a delete of one rule deletes it; Append keeps the order of a
+// rule's writes across batches by dropping a delete that a later upsert
+// supersedes.
 type Batch struct {
-	Jobs       []*berth.Job
-	JobUpdates []JobUpdate
-	Attempts   []*berth.Attempt
-	Workers    []*berth.Worker
-	Logs       []LogChunk
+	Jobs         []*berth.Job
+	JobUpdates   []JobUpdate
+	Attempts     []*berth.Attempt
+	Workers      []*berth.Worker
+	Quotas       []*berth.QuotaRule // upserts, keyed by ID()
+	QuotaDeletes []string           // ids of rules to delete; an unknown id is no error
+	Logs         []LogChunk
 }
 
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
-	return len(b.Jobs)+len(b.JobUpdates)+len(b.Attempts)+len(b.Workers)+len(b.Logs) == 0
+	return len(b.Jobs)+len(b.JobUpdates)+len(b.Attempts)+len(b.Workers)+
+		len(b.Quotas)+len(b.QuotaDeletes)+len(b.Logs) == 0
 }
 
-// Append adds every write of o after those of b.
+// Append adds every write of o after those of b. A quota rule that o
+// upserts is no longer deleted by b, so that applying the result leaves
+// what applying b and then o does.
 func (b *Batch) Append(o *Batch) {
 	b.Jobs = append(b.Jobs, o.Jobs...)
 	b.JobUpdates = append(b.JobUpdates, o.JobUpdates...)
 	b.Attempts = append(b.Attempts, o.Attempts...)
 	b.Workers = append(b.Workers, o.Workers...)
+	if len(o.Quotas) > 0 && len(b.QuotaDeletes) > 0 {
+		b.QuotaDeletes = slices.DeleteFunc(b.QuotaDeletes, func(id string) bool {
+			return slices.ContainsFunc(o.Quotas, func(q *berth.QuotaRule) bool { return q.ID() == id })
+		})
+	}
+	b.Quotas = append(b.Quotas, o.Quotas...)
+	b.QuotaDeletes = append(b.QuotaDeletes, o.QuotaDeletes...)
 	b.Logs = append(b.Logs, o.Logs...)
 }
 
@@ -69,7 +86,8 @@ type Active struct {
 	Jobs     []*berth.Job     // pending and running jobs
 	Attempts []*berth.Attempt // assigned and running attempts
 	Workers  []*berth.Worker
-	LogSizes map[string]int64 // stored bytes of each active attempt's output
+	Quotas   []*berth.QuotaRule // every quota rule, by id
+	LogSizes map[string]int64   // stored bytes of each active attempt's output
 	Counts   map[berth.JobState]int
 }
 
@@ -79,7 +97,8 @@ type Store interface {
 	// Write applies b atomically and durably (fsynced) before returning.
 	Write(ctx context.Context, b *Batch) error
 	// LoadActive returns every non-terminal job and attempt, all workers,
-	// log sizes of the active attempts and job counts by state.
+	// all quota rules, log sizes of the active attempts and job counts by
+	// state.
 	LoadActive(ctx context.Context) (*Active, error)
 	// Job returns one job.
 	Job(ctx context.Context, id string) (*berth.Job, error)
@@ -97,6 +116,8 @@ type Store interface {
 	Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error)
 	// Workers returns every worker ever registered, by id.
 	Workers(ctx context.Context) ([]*berth.Worker, error)
+	// Quotas returns every quota rule, by id.
+	Quotas(ctx context.Context) ([]*berth.QuotaRule, error)
 	// Close releases the store.
 	Close() error
 }
@@ -105,9 +126,10 @@ type Store interface {
 var ErrStopped = berth.Errorf(berth.ECodeUnavailable, "store writer stopped")
 
 // Compact folds writes that a later write of the same batch supersedes:
-// updates of jobs created in the batch go into the created row, and only
-// the last upsert of each attempt and worker is kept. The result writes the
-// same final state with fewer statements.
+// updates of jobs created in the batch go into the created row, only the
+// last upsert of each attempt, worker and quota rule is kept, and a rule
+// the batch deletes is neither upserted nor deleted twice. The result
+// writes the same final state with fewer statements.
 func (b *Batch) Compact() {
 	if len(b.Jobs) > 0 && len(b.JobUpdates) > 0 {
 		created := make(map[string]*berth.Job, len(b.Jobs))
@@ -128,6 +150,19 @@ func (b *Batch) Compact() {
 	b.JobUpdates = lastByID(b.JobUpdates, func(u JobUpdate) string { return u.ID })
 	b.Attempts = lastByID(b.Attempts, func(a *berth.Attempt) string { return a.ID })
 	b.Workers = lastByID(b.Workers, func(w *berth.Worker) string { return w.ID })
+	b.compactQuotas()
+}
+
+// compactQuotas keeps the last upsert of each rule that the batch does not
+// also delete (deletes apply after upserts), and each delete once.
+func (b *Batch) compactQuotas() {
+	b.QuotaDeletes = lastByID(b.QuotaDeletes, func(id string) string { return id })
+	b.Quotas = lastByID(b.Quotas, func(q *berth.QuotaRule) string { return q.ID() })
+	if len(b.Quotas) > 0 && len(b.QuotaDeletes) > 0 {
+		b.Quotas = slices.DeleteFunc(b.Quotas, func(q *berth.QuotaRule) bool {
+			return slices.Contains(b.QuotaDeletes, q.ID())
+		})
+	}
 }
 
 // applyTo sets the fields u updates on j.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -301,5 +302,77 @@ func TestCompactOnSQLite(t *testing.T) {
 	}
 	if len(j1) != 200 || !reflect.DeepEqual(j1, j2) {
 		t.Errorf("Jobs differ: %d as is, %d compacted", len(j1), len(j2))
+	}
+}
+
+// TestQuotaWritesKeepOrderAcrossAppend checks that merging batches with
+// Append, and compacting the result, leaves the quota rules that writing
+// each batch in turn leaves: deletes after upserts within a batch, and
+// each rule's writes in order across batches.
+func TestQuotaWritesKeepOrderAcrossAppend(t *testing.T) {
+	t.Parallel()
+	ids := []string{"user:a", "user:b", "queue:c"}
+	apply := func(m map[string]int, b *store.Batch) {
+		for _, q := range b.Quotas {
+			m[q.ID()] = q.MaxJobs
+		}
+		for _, id := range b.QuotaDeletes {
+			delete(m, id)
+		}
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		want := map[string]int{"user:a": -2, "queue:c": -2} // stored before
+		merged := &store.Batch{}
+		for i := range rapid.IntRange(1, 6).Draw(rt, "batches") {
+			b := &store.Batch{}
+			for k := range rapid.IntRange(0, 3).Draw(rt, "upserts") {
+				scope, name, _ := strings.Cut(rapid.SampledFrom(ids).Draw(rt, "upsert"), ":")
+				b.Quotas = append(b.Quotas, &berth.QuotaRule{Scope: scope, Name: name, MaxGPUs: berth.NoLimit, MaxJobs: i*10 + k})
+			}
+			for range rapid.IntRange(0, 2).Draw(rt, "deletes") {
+				b.QuotaDeletes = append(b.QuotaDeletes, rapid.SampledFrom(ids).Draw(rt, "delete"))
+			}
+			apply(want, b)
+			merged.Append(&store.Batch{Quotas: slices.Clone(b.Quotas), QuotaDeletes: slices.Clone(b.QuotaDeletes)})
+		}
+		got := map[string]int{"user:a": -2, "queue:c": -2}
+		apply(got, &store.Batch{Quotas: slices.Clone(merged.Quotas), QuotaDeletes: slices.Clone(merged.QuotaDeletes)})
+		if !reflect.DeepEqual(got, want) {
+			rt.Fatalf("merged batch leaves %v, want %v", got, want)
+		}
+		merged.Compact()
+		got = map[string]int{"user:a": -2, "queue:c": -2}
+		apply(got, merged)
+		if !reflect.DeepEqual(got, want) {
+			rt.Fatalf("compacted batch leaves %v, want %v", got, want)
+		}
+		seen := map[string]bool{}
+		for _, q := range merged.Quotas {
+			if seen[q.ID()] {
+				rt.Fatalf("compacted batch upserts %s twice", q.ID())
+			}
+			seen[q.ID()] = true
+		}
+		for _, id := range merged.QuotaDeletes {
+			if seen[id] {
+				rt.Fatalf("compacted batch writes %s twice (upsert and delete, or two deletes)", id)
+			}
+			seen[id] = true
+		}
+	})
+}
+
+func TestEmptyCountsQuotaWrites(t *testing.T) {
+	t.Parallel()
+	for _, b := range []*store.Batch{
+		{Quotas: []*berth.QuotaRule{{Scope: "user", Name: "a"}}},
+		{QuotaDeletes: []string{"user:a"}},
+	} {
+		if b.Empty() {
+			t.Errorf("Empty() of %+v = true", b)
+		}
+	}
+	if b := (&store.Batch{}); !b.Empty() {
+		t.Error("Empty() of an empty batch = false")
 	}
 }

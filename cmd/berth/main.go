@@ -53,6 +53,7 @@ var commands = map[string]command{
 	"cancel":  {"cancel jobs", runCancel},
 	"wait":    {"wait for jobs to end; exit 0 only if all succeeded", runWait},
 	"workers": {"list workers", runWorkers},
+	"quota":   {"manage quota rules (set, list, rm)", runQuota},
 	"bench":   {"measure throughput and latency on this machine", runBench},
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 )
@@ -28,6 +29,9 @@ type serverConfig struct {
 	Lease         time.Duration
 	Heartbeat     time.Duration
 	AcceptTimeout time.Duration
+	Policy        string        // scheduling policy name
+	ReserveAfter  time.Duration // a blocked job waiting this long reserves workers
+	PreemptAfter  time.Duration // minimum runtime before an attempt may be preempted
 	Log           *slog.Logger
 }
 
@@ -41,6 +45,33 @@ func (m *Main) addServerFlags(fs interface {
 	fs.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long an agent may be unheard before it self-fences and its attempts are lost")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
 	fs.DurationVar(&cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long an agent has to accept an assignment before it is withdrawn")
+	def := scheduler.DefaultConfig()
+	fs.StringVar(&cfg.Policy, "policy", "berth", "scheduling policy: "+strings.Join(scheduler.PolicyNames(), ", "))
+	fs.DurationVar(&cfg.ReserveAfter, "reserve-after", def.ReserveAfter, "how long a job that does not fit waits before it reserves workers (0: never)")
+	fs.DurationVar(&cfg.PreemptAfter, "preempt-min-runtime", def.PreemptMinRuntime, "how long an attempt runs before a higher-priority job may preempt it")
+}
+
+// schedulerConfig returns the policy the flags chose; nil (the default
+// policy) when no policy is named.
+func (cfg *serverConfig) schedulerConfig() (*scheduler.Config, error) {
+	if cfg.Policy == "" {
+		return nil, nil
+	}
+	sc, err := scheduler.PolicyConfig(cfg.Policy)
+	if err != nil {
+		return nil, berth.Invalidf("--policy", "%v", err)
+	}
+	if cfg.ReserveAfter < 0 {
+		return nil, berth.Invalidf("--reserve-after", "must not be negative")
+	}
+	if cfg.PreemptAfter < 0 {
+		return nil, berth.Invalidf("--preempt-min-runtime", "must not be negative")
+	}
+	if sc.ReserveAfter > 0 {
+		sc.ReserveAfter = cfg.ReserveAfter
+	}
+	sc.PreemptMinRuntime = cfg.PreemptAfter
+	return &sc, nil
 }
 
 // runningServer is a started control plane.
@@ -97,12 +128,16 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	sched, err := cfg.schedulerConfig()
+	if err != nil {
+		return nil, err
+	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	ctl := controller.New(controller.Config{Store: st, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
-		AcceptTimeout: cfg.AcceptTimeout})
+		AcceptTimeout: cfg.AcceptTimeout, Scheduler: sched})
 	if err := ctl.Start(ctx); err != nil {
 		st.Close()
 		return nil, err

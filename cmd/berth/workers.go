@@ -25,7 +25,7 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 		return printJSON(m.Stdout, list)
 	}
 	now := time.Now()
-	t := newTable(m.Stdout, "HOST", "STATE", "GPUS", "RUNNING", "SLOTS", "QUEUES", "HEARTBEAT", "ID")
+	t := newTable(m.Stdout, "HOST", "STATE", "GPUS", "RUNNING", "SLOTS", "QUEUES", "HEARTBEAT", "RESERVED FOR", "ID")
 	for _, w := range list {
 		gpus := "-"
 		if len(w.GPUs) > 0 {
@@ -35,7 +35,12 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 		if len(w.Queues) > 0 {
 			queues = strings.Join(w.Queues, ",")
 		}
-		t.row(w.Host, string(w.State), gpus, strconv.Itoa(w.Running), strconv.Itoa(w.Slots), queues, ago(w.LastHeartbeat, now), w.ID)
+		reserved := "-"
+		if w.ReservedFor != "" {
+			reserved = w.ReservedFor
+		}
+		t.row(w.Host, string(w.State), gpus, strconv.Itoa(w.Running), strconv.Itoa(w.Slots), queues,
+			ago(w.LastHeartbeat, now), reserved, w.ID)
 	}
 	return t.flush()
 }

@@ -65,6 +65,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Attempts", testAttempts},
 		{"AttemptUpsertsLastWins", testAttemptUpsertsLastWins},
 		{"Workers", testWorkers},
+		{"Quotas", testQuotas},
+		{"QuotaWritesInBatchOrder", testQuotaWritesInBatchOrder},
 		{"Logs", testLogs},
 		{"LogsBinary", testLogsBinary},
 		{"JobsFilter", testJobsFilter},
@@ -133,6 +135,7 @@ func fullJob(id string) *berth.Job {
 		ID: id,
 		JobSpec: berth.JobSpec{
 			Name:     "train-llama.v2_7b",
+			Model:    "meta-llama/Llama-3.1-8B",
 			User:     "alice",
 			Queue:    "gpu",
 			Kind:     berth.KindService,
@@ -241,6 +244,22 @@ func getWorkers(t *testing.T, s store.Store) []*berth.Worker {
 		t.Fatalf("Workers: %v", err)
 	}
 	return ws
+}
+
+func getQuotas(t *testing.T, s store.Store) []*berth.QuotaRule {
+	t.Helper()
+	qs, err := s.Quotas(t.Context())
+	if err != nil {
+		t.Fatalf("Quotas: %v", err)
+	}
+	return qs
+}
+
+// quotaRule returns a rule with the given caps, updated at base plus n
+// nanoseconds.
+func quotaRule(scope, name string, gpus, jobs int, weight float64, n int) *berth.QuotaRule {
+	return &berth.QuotaRule{Scope: scope, Name: name, MaxGPUs: gpus, MaxJobs: jobs, Weight: weight,
+		UpdatedAt: base.Add(time.Duration(n))}
 }
 
 func getLogs(t *testing.T, s store.Store, attemptID string, offset int64, limit int) []byte {
@@ -485,8 +504,10 @@ func testUpdateOfMissingJobFailsWholeBatch(t *testing.T, s store.Store) {
 	old := newJob(ids.next(), "gpu", "alice", berth.JobPending)
 	oldAttempt := newAttempt(ids.next(), old.ID, berth.AttemptAssigned)
 	oldWorker := &berth.Worker{ID: ids.next(), Host: "h1", State: berth.WorkerReady, Slots: 1}
+	oldQuota := quotaRule("user", "alice", 4, berth.NoLimit, 2, 0)
 	write(t, s, &store.Batch{Jobs: []*berth.Job{cloneJob(old)}, Attempts: []*berth.Attempt{oldAttempt},
-		Workers: []*berth.Worker{oldWorker}, Logs: []store.LogChunk{{AttemptID: oldAttempt.ID, Data: []byte("one\n")}}})
+		Workers: []*berth.Worker{oldWorker}, Quotas: []*berth.QuotaRule{oldQuota},
+		Logs: []store.LogChunk{{AttemptID: oldAttempt.ID, Data: []byte("one\n")}}})
 
 	var fresh []*berth.Job
 	for range 130 { // more than one multi-row insert
@@ -507,7 +528,10 @@ func testUpdateOfMissingJobFailsWholeBatch(t *testing.T, s store.Store) {
 		},
 		Attempts: []*berth.Attempt{&changedAttempt, newAttempt(newAttemptID, fresh[0].ID, berth.AttemptAssigned)},
 		Workers:  []*berth.Worker{&changedWorker, {ID: ids.next(), Host: "h2", State: berth.WorkerReady}},
-		Logs:     []store.LogChunk{{AttemptID: oldAttempt.ID, Offset: 4, Data: []byte("two\n")}},
+		Quotas:   []*berth.QuotaRule{quotaRule("user", "bob", 1, 1, 0, 1), quotaRule("queue", "gpu", 0, berth.NoLimit, 0, 2)},
+		// A delete of the rule written before.
+		QuotaDeletes: []string{oldQuota.ID()},
+		Logs:         []store.LogChunk{{AttemptID: oldAttempt.ID, Offset: 4, Data: []byte("two\n")}},
 	}
 	if err := s.Write(ctx, bad); err == nil {
 		t.Fatalf("Write with an update of missing job %s succeeded, want an error", missing)
@@ -524,6 +548,7 @@ func testUpdateOfMissingJobFailsWholeBatch(t *testing.T, s store.Store) {
 		t.Errorf("Attempts of a job of the failed batch = %s, want none", dump(as))
 	}
 	checkEqual(t, "Workers", getWorkers(t, s), []*berth.Worker{oldWorker})
+	checkEqual(t, "Quotas", getQuotas(t, s), []*berth.QuotaRule{oldQuota})
 	if got := getLogs(t, s, oldAttempt.ID, 0, 100); string(got) != "one\n" {
 		t.Errorf("Logs = %q, want %q", got, "one\n")
 	}
@@ -546,7 +571,7 @@ func testAttempts(t *testing.T, s store.Store) {
 	write(t, s, &store.Batch{Jobs: []*berth.Job{jobA, jobB}})
 
 	a1 := &berth.Attempt{ID: ids.next(), JobID: jobA.ID, TaskIndex: 0, WorkerID: "worker-1", Host: "gpu-1",
-		GPUs: []int{0, 3}, State: berth.AttemptAssigned, CreatedAt: base.Add(1)}
+		GPUs: []int{0, 3}, Port: 29517, State: berth.AttemptAssigned, CreatedAt: base.Add(1)}
 	a2 := &berth.Attempt{ID: ids.next(), JobID: jobA.ID, TaskIndex: 1, WorkerID: "worker-2", Host: "gpu-2",
 		State: berth.AttemptAssigned, CreatedAt: base.Add(2)}
 	b1 := &berth.Attempt{ID: ids.next(), JobID: jobB.ID, WorkerID: "worker-1", Host: "gpu-1", GPUs: []int{1},
@@ -648,6 +673,83 @@ func testWorkers(t *testing.T, s store.Store) {
 	w3 := &berth.Worker{ID: ids.next(), Host: "cpu-2", State: berth.WorkerReady, RegisteredAt: base.Add(3)}
 	write(t, s, &store.Batch{Workers: []*berth.Worker{&back, w3, &parked}})
 	checkEqual(t, "Workers after batch", getWorkers(t, s), []*berth.Worker{&busy, &parked, w3})
+}
+
+func testQuotas(t *testing.T, s store.Store) {
+	if qs := getQuotas(t, s); len(qs) != 0 {
+		t.Errorf("Quotas of an empty store = %s, want none", dump(qs))
+	}
+	// Every field, full time precision, fractional weights, NoLimit and 0.
+	alice := quotaRule("user", "alice", 8, berth.NoLimit, 2.625, 1)
+	gpu := quotaRule("queue", "gpu", 0, 0, 0, 2)
+	tmpl := quotaRule("template", "jupyter.v2", berth.NoLimit, 3, 0, 3)
+	bob := quotaRule("user", "bob@example.org", berth.MaxQuotaValue, berth.MaxQuotaValue, 1000, 4)
+	// Written out of id order: Quotas returns them by id.
+	write(t, s, &store.Batch{Quotas: []*berth.QuotaRule{tmpl, bob, gpu, alice}})
+	checkEqual(t, "Quotas", getQuotas(t, s), []*berth.QuotaRule{gpu, tmpl, alice, bob})
+
+	// An upsert of the same id replaces every field.
+	aliceLater := quotaRule("user", "alice", berth.NoLimit, 4, 0, 5)
+	// A time in another location is stored as the same instant, read in UTC.
+	in := *aliceLater
+	in.UpdatedAt = in.UpdatedAt.In(time.FixedZone("UTC-7", -7*3600))
+	write(t, s, &store.Batch{Quotas: []*berth.QuotaRule{&in}})
+	checkEqual(t, "Quotas after update", getQuotas(t, s), []*berth.QuotaRule{gpu, tmpl, aliceLater, bob})
+
+	// Deletes: a known id goes, an unknown one is no error and changes
+	// nothing, in a batch with other writes too.
+	var ids idSource
+	job := newJob(ids.next(), "gpu", "alice", berth.JobPending)
+	write(t, s, &store.Batch{Jobs: []*berth.Job{job}, QuotaDeletes: []string{tmpl.ID(), "user:nobody"}})
+	checkEqual(t, "Quotas after delete", getQuotas(t, s), []*berth.QuotaRule{gpu, aliceLater, bob})
+	checkJob(t, s, job)
+	write(t, s, &store.Batch{QuotaDeletes: []string{tmpl.ID(), "queue:none", ""}})
+	checkEqual(t, "Quotas after deletes of unknown ids", getQuotas(t, s), []*berth.QuotaRule{gpu, aliceLater, bob})
+
+	// A deleted rule can be written again.
+	tmplAgain := quotaRule("template", "jupyter.v2", 1, berth.NoLimit, 0, 6)
+	write(t, s, &store.Batch{Quotas: []*berth.QuotaRule{tmplAgain}})
+	checkEqual(t, "Quotas after rewrite", getQuotas(t, s), []*berth.QuotaRule{gpu, tmplAgain, aliceLater, bob})
+	checkEqual(t, "Active.Quotas", loadActive(t, s).Quotas, []*berth.QuotaRule{gpu, tmplAgain, aliceLater, bob})
+}
+
+func testQuotaWritesInBatchOrder(t *testing.T, s store.Store) {
+	a1, a2 := quotaRule("user", "alice", 1, berth.NoLimit, 0, 1), quotaRule("user", "alice", 2, berth.NoLimit, 0, 2)
+	b1 := quotaRule("user", "bob", 1, berth.NoLimit, 0, 1)
+	c1, c2 := quotaRule("queue", "cpu", berth.NoLimit, 1, 0, 1), quotaRule("queue", "cpu", berth.NoLimit, 2, 0, 2)
+	write(t, s, &store.Batch{Quotas: []*berth.QuotaRule{b1, c1}})
+
+	// In one batch a later upsert of the same id wins, and deletes apply
+	// after upserts: a rule both upserted and deleted is gone.
+	write(t, s, &store.Batch{Quotas: []*berth.QuotaRule{a1, b1, a2}, QuotaDeletes: []string{b1.ID()}})
+	checkEqual(t, "Quotas after upserts and a delete", getQuotas(t, s), []*berth.QuotaRule{c1, a2})
+
+	// Batches merged with Append keep the order of each rule's writes:
+	// upsert then delete deletes, delete then upsert keeps the upsert, and
+	// the last of several wins.
+	merged := &store.Batch{}
+	for _, w := range []*store.Batch{
+		{Quotas: []*berth.QuotaRule{b1}}, {QuotaDeletes: []string{b1.ID()}}, // new, then deleted
+		{QuotaDeletes: []string{c1.ID()}}, {Quotas: []*berth.QuotaRule{c2}}, // stored, deleted, then upserted
+		// stored, deleted, upserted, deleted, upserted again: a2 wins
+		{QuotaDeletes: []string{a1.ID()}}, {Quotas: []*berth.QuotaRule{a1}},
+		{QuotaDeletes: []string{a1.ID()}}, {Quotas: []*berth.QuotaRule{a2}},
+		{QuotaDeletes: []string{"user:none"}}, // unknown: no effect
+	} {
+		merged.Append(w)
+	}
+	write(t, s, merged)
+	checkEqual(t, "Quotas after merged batches", getQuotas(t, s), []*berth.QuotaRule{c2, a2})
+
+	// The same through Compact, as the committer writes them.
+	merged = &store.Batch{}
+	merged.Append(&store.Batch{QuotaDeletes: []string{a2.ID()}})
+	merged.Append(&store.Batch{Quotas: []*berth.QuotaRule{b1}})
+	merged.Append(&store.Batch{Quotas: []*berth.QuotaRule{a1}})
+	merged.Append(&store.Batch{QuotaDeletes: []string{c2.ID(), b1.ID()}})
+	merged.Compact()
+	write(t, s, merged)
+	checkEqual(t, "Quotas after compacted batches", getQuotas(t, s), []*berth.QuotaRule{a1})
 }
 
 func testLogs(t *testing.T, s store.Store) {
@@ -884,7 +986,7 @@ func testJobsByIdempotencyKey(t *testing.T, s store.Store) {
 
 func testLoadActiveEmpty(t *testing.T, s store.Store) {
 	a := loadActive(t, s)
-	if len(a.Jobs)+len(a.Attempts)+len(a.Workers) != 0 {
+	if len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas) != 0 {
 		t.Errorf("LoadActive of an empty store = %s, want nothing", dump(a))
 	}
 	for st, n := range a.Counts {
@@ -920,10 +1022,18 @@ func testLoadActive(t *testing.T, s store.Store) {
 		{ID: ids.next(), Host: "gpu-2", State: berth.WorkerLost},
 		{ID: ids.next(), Host: "cpu-1", State: berth.WorkerParked, Queues: []string{"cpu"}},
 	}
+	// Written out of id order; one is deleted later.
+	quotas := []*berth.QuotaRule{
+		quotaRule("user", "bob", berth.NoLimit, 2, 0.5, 1),
+		quotaRule("queue", "gpu", 16, berth.NoLimit, 0, 2),
+		quotaRule("template", "jupyter", 1, 1, 0, 3),
+		quotaRule("user", "alice", 8, 4, 2, 4),
+	}
 	write(t, s, &store.Batch{
 		Jobs:     jobs,
 		Attempts: attempts,
 		Workers:  workers,
+		Quotas:   quotas,
 		Logs: []store.LogChunk{
 			{AttemptID: active.ID, Offset: 0, Data: []byte("0123456789")},
 			{AttemptID: ended.ID, Offset: 0, Data: make([]byte, 100)},
@@ -934,8 +1044,9 @@ func testLoadActive(t *testing.T, s store.Store) {
 	u2 := store.JobUpdate{ID: jobs[6].ID, State: berth.JobFailed, Reason: "lost", Attempts: 1,
 		StartedAt: jobs[6].StartedAt, FinishedAt: base.Add(time.Hour)}
 	write(t, s, &store.Batch{
-		JobUpdates: []store.JobUpdate{u1, u2},
-		Logs:       []store.LogChunk{{AttemptID: active.ID, Offset: 10, Data: []byte("abcde")}},
+		JobUpdates:   []store.JobUpdate{u1, u2},
+		QuotaDeletes: []string{"template:jupyter"},
+		Logs:         []store.LogChunk{{AttemptID: active.ID, Offset: 10, Data: []byte("abcde")}},
 	})
 	apply(jobs[0], u1)
 	apply(jobs[6], u2)
@@ -954,6 +1065,7 @@ func testLoadActive(t *testing.T, s store.Store) {
 	checkEqual(t, "Active.Jobs", a.Jobs, wantJobs)
 	checkEqual(t, "Active.Attempts", a.Attempts, []*berth.Attempt{assigned, active})
 	checkEqual(t, "Active.Workers", a.Workers, workers)
+	checkEqual(t, "Active.Quotas", a.Quotas, []*berth.QuotaRule{quotas[1], quotas[3], quotas[0]})
 	if a.LogSizes[active.ID] != 15 || a.LogSizes[assigned.ID] != 0 {
 		t.Errorf("LogSizes = %v, want %s: 15 (and %s: 0 or absent)", a.LogSizes, active.ID, assigned.ID)
 	}
@@ -1086,6 +1198,7 @@ type snapshot struct {
 	Attempts map[string][]*berth.Attempt
 	Logs     map[string]string
 	Workers  []*berth.Worker
+	Quotas   []*berth.QuotaRule
 }
 
 func takeSnapshot(t *testing.T, s store.Store, jobIDs, attemptIDs []string) *snapshot {
@@ -1095,7 +1208,7 @@ func takeSnapshot(t *testing.T, s store.Store, jobIDs, attemptIDs []string) *sna
 	sortByID(a.Attempts, func(x *berth.Attempt) string { return x.ID })
 	sortByID(a.Workers, func(w *berth.Worker) string { return w.ID })
 	snap := &snapshot{Active: a, Jobs: listJobs(t, s, store.JobFilter{}), Attempts: map[string][]*berth.Attempt{},
-		Logs: map[string]string{}, Workers: getWorkers(t, s)}
+		Logs: map[string]string{}, Workers: getWorkers(t, s), Quotas: getQuotas(t, s)}
 	for _, id := range jobIDs {
 		snap.Attempts[id] = getAttempts(t, s, id)
 	}
@@ -1133,7 +1246,7 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 	})
 
 	s := reopen()
-	if a := loadActive(t, s); len(a.Jobs)+len(a.Attempts)+len(a.Workers) != 0 {
+	if a := loadActive(t, s); len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas) != 0 {
 		t.Fatalf("first open of %s is not empty: %s", path, dump(a))
 	}
 	var ids idSource
@@ -1143,7 +1256,10 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 	att := newAttempt(ids.next(), running.ID, berth.AttemptRunning)
 	worker := &berth.Worker{ID: ids.next(), Host: "gpu-1", GPUs: []berth.GPU{{Index: 0, Model: "H100", Memory: 80 << 30}},
 		State: berth.WorkerBusy, Running: 1, LastHeartbeat: base.Add(3), RegisteredAt: base}
-	write(t, s, &store.Batch{Jobs: []*berth.Job{full, pending, running}, Workers: []*berth.Worker{worker}})
+	alice := quotaRule("user", "alice", 8, 4, 2.75, 5)
+	gpuQueue := quotaRule("queue", "gpu", berth.NoLimit, 100, 0, 6)
+	write(t, s, &store.Batch{Jobs: []*berth.Job{full, pending, running}, Workers: []*berth.Worker{worker},
+		Quotas: []*berth.QuotaRule{alice, gpuQueue}})
 	write(t, s, &store.Batch{
 		JobUpdates: []store.JobUpdate{{ID: running.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base.Add(9)}},
 		Attempts:   []*berth.Attempt{att},
@@ -1158,7 +1274,8 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 	jobIDs := []string{full.ID, pending.ID, running.ID}
 	attemptIDs := []string{att.ID}
 	before := takeSnapshot(t, s, jobIDs, attemptIDs)
-	if len(before.Jobs) != 3 || before.Logs[att.ID] != "epoch 1\n" || len(before.Attempts[running.ID]) != 1 {
+	if len(before.Jobs) != 3 || before.Logs[att.ID] != "epoch 1\n" || len(before.Attempts[running.ID]) != 1 ||
+		len(before.Quotas) != 2 || len(before.Active.Quotas) != 2 {
 		t.Fatalf("before reopen: %s", dump(before))
 	}
 
@@ -1168,14 +1285,18 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 
 	// The reopened store takes writes, and keeps them over another reopen.
 	later := newJob(ids.next(), "gpu", "carol", berth.JobPending)
+	aliceLater := quotaRule("user", "alice", 2, berth.NoLimit, 0, 7)
 	write(t, s, &store.Batch{
-		Jobs:       []*berth.Job{later},
-		JobUpdates: []store.JobUpdate{{ID: pending.ID, State: berth.JobCancelled, Reason: "cancelled", FinishedAt: base.Add(time.Hour)}},
-		Logs:       []store.LogChunk{{AttemptID: att.ID, Offset: 8, Data: []byte("epoch 2\n")}},
+		Jobs:         []*berth.Job{later},
+		JobUpdates:   []store.JobUpdate{{ID: pending.ID, State: berth.JobCancelled, Reason: "cancelled", FinishedAt: base.Add(time.Hour)}},
+		Quotas:       []*berth.QuotaRule{aliceLater},
+		QuotaDeletes: []string{gpuQueue.ID()},
+		Logs:         []store.LogChunk{{AttemptID: att.ID, Offset: 8, Data: []byte("epoch 2\n")}},
 	})
 	jobIDs = append(jobIDs, later.ID)
 	before = takeSnapshot(t, s, jobIDs, attemptIDs)
-	if len(before.Jobs) != 4 || before.Logs[att.ID] != "epoch 1\nepoch 2\n" || before.Active.Counts[berth.JobCancelled] != 1 {
+	if len(before.Jobs) != 4 || before.Logs[att.ID] != "epoch 1\nepoch 2\n" || before.Active.Counts[berth.JobCancelled] != 1 ||
+		!reflect.DeepEqual(before.Quotas, []*berth.QuotaRule{aliceLater}) {
 		t.Fatalf("after writing to the reopened store: %s", dump(before))
 	}
 	s = reopen()

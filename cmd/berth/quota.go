@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// quotaCommands are the subcommands of berth quota.
+var quotaCommands = map[string]func(ctx context.Context, m *Main, args []string) error{
+	"set":  runQuotaSet,
+	"list": runQuotaList,
+	"rm":   runQuotaRm,
+}
+
+func runQuota(ctx context.Context, m *Main, args []string) error {
+	if len(args) == 0 {
+		return &exitError{code: exitUsage, msg: "quota: give a subcommand: set, list or rm (see berth quota help)"}
+	}
+	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprint(m.Stdout, `Usage: berth quota set|list|rm [flags] [args]
+
+Quota rules cap what the running jobs of one user, queue or template may
+hold at once; a job over a cap waits with reason "quota". A user rule's
+weight is that user's fair-share weight (default 1).
+
+  berth quota set SCOPE:NAME [gpus<=N] [jobs<=N] [weight=W]   e.g. user:alice gpus<=8 jobs<=4
+  berth quota list [-o json]
+  berth quota rm SCOPE:NAME
+
+SCOPE is user, queue or template. Run berth quota SUBCOMMAND -h for its flags.
+`)
+		return nil
+	}
+	run, ok := quotaCommands[args[0]]
+	if !ok {
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("quota: unknown subcommand %q (set, list or rm)", args[0])}
+	}
+	return run(ctx, m, args[1:])
+}
+
+func runQuotaSet(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("quota set", "[flags] SCOPE:NAME [gpus<=N] [jobs<=N] [weight=W]")
+	cf := m.addClientFlags(fs, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return berth.Invalidf("id", "give a rule SCOPE:NAME, e.g. user:alice, and its limits, e.g. gpus<=8 jobs<=4")
+	}
+	rule, err := berth.ParseQuotaRule(fs.Arg(0), fs.Args()[1:])
+	if err != nil {
+		return err
+	}
+	q, created, err := m.client(cf).SetQuota(ctx, rule)
+	if err != nil {
+		return err
+	}
+	if cf.output == "json" {
+		return printJSON(m.Stdout, q)
+	}
+	verb := "replaced"
+	if created {
+		verb = "created"
+	}
+	fmt.Fprintf(m.Stdout, "%s %s: %s\n", q.ID(), verb, q.Limits())
+	return nil
+}
+
+func runQuotaList(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("quota list", "[flags]")
+	cf := m.addClientFlags(fs, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return berth.Invalidf("args", "quota list takes no arguments, got %q", fs.Arg(0))
+	}
+	list, err := m.client(cf).Quotas(ctx)
+	if err != nil {
+		return err
+	}
+	if cf.output == "json" {
+		if list == nil {
+			list = []*berth.QuotaRule{}
+		}
+		return printJSON(m.Stdout, list)
+	}
+	now := time.Now()
+	t := newTable(m.Stdout, "RULE", "LIMITS", "UPDATED")
+	for _, q := range list {
+		t.row(q.ID(), orDash(q.Limits()), ago(q.UpdatedAt, now))
+	}
+	return t.flush()
+}
+
+func runQuotaRm(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("quota rm", "[flags] SCOPE:NAME")
+	cf := m.addClientFlags(fs, false)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return berth.Invalidf("id", "give exactly one rule SCOPE:NAME, e.g. user:alice")
+	}
+	id := fs.Arg(0)
+	if err := m.client(cf).DeleteQuota(ctx, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "%s removed\n", id)
+	return nil
+}

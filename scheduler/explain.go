@@ -1,0 +1,174 @@
+package scheduler
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/berth-dev/berth"
+)
+
+// whyNot says why t found no place in this pass.
+func (p *pass) whyNot(t *Task) Reason {
+	r, ok := p.statics[t.shape]
+	if !ok {
+		r = staticReason(p.groups(t), t)
+		p.statics[t.shape] = r
+	}
+	if r.Code != "" {
+		return r
+	}
+	if p.sawRes != nil {
+		return Reason{ReasonReserved, fmt.Sprintf("the resources it fits are reserved for job %s", p.sawRes.task.JobID)}
+	}
+	return capacityReason(t)
+}
+
+// groups returns the pass's workers as groups: one per class, or one per
+// worker of t's host when t names one.
+func (p *pass) groups(t *Task) []group {
+	var out []group
+	if t.shape.host != "" {
+		for _, n := range p.byHost[t.shape.host] {
+			out = append(out, group{w: n.w, n: 1, on: onCount(n.w)})
+		}
+		return out
+	}
+	for _, c := range p.classOrder {
+		g := group{w: c.rep, n: len(c.nodes)}
+		for _, n := range c.nodes {
+			g.on += onCount(n.w)
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+func onCount(w *Worker) int {
+	if w.Off {
+		return 0
+	}
+	return 1
+}
+
+func capacityReason(t *Task) Reason {
+	if n := t.nodes(); n > 1 {
+		return Reason{ReasonCapacity, fmt.Sprintf("waiting for %d workers to be free at once", n)}
+	}
+	return Reason{ReasonCapacity, "waiting for free resources"}
+}
+
+// group is n alike workers, on of them on.
+type group struct {
+	w     *Worker
+	n, on int
+}
+
+// staticReason says why no worker of groups could take t regardless of
+// what runs: none serves its queue, has its host, labels, GPUs, CPUs or
+// memory (or not enough distinct ones for a gang), or every such worker is
+// off. The zero Reason means enough workers could.
+func staticReason(groups []group, t *Task) Reason {
+	r := &t.Resources
+	need := t.nodes()
+	var serving, hostOK, labelsOK, gpuOK, cpuOK, memOK, on int
+	for _, g := range groups {
+		w := g.w
+		if !w.serves(t.Queue) {
+			continue
+		}
+		serving += g.n
+		if t.Constraints.Host != "" && t.Constraints.Host != w.Host {
+			continue
+		}
+		hostOK += g.n
+		if !hasLabels(w, t.Constraints.Labels) {
+			continue
+		}
+		labelsOK += g.n
+		matching := 0
+		for _, gpu := range w.GPUs {
+			if gpuMatches(gpu, r) {
+				matching++
+			}
+		}
+		if matching < r.GPUs {
+			continue
+		}
+		gpuOK += g.n
+		if w.CPUs < r.CPUs {
+			continue
+		}
+		cpuOK += g.n
+		if w.Memory < r.Memory {
+			continue
+		}
+		memOK += g.n
+		on += g.on
+	}
+	workersWith := func(n int, what string) Reason {
+		if need > 1 {
+			return Reason{ReasonUnfit, fmt.Sprintf("needs %d workers with %s; %d exist", need, what, n)}
+		}
+		return Reason{ReasonUnfit, "no worker has " + what}
+	}
+	switch {
+	case serving == 0:
+		return Reason{ReasonUnfit, fmt.Sprintf("no worker serves queue %q", t.Queue)}
+	case hostOK < need && t.Constraints.Host != "":
+		if need > 1 {
+			return Reason{ReasonUnfit, fmt.Sprintf("a gang of %d cannot run on the one host %q", need, t.Constraints.Host)}
+		}
+		return Reason{ReasonUnfit, fmt.Sprintf("no worker with host %q serves queue %q", t.Constraints.Host, t.Queue)}
+	case labelsOK < need:
+		return workersWith(labelsOK, "the required labels")
+	case gpuOK < need:
+		return workersWith(gpuOK, fmt.Sprintf("%d GPUs%s", r.GPUs, gpuDesc(r)))
+	case cpuOK < need:
+		return workersWith(cpuOK, fmt.Sprintf("%g CPUs", r.CPUs))
+	case memOK < need:
+		return workersWith(memOK, r.Memory.String()+" of memory")
+	case on < need:
+		return Reason{ReasonOff, fmt.Sprintf("the workers that fit are off or disconnected (%d of %d on)", on, memOK)}
+	}
+	return Reason{}
+}
+
+// Explain says why t is pending on the snapshot's workers: no worker could
+// ever take it (and which requirement fails), they are off, or it waits for
+// capacity behind the tasks ahead of it.
+func Explain(q *Queue, t *Task, s *Snapshot) Reason {
+	groups := make([]group, len(s.Workers))
+	for i, w := range s.Workers {
+		groups[i] = group{w: w, n: 1, on: onCount(w)}
+	}
+	if r := staticReason(groups, t); r.Code != "" {
+		return r
+	}
+	ahead := 0
+	q.Ordered(s.Now, func(o *Task) bool {
+		if o == t {
+			return false
+		}
+		ahead++
+		return true
+	})
+	r := capacityReason(t)
+	if ahead > 0 {
+		r.Message += fmt.Sprintf(" (%d jobs ahead in order)", ahead)
+	}
+	return r
+}
+
+func gpuDesc(r *berth.Resources) string {
+	var parts []string
+	if r.GPUType != "" {
+		parts = append(parts, "of type "+r.GPUType)
+	}
+	if r.GPUMemory > 0 {
+		parts = append(parts, "with "+r.GPUMemory.String()+" each")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " " + strings.Join(parts, " ")
+}

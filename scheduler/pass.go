@@ -1,0 +1,551 @@
+package scheduler
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/berth-dev/berth"
+)
+
+// pass is the working state of one Schedule call.
+type pass struct {
+	q    *Queue
+	cfg  *Config
+	s    *Snapshot
+	plan Plan
+
+	nodes      []*node
+	classes    map[string]*class
+	classOrder []*class // by first node
+	eligible   map[*shape][]*class
+	byHost     map[string][]*node
+	byModel    map[string][]*node
+	classFit   map[classShape]bool
+	statics    map[*shape]Reason
+	open       int // nodes that can take work: on, with a free slot
+	stamp      int // marks the nodes chosen for the gang being placed
+
+	failed    map[memoKey]Reason // shapes that found no worker this pass
+	noPreempt map[*shape]bool
+	blocked   map[string]*Task // head-of-line policy: the first blocked task of each queue
+	sawRes    *reservation     // a reservation stopped the last find
+
+	rules     map[ruleKey]*ruleUse
+	listRules map[*list][3]*ruleUse
+	quotaMsgs map[QuotaExceeded]string // messages by everything but job and user
+	weights   map[string]float64
+	usage     map[listKey]*amount
+	capAll    amount
+	capQueue  map[string]*amount
+
+	reservations []*reservation
+	budget       int
+	stopping     map[*Running]bool
+	victims      bool // some running attempt could be preempted
+}
+
+type memoKey struct {
+	shape    *shape
+	backfill uint64 // which reservations the task may backfill into
+}
+
+type classShape struct {
+	c  *class
+	sh *shape
+}
+
+type ruleKey struct{ scope, name string }
+
+type ruleUse struct {
+	rule       berth.QuotaRule
+	gpus, jobs int
+}
+
+// amount is a quantity of the resources fair share weighs.
+type amount struct{ gpus, cpus, mem float64 }
+
+// node is a worker's free capacity during a pass.
+type node struct {
+	w        *Worker
+	cls      *class
+	order    int // position in the snapshot
+	gpuUsed  []bool
+	freeGPUs int
+	cpus     float64
+	mem      berth.Bytes
+	slots    int
+	res      *reservation // holding this node, or nil
+	stamp    int
+	bucket   int // free GPUs when in a bucket, -1 when not
+	pos      int // index in the bucket
+}
+
+// class groups workers that are alike for feasibility: same queues,
+// labels, GPUs, CPUs and memory. Its open nodes sit in buckets by free GPU
+// count, so best fit is the first fitting node of the lowest bucket.
+type class struct {
+	rep         *Worker
+	homogeneous bool // every GPU has the same model and memory
+	nodes       []*node
+	buckets     [][]*node
+}
+
+func newPass(q *Queue, s *Snapshot) *pass {
+	p := &pass{q: q, cfg: &q.cfg, s: s,
+		classes: map[string]*class{}, byHost: map[string][]*node{}, byModel: map[string][]*node{},
+		classFit: map[classShape]bool{}, eligible: map[*shape][]*class{}, statics: map[*shape]Reason{}, failed: map[memoKey]Reason{},
+		noPreempt: map[*shape]bool{}, blocked: map[string]*Task{}, usage: map[listKey]*amount{},
+		capQueue: map[string]*amount{}, stopping: map[*Running]bool{}}
+	p.nodes = make([]*node, len(s.Workers))
+	var key []byte
+	for i, w := range s.Workers {
+		n := &node{w: w, order: i, gpuUsed: slices.Clone(w.GPUUsed), cpus: w.FreeCPUs, mem: w.FreeMemory,
+			slots: w.FreeSlots, bucket: -1}
+		for _, u := range n.gpuUsed {
+			if !u {
+				n.freeGPUs++
+			}
+		}
+		p.nodes[i] = n
+		c := p.classFor(w, &key)
+		n.cls = c
+		c.nodes = append(c.nodes, n)
+		p.byHost[w.Host] = append(p.byHost[w.Host], n)
+		for _, m := range w.Models {
+			p.byModel[m] = append(p.byModel[m], n)
+		}
+		if !w.Off {
+			p.rebucket(n)
+			add := amount{float64(len(w.GPUs)), w.CPUs, float64(w.Memory)}
+			if len(w.Queues) == 0 {
+				p.capAll.add(add)
+			}
+			for _, qn := range w.Queues {
+				if p.capQueue[qn] == nil {
+					p.capQueue[qn] = &amount{}
+				}
+				p.capQueue[qn].add(add)
+			}
+		}
+		for _, r := range w.Running {
+			p.count(r)
+		}
+	}
+	p.loadQuotas()
+	p.budget = q.cfg.PreemptLimit - s.RecentPreemptions
+	return p
+}
+
+func (p *pass) classFor(w *Worker, key *[]byte) *class {
+	k := (*key)[:0]
+	for _, qn := range w.Queues {
+		k = append(append(k, qn...), ',')
+	}
+	k = append(k, '|')
+	if len(w.Labels) > 0 {
+		labels := make([]string, 0, len(w.Labels))
+		for name := range w.Labels {
+			labels = append(labels, name)
+		}
+		sort.Strings(labels)
+		for _, name := range labels {
+			k = append(append(append(append(k, name...), '='), w.Labels[name]...), ',')
+		}
+	}
+	k = append(k, '|')
+	homogeneous := true
+	for i, g := range w.GPUs {
+		k = append(append(k, g.Model...), ':')
+		k = append(strconv.AppendInt(k, int64(g.Memory), 10), ',')
+		if i > 0 && (g.Model != w.GPUs[0].Model || g.Memory != w.GPUs[0].Memory) {
+			homogeneous = false
+		}
+	}
+	k = strconv.AppendFloat(append(k, '|'), w.CPUs, 'g', -1, 64)
+	k = strconv.AppendInt(append(k, '|'), int64(w.Memory), 10)
+	*key = k
+	c := p.classes[string(k)]
+	if c == nil {
+		c = &class{rep: w, homogeneous: homogeneous, buckets: make([][]*node, len(w.GPUs)+1)}
+		p.classes[string(k)] = c
+		p.classOrder = append(p.classOrder, c)
+	}
+	return c
+}
+
+// count adds a running attempt to the fair-share usage, the quota usage
+// (loaded after) and the preemption candidates.
+func (p *pass) count(r *Running) {
+	k := listKey{r.Queue, r.User}
+	u := p.usage[k]
+	if u == nil {
+		u = &amount{}
+		p.usage[k] = u
+	}
+	u.add(amount{float64(len(r.GPUs)), r.CPUs, float64(r.Memory)})
+	if p.victim(r, berth.MaxPriority+1) {
+		p.victims = true
+	}
+}
+
+func (a *amount) add(b amount) { a.gpus, a.cpus, a.mem = a.gpus+b.gpus, a.cpus+b.cpus, a.mem+b.mem }
+
+func (p *pass) loadQuotas() {
+	if len(p.s.Quotas) == 0 {
+		return
+	}
+	p.rules = make(map[ruleKey]*ruleUse, len(p.s.Quotas))
+	p.listRules = map[*list][3]*ruleUse{}
+	p.quotaMsgs = map[QuotaExceeded]string{}
+	p.weights = map[string]float64{}
+	for _, r := range p.s.Quotas {
+		p.rules[ruleKey{r.Scope, r.Name}] = &ruleUse{rule: r}
+		if r.Scope == berth.QuotaUser && r.Weight > 0 {
+			p.weights[r.Name] = r.Weight
+		}
+	}
+	for _, w := range p.s.Workers {
+		for _, r := range w.Running {
+			for _, ru := range p.matching(r.User, r.Queue, r.Template) {
+				if ru == nil {
+					continue
+				}
+				ru.gpus += len(r.GPUs)
+				if r.Rank == 0 {
+					ru.jobs++
+				}
+			}
+		}
+	}
+}
+
+// matching returns the rules that apply to a job of user, queue and
+// template (nil entries where none does).
+func (p *pass) matching(user, queue, template string) [3]*ruleUse {
+	var m [3]*ruleUse
+	if p.rules == nil {
+		return m
+	}
+	if user != "" {
+		m[0] = p.rules[ruleKey{berth.QuotaUser, user}]
+	}
+	m[1] = p.rules[ruleKey{berth.QuotaQueue, queue}]
+	if template != "" {
+		m[2] = p.rules[ruleKey{berth.QuotaTemplate, template}]
+	}
+	return m
+}
+
+// taskRules returns the rules that apply to t.
+func (p *pass) taskRules(t *Task) [3]*ruleUse {
+	if p.rules == nil {
+		return [3]*ruleUse{}
+	}
+	m, ok := p.listRules[t.list]
+	if !ok {
+		m = p.matching(t.User, t.Queue, "")
+		p.listRules[t.list] = m
+	}
+	if t.Template != "" {
+		m[2] = p.rules[ruleKey{berth.QuotaTemplate, t.Template}]
+	}
+	return m
+}
+
+// overQuota returns the first rule that placing t would break, or nil.
+func (p *pass) overQuota(t *Task) *QuotaExceeded {
+	need := t.Resources.GPUs * t.nodes()
+	for _, ru := range p.taskRules(t) {
+		if ru == nil {
+			continue
+		}
+		r := &ru.rule
+		if r.MaxGPUs != berth.NoLimit && ru.gpus+need > r.MaxGPUs {
+			return &QuotaExceeded{JobID: t.JobID, User: t.User, Rule: r.ID(), Resource: "gpus",
+				Requested: need, InUse: ru.gpus, Limit: r.MaxGPUs}
+		}
+		if r.MaxJobs != berth.NoLimit && ru.jobs+1 > r.MaxJobs {
+			return &QuotaExceeded{JobID: t.JobID, User: t.User, Rule: r.ID(), Resource: "jobs",
+				Requested: 1, InUse: ru.jobs, Limit: r.MaxJobs}
+		}
+	}
+	return nil
+}
+
+// quotaMessage describes qe, formatting each distinct message once a pass.
+func (p *pass) quotaMessage(qe *QuotaExceeded) string {
+	k := *qe
+	k.JobID, k.User = "", ""
+	msg, ok := p.quotaMsgs[k]
+	if !ok {
+		msg = fmt.Sprintf("over quota %s: %s<=%d, %d in use, %d requested", qe.Rule, qe.Resource, qe.Limit, qe.InUse, qe.Requested)
+		p.quotaMsgs[k] = msg
+	}
+	return msg
+}
+
+// charge counts a placed task against its quotas and fair share.
+func (p *pass) charge(t *Task) {
+	n := t.nodes()
+	for _, ru := range p.taskRules(t) {
+		if ru != nil {
+			ru.gpus += t.Resources.GPUs * n
+			ru.jobs++
+		}
+	}
+	k := listKey{t.Queue, t.User}
+	u := p.usage[k]
+	if u == nil {
+		u = &amount{}
+		p.usage[k] = u
+	}
+	f := float64(n)
+	u.add(amount{float64(t.Resources.GPUs) * f, t.Resources.CPUs * f, float64(t.Resources.Memory) * f})
+}
+
+// fairPenalty is the fair-share points a list loses: FairShare × the
+// user's dominant share of the queue's capacity ÷ the user's weight.
+func (p *pass) fairPenalty(k listKey) float64 {
+	u := p.usage[k]
+	if u == nil {
+		return 0
+	}
+	c := p.capAll
+	if qc := p.capQueue[k.queue]; qc != nil {
+		c.add(*qc)
+	}
+	share := 0.0
+	for _, f := range [3][2]float64{{u.gpus, c.gpus}, {u.cpus, c.cpus}, {u.mem, c.mem}} {
+		if f[1] > 0 {
+			share = max(share, f[0]/f[1])
+		}
+	}
+	w := p.weights[k.user]
+	if w <= 0 {
+		w = 1
+	}
+	return p.cfg.FairShare * share / w
+}
+
+// rebucket files n under its free GPU count, or out of every bucket when
+// it cannot take work.
+func (p *pass) rebucket(n *node) {
+	c := n.cls
+	if n.bucket >= 0 {
+		b := c.buckets[n.bucket]
+		last := b[len(b)-1]
+		b[n.pos], last.pos = last, n.pos
+		c.buckets[n.bucket] = b[:len(b)-1]
+		n.bucket = -1
+		if n.slots <= 0 {
+			p.open--
+		}
+	} else if n.slots > 0 {
+		p.open++
+	}
+	if n.slots > 0 {
+		n.bucket, n.pos = n.freeGPUs, len(c.buckets[n.freeGPUs])
+		c.buckets[n.freeGPUs] = append(c.buckets[n.freeGPUs], n)
+	}
+}
+
+// take gives n's resources to one member of t.
+func (n *node) take(p *pass, t *Task, gpus []int) {
+	n.setGPUs(gpus, true)
+	n.cpus -= t.Resources.CPUs
+	n.mem -= t.Resources.Memory
+	n.slots--
+	p.rebucket(n)
+}
+
+// give returns what take took.
+func (n *node) give(p *pass, t *Task, gpus []int) {
+	n.setGPUs(gpus, false)
+	n.cpus += t.Resources.CPUs
+	n.mem += t.Resources.Memory
+	n.slots++
+	p.rebucket(n)
+}
+
+func (n *node) setGPUs(indexes []int, used bool) {
+	for _, idx := range indexes {
+		for i, g := range n.w.GPUs {
+			if g.Index == idx && n.gpuUsed[i] != used {
+				n.gpuUsed[i] = used
+				if used {
+					n.freeGPUs--
+				} else {
+					n.freeGPUs++
+				}
+			}
+		}
+	}
+}
+
+// find returns the node that fits one more member of t best, with the GPUs
+// it would take: where t's model is loaded if any fits, else the fitting
+// node with the fewest free GPUs, the earlier class and bucket among equals.
+func (p *pass) find(t *Task) (*node, []int) {
+	sh := t.shape
+	if sh.host != "" {
+		return p.bestOf(t, p.byHost[sh.host])
+	}
+	if t.Model != "" {
+		if n, g := p.bestOf(t, p.byModel[t.Model]); n != nil {
+			return n, g
+		}
+	}
+	var best *node
+	var bestGPUs []int
+	for _, c := range p.eligibleClasses(t) {
+		limit := len(c.buckets)
+		if best != nil {
+			limit = min(limit, best.freeGPUs)
+		}
+	scan:
+		for k := sh.gpus; k < limit; k++ {
+			for _, n := range c.buckets[k] {
+				if g, ok := p.fits(n, t); ok {
+					best, bestGPUs = n, g
+					break scan
+				}
+			}
+		}
+	}
+	return best, bestGPUs
+}
+
+// bestOf returns the fitting node of nodes with the fewest free GPUs.
+func (p *pass) bestOf(t *Task, nodes []*node) (*node, []int) {
+	var best *node
+	var bestGPUs []int
+	for _, n := range nodes {
+		if best != nil && n.freeGPUs >= best.freeGPUs {
+			continue
+		}
+		if !p.classFits(n.cls, t) || (t.shape.host != "" && n.w.Host != t.shape.host) {
+			continue
+		}
+		if g, ok := p.fits(n, t); ok {
+			best, bestGPUs = n, g
+		}
+	}
+	return best, bestGPUs
+}
+
+// fits returns the GPUs one member of t would take on n, lowest index
+// first, if it fits there now. n's class must be eligible for t.
+func (p *pass) fits(n *node, t *Task) ([]int, bool) {
+	r := &t.Resources
+	if n.w.Off || n.slots <= 0 || n.stamp == p.stamp || n.cpus < r.CPUs || n.mem < r.Memory || n.freeGPUs < r.GPUs {
+		return nil, false
+	}
+	if n.res != nil && n.res.task != t && !p.backfills(t, n.res) {
+		p.sawRes = n.res
+		return nil, false
+	}
+	if r.GPUs == 0 {
+		return nil, true
+	}
+	gpus := make([]int, 0, r.GPUs)
+	for i, g := range n.w.GPUs {
+		if !n.gpuUsed[i] && (n.cls.homogeneous || gpuMatches(g, r)) {
+			gpus = append(gpus, g.Index)
+			if len(gpus) == r.GPUs {
+				return gpus, true
+			}
+		}
+	}
+	return nil, false
+}
+
+// eligibleClasses returns the classes whose workers could ever run t, in
+// the order of their first node.
+func (p *pass) eligibleClasses(t *Task) []*class {
+	if list, ok := p.eligible[t.shape]; ok {
+		return list
+	}
+	var list []*class
+	for _, c := range p.classOrder {
+		if p.classFits(c, t) {
+			list = append(list, c)
+		}
+	}
+	p.eligible[t.shape] = list
+	return list
+}
+
+func (p *pass) classFits(c *class, t *Task) bool {
+	k := classShape{c, t.shape}
+	ok, seen := p.classFit[k]
+	if !seen {
+		ok = capable(c.rep, t, false)
+		p.classFit[k] = ok
+	}
+	return ok
+}
+
+// capable reports whether w could ever run one member of t: it serves the
+// queue, has the labels (and host, if checkHost) and enough matching GPUs,
+// CPUs and memory in all.
+func capable(w *Worker, t *Task, checkHost bool) bool {
+	if !w.serves(t.Queue) || (checkHost && t.Constraints.Host != "" && t.Constraints.Host != w.Host) {
+		return false
+	}
+	if !hasLabels(w, t.Constraints.Labels) {
+		return false
+	}
+	r := &t.Resources
+	if w.CPUs < r.CPUs || w.Memory < r.Memory {
+		return false
+	}
+	matching := 0
+	for _, g := range w.GPUs {
+		if gpuMatches(g, r) {
+			matching++
+		}
+	}
+	return matching >= r.GPUs
+}
+
+func hasLabels(w *Worker, labels map[string]string) bool {
+	for k, v := range labels {
+		if w.Labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func gpuMatches(g berth.GPU, r *berth.Resources) bool {
+	if r.GPUMemory > 0 && g.Memory < r.GPUMemory {
+		return false
+	}
+	return r.GPUType == "" || strings.Contains(strings.ToLower(g.Model), strings.ToLower(r.GPUType))
+}
+
+// shape is what makes two tasks interchangeable for feasibility: if one
+// found no worker in a pass, the next of the same shape won't either.
+type shape struct {
+	queue, host, gpuType, labels string
+	gpus, nodes                  int
+	gpuMem, mem                  berth.Bytes
+	cpus                         float64
+}
+
+func shapeOf(t *Task) shape {
+	s := shape{queue: t.Queue, host: t.Constraints.Host, gpuType: t.Resources.GPUType, gpus: t.Resources.GPUs,
+		nodes: t.nodes(), gpuMem: t.Resources.GPUMemory, mem: t.Resources.Memory, cpus: t.Resources.CPUs}
+	if len(t.Constraints.Labels) > 0 {
+		keys := make([]string, 0, len(t.Constraints.Labels))
+		for k, v := range t.Constraints.Labels {
+			keys = append(keys, k+"="+v)
+		}
+		sort.Strings(keys)
+		s.labels = strings.Join(keys, ",")
+	}
+	return s
+}
