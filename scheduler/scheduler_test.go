@@ -209,44 +209,51 @@ func TestNeverOvercommit(t *testing.T) {
 		q := build()
 		now := t0.Add(3 * time.Hour)
 		plan := Schedule(q, &Snapshot{Now: now, Workers: workers})
-		byID := map[string]*Worker{}
-		for _, w := range workers {
-			byID[w.ID] = w
-		}
-		usedCPU, usedMem, usedSlots := map[string]float64{}, map[string]berth.Bytes{}, map[string]int{}
-		gpuTaken := map[string]bool{}
-		placed := map[string]bool{}
-		for _, a := range plan.Assignments {
-			if placed[a.Task.JobID] {
-				rt.Fatalf("task %s placed twice", a.Task.JobID)
-			}
-			placed[a.Task.JobID] = true
-			w := byID[a.WorkerID]
-			if len(a.GPUs) != a.Task.Resources.GPUs {
-				rt.Fatalf("task %s wants %d GPUs, got %v", a.Task.JobID, a.Task.Resources.GPUs, a.GPUs)
-			}
-			for _, g := range a.GPUs {
-				key := fmt.Sprint(w.ID, "/", g)
-				if w.GPUUsed[g] || gpuTaken[key] {
-					rt.Fatalf("GPU %s given twice", key)
-				}
-				gpuTaken[key] = true
-			}
-			usedCPU[w.ID] += a.Task.Resources.CPUs
-			usedMem[w.ID] += a.Task.Resources.Memory
-			usedSlots[w.ID]++
-		}
-		for _, w := range workers {
-			if usedCPU[w.ID] > w.FreeCPUs || usedMem[w.ID] > w.FreeMemory || usedSlots[w.ID] > w.FreeSlots {
-				rt.Fatalf("worker %s overcommitted: cpu %v/%v mem %v/%v slots %d/%d", w.ID,
-					usedCPU[w.ID], w.FreeCPUs, usedMem[w.ID], w.FreeMemory, usedSlots[w.ID], w.FreeSlots)
-			}
-		}
+		checkNoOvercommit(rt, workers, plan)
 		again := Schedule(q, &Snapshot{Now: now, Workers: workers})
 		if fmt.Sprint(summary(again)) != fmt.Sprint(summary(plan)) {
 			rt.Fatalf("plans differ for the same input:\n%v\n%v", summary(plan), summary(again))
 		}
 	})
+}
+
+// checkNoOvercommit fails if plan gives a GPU twice or takes more CPUs,
+// memory or slots than a worker has free, or places a member twice.
+func checkNoOvercommit(rt *rapid.T, workers []*Worker, plan Plan) {
+	byID := map[string]*Worker{}
+	for _, w := range workers {
+		byID[w.ID] = w
+	}
+	usedCPU, usedMem, usedSlots := map[string]float64{}, map[string]berth.Bytes{}, map[string]int{}
+	gpuTaken := map[string]bool{}
+	placed := map[string]bool{}
+	for _, a := range plan.Assignments {
+		member := fmt.Sprint(a.Task.JobID, "/", a.Rank)
+		if placed[member] {
+			rt.Fatalf("%s placed twice", member)
+		}
+		placed[member] = true
+		w := byID[a.WorkerID]
+		if len(a.GPUs) != a.Task.Resources.GPUs {
+			rt.Fatalf("task %s wants %d GPUs, got %v", a.Task.JobID, a.Task.Resources.GPUs, a.GPUs)
+		}
+		for _, g := range a.GPUs {
+			key := fmt.Sprint(w.ID, "/", g)
+			if w.GPUUsed[g] || gpuTaken[key] {
+				rt.Fatalf("GPU %s given twice", key)
+			}
+			gpuTaken[key] = true
+		}
+		usedCPU[w.ID] += a.Task.Resources.CPUs
+		usedMem[w.ID] += a.Task.Resources.Memory
+		usedSlots[w.ID]++
+	}
+	for _, w := range workers {
+		if usedCPU[w.ID] > w.FreeCPUs || usedMem[w.ID] > w.FreeMemory || usedSlots[w.ID] > w.FreeSlots {
+			rt.Fatalf("worker %s overcommitted: cpu %v/%v mem %v/%v slots %d/%d", w.ID,
+				usedCPU[w.ID], w.FreeCPUs, usedMem[w.ID], w.FreeMemory, usedSlots[w.ID], w.FreeSlots)
+		}
+	}
 }
 
 func summary(p Plan) []string {
