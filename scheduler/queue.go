@@ -143,11 +143,24 @@ func (q *Queue) Push(t *Task) {
 	}
 	t.shape, t.submitted = q.shapes[sh], t.Submitted.UnixNano()
 	l.oldest, l.newest = min(l.oldest, t.submitted), max(l.newest, t.submitted)
-	t.key = float64(t.Priority) - hours(t.Submitted)*q.cfg.AgingRate
-	t.removed, t.queued, t.list = false, true, l
-	l.fresh = append(l.fresh, t)
+	key := float64(t.Priority) - hours(t.Submitted)*q.cfg.AgingRate
 	l.live++
 	q.live++
+	if t.list == l && t.removed {
+		// Removed but still held by l (a requeue): restore it in place
+		// when its place is unchanged, else drop the old copy first, so
+		// that l never holds it twice.
+		l.removed--
+		if t.key == key {
+			t.removed, t.queued = false, true
+			return
+		}
+		t.removed = true
+		l.compact()
+	}
+	t.key = key
+	t.removed, t.queued, t.list = false, true, l
+	l.fresh = append(l.fresh, t)
 }
 
 // Remove takes t out of the queue. Removing an unqueued task does nothing.
@@ -187,32 +200,34 @@ func before(a, b *Task) bool {
 	return a.Seq < b.Seq
 }
 
-// settle merges fresh tasks into the sorted list and drops removed ones.
-func (l *list) settle() {
-	if l.removed > 0 && (l.removed > len(l.sorted)/2 || len(l.fresh) > 0) {
-		kept := l.sorted[:0]
-		for _, t := range l.sorted {
-			if !t.removed {
+// compact drops removed tasks from sorted and fresh.
+func (l *list) compact() {
+	drop := func(list []*Task) []*Task {
+		kept := list[:0]
+		for _, t := range list {
+			if t.removed {
+				t.list = nil // no longer held here
+			} else {
 				kept = append(kept, t)
 			}
 		}
-		clear(l.sorted[len(kept):])
-		l.sorted, l.removed = kept, 0
-		if len(l.fresh) == 0 {
-			l.index()
-			return
-		}
+		clear(list[len(kept):])
+		return kept
+	}
+	l.sorted, l.fresh, l.removed = drop(l.sorted), drop(l.fresh), 0
+	l.index()
+}
+
+// settle merges fresh tasks into the sorted list and drops removed ones.
+func (l *list) settle() {
+	if l.removed > 0 && (l.removed > len(l.sorted)/2 || len(l.fresh) > 0) {
+		l.compact()
 	}
 	if len(l.fresh) == 0 {
 		return
 	}
 	defer l.index()
-	fresh := l.fresh[:0]
-	for _, t := range l.fresh {
-		if !t.removed {
-			fresh = append(fresh, t)
-		}
-	}
+	fresh := l.fresh
 	sort.Slice(fresh, func(i, j int) bool { return before(fresh[i], fresh[j]) })
 	if len(l.sorted) == 0 {
 		l.sorted = append([]*Task(nil), fresh...)

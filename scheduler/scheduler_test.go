@@ -279,3 +279,53 @@ func BenchmarkSchedule(b *testing.B) {
 	}
 	b.ReportMetric(float64(placed)/pass.Seconds(), "placements/s")
 }
+
+// TestQueueYieldsEachQueuedTaskOnce pushes, removes and re-pushes (as a
+// requeue does) random tasks, with passes in between, and checks that the
+// queue yields exactly the queued tasks, each once, in effective order.
+func TestQueueYieldsEachQueuedTaskOnce(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(rt *rapid.T) {
+		q := NewQueue(DefaultConfig())
+		n := rapid.IntRange(1, 20).Draw(rt, "tasks")
+		tasks := make([]*Task, n)
+		for i := range tasks {
+			tasks[i] = task(fmt.Sprint("j", i), rapid.IntRange(0, 3).Draw(rt, "prio")*100, t0.Add(time.Duration(rapid.IntRange(0, 7200).Draw(rt, "age"))*time.Second), 0)
+			tasks[i].User = rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "user")
+			tasks[i].Seq = uint64(i)
+		}
+		queued := map[*Task]bool{}
+		now := t0.Add(3 * time.Hour)
+		for range rapid.IntRange(1, 60).Draw(rt, "ops") {
+			tk := tasks[rapid.IntRange(0, n-1).Draw(rt, "which")]
+			switch rapid.IntRange(0, 2).Draw(rt, "op") {
+			case 0:
+				q.Push(tk)
+				queued[tk] = true
+			case 1:
+				q.Remove(tk)
+				delete(queued, tk)
+			case 2:
+				Schedule(q, &Snapshot{Now: now, Workers: []*Worker{worker("w", nil)}})
+			}
+		}
+		seen := map[*Task]int{}
+		var last *Task
+		q.Ordered(now, func(tk *Task) bool {
+			seen[tk]++
+			if last != nil && q.EffectivePriority(tk, now) > q.EffectivePriority(last, now) {
+				rt.Fatalf("%s (%.1f) after %s (%.1f)", tk.JobID, q.EffectivePriority(tk, now), last.JobID, q.EffectivePriority(last, now))
+			}
+			last = tk
+			return true
+		})
+		for tk, c := range seen {
+			if c != 1 || !queued[tk] {
+				rt.Fatalf("%s yielded %d times, queued %v", tk.JobID, c, queued[tk])
+			}
+		}
+		if len(seen) != len(queued) || q.Len() != len(queued) {
+			rt.Fatalf("yielded %d, queued %d, Len %d", len(seen), len(queued), q.Len())
+		}
+	})
+}
