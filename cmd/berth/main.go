@@ -55,6 +55,7 @@ var commands = map[string]command{
 	"workers": {"list workers", runWorkers},
 	"quota":   {"manage quota rules (set, list, rm)", runQuota},
 	"bench":   {"measure throughput and latency on this machine", runBench},
+	"sim":     {"replay a workload trace through the scheduler in virtual time", runSim},
 }
 
 // exitError carries a specific exit status.
