@@ -12,29 +12,14 @@ import (
 	"github.com/berth-dev/berth/scheduler"
 )
 
-// traces returns the shared trace directory: ../shared/traces next to the
-// repository root. A missing directory fails the test rather than skipping
-// it.
+// traces returns a file of the real traces, copied unchanged from
+// ../shared/traces into testdata/traces so that the tests need nothing
+// outside the repository. A missing file fails the test.
 func traces(t *testing.T, parts ...string) string {
 	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil &&
-			strings.Contains(string(data), "module github.com/berth-dev/berth\n") {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no repository root (go.mod of github.com/berth-dev/berth) above the test directory")
-		}
-		dir = parent
-	}
-	path := filepath.Join(append([]string{dir, "..", "shared", "traces"}, parts...)...)
+	path := filepath.Join(append([]string{"testdata", "traces"}, parts...)...)
 	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("trace file missing: %v (the traces live in ../shared/traces next to the repository root)", err)
+		t.Fatalf("trace file missing: %v", err)
 	}
 	return path
 }
