@@ -101,6 +101,19 @@ func TestSubmitFromYAMLWithFlagOverride(t *testing.T) {
 	}
 }
 
+func TestSubmitSchedulingFlags(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	if code, _, errOut := c.run("submit", "--nodes", "2", "--gpus", "8", "--preemptible", "--model", "llama-70b",
+		"--user", "alice", "--", "torchrun", "train.py"); code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, errOut)
+	}
+	j := c.listJobs()[0]
+	if j.Nodes != 2 || !j.Preemptible || j.Model != "llama-70b" || j.User != "alice" {
+		t.Fatalf("job: nodes %d preemptible %v model %q user %q", j.Nodes, j.Preemptible, j.Model, j.User)
+	}
+}
+
 // TestBadInputFailsWithOneLineAndStoresNothing checks each mistake gives
 // exit 2 and one error line naming the field, and that nothing is stored.
 func TestBadInputFailsWithOneLineAndStoresNothing(t *testing.T) {

@@ -74,6 +74,9 @@ func runSubmit(ctx context.Context, m *Main, args []string) error {
 	workdir := fs.String("workdir", "", "working directory on the worker (default: the current directory)")
 	host := fs.String("host", "", "run only on the worker with this host label")
 	labels := fs.String("labels", "", "comma-separated KEY=VALUE worker labels required")
+	preemptible := fs.Bool("preemptible", false, "a more urgent job may stop this one (it is requeued without spending a retry)")
+	model := fs.String("model", "", "model the job serves or trains; placed preferably where it is loaded")
+	user := fs.String("user", "", "user the job runs for (quotas and fair share count it)")
 	idem := fs.String("idempotency-key", "", "a repeat with the same key returns the first submission's jobs")
 	wait := fs.Bool("wait", false, "wait for the jobs to end; exit 0 only if all succeeded")
 	var env multiFlag
@@ -130,6 +133,15 @@ func runSubmit(ctx context.Context, m *Main, args []string) error {
 	}
 	if set["idempotency-key"] {
 		req.IdempotencyKey = *idem
+	}
+	if set["preemptible"] {
+		req.Preemptible = *preemptible
+	}
+	if set["model"] {
+		req.Model = *model
+	}
+	if set["user"] {
+		req.User = *user
 	}
 	for _, sz := range []struct {
 		flag string
