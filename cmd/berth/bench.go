@@ -56,17 +56,11 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	case *output != "table" && *output != "json":
 		return berth.Invalidf("-o", "must be table or json")
 	}
-	if *profile != "" {
-		f, err := os.Create(*profile)
-		if err != nil {
-			return berth.Invalidf("--cpuprofile", "%v", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(*profile)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	res := BenchResult{Jobs: *jobs, Agents: *agents, CPUs: runtime.NumCPU()}
 	if *jobs > 0 || *samples > 0 {
 		err := withBenchCluster(ctx, *agents, *slots, agent.ProcessExecutor{}, func(c *client.Client, dir string) error {
@@ -216,4 +210,24 @@ func benchLatency(ctx context.Context, c *client.Client, n int, dir string) (flo
 func percentile(sorted []float64, p float64) float64 {
 	i := int(float64(len(sorted)-1) * p)
 	return sorted[i]
+}
+
+// startCPUProfile starts writing a CPU profile to path ("" for none); the
+// returned func stops it.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, berth.Invalidf("--cpuprofile", "%v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

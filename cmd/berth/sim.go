@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -66,17 +64,11 @@ func runSim(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *profile != "" {
-		f, err := os.Create(*profile)
-		if err != nil {
-			return berth.Invalidf("--cpuprofile", "%v", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := startCPUProfile(*profile)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	results := make(map[string]sim.Result, len(r.policies))
 	for i, name := range r.policies {
 		res, err := sim.Run(ctx, r.cluster, r.workload, r.configs[i])
