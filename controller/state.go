@@ -240,7 +240,7 @@ func (c *Controller) running(as *attemptState) *scheduler.Running {
 	return &scheduler.Running{AttemptID: as.a.ID, JobID: j.ID, Rank: as.a.TaskIndex, Queue: j.Queue, User: j.User,
 		Template: j.Template, Priority: j.Priority, Preemptible: j.Preemptible, Gang: j.Nodes > 1, Started: started,
 		MaxRuntime: time.Duration(j.MaxRuntime), GPUs: as.a.GPUs, CPUs: r.CPUs, Memory: r.Memory,
-		Stopping: as.preemptedBy != "" || as.job.cancelRequested()}
+		Stopping: as.stopReason() != ""}
 }
 
 // enqueue puts a job's task in the scheduler queue.

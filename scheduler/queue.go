@@ -120,9 +120,6 @@ func NewQueue(cfg Config) *Queue {
 	return &Queue{cfg: cfg, lists: map[listKey]*list{}, shapes: map[shape]*shape{}}
 }
 
-// Config returns the policy the queue was made with.
-func (q *Queue) Config() Config { return q.cfg }
-
 // Len returns the number of tasks queued.
 func (q *Queue) Len() int { return q.live }
 
