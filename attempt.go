@@ -3,7 +3,8 @@ package berth
 import "time"
 
 // AttemptState is the state of one placement of a task:
-// assigned → running → succeeded | failed | cancelled | lost | preempted.
+// assigned → running → succeeded | failed | cancelled | lost | preempted |
+// stopped.
 type AttemptState string
 
 // Attempt states.
@@ -15,6 +16,7 @@ const (
 	AttemptCancelled AttemptState = "cancelled"
 	AttemptLost      AttemptState = "lost"
 	AttemptPreempted AttemptState = "preempted"
+	AttemptStopped   AttemptState = "stopped" // by an operator's hard stop; requeued without spending a retry
 )
 
 // Terminal reports whether the attempt has ended.
@@ -36,6 +38,7 @@ type Attempt struct {
 	State      AttemptState `json:"state"`
 	ExitCode   *int         `json:"exit_code,omitempty"`
 	Reason     string       `json:"reason,omitempty"`
+	Progress   string       `json:"progress,omitempty"` // the last progress the job reported
 	CreatedAt  time.Time    `json:"created_at"`
 	StartedAt  time.Time    `json:"started_at,omitzero"`
 	FinishedAt time.Time    `json:"finished_at,omitzero"`

@@ -12,10 +12,12 @@ type WorkerState string
 
 // Worker states.
 const (
-	WorkerReady  WorkerState = "ready"  // connected, has free capacity
-	WorkerBusy   WorkerState = "busy"   // connected, full
-	WorkerParked WorkerState = "parked" // connected, takes no work
-	WorkerLost   WorkerState = "lost"   // missed heartbeats past its lease
+	WorkerReady        WorkerState = "ready"        // connected, has free capacity
+	WorkerBusy         WorkerState = "busy"         // connected, full
+	WorkerDraining     WorkerState = "draining"     // turned off (drain): takes no work, running attempts finishing
+	WorkerParked       WorkerState = "parked"       // turned off: takes no work
+	WorkerDisconnected WorkerState = "disconnected" // no session, within its lease
+	WorkerLost         WorkerState = "lost"         // missed heartbeats past its lease
 )
 
 // GPU is one device on a worker.
@@ -42,6 +44,9 @@ type Worker struct {
 	LastHeartbeat time.Time         `json:"last_heartbeat"`
 	RegisteredAt  time.Time         `json:"registered_at"`
 	ReservedFor   string            `json:"reserved_for,omitempty"` // job the scheduler holds this worker for
+	FaultyGPUs    []int             `json:"faulty_gpus,omitempty"`  // GPUs the agent's health check found missing or faulted
+	// Controls is the desired state of its host's queues (absent: on).
+	Controls []*WorkerControl `json:"controls,omitempty"`
 }
 
 // Serves reports whether the worker takes jobs from queue.

@@ -1,19 +1,33 @@
 // Package agent is the worker side of Berth: it registers with the server
 // over the agent WebSocket, runs each assigned attempt as a child process
-// group (the agent supervises, the job is a child), ships its output, reports
-// its end until the server acknowledges it, and kills its own attempts if it
-// cannot reach the server for longer than its lease (self-fencing).
+// group (the agent supervises, the job is a child), ships its output and
+// progress, reports its end until the server acknowledges it, and kills its
+// own attempts if it cannot reach the server for longer than its lease
+// (self-fencing).
+//
+// The agent also ends attempts for a cause, each reported with its own exit
+// code (berth.CauseExitCode): past max_runtime (budget), silent past
+// stall_timeout (stall), when the server says they belong elsewhere
+// (reassigned), when a GPU of theirs fails its health check (gpu_health),
+// and on a hard stop by an operator (operator), which it confirms: the
+// processes are gone and the GPU memory was released.
 package agent
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,8 +54,14 @@ type Config struct {
 	Executor  Executor // default ProcessExecutor
 	Log       *slog.Logger
 	Lease     time.Duration // self-fence until the server says otherwise; default 30s
-	ShipEvery time.Duration // how often running output is shipped; default 250ms
+	ShipEvery time.Duration // how often running output and progress are shipped; default 250ms
 	Version   string
+	// NvidiaSMI is the path of nvidia-smi, with which the agent checks the
+	// health of GPUs and confirms that a hard stop released GPU memory;
+	// empty: neither (GPUs declared rather than discovered).
+	NvidiaSMI      string
+	HealthEvery    time.Duration // how often the GPUs' health is checked; default 30s
+	ReleaseTimeout time.Duration // how long a hard stop waits for GPU memory to be released; default 30s
 }
 
 // Agent runs attempts for one worker. Create it with New and call Run.
@@ -52,10 +72,14 @@ type Agent struct {
 	attDir   string
 	groups   *GroupJournal
 
+	progressURL string // the progress endpoint's base URL, set when Run starts
+
 	mu       sync.Mutex
 	attempts map[string]*attempt
-	out      *wire.Outbox // the current session's, nil while disconnected
+	out      *wire.Outbox   // the current session's, nil while disconnected
+	faults   map[int]string // faulty GPUs by index: what is wrong with each
 
+	parked      atomic.Bool
 	lastContact atomic.Int64 // unix nanos of the last server message
 	lease       atomic.Int64 // nanoseconds
 	heartbeat   atomic.Int64
@@ -64,17 +88,23 @@ type Agent struct {
 }
 
 type attempt struct {
-	id      string
-	dir     string
-	scratch bool // dir was made as the working directory
-	log     string
-	proc    Process
+	id       string
+	dir      string
+	scratch  bool // dir was made as the working directory
+	log      string
+	queue    string
+	gpus     []int
+	token    string // the secret of its progress URL
+	proc     Process
+	progress progress
 
-	mu     sync.Mutex // serialises shipping and result sending
-	sent   int64
-	acked  int64
-	result *wire.JobResult // set once ended; kept until acknowledged
-	file   *os.File
+	mu      sync.Mutex // serialises shipping and result sending
+	sent    int64
+	acked   int64
+	scanned int64 // output scanned for progress lines
+	lines   progressScanner
+	result  *wire.JobResult // set once ended; kept until acknowledged
+	file    *os.File
 }
 
 // New prepares an agent: it creates DataDir, loads or makes the worker id
@@ -97,6 +127,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.ShipEvery <= 0 {
 		cfg.ShipEvery = 250 * time.Millisecond
+	}
+	if cfg.HealthEvery <= 0 {
+		cfg.HealthEvery = 30 * time.Second
+	}
+	if cfg.ReleaseTimeout <= 0 {
+		cfg.ReleaseTimeout = 30 * time.Second
 	}
 	a := &Agent{cfg: cfg, log: cfg.Log, attDir: filepath.Join(cfg.DataDir, "attempts"),
 		attempts: map[string]*attempt{}, registered: make(chan struct{})}
@@ -145,14 +181,31 @@ func (a *Agent) WorkerID() string { return a.workerID }
 // Registered is closed once the agent has registered with the server.
 func (a *Agent) Registered() <-chan struct{} { return a.registered }
 
-// Run connects to the server and serves assignments until ctx ends,
-// reconnecting with backoff. On return every attempt has been stopped.
+// Parked reports whether the server last said that every queue of this
+// worker is off.
+func (a *Agent) Parked() bool { return a.parked.Load() }
+
+// Run serves the progress endpoint on loopback, connects to the server and
+// serves assignments until ctx ends, reconnecting with backoff. On return
+// every attempt has been stopped. It errors only when the progress
+// endpoint cannot listen.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.groups.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("agent: progress endpoint: %w", err)
+	}
+	srv := &http.Server{Handler: a.progressHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	a.progressURL = "http://" + ln.Addr().String() + progressPath
 	fenceCtx, stopFence := context.WithCancel(ctx)
 	defer stopFence()
 	go a.fence(fenceCtx)
 	go a.shipLoop(fenceCtx)
+	if a.cfg.NvidiaSMI != "" && len(a.cfg.GPUs) > 0 {
+		go a.watchGPUs(fenceCtx)
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		start := time.Now()
@@ -185,7 +238,7 @@ func (a *Agent) stopAll(reason string) {
 	}
 	a.mu.Unlock()
 	for _, p := range procs {
-		p.Stop(reason)
+		p.Stop("", reason)
 	}
 	for _, p := range procs {
 		<-p.Done()
@@ -213,7 +266,7 @@ func (a *Agent) fence(ctx context.Context) {
 				case <-at.proc.Done():
 				default:
 					a.log.Warn("self-fencing: server unreachable past the lease; killing attempt", "attempt", at.id)
-					at.proc.Kill()
+					at.proc.Kill("", "self-fenced: the server was unreachable for longer than the lease")
 				}
 			}
 		}
@@ -382,8 +435,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		hb := &wire.Heartbeat{}
 		a.mu.Lock()
+		hb := &wire.Heartbeat{FaultyGPUs: slices.Sorted(maps.Keys(a.faults))}
 		for id, at := range a.attempts {
 			if at.proc != nil {
 				select {
@@ -407,13 +460,23 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 	case *wire.JobAssign:
 		a.start(runCtx, sctx, m)
 	case *wire.JobCancel:
-		if at := a.get(m.AttemptID); at != nil && at.proc != nil {
-			at.proc.Stop(m.Reason)
+		cause := m.Cause
+		if _, known := berth.CauseExitCode(cause); cause != "" && !known {
+			a.log.Warn("cancel with an unknown cause; cancelling without", "attempt", m.AttemptID, "cause", cause)
+			cause = ""
 		}
+		if at := a.get(m.AttemptID); at != nil {
+			at.proc.Stop(cause, m.Reason)
+		}
+	case *wire.Control:
+		a.control(m)
 	case *wire.Ack:
 		switch m.Of {
 		case wire.AckHeartbeat:
 			a.kill(m.Kill)
+			if m.Control != nil {
+				a.control(m.Control)
+			}
 		case wire.AckLog:
 			if at := a.get(m.AttemptID); at != nil {
 				at.mu.Lock()
@@ -459,21 +522,121 @@ func (a *Agent) get(id string) *attempt {
 	return a.attempts[id]
 }
 
-// kill stops attempts the server no longer wants here.
+// reassigned is the reason of an attempt killed because the server says
+// it belongs elsewhere.
+const reassigned = "reassigned: the server says this attempt now belongs elsewhere"
+
+// kill kills, now, attempts the server no longer wants here.
 func (a *Agent) kill(ids []string) {
 	for _, id := range ids {
-		if at := a.get(id); at != nil && at.proc != nil {
-			at.proc.Kill()
+		if at := a.get(id); at != nil {
+			at.proc.Kill(berth.CauseReassigned, reassigned)
 		}
 	}
 }
 
+// control acts on the worker's desired state: it remembers whether the
+// worker is parked, logging the change, and stops every running attempt of
+// a queue turned off with the hard policy (a safety net behind the
+// server's own hard stop).
+func (a *Agent) control(c *wire.Control) {
+	if a.parked.Swap(c.Parked) != c.Parked {
+		if c.Parked {
+			a.log.Warn("parked: every queue of this worker is off")
+		} else {
+			a.log.Info("resumed")
+		}
+	}
+	var stops []stopRequest
+	a.mu.Lock()
+	for _, at := range a.attempts {
+		if off, ok := c.OffFor(at.queue); ok && off.Policy == berth.StopHard {
+			stops = append(stops, stopRequest{at, operatorStop(a.cfg.Host, off)})
+		}
+	}
+	a.mu.Unlock()
+	a.stopFor(berth.CauseOperator, "stopping attempt: its queue is off", stops)
+}
+
+// stopRequest is an attempt to stop, and why.
+type stopRequest struct {
+	at     *attempt
+	reason string
+}
+
+// stopFor stops attempts for cause, logging msg for each it began to stop.
+func (a *Agent) stopFor(cause, msg string, stops []stopRequest) {
+	for _, s := range stops {
+		if s.at.proc.Stop(cause, s.reason) {
+			a.log.Warn(msg, "attempt", s.at.id, "reason", s.reason)
+		}
+	}
+}
+
+// operatorStop says who stopped an attempt of host and why, in the
+// server's words.
+func operatorStop(host string, off wire.QueueOff) string {
+	return berth.OperatorStopReason(host, off.Queue, off.Policy, off.RequestedBy)
+}
+
+// watchGPUs checks the GPUs' health now and every HealthEvery until ctx
+// ends; a failed check is logged and changes nothing.
+func (a *Agent) watchGPUs(ctx context.Context) {
+	health := newGPUHealth(a.cfg.NvidiaSMI, a.cfg.GPUs)
+	t := time.NewTicker(a.cfg.HealthEvery)
+	defer t.Stop()
+	for {
+		faults, err := health.check(ctx)
+		switch {
+		case err == nil:
+			a.setFaults(faults)
+		case ctx.Err() == nil:
+			a.log.Warn("GPU health check failed; ignored", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// setFaults records which GPUs are faulty, logging changes, and stops the
+// attempts on them.
+func (a *Agent) setFaults(faults map[int]string) {
+	var stops []stopRequest
+	a.mu.Lock()
+	for idx, what := range faults {
+		if _, was := a.faults[idx]; !was {
+			a.log.Error("GPU faulty", "gpu", idx, "fault", what)
+		}
+	}
+	for idx := range a.faults {
+		if _, still := faults[idx]; !still {
+			a.log.Info("GPU healthy again", "gpu", idx)
+		}
+	}
+	a.faults = faults
+	for _, at := range a.attempts {
+		for _, g := range at.gpus {
+			if what, faulty := faults[g]; faulty {
+				stops = append(stops, stopRequest{at, "gpu health: " + what})
+				break
+			}
+		}
+	}
+	a.mu.Unlock()
+	a.stopFor(berth.CauseGPUHealth, "stopping attempt: its GPU is faulty", stops)
+}
+
 func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	dir := filepath.Join(a.attDir, m.AttemptID)
-	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: dir + ".log"}
+	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: dir + ".log",
+		queue: m.Queue, gpus: m.GPUs, token: rand.Text()}
 	proc, err := a.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
 		ArrayIndex: m.ArrayIndex, Command: m.Command, Env: m.Env, Workdir: m.Workdir, Dir: dir, LogPath: at.log,
-		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, Grace: m.Grace, Groups: a.groups})
+		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups,
+		ProgressURL: a.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token})
 	if err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	}
@@ -481,7 +644,7 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	a.mu.Lock()
 	if _, dup := a.attempts[m.AttemptID]; dup {
 		a.mu.Unlock()
-		proc.Kill()
+		proc.Kill("", "")
 		return
 	}
 	a.attempts[m.AttemptID] = at
@@ -490,14 +653,44 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	go func() {
 		<-proc.Done()
 		ex := proc.Exit()
+		if ex.Cause == berth.CauseOperator {
+			ex.Reason += "; " + a.confirmStopped(runCtx, at.gpus, ex.Lingering)
+		}
 		at.mu.Lock()
-		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: ex.Reason}
+		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: ex.Reason, Cause: ex.Cause}
 		at.mu.Unlock()
 		a.report(runCtx, at)
 	}()
 }
 
-// report ships the rest of an ended attempt's output, then its result.
+// confirmStopped checks what a hard stop must have freed, once the attempt
+// has ended: no process of its group is left (lingering lists those that
+// are) and, when the agent has nvidia-smi, no compute app holds memory on
+// its GPUs any more. It says what it found: "processes gone; GPU memory
+// released on GPU 0,1".
+func (a *Agent) confirmStopped(ctx context.Context, gpus, lingering []int) string {
+	found := "processes gone"
+	if len(lingering) > 0 {
+		pids := make([]string, len(lingering))
+		for i, pid := range lingering {
+			pids[i] = strconv.Itoa(pid)
+		}
+		found = "processes still alive after SIGKILL: pid " + strings.Join(pids, ", ")
+	}
+	var held []berth.GPU
+	for _, g := range a.cfg.GPUs {
+		if slices.Contains(gpus, g.Index) {
+			held = append(held, g)
+		}
+	}
+	if a.cfg.NvidiaSMI == "" || len(held) == 0 {
+		return found
+	}
+	return found + "; " + awaitGPURelease(ctx, a.cfg.NvidiaSMI, held, a.cfg.ReleaseTimeout)
+}
+
+// report ships the rest of an ended attempt's output and its last
+// progress, then its result.
 func (a *Agent) report(ctx context.Context, at *attempt) {
 	at.mu.Lock()
 	defer at.mu.Unlock()
@@ -507,8 +700,25 @@ func (a *Agent) report(ctx context.Context, at *attempt) {
 	if err := a.shipLocked(ctx, at); err != nil {
 		return
 	}
-	at.result.LogSize = at.sent
-	_ = a.send(ctx, wire.TypeJobResult, at.result)
+	if err := a.sendProgress(ctx, at); err != nil {
+		return
+	}
+	res := *at.result // a copy: an earlier send of it may still be encoding
+	res.LogSize = at.sent
+	_ = a.send(ctx, wire.TypeJobResult, &res)
+}
+
+// sendProgress sends at's latest progress unless the server has it.
+func (a *Agent) sendProgress(ctx context.Context, at *attempt) error {
+	v, ok := at.progress.pending()
+	if !ok {
+		return nil
+	}
+	if err := a.send(ctx, wire.TypeProgress, &wire.Progress{AttemptID: at.id, Progress: v}); err != nil {
+		return err
+	}
+	at.progress.sent(v)
+	return nil
 }
 
 const chunkSize = 64 << 10
@@ -539,6 +749,7 @@ func (a *Agent) shipLocked(ctx context.Context, at *attempt) error {
 		}
 		n, err := at.file.ReadAt(buf, at.sent)
 		if n > 0 {
+			at.scan(buf[:n])
 			chunk := append([]byte(nil), buf[:n]...)
 			if err := a.send(ctx, wire.TypeLog, &wire.Log{AttemptID: at.id, Offset: at.sent, Data: chunk}); err != nil {
 				return err
@@ -551,7 +762,21 @@ func (a *Agent) shipLocked(ctx context.Context, at *attempt) error {
 	}
 }
 
-// shipLoop ships the output of running attempts every ShipEvery.
+// scan looks for progress lines in output read at at.sent, past what was
+// scanned before (output is shipped again after a reconnect).
+func (at *attempt) scan(output []byte) {
+	end := at.sent + int64(len(output))
+	if end <= at.scanned {
+		return
+	}
+	if v, ok := at.lines.scan(output[max(0, at.scanned-at.sent):]); ok {
+		at.progress.set(v)
+	}
+	at.scanned = end
+}
+
+// shipLoop ships the output and the latest progress, when it changed, of
+// running attempts every ShipEvery.
 func (a *Agent) shipLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.ShipEvery)
 	defer t.Stop()
@@ -569,8 +794,8 @@ func (a *Agent) shipLoop(ctx context.Context) {
 		a.mu.Unlock()
 		for _, at := range live {
 			at.mu.Lock()
-			if at.result == nil {
-				_ = a.shipLocked(ctx, at)
+			if at.result == nil && a.shipLocked(ctx, at) == nil {
+				_ = a.sendProgress(ctx, at)
 			}
 			at.mu.Unlock()
 		}

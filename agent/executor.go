@@ -33,18 +33,29 @@ type Spec struct {
 	LogPath          string            // combined stdout+stderr file, created or appended to by Start; its directory must exist
 	Groups           *GroupJournal     // where the process group is recorded while it lives; nil: nowhere
 	GPUs             []int             // CUDA_VISIBLE_DEVICES; empty: "" so the job sees no GPU
-	MaxRuntime       time.Duration     // 0: none; past it the attempt is stopped and fails
+	MaxRuntime       time.Duration     // 0: none; past it the attempt is stopped with cause budget
+	StallTimeout     time.Duration     // 0: none; with no output and no progress for this long the attempt is stopped with cause stall
 	Grace            time.Duration     // SIGTERM → wait Grace → SIGKILL; 0: DefaultGrace
+	ProgressURL      string            // BERTH_PROGRESS_URL when not empty
 }
 
 // Exit is how an attempt ended. State is succeeded (exit code 0), failed
-// (non-zero exit, killed by a signal, start failure, max_runtime exceeded)
-// or cancelled (Stop or Kill was called). ExitCode is nil when the process
-// did not exit by itself (killed by a signal, never started).
+// (non-zero exit, killed by a signal, start failure, stopped by a
+// watchdog) or cancelled (stopped without a cause, or with cause
+// operator). Cause is set when the attempt was stopped for one
+// (berth.Cause*: Stop or Kill with a cause, max_runtime, stall_timeout);
+// ExitCode is then the cause's code (berth.CauseExitCode). Otherwise
+// ExitCode is nil when the process did not exit by itself (killed by a
+// signal, never started).
 type Exit struct {
 	State    berth.AttemptState
 	ExitCode *int
 	Reason   string
+	Cause    string
+	// Lingering lists the processes of the attempt's group still alive
+	// when it ended: SIGKILL had not ended them within the grace period
+	// (a process stuck in the kernel). Normally nil.
+	Lingering []int
 }
 
 // Executor starts attempts.
@@ -63,14 +74,19 @@ type Process interface {
 	// Exit is how the attempt ended; valid once Done is closed.
 	Exit() Exit
 	// Stop sends SIGTERM to the attempt's process group and SIGKILL after
-	// the grace period. The attempt ends cancelled with reason. It is
-	// idempotent, does nothing once the attempt has ended, and the first
-	// cause of ending wins (a Stop after max_runtime keeps failed).
-	Stop(reason string)
-	// Kill sends SIGKILL to the attempt's process group now (self-fencing).
-	// The attempt ends cancelled with reason "killed" unless it was already
-	// being stopped, whose cause it keeps.
-	Kill()
+	// the grace period. The attempt ends with cause (empty: a plain cancel)
+	// and reason ("stopped" if empty), in the state and with the exit code
+	// Exit describes. It reports whether this call began the stop: it does
+	// nothing once the attempt has ended or is being stopped, so the first
+	// cause of ending wins (a Stop after max_runtime keeps cause budget).
+	Stop(cause, reason string) bool
+	// Kill sends SIGKILL to the attempt's process group now. The attempt
+	// ends with cause and reason ("killed" if empty) unless it was already
+	// being stopped, whose cause and reason it keeps.
+	Kill(cause, reason string)
+	// Progressed tells the stall watchdog that the attempt reported
+	// progress just now.
+	Progressed()
 }
 
 // ProcessExecutor runs each attempt as a child process group of the agent:
@@ -141,7 +157,7 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 		grace = DefaultGrace
 	}
 	p := &process{cmd: cmd, pgid: cmd.Process.Pid, grace: grace, done: make(chan struct{}),
-		attemptID: s.AttemptID, groups: s.Groups}
+		attemptID: s.AttemptID, groups: s.Groups, logPath: s.LogPath}
 	if s.Groups != nil {
 		if err := s.Groups.Started(s.AttemptID, p.pgid); err != nil {
 			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
@@ -149,9 +165,19 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 			return nil, err
 		}
 	}
+	p.mu.Lock()
 	if s.MaxRuntime > 0 {
-		p.maxTimer = time.AfterFunc(s.MaxRuntime, func() { p.terminate(berth.AttemptFailed, "max_runtime exceeded") })
+		reason := fmt.Sprintf("max_runtime exceeded (%v)", s.MaxRuntime)
+		p.maxTimer = time.AfterFunc(s.MaxRuntime, func() { p.Stop(berth.CauseBudget, reason) })
 	}
+	if s.StallTimeout > 0 {
+		p.stall, p.active = s.StallTimeout, time.Now()
+		if info, err := os.Stat(s.LogPath); err == nil {
+			p.logSize = info.Size() // the log is appended to: what is there is not this attempt's output
+		}
+		p.stallTimer = time.AfterFunc(stallCheck(s.StallTimeout), p.checkStall)
+	}
+	p.mu.Unlock()
 	go p.wait()
 	return p, nil
 }
@@ -180,9 +206,9 @@ func command(s Spec) (*exec.Cmd, error) {
 // variables (later entries win; os/exec drops the earlier duplicates).
 func environ(s Spec) []string {
 	own := os.Environ()
-	env := make([]string, 0, len(own)+len(s.Env)+5)
+	env := make([]string, 0, len(own)+len(s.Env)+6)
 	for _, kv := range own {
-		if !strings.HasPrefix(kv, "BERTH_ARRAY_INDEX=") { // ours to set or leave unset
+		if !strings.HasPrefix(kv, "BERTH_ARRAY_INDEX=") && !strings.HasPrefix(kv, "BERTH_PROGRESS_URL=") { // ours to set or leave unset
 			env = append(env, kv)
 		}
 	}
@@ -192,6 +218,9 @@ func environ(s Spec) []string {
 	env = append(env, "BERTH_JOB_ID="+s.JobID, "BERTH_TASK_INDEX="+strconv.Itoa(s.TaskIndex), "BERTH_ATTEMPT_ID="+s.AttemptID)
 	if s.ArrayIndex != nil {
 		env = append(env, "BERTH_ARRAY_INDEX="+strconv.Itoa(*s.ArrayIndex))
+	}
+	if s.ProgressURL != "" {
+		env = append(env, "BERTH_PROGRESS_URL="+s.ProgressURL)
 	}
 	b := []byte("CUDA_VISIBLE_DEVICES=")
 	for i, g := range s.GPUs {
@@ -205,22 +234,31 @@ func environ(s Spec) []string {
 
 // process is a running attempt of ProcessExecutor.
 type process struct {
-	cmd      *exec.Cmd
-	pgid     int
-	grace    time.Duration
-	maxTimer *time.Timer // set before wait starts; never reassigned
-	done     chan struct{}
+	cmd   *exec.Cmd
+	pgid  int
+	grace time.Duration
+	done  chan struct{}
 
 	attemptID string
 	groups    *GroupJournal // nil: not recorded
+	logPath   string
 
 	mu         sync.Mutex
 	exited     bool // the leader has exited: signal the group no more (its id may be reused)
 	stopping   bool
-	stopState  berth.AttemptState
+	stopCause  string
 	stopReason string
+	maxTimer   *time.Timer // max_runtime; nil: none
 	graceTimer *time.Timer
 	exit       Exit
+
+	// The stall watchdog (stall > 0): active is when the attempt last
+	// wrote output (as far as a check could tell: when the check saw the
+	// log had grown past logSize) or reported progress.
+	stall      time.Duration
+	stallTimer *time.Timer
+	active     time.Time
+	logSize    int64
 }
 
 func (p *process) Done() <-chan struct{} { return p.done }
@@ -231,23 +269,57 @@ func (p *process) Exit() Exit {
 	return p.exit
 }
 
-func (p *process) Stop(reason string) {
+func (p *process) Stop(cause, reason string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.terminateLocked(cause, reason)
+}
+
+// terminateLocked starts a graceful stop for cause and reports whether it
+// did (it does nothing once the attempt has ended or is being stopped).
+func (p *process) terminateLocked(cause, reason string) bool {
+	if p.exited || p.stopping {
+		return false
+	}
 	if reason == "" {
 		reason = "stopped"
 	}
-	p.terminate(berth.AttemptCancelled, reason)
+	p.stopping, p.stopCause, p.stopReason = true, cause, reason
+	_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
+	p.graceTimer = time.AfterFunc(p.grace, p.killGroup)
+	return true
 }
 
-// terminate starts a graceful stop that ends the attempt in state.
-func (p *process) terminate(state berth.AttemptState, reason string) {
+func (p *process) Progressed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.active = time.Now()
+}
+
+// stallCheck is how often the stall watchdog looks at an attempt's log:
+// a quarter of the timeout, so that a stall is noticed at most that late.
+func stallCheck(timeout time.Duration) time.Duration { return max(timeout/4, time.Millisecond) }
+
+// checkStall is the stall watchdog's timer function: it stops the attempt
+// once it has written no output and reported no progress for the stall
+// timeout, and otherwise looks again later.
+func (p *process) checkStall() {
+	info, err := os.Stat(p.logPath)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.exited || p.stopping {
 		return
 	}
-	p.stopping, p.stopState, p.stopReason = true, state, reason
-	_ = syscall.Kill(-p.pgid, syscall.SIGTERM)
-	p.graceTimer = time.AfterFunc(p.grace, p.killGroup)
+	now := time.Now()
+	if err == nil && info.Size() != p.logSize {
+		p.logSize, p.active = info.Size(), now
+	}
+	left := p.stall - now.Sub(p.active)
+	if left <= 0 {
+		p.terminateLocked(berth.CauseStall, fmt.Sprintf("stalled: no output and no progress for %v", p.stall))
+		return
+	}
+	p.stallTimer.Reset(min(left, stallCheck(p.stall)))
 }
 
 func (p *process) killGroup() {
@@ -258,14 +330,17 @@ func (p *process) killGroup() {
 	}
 }
 
-func (p *process) Kill() {
+func (p *process) Kill(cause, reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.exited {
 		return
 	}
+	if reason == "" {
+		reason = "killed"
+	}
 	if !p.stopping {
-		p.stopping, p.stopState, p.stopReason = true, berth.AttemptCancelled, "killed"
+		p.stopping, p.stopCause, p.stopReason = true, cause, reason
 	}
 	if p.graceTimer != nil {
 		p.graceTimer.Stop()
@@ -282,27 +357,39 @@ func (p *process) wait() {
 	awaitExit(pid)
 	p.mu.Lock()
 	p.exited = true
-	if p.maxTimer != nil {
-		p.maxTimer.Stop()
-	}
-	if p.graceTimer != nil {
-		p.graceTimer.Stop()
+	for _, t := range []*time.Timer{p.maxTimer, p.stallTimer, p.graceTimer} {
+		if t != nil {
+			t.Stop()
+		}
 	}
 	_ = syscall.Kill(-p.pgid, syscall.SIGKILL) // the leader is a zombie: the id is still ours
 	p.mu.Unlock()
 	err := p.cmd.Wait()
-	awaitGroup(p.pgid, p.grace)
+	lingering := awaitGroup(p.pgid, p.grace)
 	if p.groups != nil {
 		_ = p.groups.Ended(p.attemptID) // a lost line only makes a restarted agent signal a dead group
 	}
 	ex := exitOf(p.cmd.ProcessState, err)
+	ex.Lingering = lingering
 	p.mu.Lock()
 	if p.stopping {
-		ex.State, ex.Reason = p.stopState, p.stopReason
+		ex.State, ex.Reason, ex.Cause = stoppedState(p.stopCause), p.stopReason, p.stopCause
+		if code, ok := berth.CauseExitCode(p.stopCause); ok {
+			ex.ExitCode = &code
+		}
 	}
 	p.exit = ex
 	p.mu.Unlock()
 	close(p.done)
+}
+
+// stoppedState is the state of an attempt stopped for cause: cancelled
+// when a user or an operator stopped it, failed when a watchdog did.
+func stoppedState(cause string) berth.AttemptState {
+	if cause == "" || cause == berth.CauseOperator {
+		return berth.AttemptCancelled
+	}
+	return berth.AttemptFailed
 }
 
 // exitOf turns the leader's wait status into an Exit.
@@ -416,10 +503,11 @@ func hasExited(pid int) bool {
 
 // awaitGroup waits, at most limit, until no member of process group pgid
 // is alive (members that are zombies waiting for init to reap them count
-// as dead). Every member has already been sent SIGKILL.
-func awaitGroup(pgid int, limit time.Duration) {
+// as dead), and returns the members still alive then, as /proc shows
+// them. Every member has already been sent SIGKILL.
+func awaitGroup(pgid int, limit time.Duration) []int {
 	if syscall.Kill(-pgid, 0) == syscall.ESRCH {
-		return // the common case: the leader was alone
+		return nil // the common case: the leader was alone
 	}
 	live := groupMembers(pgid)
 	deadline := time.Now().Add(limit)
@@ -427,6 +515,7 @@ func awaitGroup(pgid int, limit time.Duration) {
 		time.Sleep(delay)
 		live = slices.DeleteFunc(live, func(pid int) bool { return !memberAlive(pid, pgid) })
 	}
+	return live
 }
 
 // groupMembers lists the live processes of group pgid from /proc.
@@ -501,5 +590,6 @@ func failedProcess(reason string) Process {
 
 func (p *doneProcess) Done() <-chan struct{} { return closed }
 func (p *doneProcess) Exit() Exit            { return p.exit }
-func (p *doneProcess) Stop(string)           {}
-func (p *doneProcess) Kill()                 {}
+func (p *doneProcess) Stop(_, _ string) bool { return false }
+func (p *doneProcess) Kill(_, _ string)      {}
+func (p *doneProcess) Progressed()           {}

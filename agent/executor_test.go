@@ -47,7 +47,7 @@ func start(t *testing.T, s Spec) Process {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Cleanup(p.Kill)
+	t.Cleanup(func() { p.Kill("", "") })
 	return p
 }
 
@@ -176,6 +176,13 @@ func checkExit(t *testing.T, got Exit, state berth.AttemptState, code *int, reas
 
 func intp(n int) *int { return &n }
 
+func checkCause(t *testing.T, got Exit, cause string) {
+	t.Helper()
+	if got.Cause != cause {
+		t.Fatalf("exit cause = %q, want %q (exit %+v)", got.Cause, cause, got)
+	}
+}
+
 func TestExitCodes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -289,8 +296,12 @@ func TestStopKillsProcessGroup(t *testing.T) {
 	if err := syscall.Kill(-pgid, 0); err != nil {
 		t.Fatalf("group %d not alive while running: %v", pgid, err)
 	}
-	p.Stop("cancelled by alice")
-	p.Stop("second stop is ignored")
+	if !p.Stop("", "cancelled by alice") {
+		t.Fatal("Stop of a running attempt = false, want true")
+	}
+	if p.Stop(berth.CauseOperator, "second stop is ignored") {
+		t.Fatal("second Stop = true, want false")
+	}
 	ex := await(t, p)
 	checkExit(t, ex, berth.AttemptCancelled, nil, "cancelled by alice")
 	assertDead(t, pidsIn(t, filepath.Join(s.Dir, "pids"))...)
@@ -316,7 +327,7 @@ func TestStopEscalatesToSIGKILL(t *testing.T) {
 	p := start(t, s)
 	waitForLog(t, s, "ready")
 	began := time.Now()
-	p.Stop("preempted")
+	p.Stop("", "preempted")
 	ex := await(t, p)
 	if waited := time.Since(began); waited < s.Grace {
 		t.Errorf("ended %v after Stop, before the %v grace period", waited, s.Grace)
@@ -330,7 +341,8 @@ func TestMaxRuntime(t *testing.T) {
 	s := testSpec(t, "sleep", "1000")
 	s.MaxRuntime = 100 * time.Millisecond
 	ex, _ := run(t, s)
-	checkExit(t, ex, berth.AttemptFailed, nil, "max_runtime exceeded")
+	checkExit(t, ex, berth.AttemptFailed, intp(75), "max_runtime exceeded (100ms)")
+	checkCause(t, ex, berth.CauseBudget)
 }
 
 func TestMaxRuntimeNotReached(t *testing.T) {
@@ -346,10 +358,12 @@ func TestKill(t *testing.T) {
 	s := testSpec(t, "sh", "-c", `trap "" TERM; echo ready; sleep 1000`)
 	p := start(t, s)
 	waitForLog(t, s, "ready")
-	p.Kill()
+	p.Kill("", "")
 	checkExit(t, await(t, p), berth.AttemptCancelled, nil, "killed")
-	p.Stop("after the end")
-	p.Kill()
+	if p.Stop("", "after the end") {
+		t.Fatal("Stop after the end = true, want false")
+	}
+	p.Kill(berth.CauseReassigned, "after the end")
 	checkExit(t, p.Exit(), berth.AttemptCancelled, nil, "killed")
 }
 
@@ -359,8 +373,8 @@ func TestKillDuringStopKeepsStopReason(t *testing.T) {
 	s.Grace = time.Hour
 	p := start(t, s)
 	waitForLog(t, s, "ready")
-	p.Stop("drain")
-	p.Kill()
+	p.Stop("", "drain")
+	p.Kill(berth.CauseReassigned, reassigned)
 	checkExit(t, await(t, p), berth.AttemptCancelled, nil, "drain")
 }
 
@@ -479,8 +493,9 @@ func TestNoopExecutor(t *testing.T) {
 	default:
 		t.Fatal("noop process not Done at once")
 	}
-	p.Stop("x")
-	p.Kill()
+	p.Stop("", "x")
+	p.Kill("", "")
+	p.Progressed()
 	checkExit(t, p.Exit(), berth.AttemptSucceeded, intp(0), "")
 	if _, err := os.Stat(s.Dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("noop executor created %s: %v", s.Dir, err)
@@ -563,4 +578,93 @@ func TestAwaitExitWaitsOnPidfdWithoutReaping(t *testing.T) {
 	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 7 {
 		t.Fatalf("Wait after awaitExit = %v, want exit status 7", err)
 	}
+}
+
+func TestStopCauses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cause string
+		kill  bool
+		state berth.AttemptState
+		code  *int
+	}{
+		{"", false, berth.AttemptCancelled, nil},
+		{berth.CauseOperator, false, berth.AttemptCancelled, intp(79)},
+		{berth.CauseGPUHealth, false, berth.AttemptFailed, intp(78)},
+		{berth.CauseReassigned, true, berth.AttemptFailed, intp(77)},
+	} {
+		t.Run(tc.cause, func(t *testing.T) {
+			t.Parallel()
+			s := testSpec(t, "sleep", "1000")
+			p := start(t, s)
+			if tc.kill {
+				p.Kill(tc.cause, "why")
+			} else {
+				p.Stop(tc.cause, "why")
+			}
+			ex := await(t, p)
+			checkExit(t, ex, tc.state, tc.code, "why")
+			checkCause(t, ex, tc.cause)
+		})
+	}
+}
+
+func TestStall(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sh", "-c", "echo started; sleep 1000")
+	s.StallTimeout, s.Grace = 300*time.Millisecond, 100*time.Millisecond
+	began := time.Now()
+	ex, _ := run(t, s)
+	if took := time.Since(began); took < s.StallTimeout {
+		t.Errorf("stalled after %v, before the %v stall timeout", took, s.StallTimeout)
+	}
+	checkExit(t, ex, berth.AttemptFailed, intp(76), "stalled: no output and no progress for 300ms")
+	checkCause(t, ex, berth.CauseStall)
+}
+
+func TestNoStallWhileWriting(t *testing.T) {
+	t.Parallel()
+	// Each runs about 1s, writing every 100ms, with a 400ms stall timeout.
+	for name, line := range map[string]string{"output": "step $i", "progress lines": "BERTH_PROGRESS 0.$i"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := testSpec(t, "sh", "-c", `for i in 1 2 3 4 5 6 7 8 9; do echo "`+line+`"; sleep 0.1; done`)
+			s.StallTimeout = 400 * time.Millisecond
+			ex, _ := run(t, s)
+			checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
+		})
+	}
+}
+
+func TestNoStallWhileProgressing(t *testing.T) {
+	t.Parallel()
+	s := testSpec(t, "sleep", "1")
+	s.StallTimeout = 400 * time.Millisecond
+	p := start(t, s)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.Done():
+			checkExit(t, p.Exit(), berth.AttemptSucceeded, intp(0), "")
+			return
+		case <-tick.C:
+			p.Progressed()
+		}
+	}
+}
+
+func TestWatchdogDuringStopKeepsStopCause(t *testing.T) {
+	t.Parallel()
+	// max_runtime passes while the stop's grace period runs.
+	s := testSpec(t, "sh", "-c", `trap "" TERM; echo ready; sleep 1000`)
+	s.MaxRuntime, s.Grace = 500*time.Millisecond, time.Second
+	p := start(t, s)
+	waitForLog(t, s, "ready")
+	if !p.Stop(berth.CauseOperator, "first") {
+		t.Fatal("Stop = false before max_runtime")
+	}
+	ex := await(t, p)
+	checkExit(t, ex, berth.AttemptCancelled, intp(79), "first")
+	checkCause(t, ex, berth.CauseOperator)
 }

@@ -13,29 +13,50 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// gpuQuery is what DiscoverGPUs asks nvidia-smi for.
-var gpuQuery = []string{"--query-gpu=index,uuid,name,memory.total", "--format=csv,noheader,nounits"}
-
-// FindNvidiaSMI returns the path of nvidia-smi in PATH, and whether there
-// is one.
-func FindNvidiaSMI() (string, bool) {
-	p, err := exec.LookPath("nvidia-smi")
-	return p, err == nil
+// smiQuery is one question to nvidia-smi: the fields of one kind of row
+// ("gpu", "compute-apps"), answered as CSV without header or units.
+type smiQuery struct {
+	kind   string
+	fields []string
 }
 
-// DiscoverGPUs lists the GPUs of this machine by running nvidiaSMI (the
-// path of nvidia-smi), ordered by index. It returns an error that includes
-// nvidia-smi's own message when it cannot be run or exits non-zero, and an
-// error naming the line when its output is malformed. Without a deadline in
-// ctx it gives nvidia-smi 30 seconds (a wedged driver can hang it).
-func DiscoverGPUs(ctx context.Context, nvidiaSMI string) ([]berth.GPU, error) {
+var (
+	// gpuQuery is what DiscoverGPUs asks.
+	gpuQuery = smiQuery{"gpu", []string{"index", "uuid", "name", "memory.total"}}
+	// healthQuery is what the GPU health check asks.
+	healthQuery = smiQuery{"gpu", []string{"index", "uuid", "ecc.errors.uncorrected.volatile.total"}}
+	// appsQuery is what a hard stop asks to confirm GPU memory was released.
+	appsQuery = smiQuery{"compute-apps", []string{"gpu_uuid", "pid", "used_memory"}}
+)
+
+func (q smiQuery) args() []string {
+	return []string{"--query-" + q.kind + "=" + strings.Join(q.fields, ","), "--format=csv,noheader,nounits"}
+}
+
+// smiRow is one line of nvidia-smi's output, split into trimmed fields.
+type smiRow struct {
+	n      int // line number, from 1
+	line   string
+	fields []string
+}
+
+func (r smiRow) errorf(format string, args ...any) error {
+	return fmt.Errorf("output line %d %q: %s", r.n, r.line, fmt.Sprintf(format, args...))
+}
+
+// run asks nvidiaSMI (the path of nvidia-smi) q and returns its rows. It
+// returns an error that includes nvidia-smi's own message when it cannot
+// be run or exits non-zero, and an error naming the line when a line has
+// fewer fields than q asks for. Without a deadline in ctx it gives
+// nvidia-smi 30 seconds (a wedged driver can hang it).
+func (q smiQuery) run(ctx context.Context, nvidiaSMI string) ([]smiRow, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, nvidiaSMI, gpuQuery...)
+	cmd := exec.CommandContext(ctx, nvidiaSMI, q.args()...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
@@ -51,47 +72,88 @@ func DiscoverGPUs(ctx context.Context, nvidiaSMI string) ([]berth.GPU, error) {
 		}
 		return nil, fmt.Errorf("nvidia-smi: %w", err)
 	}
-	gpus, err := parseGPUs(stdout.String())
+	rows, err := q.parse(stdout.String())
+	if err != nil {
+		return nil, fmt.Errorf("nvidia-smi: %w", err)
+	}
+	return rows, nil
+}
+
+// parse splits nvidia-smi's answer to q into rows of at least as many
+// fields as q asks for (a GPU name may hold commas), skipping blank lines.
+func (q smiQuery) parse(out string) ([]smiRow, error) {
+	var rows []smiRow
+	for n, line := range strings.Split(out, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		r := smiRow{n: n + 1, line: line, fields: strings.Split(line, ",")}
+		if len(r.fields) < len(q.fields) {
+			return nil, r.errorf("want %d comma-separated fields (%s), got %d", len(q.fields), strings.Join(q.fields, ", "), len(r.fields))
+		}
+		for i := range r.fields {
+			r.fields[i] = strings.TrimSpace(r.fields[i])
+		}
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// FindNvidiaSMI returns the path of nvidia-smi in PATH, and whether there
+// is one.
+func FindNvidiaSMI() (string, bool) {
+	p, err := exec.LookPath("nvidia-smi")
+	return p, err == nil
+}
+
+// DiscoverGPUs lists the GPUs of this machine by running nvidiaSMI (the
+// path of nvidia-smi), ordered by index. It returns an error that includes
+// nvidia-smi's own message when it cannot be run or exits non-zero, and an
+// error naming the line when its output is malformed. Without a deadline in
+// ctx it gives nvidia-smi 30 seconds (a wedged driver can hang it).
+func DiscoverGPUs(ctx context.Context, nvidiaSMI string) ([]berth.GPU, error) {
+	rows, err := gpuQuery.run(ctx, nvidiaSMI)
+	if err != nil {
+		return nil, err
+	}
+	gpus, err := gpusOf(rows)
 	if err != nil {
 		return nil, fmt.Errorf("nvidia-smi: %w", err)
 	}
 	return gpus, nil
 }
 
-// parseGPUs parses "index, uuid, name, memory MiB" lines. The name may hold
-// spaces or even commas: it is everything between the uuid and the memory.
+// parseGPUs parses nvidia-smi's answer to gpuQuery.
 func parseGPUs(out string) ([]berth.GPU, error) {
+	rows, err := gpuQuery.parse(out)
+	if err != nil {
+		return nil, err
+	}
+	return gpusOf(rows)
+}
+
+// gpusOf reads "index, uuid, name, memory MiB" rows. The name may hold
+// commas: it is everything between the uuid and the memory.
+func gpusOf(rows []smiRow) ([]berth.GPU, error) {
 	var gpus []berth.GPU
-	for n, line := range strings.Split(out, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" {
-			continue
-		}
-		bad := func(format string, args ...any) error {
-			return fmt.Errorf("output line %d %q: %s", n+1, line, fmt.Sprintf(format, args...))
-		}
-		f := strings.Split(line, ",")
-		if len(f) < 4 {
-			return nil, bad("want 4 comma-separated fields (index, uuid, name, memory.total), got %d", len(f))
-		}
-		for i := range f {
-			f[i] = strings.TrimSpace(f[i])
-		}
+	for _, r := range rows {
+		f := r.fields
 		idx, err := strconv.Atoi(f[0])
 		if err != nil || idx < 0 {
-			return nil, bad("index %q is not a number", f[0])
+			return nil, r.errorf("index %q is not a number", f[0])
 		}
 		uuid, name, memStr := f[1], strings.Join(f[2:len(f)-1], ", "), f[len(f)-1]
 		if uuid == "" || name == "" {
-			return nil, bad("empty uuid or name")
+			return nil, r.errorf("empty uuid or name")
 		}
 		mib, err := strconv.ParseInt(memStr, 10, 64)
 		if err != nil || mib <= 0 || mib > 1<<30 {
-			return nil, bad("memory.total %q is not a number of MiB (declare the GPUs with --gpus instead)", memStr)
+			return nil, r.errorf("memory.total %q is not a number of MiB (declare the GPUs with --gpus instead)", memStr)
 		}
 		for _, g := range gpus {
 			if g.Index == idx {
-				return nil, bad("index %d appears twice", idx)
+				return nil, r.errorf("index %d appears twice", idx)
 			}
 		}
 		gpus = append(gpus, berth.GPU{Index: idx, UUID: uuid, Model: name, Memory: berth.Bytes(mib << 20)})

@@ -51,6 +51,8 @@ func New(ctl *controller.Controller, token string, log *slog.Logger) *Server {
 	s.mux.HandleFunc("GET /api/v1/jobs/{id}/logs", s.logs)
 	s.mux.HandleFunc("POST /api/v1/wait", s.wait)
 	s.mux.HandleFunc("GET /api/v1/workers", s.workers)
+	s.mux.HandleFunc("GET /api/v1/workers/{host}/control", s.getControl)
+	s.mux.HandleFunc("PUT /api/v1/workers/{host}/control", s.putControl)
 	s.mux.HandleFunc("GET /api/v1/quotas", s.listQuotas)
 	s.mux.HandleFunc("PUT /api/v1/quotas/{id}", s.putQuota)
 	s.mux.HandleFunc("DELETE /api/v1/quotas/{id}", s.deleteQuota)

@@ -790,13 +790,18 @@ func TestAgentBadSessionsCloseOnlyThemselves(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read register ack: %v", err)
 	}
-	typ, msg, err := wire.Decode(data)
+	msgs, err := wire.DecodeFrame(data)
 	if err != nil {
 		t.Fatalf("decode %s: %v", data, err)
 	}
-	ack, ok := msg.(*wire.Ack)
-	if typ != wire.TypeAck || !ok || ack.Of != wire.AckRegister || ack.Error != "" || ack.Lease <= 0 || ack.Heartbeat <= 0 {
+	ack, ok := msgs[0].Body.(*wire.Ack)
+	if msgs[0].Type != wire.TypeAck || !ok || ack.Of != wire.AckRegister || ack.Error != "" || ack.Lease <= 0 || ack.Heartbeat <= 0 {
 		t.Fatalf("register answered with %s", data)
+	}
+	if len(msgs) > 1 {
+		if ctl, ok := msgs[1].Body.(*wire.Control); !ok || ctl.Parked || len(ctl.Off) != 0 {
+			t.Fatalf("register followed by %s, want the control of a host that is on", data)
+		}
 	}
 
 	status, _, data := s.do("GET", "/api/v1/workers", "")

@@ -31,9 +31,13 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintln(w, "# HELP berth_workers Workers by observed state.")
 	fmt.Fprintln(w, "# TYPE berth_workers gauge")
-	for _, st := range []berth.WorkerState{berth.WorkerReady, berth.WorkerBusy, berth.WorkerParked, berth.WorkerLost} {
+	for _, st := range []berth.WorkerState{berth.WorkerReady, berth.WorkerBusy, berth.WorkerDraining, berth.WorkerParked,
+		berth.WorkerDisconnected, berth.WorkerLost} {
 		fmt.Fprintf(w, "berth_workers{state=%q} %d\n", st, m.Workers[st])
 	}
+	fmt.Fprintln(w, "# HELP berth_capacity_gpus GPUs of workers taking work (parked, disconnected and lost workers and faulty GPUs excluded).")
+	fmt.Fprintln(w, "# TYPE berth_capacity_gpus gauge")
+	fmt.Fprintf(w, "berth_capacity_gpus %d\n", m.CapacityGPUs)
 	writeHistogram(w, "berth_scheduling_latency_seconds", "Submit to placement on a worker.", m.PlaceLatency)
 	writeHistogram(w, "berth_start_latency_seconds", "Submit to process started.", m.StartLatency)
 	writeHistogram(w, "berth_scheduler_pass_seconds", "Duration of one scheduling pass.", m.ScheduleLength)

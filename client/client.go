@@ -152,6 +152,22 @@ func (c *Client) Workers(ctx context.Context) ([]*berth.Worker, error) {
 	return out.Workers, err
 }
 
+// SetWorkerControl turns one queue of host (every queue when req.Queue is
+// empty) on or off and returns the host's controls and the attempts the
+// change is stopping. The server's invalid error names the offending field.
+func (c *Client) SetWorkerControl(ctx context.Context, host string, req berth.ControlRequest) (*berth.ControlResponse, error) {
+	var out berth.ControlResponse
+	err := c.do(ctx, http.MethodPut, "/api/v1/workers/"+url.PathEscape(host)+"/control", req, &out)
+	return &out, err
+}
+
+// WorkerControls returns host's controls, by queue.
+func (c *Client) WorkerControls(ctx context.Context, host string) ([]*berth.WorkerControl, error) {
+	var out berth.ControlList
+	err := c.do(ctx, http.MethodGet, "/api/v1/workers/"+url.PathEscape(host)+"/control", nil, &out)
+	return out.Controls, err
+}
+
 // SetQuota creates or replaces the quota rule q.ID() with q's limits and
 // returns the rule as stored; created reports whether it is new. The
 // server's invalid error names the offending field.

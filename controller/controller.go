@@ -33,6 +33,9 @@ type Config struct {
 	AcceptTimeout time.Duration // assignment → job_accepted
 	Grace         time.Duration // SIGTERM → SIGKILL on cancel
 	Housekeeping  time.Duration // lease and timeout checks
+	// ControlPoll is how often worker controls are read back from the
+	// store, to apply those written there directly (plain SQL).
+	ControlPoll time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -57,6 +60,7 @@ func (c *Config) setDefaults() {
 	def(&c.AcceptTimeout, 30*time.Second)
 	def(&c.Grace, 10*time.Second)
 	def(&c.Housekeeping, time.Second)
+	def(&c.ControlPoll, 5*time.Second)
 }
 
 // Controller runs the state machine. Create it with New, then Start.
@@ -69,9 +73,10 @@ type Controller struct {
 	ids       berth.IDGen
 	bus       *Bus
 
-	inbox chan func()
-	stop  chan struct{}
-	done  chan struct{}
+	inbox     chan func()
+	stop      chan struct{}
+	done      chan struct{}
+	stopPolls context.CancelFunc
 
 	failOnce sync.Once
 	failed   chan struct{}
@@ -81,10 +86,14 @@ type Controller struct {
 	jobs     map[string]*jobState
 	attempts map[string]*attemptState
 	workers  map[string]*workerState
-	quotas   map[string]*berth.QuotaRule // by ID()
-	order    []*workerState              // every worker, by id
-	reserved map[string]string           // worker id → job holding it, from the last full pass
-	nextPort int                         // where the next rendezvous port search starts
+	quotas   map[string]*berth.QuotaRule                // by ID()
+	controls map[string]map[string]*berth.WorkerControl // host → queue → control
+	// controlGen counts the loop's control writes, so that a poll that
+	// read the store before one does not undo it.
+	controlGen uint64
+	order      []*workerState    // every worker, by id
+	reserved   map[string]string // worker id → job holding it, from the last full pass
+	nextPort   int               // where the next rendezvous port search starts
 	// preempted holds when each preemption of the last window happened.
 	preempted []time.Time
 	queue     *scheduler.Queue
@@ -115,6 +124,7 @@ func New(cfg Config) *Controller {
 		attempts:  map[string]*attemptState{},
 		workers:   map[string]*workerState{},
 		quotas:    map[string]*berth.QuotaRule{},
+		controls:  map[string]map[string]*berth.WorkerControl{},
 		queue:     scheduler.NewQueue(*cfg.Scheduler),
 		idem:      map[string][]string{},
 		waiters:   map[*waiter]struct{}{},
@@ -164,6 +174,9 @@ func (c *Controller) Start(ctx context.Context) error {
 	c.rebuild(active)
 	c.committer.Start()
 	go c.loop()
+	pollCtx, cancel := context.WithCancel(context.Background())
+	c.stopPolls = cancel
+	go c.pollControls(pollCtx, c.cfg.ControlPoll)
 	return nil
 }
 
@@ -173,6 +186,9 @@ func (c *Controller) Stop(ctx context.Context) error {
 	case <-c.stop:
 	default:
 		close(c.stop)
+	}
+	if c.stopPolls != nil {
+		c.stopPolls()
 	}
 	select {
 	case <-c.done:

@@ -21,8 +21,9 @@ const (
 	EventWorkerRegistered  = "worker.registered"
 	EventWorkerLost        = "worker.lost"
 	EventWorkerDisconnects = "worker.disconnected"
-	EventQuotaSet          = "quota.set"     // a quota rule was created or replaced
-	EventQuotaDeleted      = "quota.deleted" // a quota rule was deleted
+	EventQuotaSet          = "quota.set"      // a quota rule was created or replaced
+	EventQuotaDeleted      = "quota.deleted"  // a quota rule was deleted
+	EventWorkerControl     = "worker.control" // an operator turned a host's queue on or off
 )
 
 // Event is one thing that happened, published after it is durable.
@@ -41,6 +42,10 @@ type Event struct {
 	User      string         `json:"user,omitempty"`      // the job's user, for quota events
 	Requested int            `json:"requested,omitempty"` // what a held-back job asked for
 	Limit     int            `json:"limit,omitempty"`     // the rule's limit
+	Queue     string         `json:"queue,omitempty"`     // worker control: the queue ("*": every queue)
+	Desired   string         `json:"desired,omitempty"`   // worker control: on or off
+	Policy    string         `json:"policy,omitempty"`    // worker control: the stop policy
+	Attempts  []string       `json:"attempts,omitempty"`  // attempts a control stopped, or the one a requeue follows
 }
 
 // Bus keeps the most recent events in a ring and wakes readers when more

@@ -52,13 +52,18 @@ func (c *Controller) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job,
 	return c.store.Jobs(ctx, f)
 }
 
-// Workers returns every known worker with its observed state, by host.
+// Workers returns every known worker with its observed state, the desired
+// state of its host's queues and its faulty GPUs, by host.
 func (c *Controller) Workers(ctx context.Context) ([]*berth.Worker, error) {
 	var out []*berth.Worker
 	err := c.do(ctx, func() {
 		for _, ws := range c.workers {
 			w := c.workerCopy(ws)
 			w.ReservedFor = c.reserved[w.ID]
+			w.FaultyGPUs = ws.faulty
+			if len(c.controls[w.Host]) > 0 {
+				w.Controls = c.hostControls(w.Host)
+			}
 			out = append(out, w)
 		}
 	})

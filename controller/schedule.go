@@ -132,8 +132,8 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 		}
 		b.Attempts = append(b.Attempts, as.copy())
 		msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
-			Command: j.Command, Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
-			MaxRuntime: time.Duration(j.MaxRuntime), Grace: c.cfg.Grace}
+			Queue: j.Queue, Command: j.Command, Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
+			MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: c.cfg.Grace}
 		s := ws.sess
 		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
 	}

@@ -3,6 +3,8 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -144,6 +146,8 @@ func (c *Controller) handle(s *session, typ string, msg any) {
 		c.onLog(s, m)
 	case *wire.JobResult:
 		c.onResult(s, m)
+	case *wire.Progress:
+		c.onProgress(s, m)
 	default:
 		c.protocolError(s, "agents may not send %s", typ)
 	}
@@ -211,11 +215,14 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 			c.endAttempt(as, berth.AttemptLost, nil, "agent restarted without it", now)
 		}
 	}
-	ws.recompute()
+	ws.faulty = nil
+	c.applyControl(ws)
 	c.write(&store.Batch{Workers: []*berth.Worker{c.workerCopy(ws)}})
 	ev := Event{Time: now, Type: EventWorkerRegistered, WorkerID: w.ID, Host: w.Host}
+	ctl := c.wireControl(w.Host, ws)
 	c.afterCommit(func() {
 		s.send(wire.TypeAck, ack)
+		s.send(wire.TypeControl, ctl)
 		c.bus.Publish(ev)
 	})
 	for _, as := range ws.attempts {
@@ -228,14 +235,22 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 
 func (c *Controller) workerCopy(ws *workerState) *berth.Worker {
 	w := *ws.w
-	w.State = ws.observedState()
+	w.State = c.observedState(ws)
 	return &w
 }
 
 func (c *Controller) onHeartbeat(s *session, m *wire.Heartbeat) {
 	ws := s.worker
 	ws.w.LastHeartbeat = c.now().UTC()
-	ack := &wire.Ack{Of: wire.AckHeartbeat}
+	if !slices.Equal(ws.faulty, m.FaultyGPUs) {
+		ws.faulty = slices.Clone(m.FaultyGPUs)
+		ws.recompute()
+		c.dirty = true
+		if len(m.FaultyGPUs) > 0 {
+			c.log.Warn("agent reports faulty GPUs; placing nothing more on them", "host", ws.w.Host, "gpus", m.FaultyGPUs)
+		}
+	}
+	ack := &wire.Ack{Of: wire.AckHeartbeat, Control: c.wireControl(ws.w.Host, ws)}
 	for _, id := range m.Running {
 		if as := c.attempts[id]; as == nil || as.worker != ws {
 			ack.Kill = append(ack.Kill, id)
@@ -311,6 +326,25 @@ func (c *Controller) onLog(s *session, m *wire.Log) {
 	})
 }
 
+// maxProgress bounds a progress report; longer ones are cut.
+const maxProgress = 1024
+
+func (c *Controller) onProgress(s *session, m *wire.Progress) {
+	as := c.attemptOf(s, m.AttemptID)
+	if as == nil {
+		return // fenced
+	}
+	p := m.Progress
+	if len(p) > maxProgress {
+		p = p[:maxProgress]
+	}
+	if p == as.a.Progress {
+		return
+	}
+	as.a.Progress = p
+	c.write(&store.Batch{Progress: []store.AttemptProgress{{AttemptID: as.a.ID, Progress: p}}})
+}
+
 func (c *Controller) onResult(s *session, m *wire.JobResult) {
 	ack := &wire.Ack{Of: wire.AckResult, AttemptID: m.AttemptID}
 	as := c.attemptOf(s, m.AttemptID)
@@ -324,11 +358,23 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 		c.protocolError(s, "job_result state %q", m.State)
 		return
 	}
-	st, reason := m.State, m.Reason
-	if as.preemptedBy != "" && st != berth.AttemptSucceeded {
+	st, code, reason := m.State, m.ExitCode, m.Reason
+	as.cause = m.Cause
+	switch {
+	case st == berth.AttemptSucceeded:
+	case as.preemptedBy != "":
 		st, reason = berth.AttemptPreempted, "preempted by job "+as.preemptedBy
+	case as.stoppedBy != nil || m.Cause == berth.CauseOperator:
+		// The agent's own reconciliation may have stopped it first.
+		st, as.cause = berth.AttemptStopped, berth.CauseOperator
+		if as.stoppedBy != nil && !strings.HasPrefix(reason, "stopped by operator") {
+			reason = operatorStop(as.stoppedBy) + "; " + reason
+		}
+		if n, _ := berth.CauseExitCode(berth.CauseOperator); code == nil || *code != n {
+			code = &n
+		}
 	}
-	c.endAttempt(as, st, m.ExitCode, reason, c.now().UTC())
+	c.endAttempt(as, st, code, reason, c.now().UTC())
 	c.afterCommit(func() { s.send(wire.TypeAck, ack) })
 }
 
@@ -347,10 +393,10 @@ func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *i
 	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}})
 	c.dirty = true
 	if st != berth.AttemptSucceeded && js.failure == nil {
-		js.failure = &memberEnd{state: st, code: code, reason: reason}
+		js.failure = &memberEnd{state: st, code: code, reason: reason, cause: as.cause, stoppedBy: as.stoppedBy, attempt: a.ID}
 		if js.live > 0 {
 			why := fmt.Sprintf("gang member %d %s", a.TaskIndex, st)
-			if st == berth.AttemptPreempted {
+			if st == berth.AttemptPreempted || st == berth.AttemptStopped {
 				why = reason
 			}
 			js.active(func(o *attemptState) {
@@ -370,7 +416,11 @@ func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *i
 		c.finishJob(js, berth.JobCancelled, code, "cancelled by user", now)
 	case f == nil:
 		c.finishJob(js, berth.JobSucceeded, code, "", now)
-	case f.state == berth.AttemptPreempted || (f.state == berth.AttemptCancelled && f.reason == reasonWithdrawn):
+	case f.state == berth.AttemptStopped:
+		j.Attempts-- // an operator's doing: no retry spent, back at the front
+		c.requeueFront(js, f, now)
+	case f.state == berth.AttemptPreempted || (f.state == berth.AttemptCancelled && f.reason == reasonWithdrawn) ||
+		(f.cause != "" && !berth.CauseSpendsRetry(f.cause)):
 		j.Attempts-- // not the job's fault: no retry spent
 		c.requeue(js, f.reason, now)
 	case j.Attempts <= j.Retries:
@@ -398,13 +448,34 @@ func exitDesc(code *int) string {
 
 // requeue puts a job back in the queue.
 func (c *Controller) requeue(js *jobState, reason string, now time.Time) {
+	if js.task != nil {
+		js.task.Front = false
+	}
+	c.requeueEvent(js, Event{Time: now, Type: EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
+}
+
+// requeueFront puts a job an operator stopped back at the front of its
+// priority class, with an event naming who stopped it and which attempt.
+func (c *Controller) requeueFront(js *jobState, f *memberEnd, now time.Time) {
+	ev := Event{Time: now, Type: EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: f.reason,
+		Attempts: []string{f.attempt}}
+	if f.stoppedBy != nil {
+		ev.Actor, ev.Host, ev.Queue, ev.Policy = f.stoppedBy.RequestedBy, f.stoppedBy.Host, f.stoppedBy.Queue, f.stoppedBy.StopPolicy
+	}
+	if js.task != nil {
+		js.task.Front = true
+	}
+	c.requeueEvent(js, ev)
+}
+
+// requeueEvent puts a job back in the queue and publishes ev once durable.
+func (c *Controller) requeueEvent(js *jobState, ev Event) {
 	j := js.job
 	c.stats.jobs[j.State]--
 	c.stats.jobs[berth.JobPending]++
-	j.State, j.Reason = berth.JobPending, reason
+	j.State, j.Reason = berth.JobPending, ev.Reason
 	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
 	c.enqueue(js)
-	ev := Event{Time: now, Type: EventJobRequeued, JobID: j.ID, State: berth.JobPending, Reason: reason}
 	c.afterCommit(func() { c.bus.Publish(ev) })
 }
 

@@ -24,9 +24,12 @@ type jobState struct {
 
 // memberEnd is how one member of a job's current placement ended.
 type memberEnd struct {
-	state  berth.AttemptState
-	code   *int
-	reason string
+	state     berth.AttemptState
+	code      *int
+	reason    string
+	cause     string               // berth.Cause*, when its agent ended it
+	stoppedBy *berth.WorkerControl // the control whose hard stop ended it
+	attempt   string
 }
 
 // placed reports whether the job has active attempts.
@@ -55,20 +58,33 @@ type attemptState struct {
 	worker      *workerState
 	run         *scheduler.Running // what the scheduler sees of it
 	logSize     int64
-	preemptedBy string // job it is being stopped for
+	preemptedBy string               // job it is being stopped for
+	stoppedBy   *berth.WorkerControl // the control whose hard stop is stopping it
+	cause       string               // why its agent ended it, as reported (berth.Cause*)
 }
 
 // stopReason says why the attempt is being stopped, or "" if it is not:
-// its job is cancelled, it is preempted, or another member of its gang
-// ended.
+// its job is cancelled, it is preempted, an operator stopped its worker,
+// or another member of its gang ended.
 func (as *attemptState) stopReason() string {
 	switch {
 	case as.job.cancelRequested():
 		return "cancelled by user"
 	case as.preemptedBy != "":
 		return "preempted by job " + as.preemptedBy
+	case as.stoppedBy != nil:
+		return operatorStop(as.stoppedBy)
 	case as.job.failure != nil:
 		return "another member of the gang ended"
+	}
+	return ""
+}
+
+// stopCause is the cause a stop of the attempt carries to its agent: an
+// operator's hard stop, or none.
+func (as *attemptState) stopCause() string {
+	if as.stoppedBy != nil && as.stopReason() == operatorStop(as.stoppedBy) {
+		return berth.CauseOperator
 	}
 	return ""
 }
@@ -86,6 +102,14 @@ type workerState struct {
 	attempts map[string]*attemptState
 	asked    bool // sent ready_for_work; owed no_work if nothing is placed
 	got      bool // placed something this pass
+
+	// From its host's controls (applyControl): queues it serves but takes
+	// nothing from, the only queues it takes from (a host-wide off with
+	// queues turned back on by name), and whether it takes nothing.
+	offQueues  []string
+	onlyQueues []string
+	parked     bool
+	faulty     []int // GPU indexes its agent reports missing or faulted
 }
 
 func newWorkerState(w *berth.Worker) *workerState {
@@ -98,7 +122,10 @@ func newWorkerState(w *berth.Worker) *workerState {
 // declared capacity and its active attempts.
 func (ws *workerState) recompute() {
 	w, s := ws.w, ws.sched
-	s.Host, s.Queues, s.Labels, s.GPUs = w.Host, w.Queues, w.Labels, w.GPUs
+	s.Host, s.Queues, s.OffQueues, s.Labels, s.GPUs = w.Host, w.Queues, ws.offQueues, w.Labels, w.GPUs
+	if ws.onlyQueues != nil {
+		s.Queues = ws.onlyQueues
+	}
 	s.CPUs, s.Memory = w.CPUs, w.Memory
 	s.GPUUsed = make([]bool, len(w.GPUs))
 	s.FreeCPUs, s.FreeMemory, s.FreeSlots = w.CPUs, w.Memory, w.Slots
@@ -106,19 +133,33 @@ func (ws *workerState) recompute() {
 	for _, as := range ws.attempts {
 		ws.take(as)
 	}
-	s.Off = ws.sess == nil
+	ws.markFaulty()
+	s.Off = ws.sess == nil || ws.parked
 	w.Running = len(ws.attempts)
+}
+
+// markFaulty keeps the scheduler off the faulty GPUs by counting them used.
+func (ws *workerState) markFaulty() {
+	for _, idx := range ws.faulty {
+		ws.setGPUUsed(idx, true)
+	}
+}
+
+// setGPUUsed marks GPU idx used or free in the scheduler's view.
+func (ws *workerState) setGPUUsed(idx int, used bool) {
+	s := ws.sched
+	for i, g := range s.GPUs {
+		if g.Index == idx {
+			s.GPUUsed[i] = used
+		}
+	}
 }
 
 func (ws *workerState) take(as *attemptState) {
 	s := ws.sched
 	s.Running = append(s.Running, as.run)
 	for _, idx := range as.a.GPUs {
-		for i, g := range s.GPUs {
-			if g.Index == idx {
-				s.GPUUsed[i] = true
-			}
-		}
+		ws.setGPUUsed(idx, true)
 	}
 	r := as.job.job.Resources
 	s.FreeCPUs -= r.CPUs
@@ -133,12 +174,9 @@ func (ws *workerState) release(as *attemptState) {
 		s.Running = slices.Delete(s.Running, i, i+1)
 	}
 	for _, idx := range as.a.GPUs {
-		for i, g := range s.GPUs {
-			if g.Index == idx {
-				s.GPUUsed[i] = false
-			}
-		}
+		ws.setGPUUsed(idx, false)
 	}
+	ws.markFaulty()
 	r := as.job.job.Resources
 	s.FreeCPUs += r.CPUs
 	s.FreeMemory += r.Memory
@@ -146,11 +184,17 @@ func (ws *workerState) release(as *attemptState) {
 	ws.w.Running = len(ws.attempts)
 }
 
-func (ws *workerState) observedState() berth.WorkerState {
+// observedState is what ws is doing: lost, disconnected, draining or
+// parked (turned off), busy (no free slot) or ready. Loop only.
+func (c *Controller) observedState(ws *workerState) berth.WorkerState {
 	switch {
 	case ws.w.State == berth.WorkerLost:
 		return berth.WorkerLost
 	case ws.sess == nil:
+		return berth.WorkerDisconnected
+	case ws.parked && c.draining(ws):
+		return berth.WorkerDraining
+	case ws.parked:
 		return berth.WorkerParked
 	case ws.sched.FreeSlots <= 0:
 		return berth.WorkerBusy
@@ -182,7 +226,7 @@ func (c *Controller) rebuild(a *store.Active) {
 		}
 		ws := c.workers[at.WorkerID]
 		if ws == nil {
-			ws = newWorkerState(&berth.Worker{ID: at.WorkerID, Host: at.Host, State: berth.WorkerParked})
+			ws = newWorkerState(&berth.Worker{ID: at.WorkerID, Host: at.Host, State: berth.WorkerDisconnected})
 			ws.lastSeen = now.UnixNano()
 			c.addWorker(ws)
 		}
@@ -192,10 +236,11 @@ func (c *Controller) rebuild(a *store.Active) {
 		c.attempts[at.ID] = as
 		ws.attempts[at.ID] = as
 	}
-	for _, ws := range c.workers {
-		ws.recompute()
+	c.loadControls(a.Controls)
+	for _, ws := range c.order {
+		c.applyControl(ws) // marks hard stops; their agents stop them at register
 		if ws.w.State != berth.WorkerLost {
-			ws.w.State = berth.WorkerParked
+			ws.w.State = berth.WorkerDisconnected
 		}
 	}
 	var queued []*jobState

@@ -70,9 +70,12 @@ func (s *stats) loadCounts(counts map[berth.JobState]int) {
 
 // Metrics is a point-in-time view for /metrics.
 type Metrics struct {
-	QueueDepth     map[string]int // pending jobs by queue
-	Jobs           map[berth.JobState]int
-	Workers        map[berth.WorkerState]int
+	QueueDepth map[string]int // pending jobs by queue
+	Jobs       map[berth.JobState]int
+	Workers    map[berth.WorkerState]int
+	// CapacityGPUs counts the GPUs of workers that take work: parked,
+	// disconnected and lost workers and faulty GPUs are not capacity.
+	CapacityGPUs   int
 	PlaceLatency   Histogram
 	StartLatency   Histogram
 	ScheduleLength Histogram
@@ -91,7 +94,10 @@ func (c *Controller) Metrics(ctx context.Context) (*Metrics, error) {
 			m.Jobs[st] = n
 		}
 		for _, ws := range c.workers {
-			m.Workers[ws.observedState()]++
+			m.Workers[c.observedState(ws)]++
+			if !ws.sched.Off {
+				m.CapacityGPUs += len(ws.w.GPUs) - len(ws.faulty)
+			}
 		}
 		m.PlaceLatency = c.stats.placed.snapshot()
 		m.StartLatency = c.stats.started.snapshot()

@@ -173,7 +173,7 @@ var errInactive = berth.Errorf(berth.ECodeConflict, "job is not active")
 // sendCancel tells the attempt's agent to stop it, once durable.
 func (c *Controller) sendCancel(as *attemptState, reason string) {
 	if s := as.worker.sess; s != nil {
-		msg := &wire.JobCancel{AttemptID: as.a.ID, Reason: reason}
+		msg := &wire.JobCancel{AttemptID: as.a.ID, Reason: reason, Cause: as.stopCause()}
 		c.afterCommit(func() { s.send(wire.TypeJobCancel, msg) })
 	}
 }

@@ -103,7 +103,9 @@ func staticReason(groups []group, t *Task) Reason {
 			continue
 		}
 		memOK += g.n
-		on += g.on
+		if !w.offFor(t.Queue) {
+			on += g.on
+		}
 	}
 	workersWith := func(n int, what string) Reason {
 		if need > 1 {

@@ -124,6 +124,9 @@ func newPass(q *Queue, s *Snapshot) *pass {
 				p.capAll.add(add)
 			}
 			for _, qn := range w.Queues {
+				if w.offFor(qn) {
+					continue
+				}
 				if p.capQueue[qn] == nil {
 					p.capQueue[qn] = &amount{}
 				}
@@ -142,6 +145,10 @@ func newPass(q *Queue, s *Snapshot) *pass {
 func (p *pass) classFor(w *Worker, key *[]byte) *class {
 	k := (*key)[:0]
 	for _, qn := range w.Queues {
+		k = append(append(k, qn...), ',')
+	}
+	k = append(k, '|')
+	for _, qn := range w.OffQueues {
 		k = append(append(k, qn...), ',')
 	}
 	k = append(k, '|')
@@ -489,10 +496,10 @@ func (p *pass) classFits(c *class, t *Task) bool {
 }
 
 // capable reports whether w could ever run one member of t: it serves the
-// queue, has the labels (and host, if checkHost) and enough matching GPUs,
+// queue (and has not turned it off), has the labels (and host, if checkHost) and enough matching GPUs,
 // CPUs and memory in all.
 func capable(w *Worker, t *Task, checkHost bool) bool {
-	if !w.serves(t.Queue) || (checkHost && t.Constraints.Host != "" && t.Constraints.Host != w.Host) {
+	if !w.serves(t.Queue) || w.offFor(t.Queue) || (checkHost && t.Constraints.Host != "" && t.Constraints.Host != w.Host) {
 		return false
 	}
 	if !hasLabels(w, t.Constraints.Labels) {

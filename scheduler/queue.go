@@ -28,16 +28,20 @@ import (
 // Task is one pending job: Nodes members (1 for a single-node job, N for a
 // gang) that must all be placed at once, each needing Resources.
 type Task struct {
-	JobID       string
-	Nodes       int // members; 0 means 1
-	Queue       string
-	User        string
-	Template    string
-	Model       string // placed preferably where this model is loaded
-	Priority    int
-	MaxRuntime  time.Duration // 0: unknown, never backfills
-	Submitted   time.Time
-	Seq         uint64 // FIFO tie-break; the controller passes submission order
+	JobID      string
+	Nodes      int // members; 0 means 1
+	Queue      string
+	User       string
+	Template   string
+	Model      string // placed preferably where this model is loaded
+	Priority   int
+	MaxRuntime time.Duration // 0: unknown, never backfills
+	Submitted  time.Time
+	Seq        uint64 // FIFO tie-break; the controller passes submission order
+	// Front puts the task at the front of its priority class among its
+	// user's tasks of its queue when pushed: ordered as if submitted with
+	// the oldest of them, and first among equals (a resume-style requeue).
+	Front       bool
 	Resources   berth.Resources
 	Constraints berth.Constraints
 
@@ -140,7 +144,11 @@ func (q *Queue) Push(t *Task) {
 	}
 	t.shape, t.submitted = q.shapes[sh], t.Submitted.UnixNano()
 	l.oldest, l.newest = min(l.oldest, t.submitted), max(l.newest, t.submitted)
-	key := float64(t.Priority) - hours(t.Submitted)*q.cfg.AgingRate
+	aged := t.Submitted
+	if t.Front {
+		aged = time.Unix(0, l.oldest)
+	}
+	key := float64(t.Priority) - hours(aged)*q.cfg.AgingRate
 	l.live++
 	q.live++
 	if t.list == l && t.removed {
@@ -193,6 +201,9 @@ func hours(t time.Time) float64 { return float64(t.UnixNano()) / float64(time.Ho
 func before(a, b *Task) bool {
 	if a.key != b.key {
 		return a.key > b.key
+	}
+	if a.Front != b.Front {
+		return a.Front
 	}
 	return a.Seq < b.Seq
 }

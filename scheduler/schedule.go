@@ -22,6 +22,7 @@ type Worker struct {
 	FreeMemory berth.Bytes
 	FreeSlots  int
 	Off        bool     // takes no new work (disconnected, parked, off)
+	OffQueues  []string // queues it serves but takes no new work from (turned off)
 	Models     []string // models loaded and warm
 	Running    []*Running
 }
@@ -31,6 +32,16 @@ func (w *Worker) serves(queue string) bool {
 		return true
 	}
 	for _, q := range w.Queues {
+		if q == queue {
+			return true
+		}
+	}
+	return false
+}
+
+// offFor reports whether the worker's queue is turned off.
+func (w *Worker) offFor(queue string) bool {
+	for _, q := range w.OffQueues {
 		if q == queue {
 			return true
 		}

@@ -104,9 +104,11 @@ func (s *Store) prepared(ctx context.Context, queries []string) ([]*sql.Stmt, er
 
 const jobColumns = `id, queue, user_name, idempotency_key, spec, array_index, state, reason, exit_code, attempts, created_at, started_at, finished_at`
 
-const attemptColumns = `id, job_id, task_index, worker_id, host, gpus, state, exit_code, reason, created_at, started_at, finished_at, port`
+const attemptColumns = `id, job_id, task_index, worker_id, host, gpus, state, exit_code, reason, created_at, started_at, finished_at, port, progress`
 
 const quotaColumns = `id, scope, name, max_gpus, max_jobs, weight, updated_at`
+
+const controlColumns = `host_label, queue, desired_state, stop_policy, requested_by, updated_at`
 
 // Write applies b in one transaction and returns once it is fsynced.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
@@ -158,13 +160,17 @@ const (
 	upsertAttempts = `INSERT INTO attempts (` + attemptColumns + `) VALUES `
 	attemptsTail   = ` ON CONFLICT (id) DO UPDATE SET worker_id = excluded.worker_id, host = excluded.host, gpus = excluded.gpus,
 		state = excluded.state, exit_code = excluded.exit_code, reason = excluded.reason,
-		started_at = excluded.started_at, finished_at = excluded.finished_at, port = excluded.port`
+		started_at = excluded.started_at, finished_at = excluded.finished_at, port = excluded.port, progress = excluded.progress`
 	upsertWorker = `INSERT INTO workers (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body`
 	upsertQuota  = `INSERT INTO quota_rules (` + quotaColumns + `) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET scope = excluded.scope, name = excluded.name, max_gpus = excluded.max_gpus,
 		max_jobs = excluded.max_jobs, weight = excluded.weight, updated_at = excluded.updated_at`
-	deleteQuota = `DELETE FROM quota_rules WHERE id = ?`
-	insertLogs  = `INSERT INTO logs (attempt_id, off, data) VALUES `
+	deleteQuota   = `DELETE FROM quota_rules WHERE id = ?`
+	upsertControl = `INSERT INTO worker_controls (` + controlColumns + `) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (host_label, queue) DO UPDATE SET desired_state = excluded.desired_state,
+		stop_policy = excluded.stop_policy, requested_by = excluded.requested_by, updated_at = excluded.updated_at`
+	updateProgress = `UPDATE attempts SET progress = ? WHERE id = ?`
+	insertLogs     = `INSERT INTO logs (attempt_id, off, data) VALUES `
 )
 
 // planBatch turns b into statements in the order Batch documents.
@@ -179,7 +185,7 @@ func planBatch(b *store.Batch) ([]writeOp, error) {
 		ops = append(ops, writeOp{what: "update job " + u.ID, query: updateJob, mustUpdate: true,
 			args: []any{string(u.State), u.Reason, nullInt(u.ExitCode), u.Attempts, nanos(u.StartedAt), nanos(u.FinishedAt), u.ID}})
 	}
-	if ops, err = insertRows(ops, "upsert attempts", upsertAttempts, 13, len(b.Attempts), attemptsTail,
+	if ops, err = insertRows(ops, "upsert attempts", upsertAttempts, 14, len(b.Attempts), attemptsTail,
 		func(i int, args []any) error { return attemptArgs(b.Attempts[i], args) }); err != nil {
 		return nil, err
 	}
@@ -196,6 +202,14 @@ func planBatch(b *store.Batch) ([]writeOp, error) {
 	}
 	for _, id := range b.QuotaDeletes {
 		ops = append(ops, writeOp{what: "delete quota rule " + id, query: deleteQuota, args: []any{id}})
+	}
+	for _, c := range b.Controls {
+		ops = append(ops, writeOp{what: "upsert worker control " + c.ID(), query: upsertControl,
+			args: []any{c.Host, c.Queue, c.DesiredState, c.StopPolicy, c.RequestedBy, nanos(c.UpdatedAt)}})
+	}
+	for _, p := range b.Progress {
+		ops = append(ops, writeOp{what: "set progress of attempt " + p.AttemptID, query: updateProgress,
+			args: []any{p.Progress, p.AttemptID}})
 	}
 	return insertRows(ops, "append logs", insertLogs, 3, len(b.Logs), "",
 		func(i int, args []any) error {
@@ -249,7 +263,7 @@ func attemptArgs(a *berth.Attempt, args []any) error {
 	}
 	args[0], args[1], args[2], args[3], args[4], args[5] = a.ID, a.JobID, a.TaskIndex, a.WorkerID, a.Host, string(gpus)
 	args[6], args[7], args[8] = string(a.State), nullInt(a.ExitCode), a.Reason
-	args[9], args[10], args[11], args[12] = nanos(a.CreatedAt), nanos(a.StartedAt), nanos(a.FinishedAt), a.Port
+	args[9], args[10], args[11], args[12], args[13] = nanos(a.CreatedAt), nanos(a.StartedAt), nanos(a.FinishedAt), a.Port, a.Progress
 	return nil
 }
 
@@ -315,7 +329,7 @@ func scanAttempt(row scanner) (*berth.Attempt, error) {
 		created, started, finished int64
 	)
 	if err := row.Scan(&a.ID, &a.JobID, &a.TaskIndex, &a.WorkerID, &a.Host, &gpus, &state, &exitCode, &a.Reason,
-		&created, &started, &finished, &a.Port); err != nil {
+		&created, &started, &finished, &a.Port, &a.Progress); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(gpus), &a.GPUs); err != nil {
@@ -337,6 +351,18 @@ func scanQuota(row scanner) (*berth.QuotaRule, error) {
 	}
 	q.UpdatedAt = fromNanos(updated)
 	return &q, nil
+}
+
+func scanControl(row scanner) (*berth.WorkerControl, error) {
+	var (
+		c       berth.WorkerControl
+		updated int64
+	)
+	if err := row.Scan(&c.Host, &c.Queue, &c.DesiredState, &c.StopPolicy, &c.RequestedBy, &updated); err != nil {
+		return nil, err
+	}
+	c.UpdatedAt = fromNanos(updated)
+	return &c, nil
 }
 
 // collect runs query on the read pool and scans every row with scan.
@@ -371,6 +397,9 @@ func (s *Store) LoadActive(ctx context.Context) (*store.Active, error) {
 		return nil, err
 	}
 	if a.Quotas, err = s.Quotas(ctx); err != nil {
+		return nil, err
+	}
+	if a.Controls, err = s.WorkerControls(ctx); err != nil {
 		return nil, err
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT l.attempt_id, MAX(l.off + length(l.data)) FROM logs l
@@ -558,4 +587,13 @@ func (s *Store) Quotas(ctx context.Context) ([]*berth.QuotaRule, error) {
 		return nil, fmt.Errorf("list quota rules: %w", err)
 	}
 	return qs, nil
+}
+
+// WorkerControls returns every worker control, by host, then queue.
+func (s *Store) WorkerControls(ctx context.Context) ([]*berth.WorkerControl, error) {
+	cs, err := collect(ctx, s.r, scanControl, `SELECT `+controlColumns+` FROM worker_controls ORDER BY host_label, queue`)
+	if err != nil {
+		return nil, fmt.Errorf("list worker controls: %w", err)
+	}
+	return cs, nil
 }

@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -42,14 +44,13 @@ func TestDurable(t *testing.T) {
 }
 
 // migrationVersions returns the versions of the migration files in
-// migrations/, in order.
-func migrationVersions(t *testing.T) []int {
+// migrations/, in order, and the files' names.
+func migrationVersions(t *testing.T) (versions []int, names []string) {
 	t.Helper()
 	entries, err := os.ReadDir("migrations")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var versions []int
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".sql") {
 			continue
@@ -59,12 +60,12 @@ func migrationVersions(t *testing.T) []int {
 		if err != nil {
 			t.Fatalf("migration %s: name does not start with a number", e.Name())
 		}
-		versions = append(versions, v)
+		versions, names = append(versions, v), append(names, e.Name())
 	}
 	if len(versions) == 0 {
 		t.Fatal("no migrations found")
 	}
-	return versions
+	return versions, names
 }
 
 // appliedVersions returns the rows of schema_migrations of the database at
@@ -104,7 +105,7 @@ func TestReopenDoesNotRerunMigrations(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "berth.db")
-	want := migrationVersions(t)
+	want, _ := migrationVersions(t)
 
 	var ids berth.IDGen
 	job := &berth.Job{ID: ids.New(time.Now()), JobSpec: berth.JobSpec{Queue: "gpu", Command: berth.Argv{"true"}},
@@ -181,5 +182,98 @@ func TestOpenNotADatabase(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); string(got) != string(junk) {
 		t.Errorf("Open changed the file that is not a database")
+	}
+}
+
+// TestUpgradeFrom0003 opens a database that has migrations up to 0003 and
+// rows written then: the store upgrades it, keeps the rows (with no
+// progress) and takes worker controls and progress.
+func TestUpgradeFrom0003(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	versions, names := migrationVersions(t)
+	old := fstest.MapFS{}
+	for i, v := range versions {
+		if v > 3 {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("migrations", names[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		old["migrations/"+names[i]] = &fstest.MapFile{Data: data}
+	}
+	db := openRaw(t, path)
+	if err := store.Migrate(ctx, db, old, "migrations"); err != nil {
+		t.Fatalf("Migrate to 0003: %v", err)
+	}
+	if got := appliedVersions(t, db); !slices.Equal(got, []int{1, 2, 3}) {
+		t.Fatalf("schema_migrations at 0003 = %v, want [1 2 3]", got)
+	}
+	at := time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)
+	if _, err := db.ExecContext(ctx, `INSERT INTO attempts (id, job_id, task_index, worker_id, host, gpus, state, exit_code,
+		reason, created_at, started_at, finished_at, port) VALUES ('a1', 'j1', 0, 'w1', 'gpu-1', '[0,1]', 'running', NULL, '', ?, ?, 0, 29500)`,
+		at.UnixNano(), at.UnixNano()+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s := openAt(t, path)
+	defer s.Close()
+	if got := appliedVersions(t, openRaw(t, path)); !slices.Equal(got, versions) {
+		t.Fatalf("schema_migrations after upgrade = %v, want %v", got, versions)
+	}
+	want := &berth.Attempt{ID: "a1", JobID: "j1", WorkerID: "w1", Host: "gpu-1", GPUs: []int{0, 1}, Port: 29500,
+		State: berth.AttemptRunning, CreatedAt: at, StartedAt: at.Add(1)}
+	as, err := s.Attempts(ctx, "j1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(as) != 1 || !reflect.DeepEqual(as[0], want) {
+		t.Fatalf("Attempts after upgrade = %+v, want [%+v]", as, want)
+	}
+
+	off := &berth.WorkerControl{Host: "gpu-1", Queue: berth.AllQueues, DesiredState: berth.DesiredOff, StopPolicy: berth.StopHard,
+		RequestedBy: "ops", UpdatedAt: at}
+	if err := s.Write(ctx, &store.Batch{Controls: []*berth.WorkerControl{off},
+		Progress: []store.AttemptProgress{{AttemptID: "a1", Progress: "step 3"}}}); err != nil {
+		t.Fatalf("Write after upgrade: %v", err)
+	}
+	want.Progress = "step 3"
+	a, err := s.LoadActive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(a.Attempts, []*berth.Attempt{want}) || !reflect.DeepEqual(a.Controls, []*berth.WorkerControl{off}) {
+		t.Errorf("LoadActive after upgrade: attempts %+v, controls %+v; want [%+v], [%+v]", a.Attempts, a.Controls, want, off)
+	}
+}
+
+// TestWorkerControlsPlainSQL writes controls as an operator would, with
+// plain SQL and the table's defaults: the store reads them back, and the
+// schema refuses a desired state other than on or off.
+func TestWorkerControlsPlainSQL(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	s := openAt(t, path)
+	defer s.Close()
+	db := openRaw(t, path)
+	if _, err := db.ExecContext(ctx, `INSERT INTO worker_controls (host_label, queue, desired_state) VALUES ('spark', 'gpu', 'off')`); err != nil {
+		t.Fatalf("plain-SQL insert: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO worker_controls (host_label, queue, desired_state, stop_policy) VALUES ('spark', 'cpu', 'maybe', 'hard')`); err == nil {
+		t.Error("insert of desired_state 'maybe' succeeded, want a CHECK failure")
+	}
+	cs, err := s.WorkerControls(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*berth.WorkerControl{{Host: "spark", Queue: "gpu", DesiredState: berth.DesiredOff, StopPolicy: berth.StopHard}}
+	if !reflect.DeepEqual(cs, want) {
+		t.Errorf("WorkerControls = %+v, want %+v", cs, want)
 	}
 }

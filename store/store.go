@@ -14,42 +14,54 @@ import (
 
 // Batch is a set of writes applied in one transaction, in this order: new
 // jobs, job updates, attempt upserts, worker upserts, quota rule upserts,
-// quota rule deletes, log appends. Within each list a later entry for the
-// same id wins. Because deletes come after upserts, a batch holding both an
-// upsert and a delete of one rule deletes it; Append keeps the order of a
-// rule's writes across batches by dropping a delete that a later upsert
-// supersedes.
+// quota rule deletes, worker control upserts, attempt progress, log
+// appends. Within each list a later entry for the same id wins. Because
+// deletes come after upserts, a batch holding both an upsert and a delete
+// of one rule deletes it; likewise progress comes after attempt upserts,
+// which write an attempt's Progress too. Append keeps the order of these
+// writes across batches by dropping a delete or a progress that a later
+// upsert supersedes.
 type Batch struct {
 	Jobs         []*berth.Job
 	JobUpdates   []JobUpdate
 	Attempts     []*berth.Attempt
 	Workers      []*berth.Worker
-	Quotas       []*berth.QuotaRule // upserts, keyed by ID()
-	QuotaDeletes []string           // ids of rules to delete; an unknown id is no error
+	Quotas       []*berth.QuotaRule     // upserts, keyed by ID()
+	QuotaDeletes []string               // ids of rules to delete; an unknown id is no error
+	Controls     []*berth.WorkerControl // upserts, keyed by ID() (host and queue)
+	Progress     []AttemptProgress      // an unknown attempt is no error
 	Logs         []LogChunk
+}
+
+// AttemptProgress sets the progress an attempt last reported.
+type AttemptProgress struct {
+	AttemptID string
+	Progress  string
 }
 
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
 	return len(b.Jobs)+len(b.JobUpdates)+len(b.Attempts)+len(b.Workers)+
-		len(b.Quotas)+len(b.QuotaDeletes)+len(b.Logs) == 0
+		len(b.Quotas)+len(b.QuotaDeletes)+len(b.Controls)+len(b.Progress)+len(b.Logs) == 0
 }
 
 // Append adds every write of o after those of b. A quota rule that o
-// upserts is no longer deleted by b, so that applying the result leaves
-// what applying b and then o does.
+// upserts is no longer deleted by b, and b's progress of an attempt that o
+// upserts is dropped (o's upsert writes the attempt's Progress), so that
+// applying the result leaves what applying b and then o does.
 func (b *Batch) Append(o *Batch) {
 	b.Jobs = append(b.Jobs, o.Jobs...)
 	b.JobUpdates = append(b.JobUpdates, o.JobUpdates...)
+	b.Progress = dropSuperseded(b.Progress, func(p AttemptProgress) string { return p.AttemptID },
+		o.Attempts, func(a *berth.Attempt) string { return a.ID })
 	b.Attempts = append(b.Attempts, o.Attempts...)
 	b.Workers = append(b.Workers, o.Workers...)
-	if len(o.Quotas) > 0 && len(b.QuotaDeletes) > 0 {
-		b.QuotaDeletes = slices.DeleteFunc(b.QuotaDeletes, func(id string) bool {
-			return slices.ContainsFunc(o.Quotas, func(q *berth.QuotaRule) bool { return q.ID() == id })
-		})
-	}
+	b.QuotaDeletes = dropSuperseded(b.QuotaDeletes, func(id string) string { return id },
+		o.Quotas, (*berth.QuotaRule).ID)
 	b.Quotas = append(b.Quotas, o.Quotas...)
 	b.QuotaDeletes = append(b.QuotaDeletes, o.QuotaDeletes...)
+	b.Controls = append(b.Controls, o.Controls...)
+	b.Progress = append(b.Progress, o.Progress...)
 	b.Logs = append(b.Logs, o.Logs...)
 }
 
@@ -86,8 +98,9 @@ type Active struct {
 	Jobs     []*berth.Job     // pending and running jobs
 	Attempts []*berth.Attempt // assigned and running attempts
 	Workers  []*berth.Worker
-	Quotas   []*berth.QuotaRule // every quota rule, by id
-	LogSizes map[string]int64   // stored bytes of each active attempt's output
+	Quotas   []*berth.QuotaRule     // every quota rule, by id
+	Controls []*berth.WorkerControl // every worker control, by host, then queue
+	LogSizes map[string]int64       // stored bytes of each active attempt's output
 	Counts   map[berth.JobState]int
 }
 
@@ -97,8 +110,8 @@ type Store interface {
 	// Write applies b atomically and durably (fsynced) before returning.
 	Write(ctx context.Context, b *Batch) error
 	// LoadActive returns every non-terminal job and attempt, all workers,
-	// all quota rules, log sizes of the active attempts and job counts by
-	// state.
+	// all quota rules, all worker controls, log sizes of the active
+	// attempts and job counts by state.
 	LoadActive(ctx context.Context) (*Active, error)
 	// Job returns one job.
 	Job(ctx context.Context, id string) (*berth.Job, error)
@@ -118,6 +131,11 @@ type Store interface {
 	Workers(ctx context.Context) ([]*berth.Worker, error)
 	// Quotas returns every quota rule, by id.
 	Quotas(ctx context.Context) ([]*berth.QuotaRule, error)
+	// WorkerControls returns every worker control, by host, then queue
+	// (byte-wise; not the order of ID()). Controls may also be written
+	// from outside Berth (plain SQL); the controller reads them back
+	// periodically.
+	WorkerControls(ctx context.Context) ([]*berth.WorkerControl, error)
 	// Close releases the store.
 	Close() error
 }
@@ -127,9 +145,10 @@ var ErrStopped = berth.Errorf(berth.ECodeUnavailable, "store writer stopped")
 
 // Compact folds writes that a later write of the same batch supersedes:
 // updates of jobs created in the batch go into the created row, only the
-// last upsert of each attempt, worker and quota rule is kept, and a rule
-// the batch deletes is neither upserted nor deleted twice. The result
-// writes the same final state with fewer statements.
+// last upsert of each attempt, worker, quota rule and worker control and
+// the last progress of each attempt are kept, and a rule the batch deletes
+// is neither upserted nor deleted twice. The result writes the same final
+// state with fewer statements.
 func (b *Batch) Compact() {
 	if len(b.Jobs) > 0 && len(b.JobUpdates) > 0 {
 		created := make(map[string]*berth.Job, len(b.Jobs))
@@ -150,6 +169,8 @@ func (b *Batch) Compact() {
 	b.JobUpdates = lastByID(b.JobUpdates, func(u JobUpdate) string { return u.ID })
 	b.Attempts = lastByID(b.Attempts, func(a *berth.Attempt) string { return a.ID })
 	b.Workers = lastByID(b.Workers, func(w *berth.Worker) string { return w.ID })
+	b.Controls = lastByID(b.Controls, func(c *berth.WorkerControl) string { return c.ID() })
+	b.Progress = lastByID(b.Progress, func(p AttemptProgress) string { return p.AttemptID })
 	b.compactQuotas()
 }
 
@@ -169,6 +190,19 @@ func (b *Batch) compactQuotas() {
 func (u *JobUpdate) applyTo(j *berth.Job) {
 	j.State, j.Reason, j.ExitCode, j.Attempts, j.StartedAt, j.FinishedAt =
 		u.State, u.Reason, u.ExitCode, u.Attempts, u.StartedAt, u.FinishedAt
+}
+
+// dropSuperseded removes from list, in place, the entries whose id is that
+// of an entry of later.
+func dropSuperseded[T, U any](list []T, id func(T) string, later []U, laterID func(U) string) []T {
+	if len(list) == 0 || len(later) == 0 {
+		return list
+	}
+	superseded := make(map[string]bool, len(later))
+	for _, v := range later {
+		superseded[laterID(v)] = true
+	}
+	return slices.DeleteFunc(list, func(v T) bool { return superseded[id(v)] })
 }
 
 // lastByID keeps the last entry of each id, in the order of those last

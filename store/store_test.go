@@ -65,10 +65,17 @@ func TestCompactKeepsLastUpsert(t *testing.T) {
 	w1 := &berth.Worker{ID: "w1", State: berth.WorkerReady}
 	w2 := &berth.Worker{ID: "w2", State: berth.WorkerReady}
 	w1Busy := &berth.Worker{ID: "w1", State: berth.WorkerBusy}
+	// One host's queues and its "*" control are different controls.
+	gpuOff := &berth.WorkerControl{Host: "h", Queue: "gpu", DesiredState: berth.DesiredOff, StopPolicy: berth.StopHard}
+	cpuOff := &berth.WorkerControl{Host: "h", Queue: "cpu", DesiredState: berth.DesiredOff, StopPolicy: berth.StopHard}
+	allOff := &berth.WorkerControl{Host: "h", Queue: berth.AllQueues, DesiredState: berth.DesiredOff, StopPolicy: berth.StopHard}
+	gpuOn := &berth.WorkerControl{Host: "h", Queue: "gpu", DesiredState: berth.DesiredOn, StopPolicy: berth.StopHard}
 	logs := []store.LogChunk{{AttemptID: "a1", Offset: 0, Data: []byte("a")}, {AttemptID: "a1", Offset: 1, Data: []byte("b")}}
 	b := &store.Batch{
 		Attempts: []*berth.Attempt{a1, a2, a1Running, a3, a1Done},
 		Workers:  []*berth.Worker{w1, w2, w1Busy},
+		Controls: []*berth.WorkerControl{gpuOff, cpuOff, allOff, gpuOn},
+		Progress: []store.AttemptProgress{{AttemptID: "a1", Progress: "1"}, {AttemptID: "a2", Progress: "1"}, {AttemptID: "a1", Progress: "2"}},
 		Logs:     slices.Clone(logs),
 	}
 	b.Compact()
@@ -78,14 +85,23 @@ func TestCompactKeepsLastUpsert(t *testing.T) {
 	if !slices.Equal(b.Workers, []*berth.Worker{w2, w1Busy}) {
 		t.Errorf("Workers = %v, want w2 and the last w1", ids(b.Workers, func(w *berth.Worker) string { return w.ID + ":" + string(w.State) }))
 	}
+	if !slices.Equal(b.Controls, []*berth.WorkerControl{cpuOff, allOff, gpuOn}) {
+		t.Errorf("Controls = %v, want h/cpu, h/* and the last h/gpu", ids(b.Controls, func(c *berth.WorkerControl) string { return c.ID() + ":" + c.DesiredState }))
+	}
+	if want := []store.AttemptProgress{{AttemptID: "a2", Progress: "1"}, {AttemptID: "a1", Progress: "2"}}; !slices.Equal(b.Progress, want) {
+		t.Errorf("Progress = %v, want %v", b.Progress, want)
+	}
 	if !reflect.DeepEqual(b.Logs, logs) {
 		t.Errorf("Logs changed: %v", b.Logs)
 	}
 
 	// Nothing to fold: nothing changes.
-	c := &store.Batch{Attempts: []*berth.Attempt{a1, a2}, Workers: []*berth.Worker{w1}}
+	progress := []store.AttemptProgress{{AttemptID: "a1", Progress: "1"}, {AttemptID: "a2", Progress: "1"}}
+	c := &store.Batch{Attempts: []*berth.Attempt{a1, a2}, Workers: []*berth.Worker{w1},
+		Controls: []*berth.WorkerControl{gpuOff, allOff}, Progress: slices.Clone(progress)}
 	c.Compact()
-	if !slices.Equal(c.Attempts, []*berth.Attempt{a1, a2}) || !slices.Equal(c.Workers, []*berth.Worker{w1}) {
+	if !slices.Equal(c.Attempts, []*berth.Attempt{a1, a2}) || !slices.Equal(c.Workers, []*berth.Worker{w1}) ||
+		!slices.Equal(c.Controls, []*berth.WorkerControl{gpuOff, allOff}) || !slices.Equal(c.Progress, progress) {
 		t.Errorf("Compact of a batch without repeats changed it: %+v", c)
 	}
 }
@@ -104,6 +120,7 @@ type model struct {
 	Jobs     map[string]berth.Job
 	Attempts map[string]berth.Attempt
 	Workers  map[string]berth.Worker
+	Controls map[string]berth.WorkerControl
 	Logs     []store.LogChunk
 }
 
@@ -126,14 +143,25 @@ func (m *model) apply(b *store.Batch) {
 	for _, w := range b.Workers {
 		m.Workers[w.ID] = *w
 	}
+	for _, c := range b.Controls {
+		m.Controls[c.ID()] = *c
+	}
+	for _, p := range b.Progress {
+		if a, ok := m.Attempts[p.AttemptID]; ok {
+			a.Progress = p.Progress
+			m.Attempts[p.AttemptID] = a
+		}
+	}
 	m.Logs = append(m.Logs, b.Logs...)
 }
 
 func newModel() *model {
-	m := &model{Jobs: map[string]berth.Job{}, Attempts: map[string]berth.Attempt{}, Workers: map[string]berth.Worker{}}
+	m := &model{Jobs: map[string]berth.Job{}, Attempts: map[string]berth.Attempt{}, Workers: map[string]berth.Worker{},
+		Controls: map[string]berth.WorkerControl{}}
 	for _, id := range []string{"old0", "old1"} {
 		m.Jobs[id] = berth.Job{ID: id, State: berth.JobPending, CreatedAt: base}
 	}
+	m.Attempts["old"] = berth.Attempt{ID: "old", JobID: "old0", State: berth.AttemptRunning, Progress: "stored"}
 	return m
 }
 
@@ -141,7 +169,8 @@ func newModel() *model {
 // it was (Compact changes the jobs it folds updates into).
 func cloneBatch(b *store.Batch) *store.Batch {
 	c := &store.Batch{JobUpdates: slices.Clone(b.JobUpdates), Attempts: slices.Clone(b.Attempts),
-		Workers: slices.Clone(b.Workers), Logs: slices.Clone(b.Logs)}
+		Workers: slices.Clone(b.Workers), Controls: slices.Clone(b.Controls), Progress: slices.Clone(b.Progress),
+		Logs: slices.Clone(b.Logs)}
 	for _, j := range b.Jobs {
 		cj := *j
 		c.Jobs = append(c.Jobs, &cj)
@@ -191,6 +220,20 @@ func TestCompactKeepsFinalState(t *testing.T) {
 				Running: i,
 			})
 		}
+		for i := range rapid.IntRange(0, 6).Draw(rt, "controls") {
+			b.Controls = append(b.Controls, &berth.WorkerControl{
+				Host:         rapid.SampledFrom([]string{"h0", "h1"}).Draw(rt, "host"),
+				Queue:        rapid.SampledFrom([]string{"gpu", "cpu", berth.AllQueues}).Draw(rt, "queue"),
+				DesiredState: rapid.SampledFrom([]string{berth.DesiredOn, berth.DesiredOff}).Draw(rt, "desired"),
+				RequestedBy:  fmt.Sprint("control write ", i),
+			})
+		}
+		for i := range rapid.IntRange(0, 8).Draw(rt, "progress") {
+			b.Progress = append(b.Progress, store.AttemptProgress{
+				AttemptID: rapid.SampledFrom([]string{"a0", "a1", "old", "none"}).Draw(rt, "progress of"),
+				Progress:  fmt.Sprint("progress ", i),
+			})
+		}
 		for i := range rapid.IntRange(0, 3).Draw(rt, "logs") {
 			b.Logs = append(b.Logs, store.LogChunk{AttemptID: "a0", Offset: int64(i), Data: []byte{byte(i)}})
 		}
@@ -231,6 +274,18 @@ func TestCompactKeepsFinalState(t *testing.T) {
 			}
 			seen["w"+w.ID] = true
 		}
+		for _, c := range compacted.Controls {
+			if seen["c"+c.ID()] {
+				rt.Fatalf("two upserts of control %s kept", c.ID())
+			}
+			seen["c"+c.ID()] = true
+		}
+		for _, p := range compacted.Progress {
+			if seen["p"+p.AttemptID] {
+				rt.Fatalf("two progress writes of attempt %s kept", p.AttemptID)
+			}
+			seen["p"+p.AttemptID] = true
+		}
 	})
 }
 
@@ -265,6 +320,13 @@ func TestCompactOnSQLite(t *testing.T) {
 		}
 	}
 	b.Workers = []*berth.Worker{{ID: "w1", State: berth.WorkerReady}, {ID: "w2"}, {ID: "w1", State: berth.WorkerBusy, Running: 3}}
+	for i := range 150 {
+		b.Progress = append(b.Progress, store.AttemptProgress{AttemptID: attemptIDs[i%50], Progress: fmt.Sprint("step ", i)})
+	}
+	for i := range 20 {
+		b.Controls = append(b.Controls, &berth.WorkerControl{Host: fmt.Sprint("h", i%4), Queue: []string{"gpu", berth.AllQueues}[i/4%2],
+			DesiredState: []string{berth.DesiredOff, berth.DesiredOn}[i%3%2], StopPolicy: berth.StopHard, UpdatedAt: base.Add(time.Duration(i))})
+	}
 
 	plain, compacted := openSQLite(t), openSQLite(t)
 	if err := plain.Write(ctx, cloneBatch(b)); err != nil {
@@ -272,8 +334,9 @@ func TestCompactOnSQLite(t *testing.T) {
 	}
 	c := cloneBatch(b)
 	c.Compact()
-	if len(c.JobUpdates) != 0 || len(c.Attempts) != 150 || len(c.Workers) != 2 {
-		t.Errorf("compacted batch has %d updates, %d attempts, %d workers; want 0, 150, 2", len(c.JobUpdates), len(c.Attempts), len(c.Workers))
+	if len(c.JobUpdates) != 0 || len(c.Attempts) != 150 || len(c.Workers) != 2 || len(c.Progress) != 50 || len(c.Controls) != 8 {
+		t.Errorf("compacted batch has %d updates, %d attempts, %d workers, %d progress, %d controls; want 0, 150, 2, 50, 8",
+			len(c.JobUpdates), len(c.Attempts), len(c.Workers), len(c.Progress), len(c.Controls))
 	}
 	if err := compacted.Write(ctx, c); err != nil {
 		t.Fatalf("Write compacted: %v", err)
@@ -291,6 +354,9 @@ func TestCompactOnSQLite(t *testing.T) {
 	}
 	if a1.Counts[berth.JobSucceeded] != 75 {
 		t.Errorf("Counts = %v, want 75 succeeded", a1.Counts)
+	}
+	if len(a1.Controls) != 8 || a1.Attempts[0].Progress != "step 100" {
+		t.Errorf("LoadActive has %d controls and the first attempt's progress %q; want 8 and %q", len(a1.Controls), a1.Attempts[0].Progress, "step 100")
 	}
 	j1, err := plain.Jobs(ctx, store.JobFilter{})
 	if err != nil {
@@ -362,11 +428,78 @@ func TestQuotaWritesKeepOrderAcrossAppend(t *testing.T) {
 	})
 }
 
-func TestEmptyCountsQuotaWrites(t *testing.T) {
+// TestControlAndProgressWritesKeepOrderAcrossAppend checks that merging
+// batches with Append, and compacting the result, leaves the worker
+// controls and attempt progress that writing each batch in turn leaves:
+// the last control of each host and queue, and each attempt's progress
+// from its last write, whether an attempt upsert or a progress entry
+// (which within one batch applies after the upserts).
+func TestControlAndProgressWritesKeepOrderAcrossAppend(t *testing.T) {
+	t.Parallel()
+	attempts := []string{"old", "a1", "none"}
+	rapid.Check(t, func(rt *rapid.T) {
+		want := newModel()
+		merged := &store.Batch{}
+		for i := range rapid.IntRange(1, 6).Draw(rt, "batches") {
+			b := &store.Batch{}
+			for k := range rapid.IntRange(0, 2).Draw(rt, "upserts") {
+				b.Attempts = append(b.Attempts, &berth.Attempt{ID: rapid.SampledFrom(attempts[:2]).Draw(rt, "upsert"),
+					JobID: "old0", State: berth.AttemptRunning, Progress: fmt.Sprint("upsert ", i, k)})
+			}
+			for k := range rapid.IntRange(0, 3).Draw(rt, "progress") {
+				b.Progress = append(b.Progress, store.AttemptProgress{AttemptID: rapid.SampledFrom(attempts).Draw(rt, "progress of"),
+					Progress: fmt.Sprint("progress ", i, k)})
+			}
+			for k := range rapid.IntRange(0, 3).Draw(rt, "controls") {
+				b.Controls = append(b.Controls, &berth.WorkerControl{
+					Host:         rapid.SampledFrom([]string{"h0", "h1"}).Draw(rt, "host"),
+					Queue:        rapid.SampledFrom([]string{"gpu", berth.AllQueues}).Draw(rt, "queue"),
+					DesiredState: rapid.SampledFrom([]string{berth.DesiredOn, berth.DesiredOff}).Draw(rt, "desired"),
+					RequestedBy:  fmt.Sprint("control ", i, k),
+				})
+			}
+			want.apply(cloneBatch(b))
+			merged.Append(cloneBatch(b))
+		}
+		got := newModel()
+		got.apply(cloneBatch(merged))
+		if !reflect.DeepEqual(got, want) {
+			rt.Fatalf("merged batch leaves\n%+v\nwant\n%+v", got, want)
+		}
+		merged.Compact()
+		got = newModel()
+		got.apply(merged)
+		if !reflect.DeepEqual(got, want) {
+			rt.Fatalf("compacted batch leaves\n%+v\nwant\n%+v", got, want)
+		}
+		seen := map[string]bool{}
+		for _, c := range merged.Controls {
+			if seen[c.ID()] {
+				rt.Fatalf("compacted batch upserts control %s twice", c.ID())
+			}
+			seen[c.ID()] = true
+		}
+		for _, p := range merged.Progress {
+			if seen[p.AttemptID] {
+				rt.Fatalf("compacted batch sets the progress of %s twice", p.AttemptID)
+			}
+			seen[p.AttemptID] = true
+		}
+	})
+}
+
+func TestEmptyCountsEveryList(t *testing.T) {
 	t.Parallel()
 	for _, b := range []*store.Batch{
+		{Jobs: []*berth.Job{{ID: "j"}}},
+		{JobUpdates: []store.JobUpdate{{ID: "j"}}},
+		{Attempts: []*berth.Attempt{{ID: "a"}}},
+		{Workers: []*berth.Worker{{ID: "w"}}},
 		{Quotas: []*berth.QuotaRule{{Scope: "user", Name: "a"}}},
 		{QuotaDeletes: []string{"user:a"}},
+		{Controls: []*berth.WorkerControl{{Host: "h", Queue: berth.AllQueues}}},
+		{Progress: []store.AttemptProgress{{AttemptID: "a"}}},
+		{Logs: []store.LogChunk{{AttemptID: "a"}}},
 	} {
 		if b.Empty() {
 			t.Errorf("Empty() of %+v = true", b)

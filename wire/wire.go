@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -25,11 +26,13 @@ const (
 	TypeJobAccepted  = "job_accepted"
 	TypeJobResult    = "job_result"
 	TypeLog          = "log"
+	TypeProgress     = "progress"
 	// Server → agent.
 	TypeJobAssign = "job_assign"
 	TypeJobCancel = "job_cancel"
 	TypeNoWork    = "no_work"
 	TypeAck       = "ack"
+	TypeControl   = "control"
 )
 
 // Envelope is one frame.
@@ -115,6 +118,10 @@ func Decode(frame []byte) (string, any, error) {
 		v = &JobResult{}
 	case TypeLog:
 		v = &Log{}
+	case TypeProgress:
+		v = &Progress{}
+	case TypeControl:
+		v = &Control{}
 	case TypeJobAssign:
 		v = &JobAssign{}
 	case TypeJobCancel:
@@ -153,8 +160,11 @@ type Register struct {
 }
 
 // Heartbeat renews the worker's lease and the leases of Running attempts.
+// FaultyGPUs lists the indexes of GPUs the agent's health check found
+// missing or faulted; the server places nothing more on them.
 type Heartbeat struct {
-	Running []string `json:"running,omitempty"`
+	Running    []string `json:"running,omitempty"`
+	FaultyGPUs []int    `json:"faulty_gpus,omitempty"`
 }
 
 // ReadyForWork tells the server the agent can take assignments.
@@ -169,12 +179,16 @@ type JobAssign struct {
 	JobID      string            `json:"job_id"`
 	TaskIndex  int               `json:"task_index"`
 	ArrayIndex *int              `json:"array_index,omitempty"`
+	Queue      string            `json:"queue"`
 	Command    []string          `json:"command"`
 	Env        map[string]string `json:"env,omitempty"`
 	Workdir    string            `json:"workdir,omitempty"`
 	GPUs       []int             `json:"gpus,omitempty"`
 	MaxRuntime time.Duration     `json:"max_runtime,omitempty"`
-	Grace      time.Duration     `json:"grace,omitempty"` // SIGTERM → SIGKILL
+	// StallTimeout ends the attempt (cause stall) when it writes no output
+	// and reports no progress for this long; 0: never.
+	StallTimeout time.Duration `json:"stall_timeout,omitempty"`
+	Grace        time.Duration `json:"grace,omitempty"` // SIGTERM → SIGKILL
 }
 
 // JobAccepted says the attempt's process has started.
@@ -184,12 +198,23 @@ type JobAccepted struct {
 
 // JobResult says the attempt has ended. LogSize is the full size of its
 // output; every byte of it was shipped before the result.
+// Cause, when set, is why the agent ended the attempt itself (a watchdog,
+// or a hard stop the server asked for); ExitCode is then the cause's code.
 type JobResult struct {
 	AttemptID string             `json:"attempt_id"`
 	State     berth.AttemptState `json:"state"` // succeeded, failed or cancelled
 	ExitCode  *int               `json:"exit_code,omitempty"`
 	Reason    string             `json:"reason,omitempty"`
+	Cause     string             `json:"cause,omitempty"` // berth.Cause*
 	LogSize   int64              `json:"log_size"`
+}
+
+// Progress is the latest progress an attempt reported (a BERTH_PROGRESS
+// line or a call to the agent's progress endpoint): a fraction such as
+// "0.42" or a short message.
+type Progress struct {
+	AttemptID string `json:"attempt_id"`
+	Progress  string `json:"progress"`
 }
 
 // Log is a chunk of an attempt's combined stdout and stderr at Offset.
@@ -201,9 +226,52 @@ type Log struct {
 
 // JobCancel stops an attempt: SIGTERM to its process group, then SIGKILL
 // after the grace period.
+// Cause set to berth.CauseOperator makes it a hard stop: the attempt ends
+// with that cause's exit code once its processes are gone, and the agent
+// confirms its GPU memory was released.
 type JobCancel struct {
 	AttemptID string `json:"attempt_id"`
 	Reason    string `json:"reason,omitempty"`
+	Cause     string `json:"cause,omitempty"`
+}
+
+// Control is the desired state of the agent's worker: the queues turned
+// off on its host, with their stop policies. The server sends it after the
+// register ack, on every change, and with every heartbeat ack (a safety
+// reconciliation: the agent stops any attempt of a queue off with the
+// hard policy that is still running). On lists queues turned on by name
+// while "*" is off. Parked is true when no queue the worker serves takes
+// work.
+type Control struct {
+	Off    []QueueOff `json:"off,omitempty"`
+	On     []string   `json:"on,omitempty"`
+	Parked bool       `json:"parked"`
+}
+
+// OffFor returns the control that turns queue off, and false when the
+// queue is on: a control naming the queue wins over "*".
+func (c *Control) OffFor(queue string) (QueueOff, bool) {
+	var all *QueueOff
+	for i, o := range c.Off {
+		switch o.Queue {
+		case queue:
+			return o, true
+		case berth.AllQueues:
+			all = &c.Off[i]
+		}
+	}
+	if all == nil || slices.Contains(c.On, queue) {
+		return QueueOff{}, false
+	}
+	return *all, true
+}
+
+// QueueOff is one queue turned off ("*": every queue), by whom and with
+// which stop policy.
+type QueueOff struct {
+	Queue       string `json:"queue"`
+	Policy      string `json:"policy"`
+	RequestedBy string `json:"requested_by,omitempty"`
 }
 
 // Ack types (Ack.Of).
@@ -225,6 +293,7 @@ type Ack struct {
 	Kill      []string      `json:"kill,omitempty"`
 	Lease     time.Duration `json:"lease,omitempty"`
 	Heartbeat time.Duration `json:"heartbeat,omitempty"`
-	Resend    bool          `json:"resend,omitempty"` // log: the server lacks bytes from Offset
-	Error     string        `json:"error,omitempty"`  // register refused
+	Resend    bool          `json:"resend,omitempty"`  // log: the server lacks bytes from Offset
+	Control   *Control      `json:"control,omitempty"` // heartbeat: the desired state, again
+	Error     string        `json:"error,omitempty"`   // register refused
 }

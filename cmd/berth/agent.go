@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
@@ -13,30 +14,37 @@ import (
 
 // agentFlags are the flags that describe one worker.
 type agentFlags struct {
-	gpus   string
-	slots  int
-	queues string
-	labels string
+	gpus        string
+	slots       int
+	queues      string
+	labels      string
+	healthEvery time.Duration
 }
 
 func (m *Main) addAgentFlags(fs interface {
 	StringVar(*string, string, string, string)
 	IntVar(*int, string, int, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
 }, af *agentFlags) {
-	fs.StringVar(&af.gpus, "gpus", "", "declare GPUs instead of discovering them with nvidia-smi, e.g. 4xH100:80GiB (0 for none)")
+	fs.StringVar(&af.gpus, "gpus", "", "declare GPUs instead of discovering them with nvidia-smi, e.g. 4xH100:80GiB (0 for none);\ndeclared GPUs are not health-checked")
 	fs.IntVar(&af.slots, "slots", 16, "most attempts this worker runs at once")
 	fs.StringVar(&af.queues, "queues", "", "comma-separated queues to serve (default: every queue)")
 	fs.StringVar(&af.labels, "labels", "", "comma-separated KEY=VALUE labels jobs can select")
+	fs.DurationVar(&af.healthEvery, "health-every", 30*time.Second, "how often nvidia-smi checks the discovered GPUs (1s to 24h); attempts on a GPU\nthat disappears or reports an Xid or ECC fault are stopped (exit code 78)")
 }
 
 // agentConfig turns flags into an agent configuration, discovering GPUs with
-// nvidia-smi unless --gpus declares them.
+// nvidia-smi unless --gpus declares them; discovered GPUs are health-checked
+// with the same nvidia-smi.
 func (af *agentFlags) agentConfig(ctx context.Context) (agent.Config, error) {
 	var cfg agent.Config
 	if af.slots < 1 || af.slots > 10000 {
 		return cfg, berth.Invalidf("--slots", "must be between 1 and 10000")
 	}
-	cfg.Slots = af.slots
+	if af.healthEvery < time.Second || af.healthEvery > 24*time.Hour {
+		return cfg, berth.Invalidf("--health-every", "%v: must be between 1s and 24h", af.healthEvery)
+	}
+	cfg.Slots, cfg.HealthEvery = af.slots, af.healthEvery
 	if af.gpus != "" {
 		gpus, err := berth.ParseGPUSpec(af.gpus)
 		if err != nil {
@@ -48,7 +56,7 @@ func (af *agentFlags) agentConfig(ctx context.Context) (agent.Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("discover GPUs (use --gpus to declare them): %w", err)
 		}
-		cfg.GPUs = gpus
+		cfg.GPUs, cfg.NvidiaSMI = gpus, smi
 	}
 	if af.queues != "" {
 		for _, q := range strings.Split(af.queues, ",") {
@@ -84,8 +92,18 @@ func parseKeyValues(s, flagName string) (map[string]string, error) {
 	return out, nil
 }
 
+// agentUsage is berth agent's help text before its flags.
+const agentUsage = `[flags]
+
+Joins the server and runs the jobs it assigns as child process groups. A job
+reports progress (a fraction or a short message) with a line
+"BERTH_PROGRESS 0.5" in its output or with curl -d 0.5 "$BERTH_PROGRESS_URL";
+either counts as activity for its stall_timeout. An attempt the agent ends
+itself exits with 75 (max_runtime), 76 (stalled), 77 (reassigned elsewhere),
+78 (GPU health) or 79 (stopped by an operator turning the worker off).`
+
 func runAgent(ctx context.Context, m *Main, args []string) error {
-	fs := m.flagSet("agent", "[flags]")
+	fs := m.flagSet("agent", agentUsage)
 	cf := m.addClientFlags(fs, false)
 	var af agentFlags
 	m.addAgentFlags(fs, &af)
@@ -98,8 +116,8 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	if err := cf.check(); err != nil {
 		return err
 	}
-	if *host == "" {
-		return berth.Invalidf("--host", "must not be empty")
+	if err := berth.ValidHost("--host", *host); err != nil {
+		return err
 	}
 	cfg, err := af.agentConfig(ctx)
 	if err != nil {

@@ -85,6 +85,9 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 	if j.ExitCode != nil {
 		fmt.Fprintf(w, "Exit code: %d\n", *j.ExitCode)
 	}
+	if j.MaxRuntime > 0 || j.StallTimeout > 0 {
+		fmt.Fprintf(w, "Watchdogs: max_runtime=%s stall_timeout=%s\n", orDash(durationOrEmpty(j.MaxRuntime)), orDash(durationOrEmpty(j.StallTimeout)))
+	}
 	fmt.Fprintf(w, "Priority:  %d\nCommand:   %s\n", j.Priority, strings.Join(j.Command, " "))
 	r := j.Resources
 	fmt.Fprintf(w, "Resources: gpus=%d", r.GPUs)
@@ -107,7 +110,7 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 	}
 	if len(d.AttemptList) > 0 {
 		fmt.Fprintln(w, "\nAttempts:")
-		t := newTable(w, "  ID", "HOST", "GPUS", "STATE", "EXIT", "REASON")
+		t := newTable(w, "  ID", "HOST", "GPUS", "STATE", "EXIT", "PROGRESS", "REASON")
 		for _, a := range d.AttemptList {
 			exit := "-"
 			if a.ExitCode != nil {
@@ -117,11 +120,19 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 			for i, g := range a.GPUs {
 				gpus[i] = strconv.Itoa(g)
 			}
-			t.row("  "+a.ID, a.Host, orDash(strings.Join(gpus, ",")), string(a.State), exit, a.Reason)
+			t.row("  "+a.ID, a.Host, orDash(strings.Join(gpus, ",")), string(a.State), exit, orDash(a.Progress), a.Reason)
 		}
 		return t.flush()
 	}
 	return nil
+}
+
+// durationOrEmpty formats d, or "" for 0.
+func durationOrEmpty(d berth.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return time.Duration(d).String()
 }
 
 func orDash(s string) string {

@@ -54,6 +54,7 @@ var commands = map[string]command{
 	"wait":    {"wait for jobs to end; exit 0 only if all succeeded", runWait},
 	"workers": {"list workers", runWorkers},
 	"quota":   {"manage quota rules (set, list, rm)", runQuota},
+	"worker":  {"turn a host's workers on or off (drain, pause, hard stop)", runWorker},
 	"bench":   {"measure throughput and latency on this machine", runBench},
 	"sim":     {"replay a workload trace through the scheduler in virtual time", runSim},
 }

@@ -9,18 +9,9 @@ import (
 )
 
 // quotaCommands are the subcommands of berth quota.
-var quotaCommands = map[string]func(ctx context.Context, m *Main, args []string) error{
-	"set":  runQuotaSet,
-	"list": runQuotaList,
-	"rm":   runQuotaRm,
-}
-
-func runQuota(ctx context.Context, m *Main, args []string) error {
-	if len(args) == 0 {
-		return &exitError{code: exitUsage, msg: "quota: give a subcommand: set, list or rm (see berth quota help)"}
-	}
-	if args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprint(m.Stdout, `Usage: berth quota set|list|rm [flags] [args]
+var quotaCommands = subcommands{
+	name: "quota",
+	help: `Usage: berth quota set|list|rm [flags] [args]
 
 Quota rules cap what the running jobs of one user, queue or template may
 hold at once; a job over a cap waits with reason "quota". A user rule's
@@ -31,14 +22,16 @@ weight is that user's fair-share weight (default 1).
   berth quota rm SCOPE:NAME
 
 SCOPE is user, queue or template. Run berth quota SUBCOMMAND -h for its flags.
-`)
-		return nil
-	}
-	run, ok := quotaCommands[args[0]]
-	if !ok {
-		return &exitError{code: exitUsage, msg: fmt.Sprintf("quota: unknown subcommand %q (set, list or rm)", args[0])}
-	}
-	return run(ctx, m, args[1:])
+`,
+	run: map[string]func(ctx context.Context, m *Main, args []string) error{
+		"set":  runQuotaSet,
+		"list": runQuotaList,
+		"rm":   runQuotaRm,
+	},
+}
+
+func runQuota(ctx context.Context, m *Main, args []string) error {
+	return quotaCommands.dispatch(ctx, m, args)
 }
 
 func runQuotaSet(ctx context.Context, m *Main, args []string) error {

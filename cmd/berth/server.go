@@ -29,6 +29,8 @@ type serverConfig struct {
 	Lease         time.Duration
 	Heartbeat     time.Duration
 	AcceptTimeout time.Duration
+	Grace         time.Duration // SIGTERM → SIGKILL when an attempt is stopped
+	ControlPoll   time.Duration // how often worker controls are read back from the store
 	Policy        string        // scheduling policy name
 	ReserveAfter  time.Duration // a blocked job waiting this long reserves workers
 	PreemptAfter  time.Duration // minimum runtime before an attempt may be preempted
@@ -45,6 +47,8 @@ func (m *Main) addServerFlags(fs interface {
 	fs.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long an agent may be unheard before it self-fences and its attempts are lost")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
 	fs.DurationVar(&cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long an agent has to accept an assignment before it is withdrawn")
+	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "how long a stopped attempt gets between SIGTERM and SIGKILL")
+	fs.DurationVar(&cfg.ControlPoll, "control-poll", 5*time.Second, "how often worker controls are read back from the store (picks up plain-SQL writes)")
 	def := scheduler.DefaultConfig()
 	fs.StringVar(&cfg.Policy, "policy", "berth", "scheduling policy: "+strings.Join(scheduler.PolicyNames(), ", "))
 	fs.DurationVar(&cfg.ReserveAfter, "reserve-after", def.ReserveAfter, "how long a job that does not fit waits before it reserves workers (0: never)")
@@ -67,6 +71,7 @@ func (cfg *serverConfig) schedulerConfig() (*scheduler.Config, error) {
 	if cfg.PreemptAfter < 0 {
 		return nil, berth.Invalidf("--preempt-min-runtime", "must not be negative")
 	}
+
 	if sc.ReserveAfter > 0 {
 		sc.ReserveAfter = cfg.ReserveAfter
 	}
@@ -128,6 +133,12 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Grace < 0 || cfg.Grace > time.Hour {
+		return nil, berth.Invalidf("--grace", "must be between 0 (the default, 10s) and 1h")
+	}
+	if cfg.ControlPoll < 0 {
+		return nil, berth.Invalidf("--control-poll", "must not be negative")
+	}
 	sched, err := cfg.schedulerConfig()
 	if err != nil {
 		return nil, err
@@ -137,7 +148,7 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 		return nil, err
 	}
 	ctl := controller.New(controller.Config{Store: st, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
-		AcceptTimeout: cfg.AcceptTimeout, Scheduler: sched})
+		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched})
 	if err := ctl.Start(ctx); err != nil {
 		st.Close()
 		return nil, err

@@ -70,7 +70,8 @@ func runSubmit(ctx context.Context, m *Main, args []string) error {
 	priority := fs.Int("priority", -1, "priority 0-1000 (default 100)")
 	array := fs.Int("array", 0, "submit N copies; each gets BERTH_ARRAY_INDEX 0..N-1")
 	retries := fs.Int("retries", -1, "times a failed or lost attempt is retried")
-	maxRuntime := fs.Duration("max-runtime", 0, "kill the job after this long, e.g. 2h")
+	maxRuntime := fs.Duration("max-runtime", 0, "kill the job after this long, e.g. 2h (exit code 75)")
+	stallTimeout := fs.Duration("stall-timeout", 0, "kill the job when it writes no output and reports no progress for this long (exit code 76)")
 	workdir := fs.String("workdir", "", "working directory on the worker (default: the current directory)")
 	host := fs.String("host", "", "run only on the worker with this host label")
 	labels := fs.String("labels", "", "comma-separated KEY=VALUE worker labels required")
@@ -127,6 +128,9 @@ func runSubmit(ctx context.Context, m *Main, args []string) error {
 	}
 	if set["max-runtime"] {
 		req.MaxRuntime = berth.Duration(*maxRuntime)
+	}
+	if set["stall-timeout"] {
+		req.StallTimeout = berth.Duration(*stallTimeout)
 	}
 	if set["host"] {
 		req.Constraints.Host = *host

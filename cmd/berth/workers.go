@@ -25,11 +25,14 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 		return printJSON(m.Stdout, list)
 	}
 	now := time.Now()
-	t := newTable(m.Stdout, "HOST", "STATE", "GPUS", "RUNNING", "SLOTS", "QUEUES", "HEARTBEAT", "RESERVED FOR", "ID")
+	t := newTable(m.Stdout, "HOST", "STATE", "DESIRED", "GPUS", "RUNNING", "SLOTS", "QUEUES", "HEARTBEAT", "RESERVED FOR", "ID")
 	for _, w := range list {
 		gpus := "-"
 		if len(w.GPUs) > 0 {
 			gpus = fmt.Sprintf("%dx%s", len(w.GPUs), w.GPUs[0].Model)
+			if len(w.FaultyGPUs) > 0 {
+				gpus += fmt.Sprintf(" (%d faulty)", len(w.FaultyGPUs))
+			}
 		}
 		queues := "*"
 		if len(w.Queues) > 0 {
@@ -39,7 +42,7 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 		if w.ReservedFor != "" {
 			reserved = w.ReservedFor
 		}
-		t.row(w.Host, string(w.State), gpus, strconv.Itoa(w.Running), strconv.Itoa(w.Slots), queues,
+		t.row(w.Host, string(w.State), desiredSummary(w), gpus, strconv.Itoa(w.Running), strconv.Itoa(w.Slots), queues,
 			ago(w.LastHeartbeat, now), reserved, w.ID)
 	}
 	return t.flush()

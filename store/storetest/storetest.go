@@ -41,7 +41,7 @@ var base = time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)
 var (
 	allJobStates     = []berth.JobState{berth.JobPending, berth.JobRunning, berth.JobSucceeded, berth.JobFailed, berth.JobCancelled}
 	allAttemptStates = []berth.AttemptState{berth.AttemptAssigned, berth.AttemptRunning, berth.AttemptSucceeded,
-		berth.AttemptFailed, berth.AttemptCancelled, berth.AttemptLost, berth.AttemptPreempted}
+		berth.AttemptFailed, berth.AttemptCancelled, berth.AttemptLost, berth.AttemptPreempted, berth.AttemptStopped}
 )
 
 // Run runs the conformance suite as parallel subtests of t. open is called
@@ -67,6 +67,10 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Workers", testWorkers},
 		{"Quotas", testQuotas},
 		{"QuotaWritesInBatchOrder", testQuotaWritesInBatchOrder},
+		{"WorkerControls", testWorkerControls},
+		{"WorkerControlUpsertsLastWins", testWorkerControlUpsertsLastWins},
+		{"AttemptProgress", testAttemptProgress},
+		{"AttemptProgressInBatchOrder", testAttemptProgressInBatchOrder},
 		{"Logs", testLogs},
 		{"LogsBinary", testLogsBinary},
 		{"JobsFilter", testJobsFilter},
@@ -259,6 +263,22 @@ func getQuotas(t *testing.T, s store.Store) []*berth.QuotaRule {
 // nanoseconds.
 func quotaRule(scope, name string, gpus, jobs int, weight float64, n int) *berth.QuotaRule {
 	return &berth.QuotaRule{Scope: scope, Name: name, MaxGPUs: gpus, MaxJobs: jobs, Weight: weight,
+		UpdatedAt: base.Add(time.Duration(n))}
+}
+
+func getControls(t *testing.T, s store.Store) []*berth.WorkerControl {
+	t.Helper()
+	cs, err := s.WorkerControls(t.Context())
+	if err != nil {
+		t.Fatalf("WorkerControls: %v", err)
+	}
+	return cs
+}
+
+// control returns a control of queue on host, updated at base plus n
+// nanoseconds.
+func control(host, queue, desired, policy, by string, n int) *berth.WorkerControl {
+	return &berth.WorkerControl{Host: host, Queue: queue, DesiredState: desired, StopPolicy: policy, RequestedBy: by,
 		UpdatedAt: base.Add(time.Duration(n))}
 }
 
@@ -752,6 +772,168 @@ func testQuotaWritesInBatchOrder(t *testing.T, s store.Store) {
 	checkEqual(t, "Quotas after compacted batches", getQuotas(t, s), []*berth.QuotaRule{a1})
 }
 
+func testWorkerControls(t *testing.T, s store.Store) {
+	if cs := getControls(t, s); len(cs) != 0 {
+		t.Errorf("WorkerControls of an empty store = %s, want none", dump(cs))
+	}
+	// Every field, full time precision. One host's queues, its "*" control
+	// and a host whose label is a prefix of another's are kept apart.
+	// Order is by host, then queue, byte-wise: "gpu" before "gpu-1" (by
+	// ID() it would be after), and "*" before any queue name.
+	gpuAll := control("gpu", berth.AllQueues, berth.DesiredOff, berth.StopHard, "ops", 1)
+	gpuGPU := control("gpu", "gpu", berth.DesiredOn, berth.StopDrain, "alice@example.org", 2)
+	gpuCPU := control("gpu", "cpu", berth.DesiredOff, berth.StopPause, "", 3)
+	gpu1 := control("gpu-1", "gpu", berth.DesiredOff, "custom_policy-2", "rails", 4)
+	spark := control("Spark.lan", "ingest-0", berth.DesiredOn, berth.StopHard, "", 5)
+	// Written out of order.
+	write(t, s, &store.Batch{Controls: []*berth.WorkerControl{gpu1, gpuGPU, spark, gpuAll, gpuCPU}})
+	want := []*berth.WorkerControl{spark, gpuAll, gpuCPU, gpuGPU, gpu1}
+	checkEqual(t, "WorkerControls", getControls(t, s), want)
+	checkEqual(t, "Active.Controls", loadActive(t, s).Controls, want)
+
+	// An upsert of the same host and queue replaces every field, and
+	// touches no other control of the host. A time in another location is
+	// stored as the same instant, read in UTC.
+	gpuGPUOff := control("gpu", "gpu", berth.DesiredOff, berth.StopHard, "", 6)
+	in := *gpuGPUOff
+	in.UpdatedAt = in.UpdatedAt.In(time.FixedZone("UTC+9", 9*3600))
+	var ids idSource
+	job := newJob(ids.next(), "gpu", "alice", berth.JobPending)
+	write(t, s, &store.Batch{Jobs: []*berth.Job{job}, Controls: []*berth.WorkerControl{&in}})
+	want = []*berth.WorkerControl{spark, gpuAll, gpuCPU, gpuGPUOff, gpu1}
+	checkEqual(t, "WorkerControls after upsert", getControls(t, s), want)
+	checkJob(t, s, job)
+
+	// Turning the "*" control on leaves the per-queue ones as they are; a
+	// zero time stays zero.
+	gpuAllOn := control("gpu", berth.AllQueues, berth.DesiredOn, berth.StopHard, "ops", 0)
+	gpuAllOn.UpdatedAt = time.Time{}
+	write(t, s, &store.Batch{Controls: []*berth.WorkerControl{gpuAllOn}})
+	want = []*berth.WorkerControl{spark, gpuAllOn, gpuCPU, gpuGPUOff, gpu1}
+	checkEqual(t, "WorkerControls after turning * on", getControls(t, s), want)
+	checkEqual(t, "Active.Controls after turning * on", loadActive(t, s).Controls, want)
+}
+
+func testWorkerControlUpsertsLastWins(t *testing.T, s store.Store) {
+	first := control("gpu-1", "gpu", berth.DesiredOff, berth.StopHard, "ops", 1)
+	other := control("gpu-1", "cpu", berth.DesiredOff, berth.StopHard, "ops", 2)
+	second := control("gpu-1", "gpu", berth.DesiredOn, berth.StopDrain, "alice", 3)
+	write(t, s, &store.Batch{Controls: []*berth.WorkerControl{first, other, second}})
+	checkEqual(t, "WorkerControls", getControls(t, s), []*berth.WorkerControl{other, second})
+
+	// Batches merged with Append, compacted or not, keep the last.
+	third := control("gpu-1", "gpu", berth.DesiredOff, berth.StopPause, "bob", 4)
+	otherOn := control("gpu-1", "cpu", berth.DesiredOn, berth.StopHard, "", 5)
+	for _, compact := range []bool{false, true} {
+		merged := &store.Batch{}
+		merged.Append(&store.Batch{Controls: []*berth.WorkerControl{first}})
+		merged.Append(&store.Batch{Controls: []*berth.WorkerControl{otherOn, third}})
+		if compact {
+			merged.Compact()
+		}
+		write(t, s, merged)
+		checkEqual(t, fmt.Sprintf("WorkerControls after merged batches (compacted %v)", compact), getControls(t, s),
+			[]*berth.WorkerControl{otherOn, third})
+		write(t, s, &store.Batch{Controls: []*berth.WorkerControl{other, second}})
+	}
+}
+
+func testAttemptProgress(t *testing.T, s store.Store) {
+	var ids idSource
+	job := newJob(ids.next(), "gpu", "alice", berth.JobRunning)
+	active := newAttempt(ids.next(), job.ID, berth.AttemptRunning)
+	active.Progress = "step 10/100"
+	ended := newAttempt(ids.next(), job.ID, berth.AttemptFailed)
+	// An attempt upsert writes Progress.
+	write(t, s, &store.Batch{Jobs: []*berth.Job{job}, Attempts: []*berth.Attempt{active, ended}})
+	checkEqual(t, "Attempts", getAttempts(t, s, job.ID), []*berth.Attempt{active, ended})
+	checkEqual(t, "Active.Attempts", loadActive(t, s).Attempts, []*berth.Attempt{active})
+
+	// Progress sets only the attempt's progress, terminal or not, and is
+	// visible in Attempts and LoadActive.
+	write(t, s, &store.Batch{Progress: []store.AttemptProgress{
+		{AttemptID: active.ID, Progress: "epoch 2: loss=0.31 ☃ \"quoted\"\n"},
+		{AttemptID: ended.ID, Progress: "step 7"},
+	}})
+	active.Progress, ended.Progress = "epoch 2: loss=0.31 ☃ \"quoted\"\n", "step 7"
+	checkEqual(t, "Attempts after progress", getAttempts(t, s, job.ID), []*berth.Attempt{active, ended})
+	checkEqual(t, "Active.Attempts after progress", loadActive(t, s).Attempts, []*berth.Attempt{active})
+
+	// Progress of an unknown attempt is no error and changes nothing, in a
+	// batch with other writes too.
+	before := loadActive(t, s)
+	write(t, s, &store.Batch{Progress: []store.AttemptProgress{{AttemptID: ids.next(), Progress: "x"}, {AttemptID: "", Progress: "y"}}})
+	other := newJob(ids.next(), "cpu", "bob", berth.JobPending)
+	write(t, s, &store.Batch{Jobs: []*berth.Job{other}, Progress: []store.AttemptProgress{{AttemptID: other.ID, Progress: "z"}}})
+	checkEqual(t, "Attempts after progress of unknown attempts", getAttempts(t, s, job.ID), []*berth.Attempt{active, ended})
+	if as := getAttempts(t, s, other.ID); len(as) != 0 {
+		t.Errorf("Attempts of a job without any = %s, want none", dump(as))
+	}
+	checkEqual(t, "Active.Attempts after progress of unknown attempts", loadActive(t, s).Attempts, before.Attempts)
+	checkJob(t, s, other)
+
+	// A later upsert without progress clears it; progress can be emptied.
+	upserted := *active
+	upserted.Progress, upserted.Reason = "", "restarted"
+	write(t, s, &store.Batch{Attempts: []*berth.Attempt{&upserted}, Progress: []store.AttemptProgress{{AttemptID: ended.ID}}})
+	ended.Progress = ""
+	checkEqual(t, "Attempts after upsert and clearing", getAttempts(t, s, job.ID), []*berth.Attempt{&upserted, ended})
+}
+
+func testAttemptProgressInBatchOrder(t *testing.T, s store.Store) {
+	var ids idSource
+	job := newJob(ids.next(), "gpu", "alice", berth.JobRunning)
+	a := newAttempt(ids.next(), job.ID, berth.AttemptAssigned)
+	a.Progress = "from the upsert"
+
+	// Progress applies after attempt upserts, so in one batch it wins over
+	// the upsert, also of an attempt the batch creates; a later progress of
+	// the same attempt wins over an earlier one.
+	write(t, s, &store.Batch{Jobs: []*berth.Job{job}, Attempts: []*berth.Attempt{a},
+		Progress: []store.AttemptProgress{{AttemptID: a.ID, Progress: "first"}, {AttemptID: a.ID, Progress: "last"}}})
+	want := *a
+	want.Progress = "last"
+	checkEqual(t, "Attempts after creating batch", getAttempts(t, s, job.ID), []*berth.Attempt{&want})
+
+	running := *a
+	running.State, running.StartedAt, running.Progress = berth.AttemptRunning, base.Add(time.Minute), "stale"
+	write(t, s, &store.Batch{Attempts: []*berth.Attempt{&running}, Progress: []store.AttemptProgress{{AttemptID: a.ID, Progress: "step 1"}}})
+	want = running
+	want.Progress = "step 1"
+	checkEqual(t, "Attempts after upsert and progress", getAttempts(t, s, job.ID), []*berth.Attempt{&want})
+	checkEqual(t, "Active.Attempts after upsert and progress", loadActive(t, s).Attempts, []*berth.Attempt{&want})
+
+	// Batches merged with Append, compacted or not, keep the order of the
+	// writes: a progress then an upsert leaves the upsert's progress; an
+	// upsert then a progress leaves the progress.
+	for _, compact := range []bool{false, true} {
+		done := running
+		done.State, done.FinishedAt, done.Progress = berth.AttemptSucceeded, base.Add(time.Hour), fmt.Sprint("done ", compact)
+		merged := &store.Batch{}
+		merged.Append(&store.Batch{Progress: []store.AttemptProgress{{AttemptID: a.ID, Progress: "step 2"}}})
+		merged.Append(&store.Batch{Attempts: []*berth.Attempt{&done}})
+		if compact {
+			merged.Compact()
+		}
+		write(t, s, merged)
+		checkEqual(t, fmt.Sprintf("Attempts after progress, then upsert (compacted %v)", compact),
+			getAttempts(t, s, job.ID), []*berth.Attempt{&done})
+
+		merged = &store.Batch{}
+		merged.Append(&store.Batch{Attempts: []*berth.Attempt{&running}})
+		merged.Append(&store.Batch{Progress: []store.AttemptProgress{{AttemptID: a.ID, Progress: "step 3"}}})
+		merged.Append(&store.Batch{Progress: []store.AttemptProgress{{AttemptID: a.ID, Progress: "step 4"}}})
+		if compact {
+			merged.Compact()
+		}
+		write(t, s, merged)
+		want = running
+		want.Progress = "step 4"
+		checkEqual(t, fmt.Sprintf("Attempts after upsert, then progress (compacted %v)", compact),
+			getAttempts(t, s, job.ID), []*berth.Attempt{&want})
+	}
+}
+
 func testLogs(t *testing.T, s store.Store) {
 	var ids idSource
 	job := newJob(ids.next(), "gpu", "alice", berth.JobRunning)
@@ -986,7 +1168,7 @@ func testJobsByIdempotencyKey(t *testing.T, s store.Store) {
 
 func testLoadActiveEmpty(t *testing.T, s store.Store) {
 	a := loadActive(t, s)
-	if len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas) != 0 {
+	if len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas)+len(a.Controls) != 0 {
 		t.Errorf("LoadActive of an empty store = %s, want nothing", dump(a))
 	}
 	for st, n := range a.Counts {
@@ -1125,6 +1307,18 @@ func testBatchOf(t *testing.T, s store.Store, n int) {
 		t.Errorf("LogSizes[first] = %d, want %d", a.LogSizes[attempts[0].ID], len(out))
 	}
 
+	// Setting the progress of every attempt in one batch.
+	progress := make([]store.AttemptProgress, n)
+	for i, a := range attempts {
+		a.Progress = fmt.Sprintf("step %d/%d", i, n)
+		progress[i] = store.AttemptProgress{AttemptID: a.ID, Progress: a.Progress}
+	}
+	write(t, s, &store.Batch{Progress: progress})
+	checkEqual(t, "Attempts(last job) after progress", getAttempts(t, s, jobs[n-1].ID), []*berth.Attempt{attempts[n-1]})
+	a = loadActive(t, s)
+	sortByID(a.Attempts, func(x *berth.Attempt) string { return x.ID })
+	checkEqual(t, "Active.Attempts after progress", a.Attempts, attempts)
+
 	// Updating every job in one batch.
 	updates := make([]store.JobUpdate, n)
 	for i, j := range jobs {
@@ -1199,6 +1393,7 @@ type snapshot struct {
 	Logs     map[string]string
 	Workers  []*berth.Worker
 	Quotas   []*berth.QuotaRule
+	Controls []*berth.WorkerControl
 }
 
 func takeSnapshot(t *testing.T, s store.Store, jobIDs, attemptIDs []string) *snapshot {
@@ -1208,7 +1403,8 @@ func takeSnapshot(t *testing.T, s store.Store, jobIDs, attemptIDs []string) *sna
 	sortByID(a.Attempts, func(x *berth.Attempt) string { return x.ID })
 	sortByID(a.Workers, func(w *berth.Worker) string { return w.ID })
 	snap := &snapshot{Active: a, Jobs: listJobs(t, s, store.JobFilter{}), Attempts: map[string][]*berth.Attempt{},
-		Logs: map[string]string{}, Workers: getWorkers(t, s), Quotas: getQuotas(t, s)}
+		Logs: map[string]string{}, Workers: getWorkers(t, s), Quotas: getQuotas(t, s),
+		Controls: getControls(t, s)}
 	for _, id := range jobIDs {
 		snap.Attempts[id] = getAttempts(t, s, id)
 	}
@@ -1246,7 +1442,7 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 	})
 
 	s := reopen()
-	if a := loadActive(t, s); len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas) != 0 {
+	if a := loadActive(t, s); len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas)+len(a.Controls) != 0 {
 		t.Fatalf("first open of %s is not empty: %s", path, dump(a))
 	}
 	var ids idSource
@@ -1258,11 +1454,14 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 		State: berth.WorkerBusy, Running: 1, LastHeartbeat: base.Add(3), RegisteredAt: base}
 	alice := quotaRule("user", "alice", 8, 4, 2.75, 5)
 	gpuQueue := quotaRule("queue", "gpu", berth.NoLimit, 100, 0, 6)
+	gpuOff := control("gpu-1", "gpu", berth.DesiredOff, berth.StopDrain, "ops", 7)
+	allOff := control("gpu-1", berth.AllQueues, berth.DesiredOff, berth.StopHard, "", 8)
 	write(t, s, &store.Batch{Jobs: []*berth.Job{full, pending, running}, Workers: []*berth.Worker{worker},
-		Quotas: []*berth.QuotaRule{alice, gpuQueue}})
+		Quotas: []*berth.QuotaRule{alice, gpuQueue}, Controls: []*berth.WorkerControl{gpuOff, allOff}})
 	write(t, s, &store.Batch{
 		JobUpdates: []store.JobUpdate{{ID: running.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base.Add(9)}},
 		Attempts:   []*berth.Attempt{att},
+		Progress:   []store.AttemptProgress{{AttemptID: att.ID, Progress: "epoch 1/3"}},
 		Logs:       []store.LogChunk{{AttemptID: att.ID, Data: []byte("epoch 1\n")}},
 	})
 	// A failed batch leaves nothing behind, after a reopen too.
@@ -1275,7 +1474,8 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 	attemptIDs := []string{att.ID}
 	before := takeSnapshot(t, s, jobIDs, attemptIDs)
 	if len(before.Jobs) != 3 || before.Logs[att.ID] != "epoch 1\n" || len(before.Attempts[running.ID]) != 1 ||
-		len(before.Quotas) != 2 || len(before.Active.Quotas) != 2 {
+		before.Attempts[running.ID][0].Progress != "epoch 1/3" ||
+		len(before.Quotas) != 2 || len(before.Active.Quotas) != 2 || len(before.Controls) != 2 || len(before.Active.Controls) != 2 {
 		t.Fatalf("before reopen: %s", dump(before))
 	}
 
@@ -1286,17 +1486,21 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 	// The reopened store takes writes, and keeps them over another reopen.
 	later := newJob(ids.next(), "gpu", "carol", berth.JobPending)
 	aliceLater := quotaRule("user", "alice", 2, berth.NoLimit, 0, 7)
+	allOn := control("gpu-1", berth.AllQueues, berth.DesiredOn, berth.StopHard, "ops", 9)
 	write(t, s, &store.Batch{
 		Jobs:         []*berth.Job{later},
 		JobUpdates:   []store.JobUpdate{{ID: pending.ID, State: berth.JobCancelled, Reason: "cancelled", FinishedAt: base.Add(time.Hour)}},
 		Quotas:       []*berth.QuotaRule{aliceLater},
 		QuotaDeletes: []string{gpuQueue.ID()},
+		Controls:     []*berth.WorkerControl{allOn},
+		Progress:     []store.AttemptProgress{{AttemptID: att.ID, Progress: "epoch 2/3"}},
 		Logs:         []store.LogChunk{{AttemptID: att.ID, Offset: 8, Data: []byte("epoch 2\n")}},
 	})
 	jobIDs = append(jobIDs, later.ID)
 	before = takeSnapshot(t, s, jobIDs, attemptIDs)
 	if len(before.Jobs) != 4 || before.Logs[att.ID] != "epoch 1\nepoch 2\n" || before.Active.Counts[berth.JobCancelled] != 1 ||
-		!reflect.DeepEqual(before.Quotas, []*berth.QuotaRule{aliceLater}) {
+		!reflect.DeepEqual(before.Quotas, []*berth.QuotaRule{aliceLater}) ||
+		!reflect.DeepEqual(before.Controls, []*berth.WorkerControl{allOn, gpuOff}) || before.Attempts[running.ID][0].Progress != "epoch 2/3" {
 		t.Fatalf("after writing to the reopened store: %s", dump(before))
 	}
 	s = reopen()

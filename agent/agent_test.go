@@ -1,0 +1,555 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/wire"
+)
+
+// fakeServer speaks the server's side of the agent protocol for one agent:
+// it acknowledges each register with registerAck, records every message
+// the agent sends, and sends what a test tells it to.
+type fakeServer struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	mu          sync.Mutex
+	registerAck func(n int, reg *wire.Register) *wire.Ack // n: 1 for the first register
+	registers   int
+	conn        *websocket.Conn
+	msgs        []wire.Message
+	changed     chan struct{} // closed and replaced when msgs grows
+}
+
+func newFakeServer(t *testing.T) *fakeServer {
+	t.Helper()
+	fs := &fakeServer{t: t, changed: make(chan struct{}),
+		registerAck: func(int, *wire.Register) *wire.Ack { return &wire.Ack{} }}
+	fs.srv = httptest.NewServer(http.HandlerFunc(fs.serve))
+	t.Cleanup(fs.srv.Close)
+	return fs
+}
+
+func (fs *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/api/v1/agent" {
+		http.NotFound(w, r)
+		return
+	}
+	c, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer c.CloseNow()
+	c.SetReadLimit(16 << 20) // as the server's
+	ctx := r.Context()
+	for first := true; ; first = false {
+		_, data, err := c.Read(ctx)
+		if err != nil {
+			return
+		}
+		msgs, err := wire.DecodeFrame(data)
+		if err != nil {
+			fs.t.Errorf("agent sent a bad frame: %v", err)
+			return
+		}
+		for _, m := range msgs {
+			fs.record(m)
+			if reg, ok := m.Body.(*wire.Register); ok && first {
+				fs.mu.Lock()
+				fs.registers++
+				ack := fs.registerAck(fs.registers, reg)
+				fs.conn = c
+				fs.mu.Unlock()
+				ack.Of, ack.Lease, ack.Heartbeat = wire.AckRegister, time.Minute, 50*time.Millisecond
+				frame, _ := wire.Encode(wire.TypeAck, ack)
+				if err := c.Write(ctx, websocket.MessageText, frame); err != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (fs *fakeServer) record(m wire.Message) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.msgs = append(fs.msgs, m)
+	close(fs.changed)
+	fs.changed = make(chan struct{})
+}
+
+// send sends one message to the agent on its current session.
+func (fs *fakeServer) send(typ string, payload any) {
+	fs.t.Helper()
+	fs.mu.Lock()
+	c := fs.conn
+	fs.mu.Unlock()
+	frame, err := wire.Encode(typ, payload)
+	if err != nil {
+		fs.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, frame); err != nil {
+		fs.t.Fatalf("send %s: %v", typ, err)
+	}
+}
+
+// dropSession closes the agent's session, as a restarted server would.
+func (fs *fakeServer) dropSession() {
+	fs.mu.Lock()
+	c := fs.conn
+	fs.conn = nil
+	fs.mu.Unlock()
+	c.CloseNow()
+}
+
+// await returns the first message the agent sent that matches, failing the
+// test if none comes within 30s.
+func (fs *fakeServer) await(what string, match func(wire.Message) bool) wire.Message {
+	fs.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		fs.mu.Lock()
+		msgs, changed := fs.msgs, fs.changed
+		fs.mu.Unlock()
+		if i := slices.IndexFunc(msgs, match); i >= 0 {
+			return msgs[i]
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			fs.t.Fatalf("the agent sent no %s within 30s", what)
+		}
+	}
+}
+
+// sent returns every message the agent has sent that matches.
+func (fs *fakeServer) sent(match func(wire.Message) bool) []wire.Message {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	var out []wire.Message
+	for _, m := range fs.msgs {
+		if match(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// result awaits the result of attempt id.
+func (fs *fakeServer) result(id string) *wire.JobResult {
+	fs.t.Helper()
+	return fs.await("result of "+id, func(m wire.Message) bool {
+		r, ok := m.Body.(*wire.JobResult)
+		return ok && r.AttemptID == id
+	}).Body.(*wire.JobResult)
+}
+
+// assign starts an attempt and awaits the agent's acceptance.
+func (fs *fakeServer) assign(m *wire.JobAssign) {
+	fs.t.Helper()
+	if m.JobID == "" {
+		m.JobID = "j-" + m.AttemptID
+	}
+	if m.Grace == 0 {
+		m.Grace = 200 * time.Millisecond
+	}
+	fs.send(wire.TypeJobAssign, m)
+	fs.await("job_accepted for "+m.AttemptID, func(msg wire.Message) bool {
+		a, ok := msg.Body.(*wire.JobAccepted)
+		return ok && a.AttemptID == m.AttemptID
+	})
+}
+
+// output awaits output of attempt id containing want and returns that
+// chunk.
+func (fs *fakeServer) output(id, want string) string {
+	fs.t.Helper()
+	return string(fs.await(fmt.Sprintf("output %q from %s", want, id), func(m wire.Message) bool {
+		l, ok := m.Body.(*wire.Log)
+		return ok && l.AttemptID == id && bytes.Contains(l.Data, []byte(want))
+	}).Body.(*wire.Log).Data)
+}
+
+// lockedBuffer is a log destination the agent and the test share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startAgent runs an agent of host "box" against fs until the test ends
+// and waits for it to register; configure adjusts its configuration.
+func startAgent(t *testing.T, fs *fakeServer, configure func(*Config)) (*Agent, *lockedBuffer) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	cfg := Config{Server: fs.srv.URL, DataDir: t.TempDir(), Host: "box", ShipEvery: 20 * time.Millisecond,
+		Log: slog.New(slog.NewTextHandler(logs, nil))}
+	if configure != nil {
+		configure(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-a.Registered():
+	case err := <-done:
+		t.Fatalf("Run ended before registering: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent did not register within 30s")
+	}
+	return a, logs
+}
+
+// checkResult compares a result with what is expected.
+func checkResult(t *testing.T, r *wire.JobResult, state berth.AttemptState, cause string, code *int, reason string) {
+	t.Helper()
+	if r.State != state || r.Cause != cause || r.Reason != reason || (r.ExitCode == nil) != (code == nil) ||
+		(code != nil && *r.ExitCode != *code) {
+		gotCode := "nil"
+		if r.ExitCode != nil {
+			gotCode = fmt.Sprint(*r.ExitCode)
+		}
+		t.Fatalf("result = {%s cause %q exit %s %q}, want {%s cause %q exit %v %q}",
+			r.State, r.Cause, gotCode, r.Reason, state, cause, deref(code), reason)
+	}
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return "nil"
+	}
+	return *p
+}
+
+func TestAgentBudget(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, nil)
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sleep", "1000"}, MaxRuntime: 200 * time.Millisecond})
+	checkResult(t, fs.result("a1"), berth.AttemptFailed, berth.CauseBudget, intp(75), "max_runtime exceeded (200ms)")
+}
+
+func TestAgentStall(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, nil)
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sh", "-c", "echo loading; sleep 1000"},
+		StallTimeout: 300 * time.Millisecond})
+	checkResult(t, fs.result("a1"), berth.AttemptFailed, berth.CauseStall, intp(76), "stalled: no output and no progress for 300ms")
+}
+
+func TestAgentSendsProgressFromOutput(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	a, _ := startAgent(t, fs, nil)
+	// Past the first 64 KiB read, so that the lines cross a read's end;
+	// one write with two values, of which only the latest is sent. Then
+	// another once the test has seen that.
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sh", "-c",
+		`mkfifo next; yes filler | head -c 65530; printf '\nBERTH_PROGRESS 0.25\nBERTH_PROGRESS 0.5\n'; read x <next; echo "BERTH_PROGRESS done"; sleep 1000`}})
+	isProgress := func(v string) func(wire.Message) bool {
+		return func(m wire.Message) bool {
+			p, ok := m.Body.(*wire.Progress)
+			return ok && p.AttemptID == "a1" && (v == "" || p.Progress == v)
+		}
+	}
+	fs.await("progress 0.5", isProgress("0.5"))
+	if err := os.WriteFile(filepath.Join(a.attDir, "a1", "next"), []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	fs.await("progress done", isProgress("done"))
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: "cancelled by alice"})
+	checkResult(t, fs.result("a1"), berth.AttemptCancelled, "", nil, "cancelled by alice")
+	var values []string
+	for _, m := range fs.sent(isProgress("")) {
+		values = append(values, m.Body.(*wire.Progress).Progress)
+	}
+	if !slices.Equal(values, []string{"0.5", "done"}) {
+		t.Fatalf("progress sent: %q, want [0.5 done]", values)
+	}
+}
+
+func TestAgentSendsLastProgressBeforeResult(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, func(c *Config) { c.ShipEvery = time.Hour }) // nothing is shipped while it runs
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sh", "-c", `echo "BERTH_PROGRESS 1"`}})
+	checkResult(t, fs.result("a1"), berth.AttemptSucceeded, "", intp(0), "")
+	var order []string
+	for _, m := range fs.sent(func(m wire.Message) bool { return m.Type == wire.TypeProgress || m.Type == wire.TypeJobResult }) {
+		order = append(order, m.Type)
+		if p, ok := m.Body.(*wire.Progress); ok && p.Progress != "1" {
+			t.Fatalf("progress = %q, want 1", p.Progress)
+		}
+	}
+	if !slices.Equal(order, []string{wire.TypeProgress, wire.TypeJobResult}) {
+		t.Fatalf("the agent sent %q, want the progress, then the result", order)
+	}
+}
+
+// progressURL returns the BERTH_PROGRESS_URL an attempt printed as
+// "url=URL.".
+func progressURL(t *testing.T, fs *fakeServer, id string) string {
+	t.Helper()
+	out := fs.output(id, "url=")
+	return out[strings.Index(out, "url=")+4 : strings.Index(out, ".\n")]
+}
+
+func TestAgentProgressEndpointKeepsStallAway(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, nil)
+	done := filepath.Join(t.TempDir(), "done")
+	// Silent after printing its URL, with an 800ms stall timeout: only the
+	// reports posted to the URL over 1.2s keep it from stalling.
+	fs.assign(&wire.JobAssign{AttemptID: "a1", StallTimeout: 800 * time.Millisecond, Command: []string{"sh", "-c",
+		`echo "url=$BERTH_PROGRESS_URL."; while [ ! -e ` + done + ` ]; do sleep 0.05; done`}})
+	u := progressURL(t, fs, "a1")
+	for i := range 10 {
+		resp, err := http.Post(u, "text/plain", strings.NewReader("0."+strconv.Itoa(i)))
+		if err != nil || resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("report %d: %v %v", i, resp, err)
+		}
+		resp.Body.Close()
+		time.Sleep(120 * time.Millisecond) // the pace of a slow job's reports
+	}
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, fs.result("a1"), berth.AttemptSucceeded, "", intp(0), "")
+	fs.await("progress 0.9", func(m wire.Message) bool {
+		p, ok := m.Body.(*wire.Progress)
+		return ok && p.AttemptID == "a1" && p.Progress == "0.9"
+	})
+}
+
+func TestAgentProgressEndpoint(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, nil)
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sh", "-c", `echo "url=$BERTH_PROGRESS_URL."; sleep 1000`}})
+	u := progressURL(t, fs, "a1")
+	if !strings.HasPrefix(u, "http://127.0.0.1:") || !strings.Contains(u, "/v1/progress/a1/") {
+		t.Fatalf("BERTH_PROGRESS_URL = %q, want http://127.0.0.1:PORT/v1/progress/a1/TOKEN", u)
+	}
+	base, token := u[:strings.LastIndex(u, "/a1/")], u[strings.LastIndex(u, "/")+1:]
+	for _, tc := range []struct {
+		name, method, url, body string
+		want                    int
+	}{
+		{"report", "POST", u, "0.5", http.StatusNoContent},
+		{"trimmed 1 KiB", "POST", u, strings.Repeat("x", maxProgress) + "\n", http.StatusNoContent},
+		{"empty", "POST", u, "", http.StatusBadRequest},
+		{"blank", "POST", u, " \n", http.StatusBadRequest},
+		{"over 1 KiB", "POST", u, strings.Repeat("x", maxProgress+1), http.StatusBadRequest},
+		{"far over 1 KiB", "POST", u, strings.Repeat("x", 1<<20), http.StatusBadRequest},
+		{"GET", "GET", u, "", http.StatusMethodNotAllowed},
+		{"PUT", "PUT", u, "0.6", http.StatusMethodNotAllowed},
+		{"wrong token", "POST", base + "/a1/" + strings.ToLower(token), "0.7", http.StatusNotFound},
+		{"no token", "POST", base + "/a1/", "0.7", http.StatusNotFound},
+		{"unknown attempt", "POST", base + "/a2/" + token, "0.7", http.StatusNotFound},
+		{"last", "POST", u, "step 9/10", http.StatusNoContent},
+	} {
+		req, err := http.NewRequest(tc.method, tc.url, strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: %s = %d, want %d", tc.name, tc.method, resp.StatusCode, tc.want)
+		}
+	}
+	fs.await("progress from the last report", func(m wire.Message) bool {
+		p, ok := m.Body.(*wire.Progress)
+		return ok && p.AttemptID == "a1" && p.Progress == "step 9/10"
+	})
+}
+
+func TestAgentHardStop(t *testing.T) {
+	t.Parallel()
+	smi := newStateSMI(t)
+	smi.set("gpus", "0, GPU-aaaa, 0\n1, GPU-bbbb, 0\n")
+	fs := newFakeServer(t)
+	a, _ := startAgent(t, fs, func(c *Config) { c.GPUs, c.NvidiaSMI, c.ReleaseTimeout = testGPUs, smi.path, 300*time.Millisecond })
+	const reason = "stopped by operator: queue gpu of box turned off (hard) by alice"
+
+	// A process tree: a child and a grandchild, both ignoring SIGTERM.
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Queue: "gpu", GPUs: []int{0, 1}, Command: []string{"sh", "-c",
+		`trap "" TERM; sh -c 'sleep 1000 & echo $! >grandchild; wait' & echo $! >child; while [ ! -s grandchild ]; do sleep 0.01; done; echo ready; wait`}})
+	fs.output("a1", "ready")
+	dir := filepath.Join(a.attDir, "a1")
+	pids := append(pidsIn(t, filepath.Join(dir, "child")), pidsIn(t, filepath.Join(dir, "grandchild"))...)
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: reason, Cause: berth.CauseOperator})
+	checkResult(t, fs.result("a1"), berth.AttemptCancelled, berth.CauseOperator, intp(79),
+		reason+"; processes gone; GPU memory released on GPU 0,1")
+	assertDead(t, pids...)
+
+	smi.set("apps", "GPU-bbbb, 4242, 500\n")
+	fs.assign(&wire.JobAssign{AttemptID: "a2", Queue: "gpu", GPUs: []int{1}, Command: []string{"sleep", "1000"}})
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a2", Reason: reason, Cause: berth.CauseOperator})
+	checkResult(t, fs.result("a2"), berth.AttemptCancelled, berth.CauseOperator, intp(79),
+		reason+"; processes gone; GPU memory still held on GPU 1 (pid 4242, 500 MiB) after 300ms")
+}
+
+func TestConfirmStoppedNamesLingeringProcesses(t *testing.T) {
+	t.Parallel()
+	a := &Agent{}
+	if got, want := a.confirmStopped(context.Background(), nil, []int{12, 34}), "processes still alive after SIGKILL: pid 12, 34"; got != want {
+		t.Fatalf("confirmStopped = %q, want %q", got, want)
+	}
+}
+
+func TestAgentUserCancelHasNoCause(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, nil)
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sleep", "1000"}})
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: "cancelled by bob"})
+	checkResult(t, fs.result("a1"), berth.AttemptCancelled, "", nil, "cancelled by bob")
+}
+
+func TestAgentControl(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	a, logs := startAgent(t, fs, nil)
+	sleep := []string{"sleep", "1000"}
+	fs.assign(&wire.JobAssign{AttemptID: "g1", Queue: "gpu", Command: sleep})
+	fs.assign(&wire.JobAssign{AttemptID: "c1", Queue: "cpu", Command: sleep})
+
+	// Pushed: gpu off with the hard policy stops g1 only.
+	fs.send(wire.TypeControl, &wire.Control{Off: []wire.QueueOff{{Queue: "gpu", Policy: berth.StopHard, RequestedBy: "alice"}}})
+	checkResult(t, fs.result("g1"), berth.AttemptCancelled, berth.CauseOperator, intp(79),
+		"stopped by operator: queue gpu of box turned off (hard) by alice; processes gone")
+
+	// On heartbeat acks: drain stops nothing; then hard, by "*", stops c1.
+	fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckHeartbeat, Control: &wire.Control{Parked: true,
+		Off: []wire.QueueOff{{Queue: berth.AllQueues, Policy: berth.StopDrain, RequestedBy: "bob"}}}})
+	fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckHeartbeat, Control: &wire.Control{Parked: true,
+		Off: []wire.QueueOff{{Queue: berth.AllQueues, Policy: berth.StopHard}}}})
+	checkResult(t, fs.result("c1"), berth.AttemptCancelled, berth.CauseOperator, intp(79),
+		"stopped by operator: every queue of box turned off (hard); processes gone")
+	if !a.Parked() {
+		t.Fatal("Parked = false after a control that parks the worker")
+	}
+
+	// A queue turned on by name while "*" is off keeps its attempts.
+	on := &wire.Control{Off: []wire.QueueOff{{Queue: berth.AllQueues, Policy: berth.StopHard}}, On: []string{"cpu"}}
+	fs.send(wire.TypeControl, on)
+	fs.assign(&wire.JobAssign{AttemptID: "c2", Queue: "cpu", Command: sleep})
+	fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckHeartbeat, Control: on})
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "c2", Reason: "cancelled by carol"})
+	checkResult(t, fs.result("c2"), berth.AttemptCancelled, "", nil, "cancelled by carol")
+	if a.Parked() {
+		t.Fatal("Parked = true after a control that does not park the worker")
+	}
+	for _, want := range []string{"parked: every queue of this worker is off", "resumed"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("the agent did not log %q; its log:\n%s", want, logs)
+		}
+	}
+}
+
+func TestAgentKillsReassignedAttempts(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	fs.registerAck = func(n int, reg *wire.Register) *wire.Ack {
+		if n == 2 { // after a reconnect: a2 runs elsewhere now
+			return &wire.Ack{Keep: slices.DeleteFunc(slices.Clone(reg.Running), func(id string) bool { return id == "a2" }), Kill: []string{"a2"}}
+		}
+		return &wire.Ack{}
+	}
+	startAgent(t, fs, nil)
+	sleep := []string{"sleep", "1000"}
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: sleep})
+	fs.assign(&wire.JobAssign{AttemptID: "a2", Command: sleep})
+	fs.assign(&wire.JobAssign{AttemptID: "a3", Command: sleep})
+
+	fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckHeartbeat, Kill: []string{"a1"}})
+	checkResult(t, fs.result("a1"), berth.AttemptFailed, berth.CauseReassigned, intp(77), reassigned)
+
+	fs.dropSession()
+	checkResult(t, fs.result("a2"), berth.AttemptFailed, berth.CauseReassigned, intp(77), reassigned)
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a3", Reason: "cancelled by dave"})
+	checkResult(t, fs.result("a3"), berth.AttemptCancelled, "", nil, "cancelled by dave")
+}
+
+func TestAgentGPUHealth(t *testing.T) {
+	t.Parallel()
+	smi := newStateSMI(t)
+	smi.set("gpus", "0, GPU-aaaa, 0\n1, GPU-bbbb, 0\n")
+	fs := newFakeServer(t)
+	startAgent(t, fs, func(c *Config) { c.GPUs, c.NvidiaSMI, c.HealthEvery = testGPUs, smi.path, 20*time.Millisecond })
+	sleep := []string{"sleep", "1000"}
+	fs.assign(&wire.JobAssign{AttemptID: "on0", GPUs: []int{0}, Command: sleep})
+	fs.assign(&wire.JobAssign{AttemptID: "on1", GPUs: []int{1}, Command: sleep})
+
+	smi.set("gpus", "0, GPU-aaaa, 0\n")
+	checkResult(t, fs.result("on1"), berth.AttemptFailed, berth.CauseGPUHealth, intp(78), "gpu health: GPU 1 (GPU-bbbb) disappeared")
+	fs.await("a heartbeat naming GPU 1 faulty", func(m wire.Message) bool {
+		hb, ok := m.Body.(*wire.Heartbeat)
+		return ok && slices.Equal(hb.FaultyGPUs, []int{1}) && slices.Equal(hb.Running, []string{"on0"})
+	})
+
+	// GPU 1 is back.
+	smi.set("gpus", "0, GPU-aaaa, 0\n1, GPU-bbbb, 0\n")
+	fs.await("a heartbeat with no faulty GPU after the first", func(m wire.Message) bool {
+		hb, ok := m.Body.(*wire.Heartbeat)
+		return ok && len(hb.FaultyGPUs) == 0 && slices.Equal(hb.Running, []string{"on0"})
+	})
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "on0", Reason: "cancelled by erin"})
+	checkResult(t, fs.result("on0"), berth.AttemptCancelled, "", nil, "cancelled by erin")
+}
+
+func TestAgentRejectsUnknownCancelCause(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, nil)
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sleep", "1000"}})
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: "because", Cause: "whim"})
+	checkResult(t, fs.result("a1"), berth.AttemptCancelled, "", nil, "because")
+}

@@ -1,0 +1,150 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// stateSMI is an nvidia-smi stand-in that answers the health query with
+// the file "gpus" of its state directory and the compute-apps query with
+// the file "apps"; while the file "fail" exists it prints it to stderr and
+// exits 9.
+type stateSMI struct {
+	t    *testing.T
+	path string
+	dir  string
+}
+
+func newStateSMI(t *testing.T) *stateSMI {
+	t.Helper()
+	dir := t.TempDir()
+	s := &stateSMI{t: t, path: filepath.Join(dir, "nvidia-smi"), dir: dir}
+	script := `#!/bin/sh
+if [ -e '` + dir + `/fail' ]; then cat '` + dir + `/fail' >&2; exit 9; fi
+case "$*" in
+"` + strings.Join(healthQuery.args(), " ") + `") exec cat '` + dir + `/gpus' ;;
+"` + strings.Join(appsQuery.args(), " ") + `") exec cat '` + dir + `/apps' ;;
+esac
+echo "fake nvidia-smi: unexpected arguments: $*" >&2
+exit 64
+`
+	// No fork may copy the file while it is open for writing, or running
+	// it fails with ETXTBSY until that child has exec'd.
+	syscall.ForkLock.RLock()
+	err := os.WriteFile(s.path, []byte(script), 0o755)
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.set("apps", "")
+	return s
+}
+
+// set replaces a state file at once.
+func (s *stateSMI) set(name, content string) {
+	s.t.Helper()
+	tmp := filepath.Join(s.dir, name+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(s.dir, name)); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// clear removes a state file.
+func (s *stateSMI) clear(name string) {
+	s.t.Helper()
+	if err := os.Remove(filepath.Join(s.dir, name)); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+var testGPUs = []berth.GPU{
+	{Index: 0, UUID: "GPU-aaaa", Model: "NVIDIA H100 80GB HBM3", Memory: 80 << 30},
+	{Index: 1, UUID: "GPU-bbbb", Model: "NVIDIA H100 80GB HBM3", Memory: 80 << 30},
+}
+
+func TestGPUHealth(t *testing.T) {
+	t.Parallel()
+	smi := newStateSMI(t)
+	h := newGPUHealth(smi.path, testGPUs)
+	for _, step := range []struct {
+		name, gpus string
+		want       map[int]string
+	}{
+		{"healthy", "0, GPU-aaaa, 2\n1, GPU-bbbb, [N/A]\n", nil},
+		{"no ECC reads N/A", "0, GPU-aaaa, 2\n1, GPU-bbbb, N/A\n", nil},
+		{"ECC unsupported", "0, GPU-aaaa, 2\n1, GPU-bbbb, [Not Supported]\n", nil},
+		{"ECC increase", "0, GPU-aaaa, 5\n1, GPU-bbbb, [N/A]\n",
+			map[int]string{0: "GPU 0 (GPU-aaaa) reported uncorrected ECC errors (2 → 5)"}},
+		{"ECC back down after a reset", "0, GPU-aaaa, 0\n1, GPU-bbbb, [N/A]\n", nil},
+		{"ECC up from the new low", "0, GPU-aaaa, 1\n1, GPU-bbbb, [N/A]\n",
+			map[int]string{0: "GPU 0 (GPU-aaaa) reported uncorrected ECC errors (0 → 1)"}},
+		{"reset required", "0, GPU-aaaa, 0\n1, GPU-bbbb, [GPU requires reset]\n",
+			map[int]string{1: "GPU 1 (GPU-bbbb) reported an error: [GPU requires reset]"}},
+		{"uuid unreadable", "0, GPU-aaaa, 0\n1, [Unknown Error], [Unknown Error]\n",
+			map[int]string{1: "GPU 1 (GPU-bbbb) reported an error: [Unknown Error]"}},
+		{"ERR!", "0, GPU-aaaa, ERR!\n1, GPU-bbbb, [N/A]\n",
+			map[int]string{0: "GPU 0 (GPU-aaaa) reported an error: ERR!"}},
+		{"disappeared", "0, GPU-aaaa, 0\n", map[int]string{1: "GPU 1 (GPU-bbbb) disappeared"}},
+		{"another GPU at its index", "0, GPU-aaaa, 0\n1, GPU-cccc, 0\n", map[int]string{1: "GPU 1 (GPU-bbbb) disappeared"}},
+		{"back", "1, GPU-bbbb, [N/A]\n0, GPU-aaaa, 0\n", nil},
+	} {
+		smi.set("gpus", step.gpus)
+		got, err := h.check(context.Background())
+		if err != nil {
+			t.Fatalf("%s: check: %v", step.name, err)
+		}
+		if len(got) != len(step.want) {
+			t.Fatalf("%s: faults = %v, want %v", step.name, got, step.want)
+		}
+		for idx, what := range step.want {
+			if got[idx] != what {
+				t.Fatalf("%s: faults = %v, want %v", step.name, got, step.want)
+			}
+		}
+	}
+
+	// A failed or unreadable run is an error and changes nothing: the ECC
+	// baseline is still 0.
+	smi.set("fail", "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.")
+	if got, err := h.check(context.Background()); err == nil || !strings.Contains(err.Error(), "could not communicate") {
+		t.Fatalf("check with nvidia-smi failing = %v, %v; want its error", got, err)
+	}
+	smi.clear("fail")
+	smi.set("gpus", "0, GPU-aaaa\n")
+	if got, err := h.check(context.Background()); err == nil || !strings.Contains(err.Error(), "want 3 comma-separated fields") {
+		t.Fatalf("check of a short line = %v, %v; want an error", got, err)
+	}
+	smi.set("gpus", "0, GPU-aaaa, 3\n1, GPU-bbbb, [N/A]\n")
+	if got, err := h.check(context.Background()); err != nil || got[0] != "GPU 0 (GPU-aaaa) reported uncorrected ECC errors (0 → 3)" {
+		t.Fatalf("check after failures = %v, %v; want the ECC increase from 0", got, err)
+	}
+}
+
+func TestAwaitGPURelease(t *testing.T) {
+	t.Parallel()
+	smi := newStateSMI(t)
+	smi.set("apps", "GPU-cccc, 77, 100\n") // another GPU's
+	if got, want := awaitGPURelease(context.Background(), smi.path, testGPUs, time.Second), "GPU memory released on GPU 0,1"; got != want {
+		t.Errorf("released: %q, want %q", got, want)
+	}
+	smi.set("apps", "GPU-bbbb, 123, 500\nGPU-cccc, 77, 100\nGPU-bbbb, 124, [N/A]\n")
+	if got, want := awaitGPURelease(context.Background(), smi.path, testGPUs, 300*time.Millisecond),
+		"GPU memory still held on GPU 1 (pid 123, 500 MiB; pid 124) after 300ms"; got != want {
+		t.Errorf("held: %q, want %q", got, want)
+	}
+	smi.set("fail", "GPU is lost")
+	if got, want := awaitGPURelease(context.Background(), smi.path, testGPUs[1:], 100*time.Millisecond),
+		"GPU memory release on GPU 1 unconfirmed: nvidia-smi: exit status 9: GPU is lost"; got != want {
+		t.Errorf("nvidia-smi failing: %q, want %q", got, want)
+	}
+}
