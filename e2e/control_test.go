@@ -95,6 +95,15 @@ func TestHardStopRequeuesElsewhere(t *testing.T) {
 	})
 }
 
+// awaitSuccess waits for a job to end and fails the test unless it
+// succeeded.
+func (cl *cluster) awaitSuccess(id, what string) {
+	cl.t.Helper()
+	if d := cl.awaitState(id, 30*time.Second, berth.JobSucceeded, berth.JobFailed); d.State != berth.JobSucceeded {
+		cl.t.Fatalf("%s: job %s %s (%s), want succeeded", what, id, d.State, d.Reason)
+	}
+}
+
 func anyList(v any) []any {
 	l, _ := v.([]any)
 	return l
@@ -122,18 +131,14 @@ func TestDrainFinishesRunningTakesNothingNew(t *testing.T) {
 	if err := os.WriteFile(dir+"/go", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if d := cl.awaitState(running.ID, 30*time.Second, berth.JobSucceeded, berth.JobFailed); d.State != berth.JobSucceeded {
-		t.Fatalf("running job under drain ended %s (%s), want succeeded", d.State, d.Reason)
-	}
+	cl.awaitSuccess(running.ID, "running job under drain")
 	cl.awaitWorker("d1", berth.WorkerParked)
 	if d := cl.job(waiting.ID); d.State != berth.JobPending {
 		t.Fatalf("parked worker took job %s: %s", waiting.ID, d.State)
 	}
 
 	cl.control("d1", "", berth.DesiredOn, "")
-	if d := cl.awaitState(waiting.ID, 30*time.Second, berth.JobSucceeded, berth.JobFailed); d.State != berth.JobSucceeded {
-		t.Fatalf("job after on: %s", d.State)
-	}
+	cl.awaitSuccess(waiting.ID, "job after on")
 	if n := strings.Count(agent.out.String(), "registered"); n != 1 {
 		t.Fatalf("agent registered %d times; on must resume it in place", n)
 	}
@@ -171,9 +176,7 @@ func TestPauseKeepsServiceRunning(t *testing.T) {
 	}
 
 	cl.control("p1", "", berth.DesiredOn, "")
-	if d := cl.awaitState(batch.ID, 30*time.Second, berth.JobSucceeded, berth.JobFailed); d.State != berth.JobSucceeded {
-		t.Fatalf("job after resume: %s", d.State)
-	}
+	cl.awaitSuccess(batch.ID, "job after resume")
 	if d := cl.job(s.ID); d.State != berth.JobRunning || !alive(pid) {
 		t.Fatalf("service after resume: %s", d.State)
 	}
@@ -214,9 +217,7 @@ func TestOffSurvivesRestarts(t *testing.T) {
 	}
 
 	cl.control("r1", "", berth.DesiredOn, "")
-	if d := cl.awaitState(j.ID, 30*time.Second, berth.JobSucceeded, berth.JobFailed); d.State != berth.JobSucceeded {
-		t.Fatalf("job after on: %s", d.State)
-	}
+	cl.awaitSuccess(j.ID, "job after on")
 }
 
 // TestPerQueueControl turns off one queue of a host serving two: the other
@@ -232,9 +233,7 @@ func TestPerQueueControl(t *testing.T) {
 	gpuJob.Queue, cpuJob.Queue = "gpu", "cpu"
 	g := cl.submit(gpuJob)[0]
 	c := cl.submit(cpuJob)[0]
-	if d := cl.awaitState(c.ID, 30*time.Second, berth.JobSucceeded, berth.JobFailed); d.State != berth.JobSucceeded {
-		t.Fatalf("cpu job: %s", d.State)
-	}
+	cl.awaitSuccess(c.ID, "cpu job")
 	if d := cl.job(g.ID); d.State != berth.JobPending || !strings.Contains(d.Reason, "off") {
 		t.Fatalf("gpu job with queue gpu off: %s %q, want pending, off", d.State, d.Reason)
 	}
@@ -243,9 +242,7 @@ func TestPerQueueControl(t *testing.T) {
 		t.Fatalf("workers = %+v, %v; want q1 with the gpu control", ws, err)
 	}
 	cl.control("q1", "gpu", berth.DesiredOn, "")
-	if d := cl.awaitState(g.ID, 30*time.Second, berth.JobSucceeded, berth.JobFailed); d.State != berth.JobSucceeded {
-		t.Fatalf("gpu job after on: %s", d.State)
-	}
+	cl.awaitSuccess(g.ID, "gpu job after on")
 }
 
 // TestWatchdogs runs jobs that stall or exceed their budget, and one that
@@ -310,7 +307,5 @@ func TestControlBadInput(t *testing.T) {
 	if err != nil || len(ctls) != 0 {
 		t.Fatalf("controls after bad input = %+v, %v; want none", ctls, err)
 	}
-	if d := cl.awaitState(cl.submit(shellJob(`echo ok`))[0].ID, 30*time.Second, berth.JobSucceeded, berth.JobFailed); d.State != berth.JobSucceeded {
-		t.Fatalf("worker after bad input: job %s", d.State)
-	}
+	cl.awaitSuccess(cl.submit(shellJob(`echo ok`))[0].ID, "worker after bad input")
 }

@@ -329,3 +329,25 @@ func TestQueueYieldsEachQueuedTaskOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestFrontGoesFirstInItsPriorityClass pushes a requeued task with Front:
+// it goes before every task of its priority, however old, and still after
+// a higher priority.
+func TestFrontGoesFirstInItsPriorityClass(t *testing.T) {
+	t.Parallel()
+	for _, rate := range []float64{0, 60} {
+		q := NewQueue(Config{AgingRate: rate})
+		for i, p := range []int{100, 100, 200} {
+			tk := task(fmt.Sprint("j", i), p, t0.Add(time.Duration(i)*time.Second), 0)
+			tk.Seq = uint64(i + 1)
+			q.Push(tk)
+		}
+		stopped := task("stopped", 100, t0.Add(time.Hour), 0)
+		stopped.Seq, stopped.Front = 9, true
+		q.Push(stopped)
+		// Submitted an hour after j0 and j1, it still goes first among them.
+		if want := "[j2 stopped j0 j1]"; fmt.Sprint(order(q, t0.Add(2*time.Hour))) != want {
+			t.Fatalf("aging %g: order = %s, want %s", rate, order(q, t0.Add(2*time.Hour)), want)
+		}
+	}
+}

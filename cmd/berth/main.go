@@ -151,6 +151,27 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseInterspersed parses flags given before, between or after the
+// positional arguments (berth worker off HOST --queue gpu) and returns the
+// positional arguments; "--" ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
 // clientFlags are the flags of every command that talks to a server.
 type clientFlags struct {
 	server string

@@ -49,32 +49,34 @@ func runWorkerSet(ctx context.Context, m *Main, desired string, args []string) e
 	queue := fs.String("queue", "", "only this queue (default: every queue of the host)")
 	policy := fs.String("policy", "", "how an off treats running attempts: hard (default), drain or pause")
 	by := fs.String("by", m.Getenv("USER"), "who asks (recorded with the change and its events)")
-	if err := parse(fs, args); err != nil {
+	hosts, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	if err := cf.check(); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if len(hosts) != 1 {
 		return berth.Invalidf("host", "give exactly one HOST, e.g. berth worker %s gpu-box-1", desired)
 	}
-	if err := berth.ValidHost("host", fs.Arg(0)); err != nil {
+	host := hosts[0]
+	if err := berth.ValidHost("host", host); err != nil {
 		return err
 	}
 	req := berth.ControlRequest{Queue: *queue, DesiredState: desired, StopPolicy: *policy, RequestedBy: *by}
 	if desired == berth.DesiredOn && *policy != "" {
 		return berth.Invalidf("--policy", "only berth worker off takes a stop policy")
 	}
-	resp, err := m.client(cf).SetWorkerControl(ctx, fs.Arg(0), req)
+	resp, err := m.client(cf).SetWorkerControl(ctx, host, req)
 	if err != nil {
 		return err
 	}
 	if cf.output == "json" {
 		return printJSON(m.Stdout, resp)
 	}
-	what := "every queue of " + fs.Arg(0)
+	what := "every queue of " + host
 	if *queue != "" {
-		what = "queue " + *queue + " of " + fs.Arg(0)
+		what = "queue " + *queue + " of " + host
 	}
 	fmt.Fprintf(m.Stdout, "%s: %s", what, desired)
 	if desired == berth.DesiredOff {

@@ -15,7 +15,7 @@ func TestWorkerOnOff(t *testing.T) {
 	if code != 0 || out != "queue gpu of spark: off (drain)\n" || errOut != "" {
 		t.Fatalf("worker off: exit %d, %q, %q", code, out, errOut)
 	}
-	code, out, _ = c.run("worker", "off", "spark")
+	code, out, _ = c.run("worker", "off", "spark", "--by", "ops")
 	if code != 0 || out != "every queue of spark: off (hard)\n" {
 		t.Fatalf("worker off every queue: exit %d, %q", code, out)
 	}
