@@ -280,37 +280,59 @@ func (c *Controller) loadControls(list []*berth.WorkerControl) {
 	}
 }
 
-// pollControls reads the controls back from the store every interval and
-// applies those written there by others (plain SQL) since: the safety
+// pollControls reads the controls back from the store every interval, and
+// whenever a store that others write to says they changed, and applies
+// those written there by others (plain SQL) since: the safety
 // reconciliation behind the controller's own writes.
 func (c *Controller) pollControls(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	var changed <-chan struct{}
+	if w, ok := c.store.(store.ControlWatcher); ok {
+		ch, err := w.WatchControls(ctx)
+		if err != nil {
+			c.log.Warn("cannot watch worker controls; reading them back every interval only", "err", err, "interval", every)
+		}
+		changed = ch
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		var gen uint64
-		var written <-chan struct{}
-		if c.do(ctx, func() { gen, written = c.controlGen, c.durable() }) != nil {
-			return
-		}
-		if c.awaitDurable(ctx, written) != nil {
-			return
-		}
-		list, err := c.store.WorkerControls(ctx)
-		if err != nil {
-			c.log.Warn("reading worker controls back failed", "err", err)
-			continue
-		}
-		_ = c.post(ctx, func() {
-			if c.controlGen == gen { // else the loop wrote since the read; the next poll sees it
-				c.syncControls(list)
+		case _, ok := <-changed:
+			if !ok {
+				changed = nil
+				continue
 			}
-		})
+		}
+		if c.reloadControls(ctx) != nil {
+			return
+		}
 	}
+}
+
+// reloadControls reads the controls from the store and applies what others
+// changed. It returns an error only when the controller or ctx stopped.
+func (c *Controller) reloadControls(ctx context.Context) error {
+	var gen uint64
+	var written <-chan struct{}
+	if err := c.do(ctx, func() { gen, written = c.controlGen, c.durable() }); err != nil {
+		return err
+	}
+	if err := c.awaitDurable(ctx, written); err != nil {
+		return err
+	}
+	list, err := c.store.WorkerControls(ctx)
+	if err != nil {
+		c.log.Warn("reading worker controls back failed", "err", err)
+		return nil
+	}
+	return c.post(ctx, func() {
+		if c.controlGen == gen { // else the loop wrote since the read; the next read sees it
+			c.syncControls(list)
+		}
+	})
 }
 
 // syncControls applies every stored control that differs from memory.

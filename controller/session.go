@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store"
@@ -326,7 +327,9 @@ func (c *Controller) onLog(s *session, m *wire.Log) {
 	})
 }
 
-// maxProgress bounds a progress report; longer ones are cut.
+// maxProgress bounds a progress report; longer ones are cut at a character
+// boundary (invalid UTF-8 and NUL bytes, which text columns refuse, are
+// replaced or dropped first).
 const maxProgress = 1024
 
 func (c *Controller) onProgress(s *session, m *wire.Progress) {
@@ -334,9 +337,13 @@ func (c *Controller) onProgress(s *session, m *wire.Progress) {
 	if as == nil {
 		return // fenced
 	}
-	p := m.Progress
+	p := strings.ToValidUTF8(strings.ReplaceAll(m.Progress, "\x00", ""), "\uFFFD")
 	if len(p) > maxProgress {
-		p = p[:maxProgress]
+		cut := maxProgress
+		for cut > 0 && !utf8.RuneStart(p[cut]) {
+			cut--
+		}
+		p = p[:cut]
 	}
 	if p == as.a.Progress {
 		return

@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -275,5 +276,33 @@ func TestWorkerControlsPlainSQL(t *testing.T) {
 	want := []*berth.WorkerControl{{Host: "spark", Queue: "gpu", DesiredState: berth.DesiredOff, StopPolicy: berth.StopHard}}
 	if !reflect.DeepEqual(cs, want) {
 		t.Errorf("WorkerControls = %+v, want %+v", cs, want)
+	}
+}
+
+// TestOpenNewerSchema opens a database that a newer Berth has migrated:
+// Open refuses it, saying so, and changes nothing.
+func TestOpenNewerSchema(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	if err := openAt(t, path).Close(); err != nil {
+		t.Fatal(err)
+	}
+	versions, _ := migrationVersions(t)
+	known := versions[len(versions)-1]
+	db := openRaw(t, path)
+	if _, err := db.ExecContext(t.Context(), `INSERT INTO schema_migrations (version) VALUES (?)`, known+3); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqlite.Open(t.Context(), path)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open of a database with a newer schema succeeded")
+	}
+	want := fmt.Sprintf("database schema is at version %d, newer than this berth knows (%d): upgrade berth or use the matching store", known+3, known)
+	if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), path) {
+		t.Errorf("Open error %q does not name the path %s and say %q", err, path, want)
+	}
+	if got := appliedVersions(t, db); !slices.Equal(got, append(versions, known+3)) {
+		t.Errorf("schema_migrations = %v, want %v", got, append(versions, known+3))
 	}
 }

@@ -3,28 +3,15 @@ package store_test
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 )
 
-// openSQLite opens a real store in t's temporary directory.
-func openSQLite(t *testing.T) *sqlite.Store {
-	t.Helper()
-	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
-// recorder is a real SQLite store that records what each Write gets and,
+// recorder is a real store that records what each Write gets and,
 // when hold is set, keeps the first Write from starting until hold is
 // closed (it closes entered once that Write is waiting).
 type recorder struct {
@@ -39,8 +26,8 @@ type recorder struct {
 	returned int            // Writes that have returned
 }
 
-func newRecorder(t *testing.T) *recorder {
-	return &recorder{Store: openSQLite(t), writeOf: map[string]int{}}
+func newRecorder(s store.Store) *recorder {
+	return &recorder{Store: s, writeOf: map[string]int{}}
 }
 
 func (r *recorder) Write(ctx context.Context, b *store.Batch) error {
@@ -121,267 +108,279 @@ func (r *results) get(i int) (error, bool) {
 
 func TestCommitterCallbacksInOrderAfterWrite(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	r := newRecorder(t)
-	c := store.NewCommitter(r)
-	c.Start()
-	defer c.Stop()
+	onEachDriver(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		ctx := t.Context()
+		r := newRecorder(open(t))
+		c := store.NewCommitter(r)
+		c.Start()
+		defer c.Stop()
 
-	const n = 100
-	res := newResults(n)
-	for i := range n {
-		b := &store.Batch{}
-		if i%10 != 9 { // every tenth batch is empty
-			b.Jobs = []*berth.Job{newJob()}
-		}
-		var id string
-		if len(b.Jobs) > 0 {
-			id = b.Jobs[0].ID
-		}
-		done := res.done(i)
-		c.Commit(b, func(err error) {
-			if id != "" {
-				// The Write that carried the job has returned, and the
-				// job is in the store.
-				r.mu.Lock()
-				w, ok := r.writeOf[id]
-				returned := r.returned
-				r.mu.Unlock()
-				if !ok || returned <= w {
-					t.Errorf("callback of commit %d ran before its Write returned", i)
-				}
-				if _, err := r.Store.Job(ctx, id); err != nil {
-					t.Errorf("callback of commit %d ran before its job was stored: %v", i, err)
-				}
+		const n = 100
+		res := newResults(n)
+		for i := range n {
+			b := &store.Batch{}
+			if i%10 != 9 { // every tenth batch is empty
+				b.Jobs = []*berth.Job{newJob()}
 			}
-			done(err)
-		})
-	}
-	res.wait(t)
-	want := make([]int, n)
-	for i := range want {
-		want[i] = i
-	}
-	if !slices.Equal(res.order, want) {
-		t.Errorf("callbacks ran in order %v, want submission order", res.order)
-	}
-	for i := range n {
-		if err, _ := res.get(i); err != nil {
-			t.Errorf("commit %d: %v", i, err)
+			var id string
+			if len(b.Jobs) > 0 {
+				id = b.Jobs[0].ID
+			}
+			done := res.done(i)
+			c.Commit(b, func(err error) {
+				if id != "" {
+					// The Write that carried the job has returned, and the
+					// job is in the store.
+					r.mu.Lock()
+					w, ok := r.writeOf[id]
+					returned := r.returned
+					r.mu.Unlock()
+					if !ok || returned <= w {
+						t.Errorf("callback of commit %d ran before its Write returned", i)
+					}
+					if _, err := r.Store.Job(ctx, id); err != nil {
+						t.Errorf("callback of commit %d ran before its job was stored: %v", i, err)
+					}
+				}
+				done(err)
+			})
 		}
-	}
+		res.wait(t)
+		want := make([]int, n)
+		for i := range want {
+			want[i] = i
+		}
+		if !slices.Equal(res.order, want) {
+			t.Errorf("callbacks ran in order %v, want submission order", res.order)
+		}
+		for i := range n {
+			if err, _ := res.get(i); err != nil {
+				t.Errorf("commit %d: %v", i, err)
+			}
+		}
+	})
 }
 
 func TestCommitterMergesBatchesQueuedDuringWrite(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	r := newRecorder(t)
-	r.hold, r.entered = make(chan struct{}), make(chan struct{})
-	c := store.NewCommitter(r)
-	c.Start()
-	defer c.Stop()
+	onEachDriver(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		ctx := t.Context()
+		r := newRecorder(open(t))
+		r.hold, r.entered = make(chan struct{}), make(chan struct{})
+		c := store.NewCommitter(r)
+		c.Start()
+		defer c.Stop()
 
-	const queued = 9
-	res := newResults(1 + queued)
-	first := newJob()
-	c.Commit(&store.Batch{Jobs: []*berth.Job{first}}, res.done(0))
-	<-r.entered // the first Write is in flight
+		const queued = 9
+		res := newResults(1 + queued)
+		first := newJob()
+		c.Commit(&store.Batch{Jobs: []*berth.Job{first}}, res.done(0))
+		<-r.entered // the first Write is in flight
 
-	var ids []string
-	var updated *berth.Job
-	for i := 1; i <= queued; i++ {
-		j := newJob()
-		ids = append(ids, j.ID)
-		b := &store.Batch{Jobs: []*berth.Job{j}}
-		if i == 5 {
-			// An update of a job created by an earlier queued batch.
-			updated = j
-			b.JobUpdates = []store.JobUpdate{{ID: ids[0], State: berth.JobRunning, Attempts: 1, StartedAt: base}}
+		var ids []string
+		var updated *berth.Job
+		for i := 1; i <= queued; i++ {
+			j := newJob()
+			ids = append(ids, j.ID)
+			b := &store.Batch{Jobs: []*berth.Job{j}}
+			if i == 5 {
+				// An update of a job created by an earlier queued batch.
+				updated = j
+				b.JobUpdates = []store.JobUpdate{{ID: ids[0], State: berth.JobRunning, Attempts: 1, StartedAt: base}}
+			}
+			c.Commit(b, res.done(i))
 		}
-		c.Commit(b, res.done(i))
-	}
-	if _, ok := res.get(0); ok {
-		t.Fatal("callback of the first commit ran while its Write was held")
-	}
-	close(r.hold)
-	res.wait(t)
-
-	r.mu.Lock()
-	writes := slices.Clone(r.writes)
-	r.mu.Unlock()
-	if len(writes) != 2 {
-		t.Fatalf("%d Writes (%v), want 2: the first and one for all %d batches queued behind it", len(writes), writes, queued)
-	}
-	if !slices.Equal(writes[0], []string{first.ID}) || !slices.Equal(writes[1], ids) {
-		t.Errorf("Writes = %v, want [[%s] %v]", writes, first.ID, ids)
-	}
-	for i := range 1 + queued {
-		if err, _ := res.get(i); err != nil {
-			t.Errorf("commit %d: %v", i, err)
+		if _, ok := res.get(0); ok {
+			t.Fatal("callback of the first commit ran while its Write was held")
 		}
-	}
-	if !slices.Equal(res.order, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
-		t.Errorf("callbacks ran in order %v", res.order)
-	}
-	j, err := r.Store.Job(ctx, ids[0])
-	if err != nil || j.State != berth.JobRunning {
-		t.Errorf("job %s updated by a later queued batch: %+v, %v; want running", ids[0], j, err)
-	}
-	if j, err := r.Store.Job(ctx, updated.ID); err != nil || j.State != berth.JobPending {
-		t.Errorf("job %s: %+v, %v; want pending", updated.ID, j, err)
-	}
+		close(r.hold)
+		res.wait(t)
+
+		r.mu.Lock()
+		writes := slices.Clone(r.writes)
+		r.mu.Unlock()
+		if len(writes) != 2 {
+			t.Fatalf("%d Writes (%v), want 2: the first and one for all %d batches queued behind it", len(writes), writes, queued)
+		}
+		if !slices.Equal(writes[0], []string{first.ID}) || !slices.Equal(writes[1], ids) {
+			t.Errorf("Writes = %v, want [[%s] %v]", writes, first.ID, ids)
+		}
+		for i := range 1 + queued {
+			if err, _ := res.get(i); err != nil {
+				t.Errorf("commit %d: %v", i, err)
+			}
+		}
+		if !slices.Equal(res.order, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+			t.Errorf("callbacks ran in order %v", res.order)
+		}
+		j, err := r.Store.Job(ctx, ids[0])
+		if err != nil || j.State != berth.JobRunning {
+			t.Errorf("job %s updated by a later queued batch: %+v, %v; want running", ids[0], j, err)
+		}
+		if j, err := r.Store.Job(ctx, updated.ID); err != nil || j.State != berth.JobPending {
+			t.Errorf("job %s: %+v, %v; want pending", updated.ID, j, err)
+		}
+	})
 }
 
 func TestCommitterErrorIsSticky(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	r := newRecorder(t)
-	c := store.NewCommitter(r)
-	c.Start()
-	defer c.Stop()
+	onEachDriver(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		ctx := t.Context()
+		r := newRecorder(open(t))
+		c := store.NewCommitter(r)
+		c.Start()
+		defer c.Stop()
 
-	commit := func(b *store.Batch) error {
-		t.Helper()
-		ch := make(chan error, 1)
-		c.Commit(b, func(err error) { ch <- err })
-		select {
-		case err := <-ch:
-			return err
-		case <-ctx.Done():
-			t.Fatal("callback did not run")
-			return nil
+		commit := func(b *store.Batch) error {
+			t.Helper()
+			ch := make(chan error, 1)
+			c.Commit(b, func(err error) { ch <- err })
+			select {
+			case err := <-ch:
+				return err
+			case <-ctx.Done():
+				t.Fatal("callback did not run")
+				return nil
+			}
 		}
-	}
-	good := newJob()
-	if err := commit(&store.Batch{Jobs: []*berth.Job{good}}); err != nil {
-		t.Fatalf("first commit: %v", err)
-	}
-	lost := newJob()
-	errBad := commit(&store.Batch{Jobs: []*berth.Job{lost},
-		JobUpdates: []store.JobUpdate{{ID: "no-such-job", State: berth.JobRunning}}})
-	if errBad == nil {
-		t.Fatal("commit updating a missing job succeeded")
-	}
-	writes := r.writeCount()
+		good := newJob()
+		if err := commit(&store.Batch{Jobs: []*berth.Job{good}}); err != nil {
+			t.Fatalf("first commit: %v", err)
+		}
+		lost := newJob()
+		errBad := commit(&store.Batch{Jobs: []*berth.Job{lost},
+			JobUpdates: []store.JobUpdate{{ID: "no-such-job", State: berth.JobRunning}}})
+		if errBad == nil {
+			t.Fatal("commit updating a missing job succeeded")
+		}
+		writes := r.writeCount()
 
-	later := newJob()
-	for i, b := range []*store.Batch{{Jobs: []*berth.Job{later}}, {}} {
-		if err := commit(b); !errors.Is(err, errBad) {
-			t.Errorf("commit %d after the failure: error %v, want the failure %v", i, err, errBad)
+		later := newJob()
+		for i, b := range []*store.Batch{{Jobs: []*berth.Job{later}}, {}} {
+			if err := commit(b); !errors.Is(err, errBad) {
+				t.Errorf("commit %d after the failure: error %v, want the failure %v", i, err, errBad)
+			}
 		}
-	}
-	if n := r.writeCount(); n != writes {
-		t.Errorf("%d more Writes after the failure, want none", n-writes)
-	}
-	for _, id := range []string{lost.ID, later.ID} {
-		if _, err := r.Store.Job(ctx, id); berth.ErrorCode(err) != berth.ECodeNotFound {
-			t.Errorf("job %s of a failed commit: %v, want not found", id, err)
+		if n := r.writeCount(); n != writes {
+			t.Errorf("%d more Writes after the failure, want none", n-writes)
 		}
-	}
-	if _, err := r.Store.Job(ctx, good.ID); err != nil {
-		t.Errorf("job %s committed before the failure: %v", good.ID, err)
-	}
+		for _, id := range []string{lost.ID, later.ID} {
+			if _, err := r.Store.Job(ctx, id); berth.ErrorCode(err) != berth.ECodeNotFound {
+				t.Errorf("job %s of a failed commit: %v, want not found", id, err)
+			}
+		}
+		if _, err := r.Store.Job(ctx, good.ID); err != nil {
+			t.Errorf("job %s committed before the failure: %v", good.ID, err)
+		}
+	})
 }
 
 func TestCommitterCommitAfterStop(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	r := newRecorder(t)
-	c := store.NewCommitter(r)
-	c.Start()
-	c.Stop()
+	onEachDriver(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		ctx := t.Context()
+		r := newRecorder(open(t))
+		c := store.NewCommitter(r)
+		c.Start()
+		c.Stop()
 
-	j := newJob()
-	ch := make(chan error, 1)
-	c.Commit(&store.Batch{Jobs: []*berth.Job{j}}, func(err error) { ch <- err })
-	select {
-	case err := <-ch:
-		if !errors.Is(err, store.ErrStopped) {
-			t.Errorf("commit after Stop: %v, want ErrStopped", err)
+		j := newJob()
+		ch := make(chan error, 1)
+		c.Commit(&store.Batch{Jobs: []*berth.Job{j}}, func(err error) { ch <- err })
+		select {
+		case err := <-ch:
+			if !errors.Is(err, store.ErrStopped) {
+				t.Errorf("commit after Stop: %v, want ErrStopped", err)
+			}
+			if berth.ErrorCode(err) != berth.ECodeUnavailable {
+				t.Errorf("commit after Stop: code %q, want %q", berth.ErrorCode(err), berth.ECodeUnavailable)
+			}
+		case <-ctx.Done():
+			t.Fatal("callback of a commit after Stop did not run")
 		}
-		if berth.ErrorCode(err) != berth.ECodeUnavailable {
-			t.Errorf("commit after Stop: code %q, want %q", berth.ErrorCode(err), berth.ECodeUnavailable)
+		if n := r.writeCount(); n != 0 {
+			t.Errorf("%d Writes, want none", n)
 		}
-	case <-ctx.Done():
-		t.Fatal("callback of a commit after Stop did not run")
-	}
-	if n := r.writeCount(); n != 0 {
-		t.Errorf("%d Writes, want none", n)
-	}
-	if _, err := r.Store.Job(ctx, j.ID); berth.ErrorCode(err) != berth.ECodeNotFound {
-		t.Errorf("job committed after Stop: %v, want not found", err)
-	}
+		if _, err := r.Store.Job(ctx, j.ID); berth.ErrorCode(err) != berth.ECodeNotFound {
+			t.Errorf("job committed after Stop: %v, want not found", err)
+		}
+	})
 }
 
 func TestCommitterStopWritesPending(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	r := newRecorder(t)
-	c := store.NewCommitter(r)
+	onEachDriver(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		ctx := t.Context()
+		r := newRecorder(open(t))
+		c := store.NewCommitter(r)
 
-	const n = 5
-	res := newResults(n)
-	var jobs []*berth.Job
-	for i := range n {
-		j := newJob()
-		jobs = append(jobs, j)
-		c.Commit(&store.Batch{Jobs: []*berth.Job{j}}, res.done(i))
-	}
-	if w := r.writeCount(); w != 0 {
-		t.Fatalf("%d Writes before Start, want none", w)
-	}
-	c.Start()
-	c.Stop()
-	// Stop has returned: every pending batch is written and called back.
-	for i, j := range jobs {
-		err, ok := res.get(i)
-		if !ok {
-			t.Errorf("commit %d was not called back before Stop returned", i)
-		} else if err != nil {
-			t.Errorf("commit %d: %v", i, err)
+		const n = 5
+		res := newResults(n)
+		var jobs []*berth.Job
+		for i := range n {
+			j := newJob()
+			jobs = append(jobs, j)
+			c.Commit(&store.Batch{Jobs: []*berth.Job{j}}, res.done(i))
 		}
-		if _, err := r.Store.Job(ctx, j.ID); err != nil {
-			t.Errorf("job %d not stored after Stop: %v", i, err)
+		if w := r.writeCount(); w != 0 {
+			t.Fatalf("%d Writes before Start, want none", w)
 		}
-	}
+		c.Start()
+		c.Stop()
+		// Stop has returned: every pending batch is written and called back.
+		for i, j := range jobs {
+			err, ok := res.get(i)
+			if !ok {
+				t.Errorf("commit %d was not called back before Stop returned", i)
+			} else if err != nil {
+				t.Errorf("commit %d: %v", i, err)
+			}
+			if _, err := r.Store.Job(ctx, j.ID); err != nil {
+				t.Errorf("job %d not stored after Stop: %v", i, err)
+			}
+		}
+	})
 }
 
 func TestCommitterStopWaitsForWriteInFlight(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	r := newRecorder(t)
-	r.hold, r.entered = make(chan struct{}), make(chan struct{})
-	c := store.NewCommitter(r)
-	c.Start()
+	onEachDriver(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		ctx := t.Context()
+		r := newRecorder(open(t))
+		r.hold, r.entered = make(chan struct{}), make(chan struct{})
+		c := store.NewCommitter(r)
+		c.Start()
 
-	res := newResults(3)
-	var jobs []*berth.Job
-	for i := range 3 {
-		j := newJob()
-		jobs = append(jobs, j)
-		c.Commit(&store.Batch{Jobs: []*berth.Job{j}}, res.done(i))
-		if i == 0 {
-			<-r.entered
+		res := newResults(3)
+		var jobs []*berth.Job
+		for i := range 3 {
+			j := newJob()
+			jobs = append(jobs, j)
+			c.Commit(&store.Batch{Jobs: []*berth.Job{j}}, res.done(i))
+			if i == 0 {
+				<-r.entered
+			}
 		}
-	}
-	stopped := make(chan struct{})
-	go func() {
-		c.Stop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-		t.Fatal("Stop returned while a Write was in flight")
-	default:
-	}
-	close(r.hold)
-	<-stopped
-	for i, j := range jobs {
-		if err, ok := res.get(i); !ok || err != nil {
-			t.Errorf("commit %d: called back %v, error %v; want called back with nil before Stop returned", i, ok, err)
+		stopped := make(chan struct{})
+		go func() {
+			c.Stop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+			t.Fatal("Stop returned while a Write was in flight")
+		default:
 		}
-		if _, err := r.Store.Job(ctx, j.ID); err != nil {
-			t.Errorf("job %d not stored after Stop: %v", i, err)
+		close(r.hold)
+		<-stopped
+		for i, j := range jobs {
+			if err, ok := res.get(i); !ok || err != nil {
+				t.Errorf("commit %d: called back %v, error %v; want called back with nil before Stop returned", i, ok, err)
+			}
+			if _, err := r.Store.Job(ctx, j.ID); err != nil {
+				t.Errorf("job %d not stored after Stop: %v", i, err)
+			}
 		}
-	}
+	})
 }

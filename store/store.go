@@ -140,6 +140,18 @@ type Store interface {
 	Close() error
 }
 
+// ControlWatcher is implemented by stores that other programs may write
+// worker controls to directly (PostgreSQL, where a trigger NOTIFYs). The
+// controller re-reads the controls whenever the channel delivers.
+type ControlWatcher interface {
+	// WatchControls returns a channel that receives a value soon after any
+	// write to the worker controls, by anyone, until ctx ends; then it is
+	// closed. Notifications may be coalesced. A broken connection is
+	// re-established; the channel also delivers after each reconnect, so
+	// that writes missed meanwhile are read.
+	WatchControls(ctx context.Context) (<-chan struct{}, error)
+}
+
 // ErrStopped is the error of a commit made after the committer stopped.
 var ErrStopped = berth.Errorf(berth.ECodeUnavailable, "store writer stopped")
 
@@ -166,19 +178,32 @@ func (b *Batch) Compact() {
 		clear(b.JobUpdates[len(kept):])
 		b.JobUpdates = kept
 	}
-	b.JobUpdates = lastByID(b.JobUpdates, func(u JobUpdate) string { return u.ID })
-	b.Attempts = lastByID(b.Attempts, func(a *berth.Attempt) string { return a.ID })
-	b.Workers = lastByID(b.Workers, func(w *berth.Worker) string { return w.ID })
-	b.Controls = lastByID(b.Controls, func(c *berth.WorkerControl) string { return c.ID() })
-	b.Progress = lastByID(b.Progress, func(p AttemptProgress) string { return p.AttemptID })
+	*b = *b.Deduplicated()
 	b.compactQuotas()
 }
 
-// compactQuotas keeps the last upsert of each rule that the batch does not
-// also delete (deletes apply after upserts), and each delete once.
+// Deduplicated returns a batch with the writes of b less those a later
+// write of the same list supersedes: the last update of each job, the last
+// upsert of each attempt, worker, quota rule and worker control, the last
+// progress of each attempt and each quota delete once. b is not changed;
+// the lists of the result may share b's arrays. Applying each list of the
+// result as one set-based statement, in the order Batch documents, leaves
+// what applying b does.
+func (b *Batch) Deduplicated() *Batch {
+	d := *b
+	d.JobUpdates = lastByID(b.JobUpdates, func(u JobUpdate) string { return u.ID })
+	d.Attempts = lastByID(b.Attempts, func(a *berth.Attempt) string { return a.ID })
+	d.Workers = lastByID(b.Workers, func(w *berth.Worker) string { return w.ID })
+	d.Quotas = lastByID(b.Quotas, func(q *berth.QuotaRule) string { return q.ID() })
+	d.QuotaDeletes = lastByID(b.QuotaDeletes, func(id string) string { return id })
+	d.Controls = lastByID(b.Controls, func(c *berth.WorkerControl) string { return c.ID() })
+	d.Progress = lastByID(b.Progress, func(p AttemptProgress) string { return p.AttemptID })
+	return &d
+}
+
+// compactQuotas drops the upserts of rules that the batch, already
+// deduplicated, also deletes (deletes apply after upserts).
 func (b *Batch) compactQuotas() {
-	b.QuotaDeletes = lastByID(b.QuotaDeletes, func(id string) string { return id })
-	b.Quotas = lastByID(b.Quotas, func(q *berth.QuotaRule) string { return q.ID() })
 	if len(b.Quotas) > 0 && len(b.QuotaDeletes) > 0 {
 		b.Quotas = slices.DeleteFunc(b.Quotas, func(q *berth.QuotaRule) bool {
 			return slices.Contains(b.QuotaDeletes, q.ID())

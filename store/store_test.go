@@ -289,10 +289,14 @@ func TestCompactKeepsFinalState(t *testing.T) {
 	})
 }
 
-// TestCompactOnSQLite writes one batch as it is to one store and compacted
-// to another: both must hold the same.
-func TestCompactOnSQLite(t *testing.T) {
+// TestCompactOnEachDriver writes one batch as it is to one store and
+// compacted to another: both must hold the same.
+func TestCompactOnEachDriver(t *testing.T) {
 	t.Parallel()
+	onEachDriver(t, testCompactOnStores)
+}
+
+func testCompactOnStores(t *testing.T, open func(t *testing.T) store.Store) {
 	ctx := t.Context()
 	var gen berth.IDGen
 	b := &store.Batch{}
@@ -328,7 +332,7 @@ func TestCompactOnSQLite(t *testing.T) {
 			DesiredState: []string{berth.DesiredOff, berth.DesiredOn}[i%3%2], StopPolicy: berth.StopHard, UpdatedAt: base.Add(time.Duration(i))})
 	}
 
-	plain, compacted := openSQLite(t), openSQLite(t)
+	plain, compacted := open(t), open(t)
 	if err := plain.Write(ctx, cloneBatch(b)); err != nil {
 		t.Fatalf("Write as is: %v", err)
 	}

@@ -19,6 +19,7 @@ import (
 
 // BenchResult is what berth bench measures.
 type BenchResult struct {
+	Store             string  `json:"store"` // sqlite or postgres
 	Jobs              int     `json:"jobs"`
 	Agents            int     `json:"agents"`
 	CPUs              int     `json:"cpus"`
@@ -41,6 +42,7 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	samples := fs.Int("latency", 200, "jobs for the submit → process-started latency run (one at a time)")
 	output := fs.String("o", "table", "output: table or json")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	storeURL := fs.String("store", "", "store to run on: a postgres:// URL of an empty database (default: a fresh SQLite file)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -61,9 +63,9 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	defer stop()
-	res := BenchResult{Jobs: *jobs, Agents: *agents, CPUs: runtime.NumCPU()}
+	res := BenchResult{Store: storeKind(*storeURL), Jobs: *jobs, Agents: *agents, CPUs: runtime.NumCPU()}
 	if *jobs > 0 || *samples > 0 {
-		err := withBenchCluster(ctx, *agents, *slots, agent.ProcessExecutor{}, func(c *client.Client, dir string) error {
+		err := withBenchCluster(ctx, *storeURL, *agents, *slots, agent.ProcessExecutor{}, func(c *client.Client, dir string) error {
 			if *samples > 0 {
 				p50, p99, err := benchLatency(ctx, c, *samples, dir)
 				if err != nil {
@@ -83,7 +85,7 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 		}
 	}
 	if *noopJobs > 0 {
-		err := withBenchCluster(ctx, *agents, 1024, agent.NoopExecutor{}, func(c *client.Client, dir string) error {
+		err := withBenchCluster(ctx, *storeURL, *agents, 1024, agent.NoopExecutor{}, func(c *client.Client, dir string) error {
 			rate, err := benchThroughput(ctx, c, *noopJobs, dir)
 			res.NoopJobsPerSec = rate
 			return err
@@ -95,7 +97,7 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	if *output == "json" {
 		return printJSON(m.Stdout, res)
 	}
-	fmt.Fprintf(m.Stdout, "berth bench: %d agents on %d CPUs, SQLite store\n", res.Agents, res.CPUs)
+	fmt.Fprintf(m.Stdout, "berth bench: %d agents on %d CPUs, %s store\n", res.Agents, res.CPUs, res.Store)
 	if res.ProcessJobsPerSec > 0 {
 		fmt.Fprintf(m.Stdout, "  real processes: %d jobs, %.0f jobs/s submit → all succeeded\n", *jobs, res.ProcessJobsPerSec)
 	}
@@ -110,13 +112,13 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 
 // withBenchCluster runs fn against a fresh server and agents in a temporary
 // directory, all in this process, talking over loopback.
-func withBenchCluster(ctx context.Context, agents, slots int, exec agent.Executor, fn func(*client.Client, string) error) error {
+func withBenchCluster(ctx context.Context, storeURL string, agents, slots int, exec agent.Executor, fn func(*client.Client, string) error) error {
 	dir, err := os.MkdirTemp("", "berth-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	rs, err := startServer(ctx, &serverConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	rs, err := startServer(ctx, &serverConfig{DataDir: dir, Listen: "127.0.0.1:0", Store: storeURL})
 	if err != nil {
 		return err
 	}

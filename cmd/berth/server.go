@@ -16,6 +16,7 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/postgres"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 )
@@ -99,12 +100,24 @@ func openStore(ctx context.Context, cfg *serverConfig) (store.Store, error) {
 		spec = filepath.Join(cfg.DataDir, "berth.db")
 	case strings.HasPrefix(spec, "sqlite://"):
 		spec = strings.TrimPrefix(spec, "sqlite://")
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return nil, berth.Invalidf("--store", "PostgreSQL is not supported by this build yet; use SQLite")
+	case isPostgresURL(spec):
+		return postgres.Open(ctx, spec)
 	case strings.Contains(spec, "://"):
-		return nil, berth.Invalidf("--store", "unknown store URL scheme in %q (want sqlite:// or a file path)", spec)
+		return nil, berth.Invalidf("--store", "unknown store URL scheme in %q (want postgres://, sqlite:// or a file path)", spec)
 	}
 	return sqlite.Open(ctx, spec)
+}
+
+func isPostgresURL(spec string) bool {
+	return strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://")
+}
+
+// storeKind names the store a --store value selects.
+func storeKind(spec string) string {
+	if isPostgresURL(spec) {
+		return "PostgreSQL"
+	}
+	return "SQLite"
 }
 
 // checkListen refuses a non-loopback address without a token.
@@ -193,7 +206,7 @@ func runServer(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("server", "[flags]")
 	var cfg serverConfig
 	m.addServerFlags(fs, &cfg)
-	fs.StringVar(&cfg.Store, "store", "", "store: a SQLite file path or sqlite://PATH (default DATA-DIR/berth.db)")
+	fs.StringVar(&cfg.Store, "store", m.Getenv("BERTH_STORE"), "store: postgres://USER@HOST/DB, a SQLite file path or sqlite://PATH (default $BERTH_STORE, else DATA-DIR/berth.db)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

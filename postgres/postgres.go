@@ -1,0 +1,274 @@
+// Package postgres is the Store for production and HA: PostgreSQL through
+// a pgx connection pool. Every Write is one implicit transaction sent in
+// one round trip (a pipeline of one set-based statement per list of the
+// batch), committed with synchronous_commit on before Write returns.
+// Migrations are applied on Open under an advisory lock, so several
+// servers may start at once. Other programs sharing the database may write
+// worker_controls with plain SQL; WatchControls tells Berth when they do.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/store/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// migrateLock is the key of the advisory lock held while migrating
+// ("bertmigr" in ASCII).
+const migrateLock = 0x626572746D696772
+
+// Store is a store.Store and a store.ControlWatcher on one PostgreSQL
+// database.
+type Store struct {
+	*sqlstore.Reader // on pool
+
+	pool   *pgxpool.Pool
+	config *pgx.ConnConfig // of pool's connections, for the watchers' own
+
+	stop     context.Context // ends when the store closes
+	cancel   context.CancelFunc
+	watchers sync.WaitGroup
+}
+
+var (
+	_ store.Store          = (*Store)(nil)
+	_ store.ControlWatcher = (*Store)(nil)
+)
+
+// Open connects to the database at dbURL (postgres://user@host:port/db?…
+// or postgresql://…, with pgx's parameters such as pool_max_conns) and
+// applies pending migrations. Unless dbURL sets synchronous_commit, every
+// connection sets it on: a commit is durable before Write returns. It
+// returns an error naming the server if dbURL is invalid, the database
+// cannot be reached or migrated, or its schema is newer than this Berth.
+func Open(ctx context.Context, dbURL string) (*Store, error) {
+	where := redacted(dbURL)
+	config, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres %s: %w", where, err)
+	}
+	if _, ok := config.ConnConfig.RuntimeParams["synchronous_commit"]; !ok {
+		config.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	}
+	if err := migrate(ctx, config.ConnConfig.Copy()); err != nil {
+		return nil, fmt.Errorf("open postgres %s: %w", where, err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, config)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres %s: %w", where, err)
+	}
+	s := &Store{pool: pool, config: config.ConnConfig}
+	s.stop, s.cancel = context.WithCancel(context.Background())
+	s.Reader = sqlstore.NewReader(s.query, sqlstore.Dialect{
+		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
+		ControlTime: "updated_at_ns",
+	})
+	return s, nil
+}
+
+// redacted returns the URL raw without its password, or a placeholder if it is
+// not a URL.
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(connection string)"
+	}
+	return u.Redacted()
+}
+
+// migrate applies pending migrations on a connection of its own that holds
+// the migration lock: a server opening the database meanwhile waits, then
+// finds nothing to do. Closing db closes the connection, and so releases
+// the lock.
+func migrate(ctx context.Context, config *pgx.ConnConfig) error {
+	db := stdlib.OpenDB(*config)
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, int64(migrateLock)); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	return store.Migrate(ctx, conn, migrations, "migrations")
+}
+
+// query runs a read on the pool.
+func (s *Store) query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
+	return s.pool.Query(ctx, query, args...)
+}
+
+// Close ends the watchers of worker controls and closes the pool. It
+// returns no error.
+func (s *Store) Close() error {
+	s.cancel()
+	s.watchers.Wait()
+	s.pool.Close()
+	return nil
+}
+
+// Write applies b in one transaction and returns once it is committed. An
+// update of a job that does not exist fails the whole batch. Strings are
+// stored as valid UTF-8 without NUL bytes, which PostgreSQL's text cannot
+// hold: invalid bytes and NULs become U+FFFD.
+func (s *Store) Write(ctx context.Context, b *store.Batch) error {
+	stmts, err := planBatch(b.Deduplicated())
+	if err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	if len(stmts) == 0 {
+		return nil
+	}
+	batch := &pgx.Batch{}
+	for _, st := range stmts {
+		batch.Queue(st.query, st.args...)
+	}
+	results := s.pool.SendBatch(ctx, batch)
+	for _, st := range stmts {
+		if _, err := results.Exec(); err != nil {
+			results.Close()
+			return fmt.Errorf("write: %s: %w", st.what, err)
+		}
+	}
+	// Close reads up to the end of the pipeline: the commit.
+	if err := results.Close(); err != nil {
+		return fmt.Errorf("write: commit: %w", err)
+	}
+	return nil
+}
+
+// statement is one statement of a batch.
+type statement struct {
+	what  string // for errors
+	query string
+	args  []any
+}
+
+// Column types of each table, in sqlstore's column order.
+var (
+	jobTypes       = []string{"text", "text", "text", "text", "json", "integer", "text", "text", "integer", "integer", "bigint", "bigint", "bigint"}
+	jobUpdateTypes = []string{"text", "text", "text", "integer", "integer", "bigint", "bigint"}
+	attemptTypes   = []string{"text", "text", "integer", "text", "text", "json", "text", "integer", "text", "bigint", "bigint", "bigint", "integer", "text"}
+	workerTypes    = []string{"text", "json"}
+	quotaTypes     = []string{"text", "text", "text", "integer", "integer", "double precision", "bigint"}
+	controlTypes   = []string{"text", "text", "text", "text", "text", "bigint", "timestamptz"}
+	logTypes       = []string{"text", "bigint", "bytea"}
+)
+
+// The statements of a batch. Each takes one array per column and writes
+// every row of its list at once.
+var (
+	insertJobs = `INSERT INTO jobs (` + sqlstore.JobColumns + `) ` + unnest(jobTypes)
+	// updateJobs fails, through berth_raise, if a job is missing.
+	updateJobs = `WITH v AS (` + unnest(jobUpdateTypes) + ` AS v (` + sqlstore.JobUpdateColumns + `)),
+		updated AS (UPDATE jobs SET state = v.state, reason = v.reason, exit_code = v.exit_code, attempts = v.attempts,
+			started_at = v.started_at, finished_at = v.finished_at FROM v WHERE jobs.id = v.id RETURNING jobs.id)
+		SELECT berth_raise('no such job ' || v.id) FROM v WHERE v.id NOT IN (SELECT id FROM updated)`
+	upsertAttempts = `INSERT INTO attempts (` + sqlstore.AttemptColumns + `) ` + unnest(attemptTypes) + sqlstore.AttemptUpsert
+	upsertWorkers  = `INSERT INTO workers (` + sqlstore.WorkerColumns + `) ` + unnest(workerTypes) + sqlstore.WorkerUpsert
+	upsertQuotas   = `INSERT INTO quota_rules (` + sqlstore.QuotaColumns + `) ` + unnest(quotaTypes) + sqlstore.QuotaUpsert
+	deleteQuotas   = `DELETE FROM quota_rules WHERE id = ANY($1::text[])`
+	upsertControls = `INSERT INTO worker_controls (` + sqlstore.ControlColumns + `, updated_at_ns, updated_at) ` +
+		unnest(controlTypes) + sqlstore.ControlUpsert + `, updated_at_ns = excluded.updated_at_ns`
+	updateProgress = `UPDATE attempts SET progress = v.progress FROM unnest($1::text[], $2::text[]) AS v (id, progress)
+		WHERE attempts.id = v.id`
+	insertLogs = `INSERT INTO logs (` + sqlstore.LogColumns + `) ` + unnest(logTypes)
+)
+
+// unnest returns "SELECT * FROM unnest($1::T1[], $2::T2[], …)" for the
+// column types types.
+func unnest(types []string) string {
+	arrays := make([]string, len(types))
+	for i, t := range types {
+		arrays[i] = "$" + strconv.Itoa(i+1) + "::" + t + "[]"
+	}
+	return "SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")"
+}
+
+// planBatch turns b, deduplicated, into statements in the order Batch
+// documents, skipping empty lists.
+func planBatch(b *store.Batch) ([]statement, error) {
+	var stmts []statement
+	var err error
+	add := func(what, query string, n int, row func(i int) ([]any, error)) {
+		if err != nil || n == 0 {
+			return
+		}
+		var args []any
+		if args, err = columns(n, row); err == nil {
+			stmts = append(stmts, statement{what: what, query: query, args: args})
+		}
+	}
+	add("insert jobs", insertJobs, len(b.Jobs), func(i int) ([]any, error) { return sqlstore.JobRow(b.Jobs[i]) })
+	add("update jobs", updateJobs, len(b.JobUpdates),
+		func(i int) ([]any, error) { return sqlstore.JobUpdateRow(&b.JobUpdates[i]), nil })
+	add("upsert attempts", upsertAttempts, len(b.Attempts), func(i int) ([]any, error) { return sqlstore.AttemptRow(b.Attempts[i]) })
+	add("upsert workers", upsertWorkers, len(b.Workers), func(i int) ([]any, error) { return sqlstore.WorkerRow(b.Workers[i]) })
+	add("upsert quota rules", upsertQuotas, len(b.Quotas), func(i int) ([]any, error) { return sqlstore.QuotaRow(b.Quotas[i]), nil })
+	add("delete quota rules", deleteQuotas, len(b.QuotaDeletes), func(i int) ([]any, error) { return []any{b.QuotaDeletes[i]}, nil })
+	add("upsert worker controls", upsertControls, len(b.Controls), func(i int) ([]any, error) {
+		c := b.Controls[i]
+		var at any // NULL for the zero time
+		if !c.UpdatedAt.IsZero() {
+			at = c.UpdatedAt
+		}
+		return append(sqlstore.ControlRow(c), at), nil
+	})
+	add("set progress", updateProgress, len(b.Progress),
+		func(i int) ([]any, error) { return []any{b.Progress[i].AttemptID, b.Progress[i].Progress}, nil })
+	add("append logs", insertLogs, len(b.Logs), func(i int) ([]any, error) { return sqlstore.LogRow(&b.Logs[i]), nil })
+	return stmts, err
+}
+
+// columns returns the n rows that row returns as one array per column,
+// strings made storable as text.
+func columns(n int, row func(i int) ([]any, error)) ([]any, error) {
+	var cols [][]any
+	for i := range n {
+		values, err := row(i)
+		if err != nil {
+			return nil, err
+		}
+		if cols == nil {
+			cols = make([][]any, len(values))
+			for c := range cols {
+				cols[c] = make([]any, 0, n)
+			}
+		}
+		for c, v := range values {
+			if s, ok := v.(string); ok {
+				v = storable(s)
+			}
+			cols[c] = append(cols[c], v)
+		}
+	}
+	args := make([]any, len(cols))
+	for c, col := range cols {
+		args[c] = col
+	}
+	return args, nil
+}
+
+// storable returns s with invalid UTF-8 and NUL bytes replaced by U+FFFD.
+func storable(s string) string {
+	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}

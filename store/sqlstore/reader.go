@@ -1,0 +1,293 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
+)
+
+// Rows is the result of a query, read row by row: a pgx.Rows, or a
+// *sql.Rows whose Close drops its error (Err reports what matters).
+type Rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close()
+}
+
+// QueryFunc runs a read-only query with args and returns its rows, or the
+// error of starting it.
+type QueryFunc func(ctx context.Context, query string, args ...any) (Rows, error)
+
+// Dialect is the SQL of the reads that differs between the drivers.
+type Dialect struct {
+	// Placeholder returns the placeholder of the nth argument of a query,
+	// counted from 1: "?" for SQLite, "$n" for PostgreSQL.
+	Placeholder func(n int) string
+	// ControlTime is the expression that reads a worker control's time
+	// in unix nanoseconds, 0 for none.
+	ControlTime string
+}
+
+// Reader implements every read of store.Store (all but Write and Close)
+// over a driver's QueryFunc; drivers embed it. Its methods are safe for
+// concurrent use when the QueryFunc is.
+type Reader struct {
+	query   QueryFunc
+	dialect Dialect
+}
+
+// NewReader returns a Reader that runs its queries with query, written in
+// d.
+func NewReader(query QueryFunc, d Dialect) *Reader { return &Reader{query: query, dialect: d} }
+
+// args collects the arguments of a query being built.
+type args struct {
+	d    *Dialect
+	list []any
+}
+
+// add appends v and returns its placeholder.
+func (a *args) add(v any) string {
+	a.list = append(a.list, v)
+	return a.d.Placeholder(len(a.list))
+}
+
+// in appends every value of vs and returns "IN (placeholders)".
+func in[T ~string](a *args, vs []T) string {
+	ps := make([]string, len(vs))
+	for i, v := range vs {
+		ps[i] = a.add(string(v))
+	}
+	return "IN (" + strings.Join(ps, ", ") + ")"
+}
+
+// each runs query and calls fn with each row, stopping at the first error.
+func (r *Reader) each(ctx context.Context, query string, args []any, fn func(row scanner) error) error {
+	rows, err := r.query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// collect runs query and returns every row, scanned with scan.
+func collect[T any](ctx context.Context, r *Reader, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
+	var out []T
+	err := r.each(ctx, query, args, func(row scanner) error {
+		v, err := scan(row)
+		out = append(out, v)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+const (
+	selectJobs     = `SELECT ` + JobColumns + ` FROM jobs`
+	selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
+)
+
+// LoadActive returns what the controller rebuilds its memory from.
+func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
+	a := &store.Active{LogSizes: map[string]int64{}, Counts: map[berth.JobState]int{}}
+	var err error
+	if a.Jobs, err = collect(ctx, r, scanJob, selectJobs+` WHERE state IN ('pending', 'running') ORDER BY id`); err != nil {
+		return nil, fmt.Errorf("load jobs: %w", err)
+	}
+	if a.Attempts, err = collect(ctx, r, scanAttempt, selectAttempts+` WHERE state IN ('assigned', 'running') ORDER BY id`); err != nil {
+		return nil, fmt.Errorf("load attempts: %w", err)
+	}
+	if a.Workers, err = r.Workers(ctx); err != nil {
+		return nil, err
+	}
+	if a.Quotas, err = r.Quotas(ctx); err != nil {
+		return nil, err
+	}
+	if a.Controls, err = r.WorkerControls(ctx); err != nil {
+		return nil, err
+	}
+	err = r.each(ctx, `SELECT l.attempt_id, MAX(l.off + length(l.data)) FROM logs l
+		JOIN attempts a ON a.id = l.attempt_id WHERE a.state IN ('assigned', 'running') GROUP BY l.attempt_id`, nil,
+		func(row scanner) error {
+			var id string
+			var size int64
+			err := row.Scan(&id, &size)
+			a.LogSizes[id] = size
+			return err
+		})
+	if err != nil {
+		return nil, fmt.Errorf("load log sizes: %w", err)
+	}
+	err = r.each(ctx, `SELECT state, COUNT(*) FROM jobs GROUP BY state`, nil, func(row scanner) error {
+		var st string
+		var n int
+		err := row.Scan(&st, &n)
+		a.Counts[berth.JobState(st)] = n
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	return a, nil
+}
+
+// Job returns one job, or an ECodeNotFound error.
+func (r *Reader) Job(ctx context.Context, id string) (*berth.Job, error) {
+	a := args{d: &r.dialect}
+	jobs, err := collect(ctx, r, scanJob, selectJobs+` WHERE id = `+a.add(id), a.list...)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", id, err)
+	}
+	if len(jobs) == 0 {
+		return nil, &berth.Error{Code: berth.ECodeNotFound, Field: "id", Message: fmt.Sprintf("no job %q", id)}
+	}
+	return jobs[0], nil
+}
+
+// Jobs returns the jobs matching f, newest first.
+func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, error) {
+	a := args{d: &r.dialect}
+	var where []string
+	if len(f.States) > 0 {
+		where = append(where, "state "+in(&a, f.States))
+	}
+	if f.Queue != "" {
+		where = append(where, "queue = "+a.add(f.Queue))
+	}
+	if f.User != "" {
+		where = append(where, "user_name = "+a.add(f.User))
+	}
+	if f.Before != "" {
+		where = append(where, "id < "+a.add(f.Before))
+	}
+	q := selectJobs
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY id DESC"
+	if f.Limit > 0 {
+		q += " LIMIT " + a.add(f.Limit)
+	}
+	jobs, err := collect(ctx, r, scanJob, q, a.list...)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// JobsByIdempotencyKey returns the jobs submitted with key, in id order.
+func (r *Reader) JobsByIdempotencyKey(ctx context.Context, key string) ([]*berth.Job, error) {
+	a := args{d: &r.dialect}
+	jobs, err := collect(ctx, r, scanJob, selectJobs+` WHERE idempotency_key = `+a.add(key)+` ORDER BY id`, a.list...)
+	if err != nil {
+		return nil, fmt.Errorf("jobs by idempotency key: %w", err)
+	}
+	return jobs, nil
+}
+
+// idsPerQuery bounds the ids one IN (…) list binds.
+const idsPerQuery = 500
+
+// JobStates returns the state of each existing job in ids.
+func (r *Reader) JobStates(ctx context.Context, ids []string) (map[string]berth.JobState, error) {
+	states := make(map[string]berth.JobState, len(ids))
+	for start := 0; start < len(ids); start += idsPerQuery {
+		a := args{d: &r.dialect}
+		q := `SELECT id, state FROM jobs WHERE id ` + in(&a, ids[start:min(start+idsPerQuery, len(ids))])
+		err := r.each(ctx, q, a.list, func(row scanner) error {
+			var id, st string
+			err := row.Scan(&id, &st)
+			states[id] = berth.JobState(st)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("job states: %w", err)
+		}
+	}
+	return states, nil
+}
+
+// Attempts returns a job's attempts, oldest first.
+func (r *Reader) Attempts(ctx context.Context, jobID string) ([]*berth.Attempt, error) {
+	a := args{d: &r.dialect}
+	as, err := collect(ctx, r, scanAttempt, selectAttempts+` WHERE job_id = `+a.add(jobID)+` ORDER BY id`, a.list...)
+	if err != nil {
+		return nil, fmt.Errorf("attempts of %s: %w", jobID, err)
+	}
+	return as, nil
+}
+
+// Logs returns up to limit bytes of an attempt's output from offset.
+func (r *Reader) Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	end := offset + int64(limit)
+	if end < offset { // offset+limit overflows: read to the end
+		end = math.MaxInt64
+	}
+	a := args{d: &r.dialect}
+	q := `SELECT off, data FROM logs WHERE attempt_id = ` + a.add(attemptID) + ` AND off < ` + a.add(end) +
+		` AND off + length(data) > ` + a.add(offset) + ` ORDER BY off`
+	var out []byte
+	err := r.each(ctx, q, a.list, func(row scanner) error {
+		var off int64
+		var data []byte
+		if err := row.Scan(&off, &data); err != nil {
+			return err
+		}
+		if off < offset {
+			data = data[offset-off:]
+		}
+		out = append(out, data...)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("logs of %s: %w", attemptID, err)
+	}
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+// Workers returns every worker ever registered, by id.
+func (r *Reader) Workers(ctx context.Context) ([]*berth.Worker, error) {
+	ws, err := collect(ctx, r, scanWorker, `SELECT `+WorkerColumns+` FROM workers ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list workers: %w", err)
+	}
+	return ws, nil
+}
+
+// Quotas returns every quota rule, by id.
+func (r *Reader) Quotas(ctx context.Context) ([]*berth.QuotaRule, error) {
+	qs, err := collect(ctx, r, scanQuota, `SELECT `+QuotaColumns+` FROM quota_rules ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list quota rules: %w", err)
+	}
+	return qs, nil
+}
+
+// WorkerControls returns every worker control, by host, then queue.
+func (r *Reader) WorkerControls(ctx context.Context) ([]*berth.WorkerControl, error) {
+	cs, err := collect(ctx, r, scanControl,
+		`SELECT `+ControlColumns+`, `+r.dialect.ControlTime+` FROM worker_controls ORDER BY host_label, queue`)
+	if err != nil {
+		return nil, fmt.Errorf("list worker controls: %w", err)
+	}
+	return cs, nil
+}

@@ -1,0 +1,222 @@
+// Package sqlstore is what the SQL drivers of store.Store (sqlite,
+// postgres) share: the rows berth types are stored as, and the reads of
+// store.Store, written once over a query function and the little SQL that
+// differs between the drivers (Dialect).
+//
+// Both schemas use the same tables and columns: times are unix
+// nanoseconds (0 for the zero time), so that they round-trip exactly; a
+// job's spec and a worker are JSON. The one difference is the time of a
+// worker control, which PostgreSQL also keeps as a timestamptz for plain
+// SQL (Dialect.ControlTime names the nanoseconds).
+package sqlstore
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
+)
+
+// Columns of each table, in the order of the values their Row functions
+// return and their reads scan.
+const (
+	JobColumns       = `id, queue, user_name, idempotency_key, spec, array_index, state, reason, exit_code, attempts, created_at, started_at, finished_at`
+	JobUpdateColumns = `id, state, reason, exit_code, attempts, started_at, finished_at`
+	AttemptColumns   = `id, job_id, task_index, worker_id, host, gpus, state, exit_code, reason, created_at, started_at, finished_at, port, progress`
+	WorkerColumns    = `id, body`
+	QuotaColumns     = `id, scope, name, max_gpus, max_jobs, weight, updated_at`
+	// ControlColumns name every column but the time, which is
+	// Dialect.ControlTime.
+	ControlColumns = `host_label, queue, desired_state, stop_policy, requested_by`
+	LogColumns     = `attempt_id, off, data`
+)
+
+// Upserts end an INSERT INTO attempts, workers, quota_rules or
+// worker_controls: on a conflict they set every column but the key from
+// the row inserted (PostgreSQL's worker_controls has one more to set).
+const (
+	AttemptUpsert = ` ON CONFLICT (id) DO UPDATE SET worker_id = excluded.worker_id, host = excluded.host, gpus = excluded.gpus,
+		state = excluded.state, exit_code = excluded.exit_code, reason = excluded.reason,
+		started_at = excluded.started_at, finished_at = excluded.finished_at, port = excluded.port, progress = excluded.progress`
+	WorkerUpsert = ` ON CONFLICT (id) DO UPDATE SET body = excluded.body`
+	QuotaUpsert  = ` ON CONFLICT (id) DO UPDATE SET scope = excluded.scope, name = excluded.name, max_gpus = excluded.max_gpus,
+		max_jobs = excluded.max_jobs, weight = excluded.weight, updated_at = excluded.updated_at`
+	ControlUpsert = ` ON CONFLICT (host_label, queue) DO UPDATE SET desired_state = excluded.desired_state,
+		stop_policy = excluded.stop_policy, requested_by = excluded.requested_by, updated_at = excluded.updated_at`
+)
+
+// JobRow returns the values of j's row, in JobColumns order. It fails if
+// the spec cannot be encoded.
+func JobRow(j *berth.Job) ([]any, error) {
+	spec, err := json.Marshal(&j.JobSpec)
+	if err != nil {
+		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+	}
+	var key any
+	if j.IdempotencyKey != "" {
+		key = j.IdempotencyKey
+	}
+	return []any{j.ID, j.Queue, j.User, key, spec, nullInt(j.ArrayIndex), string(j.State), j.Reason, nullInt(j.ExitCode),
+		j.Attempts, nanos(j.CreatedAt), nanos(j.StartedAt), nanos(j.FinishedAt)}, nil
+}
+
+// JobUpdateRow returns the values u sets, in JobUpdateColumns order.
+func JobUpdateRow(u *store.JobUpdate) []any {
+	return []any{u.ID, string(u.State), u.Reason, nullInt(u.ExitCode), u.Attempts, nanos(u.StartedAt), nanos(u.FinishedAt)}
+}
+
+// AttemptRow returns the values of a's row, in AttemptColumns order. It
+// fails if the GPUs cannot be encoded.
+func AttemptRow(a *berth.Attempt) ([]any, error) {
+	gpus, err := json.Marshal(a.GPUs)
+	if err != nil {
+		return nil, fmt.Errorf("encode attempt %s: %w", a.ID, err)
+	}
+	return []any{a.ID, a.JobID, a.TaskIndex, a.WorkerID, a.Host, string(gpus), string(a.State), nullInt(a.ExitCode), a.Reason,
+		nanos(a.CreatedAt), nanos(a.StartedAt), nanos(a.FinishedAt), a.Port, a.Progress}, nil
+}
+
+// WorkerRow returns the values of w's row, in WorkerColumns order. It fails
+// if w cannot be encoded.
+func WorkerRow(w *berth.Worker) ([]any, error) {
+	body, err := json.Marshal(w)
+	if err != nil {
+		return nil, fmt.Errorf("encode worker %s: %w", w.ID, err)
+	}
+	return []any{w.ID, body}, nil
+}
+
+// QuotaRow returns the values of q's row, in QuotaColumns order.
+func QuotaRow(q *berth.QuotaRule) []any {
+	return []any{q.ID(), q.Scope, q.Name, q.MaxGPUs, q.MaxJobs, q.Weight, nanos(q.UpdatedAt)}
+}
+
+// ControlRow returns the values of c's row, in ControlColumns order, then
+// its time in unix nanoseconds.
+func ControlRow(c *berth.WorkerControl) []any {
+	return []any{c.Host, c.Queue, c.DesiredState, c.StopPolicy, c.RequestedBy, nanos(c.UpdatedAt)}
+}
+
+// LogRow returns the values of l's row, in LogColumns order.
+func LogRow(l *store.LogChunk) []any {
+	return []any{l.AttemptID, l.Offset, l.Data}
+}
+
+// nanos returns t in unix nanoseconds, 0 for the zero time.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// fromNanos is the inverse of nanos, in UTC.
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+func nullInt(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return int64(*p)
+}
+
+func intPtr(n sql.NullInt64) *int {
+	if !n.Valid {
+		return nil
+	}
+	v := int(n.Int64)
+	return &v
+}
+
+// scanner is one row of a result.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanJob(row scanner) (*berth.Job, error) {
+	var (
+		j                          berth.Job
+		user, state                string
+		key                        sql.NullString
+		spec                       []byte
+		arrayIndex, exitCode       sql.NullInt64
+		created, started, finished int64
+	)
+	if err := row.Scan(&j.ID, &j.Queue, &user, &key, &spec, &arrayIndex, &state, &j.Reason, &exitCode, &j.Attempts,
+		&created, &started, &finished); err != nil {
+		return nil, err
+	}
+	id, queue := j.ID, j.Queue
+	if err := json.Unmarshal(spec, &j.JobSpec); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	j.ID, j.Queue, j.User, j.IdempotencyKey = id, queue, user, key.String
+	j.ArrayIndex, j.State, j.ExitCode = intPtr(arrayIndex), berth.JobState(state), intPtr(exitCode)
+	j.CreatedAt, j.StartedAt, j.FinishedAt = fromNanos(created), fromNanos(started), fromNanos(finished)
+	return &j, nil
+}
+
+func scanAttempt(row scanner) (*berth.Attempt, error) {
+	var (
+		a                          berth.Attempt
+		gpus, state                string
+		exitCode                   sql.NullInt64
+		created, started, finished int64
+	)
+	if err := row.Scan(&a.ID, &a.JobID, &a.TaskIndex, &a.WorkerID, &a.Host, &gpus, &state, &exitCode, &a.Reason,
+		&created, &started, &finished, &a.Port, &a.Progress); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(gpus), &a.GPUs); err != nil {
+		return nil, fmt.Errorf("decode attempt %s: %w", a.ID, err)
+	}
+	a.State, a.ExitCode = berth.AttemptState(state), intPtr(exitCode)
+	a.CreatedAt, a.StartedAt, a.FinishedAt = fromNanos(created), fromNanos(started), fromNanos(finished)
+	return &a, nil
+}
+
+func scanWorker(row scanner) (*berth.Worker, error) {
+	var (
+		id   string
+		body []byte
+	)
+	if err := row.Scan(&id, &body); err != nil {
+		return nil, err
+	}
+	var w berth.Worker
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, fmt.Errorf("decode worker %s: %w", id, err)
+	}
+	return &w, nil
+}
+
+func scanQuota(row scanner) (*berth.QuotaRule, error) {
+	var (
+		q       berth.QuotaRule
+		id      string
+		updated int64
+	)
+	if err := row.Scan(&id, &q.Scope, &q.Name, &q.MaxGPUs, &q.MaxJobs, &q.Weight, &updated); err != nil {
+		return nil, err
+	}
+	q.UpdatedAt = fromNanos(updated)
+	return &q, nil
+}
+
+func scanControl(row scanner) (*berth.WorkerControl, error) {
+	var (
+		c       berth.WorkerControl
+		updated int64
+	)
+	if err := row.Scan(&c.Host, &c.Queue, &c.DesiredState, &c.StopPolicy, &c.RequestedBy, &updated); err != nil {
+		return nil, err
+	}
+	c.UpdatedAt = fromNanos(updated)
+	return &c, nil
+}
