@@ -15,8 +15,8 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/controller"
-	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/postgres"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 )
