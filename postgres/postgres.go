@@ -1,4 +1,4 @@
-// Package postgres is the Store for production and HA: PostgreSQL through
+// Package postgres is the Store for teams that outgrow one machine: PostgreSQL through
 // a pgx connection pool. Every Write is one implicit transaction sent in
 // one round trip (a pipeline of one set-based statement per list of the
 // batch), committed with synchronous_commit on before Write returns.
