@@ -29,6 +29,10 @@ const MaxBody = 1 << 20
 
 // Server is the HTTP front of a controller.
 type Server struct {
+	// Leader, when set, is this server's URL, reported by /healthz: it
+	// leads the servers sharing its store.
+	Leader string
+
 	ctl   *controller.Controller
 	token string
 	log   *slog.Logger
@@ -179,7 +183,11 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		writeError(w, berth.Errorf(berth.ECodeUnavailable, "store failed: %v", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	body := map[string]string{"status": "ok"}
+	if s.Leader != "" {
+		body["leader"] = s.Leader
+	}
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {

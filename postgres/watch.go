@@ -53,16 +53,14 @@ func (s *Store) WatchControls(ctx context.Context) (<-chan struct{}, error) {
 	return changed, nil
 }
 
-// listenKeepAlive probes an idle watcher's connection, so that a server
+// keepAliveDialer probes an idle watcher's connection, so that a server
 // gone silent is noticed in about half a minute, not TCP's default hours:
 // a watcher only reads.
-var listenKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 4}
+var keepAliveDialer = &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 4}}
 
 // listen connects and LISTENs on worker_control.
 func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
-	config := s.config.Copy()
-	config.DialFunc = (&net.Dialer{KeepAliveConfig: listenKeepAlive}).DialContext
-	conn, err := pgx.ConnectConfig(ctx, config)
+	conn, err := s.dial(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -152,6 +152,20 @@ type ControlWatcher interface {
 	WatchControls(ctx context.Context) (<-chan struct{}, error)
 }
 
+// Leadership is implemented by stores several servers may share
+// (PostgreSQL): exactly one server leads — runs the controller, schedules
+// and holds the agent sessions — and the others stand by.
+type Leadership interface {
+	// Lead blocks until this server leads or ctx ends, then records self
+	// as the leader. It returns a channel closed when leadership is lost
+	// (the connection holding it broke and could not be confirmed within
+	// the lease): the server must stop leading at once.
+	Lead(ctx context.Context, self string) (lost <-chan struct{}, err error)
+	// Leader returns the URL of the server that leads now, or "" when none
+	// does.
+	Leader(ctx context.Context) (string, error)
+}
+
 // ErrStopped is the error of a commit made after the committer stopped.
 var ErrStopped = berth.Errorf(berth.ECodeUnavailable, "store writer stopped")
 

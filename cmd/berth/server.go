@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -32,6 +33,10 @@ type serverConfig struct {
 	AcceptTimeout time.Duration
 	Grace         time.Duration // SIGTERM → SIGKILL when an attempt is stopped
 	ControlPoll   time.Duration // how often worker controls are read back from the store
+	Advertise     string        // URL other servers, clients and agents reach this one at; default http://LISTEN
+	// OnStandby, when set, is called once the server listens as a standby
+	// waiting to lead (stores several servers share).
+	OnStandby func(url string)
 	Policy        string        // scheduling policy name
 	ReserveAfter  time.Duration // a blocked job waiting this long reserves workers
 	PreemptAfter  time.Duration // minimum runtime before an attempt may be preempted
@@ -49,6 +54,7 @@ func (m *Main) addServerFlags(fs interface {
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
 	fs.DurationVar(&cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long an agent has to accept an assignment before it is withdrawn")
 	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "how long a stopped attempt gets between SIGTERM and SIGKILL")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "URL clients and agents reach this server at, told to them by standbys (default http://LISTEN-ADDRESS)")
 	fs.DurationVar(&cfg.ControlPoll, "control-poll", 5*time.Second, "how often worker controls are read back from the store (picks up plain-SQL writes)")
 	def := scheduler.DefaultConfig()
 	fs.StringVar(&cfg.Policy, "policy", "berth", "scheduling policy: "+strings.Join(scheduler.PolicyNames(), ", "))
@@ -86,8 +92,17 @@ type runningServer struct {
 	Ctl   *controller.Controller
 	store store.Store
 	http  *http.Server
+	route atomic.Pointer[http.Handler] // the API, or the standby's answers before leading
 	done  chan error
+	lost  <-chan struct{} // closed when leadership is lost; nil without leadership
 }
+
+// ServeHTTP serves with the current route.
+func (rs *runningServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*rs.route.Load()).ServeHTTP(w, r)
+}
+
+func (rs *runningServer) setRoute(h http.Handler) { rs.route.Store(&h) }
 
 // openStore opens the store named by cfg.
 func openStore(ctx context.Context, cfg *serverConfig) (store.Store, error) {
@@ -156,25 +171,53 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Advertise != "" && !strings.HasPrefix(cfg.Advertise, "http://") && !strings.HasPrefix(cfg.Advertise, "https://") {
+		return nil, berth.Invalidf("--advertise", "must be an http:// or https:// URL")
+	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	ctl := controller.New(controller.Config{Store: st, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
-		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched})
-	if err := ctl.Start(ctx); err != nil {
-		st.Close()
-		return nil, err
-	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		_ = ctl.Stop(ctx)
 		st.Close()
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	rs := &runningServer{URL: "http://" + ln.Addr().String(), Ctl: ctl, store: st, done: make(chan error, 1),
-		http: &http.Server{Handler: api.New(ctl, cfg.Token, cfg.Log), ReadHeaderTimeout: 10 * time.Second}}
-	go func() { rs.done <- rs.http.Serve(ln) }()
+	rs := &runningServer{URL: "http://" + ln.Addr().String(), store: st, done: make(chan error, 1)}
+	rs.http = &http.Server{Handler: rs, ReadHeaderTimeout: 10 * time.Second}
+	self := cfg.Advertise
+	if self == "" {
+		self = rs.URL
+	}
+	if l, ok := st.(store.Leadership); ok {
+		// Stand by until this server leads; only the leader runs the controller.
+		rs.setRoute(api.Standby(l.Leader))
+		go func() { rs.done <- rs.http.Serve(ln) }()
+		if cfg.OnStandby != nil {
+			cfg.OnStandby(rs.URL)
+		}
+		if rs.lost, err = l.Lead(ctx, self); err != nil {
+			rs.http.Close()
+			st.Close()
+			return nil, fmt.Errorf("wait to lead: %w", err)
+		}
+	}
+	ctl := controller.New(controller.Config{Store: st, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
+		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched})
+	if err := ctl.Start(ctx); err != nil {
+		rs.http.Close()
+		st.Close()
+		return nil, err
+	}
+	rs.Ctl = ctl
+	apiServer := api.New(ctl, cfg.Token, cfg.Log)
+	if rs.lost != nil {
+		apiServer.Leader = self
+	}
+	rs.setRoute(apiServer)
+	if rs.lost == nil {
+		go func() { rs.done <- rs.http.Serve(ln) }()
+	}
 	return rs, nil
 }
 
@@ -185,7 +228,7 @@ func (rs *runningServer) Close(ctx context.Context) error {
 	_ = rs.http.Shutdown(ctx)
 	rs.http.Close() // long polls and agent sessions
 	err := rs.Ctl.Stop(ctx)
-	return errors.Join(err, rs.store.Close())
+	return errors.Join(err, rs.store.Close()) // closing the store gives up leadership
 }
 
 // serve blocks until ctx ends or the server fails.
@@ -196,6 +239,9 @@ func (rs *runningServer) serve(ctx context.Context) error {
 	case <-rs.Ctl.Failed():
 		_ = rs.Close(context.Background())
 		return rs.Ctl.Err()
+	case <-rs.lost:
+		_ = rs.Close(context.Background())
+		return errors.New("lost leadership: the connection holding it broke; stopping so that another server leads")
 	case err := <-rs.done:
 		_ = rs.Close(context.Background())
 		return err
@@ -211,6 +257,9 @@ func runServer(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(m.Stderr, nil))
+	cfg.OnStandby = func(url string) {
+		fmt.Fprintf(m.Stdout, "berth server on %s: standby, waiting to lead (the store is shared)\n", url)
+	}
 	rs, err := startServer(ctx, &cfg)
 	if err != nil {
 		return err
