@@ -36,11 +36,11 @@ type serverConfig struct {
 	Advertise     string        // URL other servers, clients and agents reach this one at; default http://LISTEN
 	// OnStandby, when set, is called once the server listens as a standby
 	// waiting to lead (stores several servers share).
-	OnStandby func(url string)
-	Policy        string        // scheduling policy name
-	ReserveAfter  time.Duration // a blocked job waiting this long reserves workers
-	PreemptAfter  time.Duration // minimum runtime before an attempt may be preempted
-	Log           *slog.Logger
+	OnStandby    func(url string)
+	Policy       string        // scheduling policy name
+	ReserveAfter time.Duration // a blocked job waiting this long reserves workers
+	PreemptAfter time.Duration // minimum runtime before an attempt may be preempted
+	Log          *slog.Logger
 }
 
 func (m *Main) addServerFlags(fs interface {
