@@ -54,6 +54,10 @@ func (r *WaitResult) Add(id string, st JobState) {
 	}
 }
 
+// LeaderHeader names the leader's URL on a standby server's 503 answers
+// (empty when it knows no leader), for clients and agents to fail over to.
+const LeaderHeader = "Berth-Leader"
+
 // ErrorBody is the body of every error response.
 type ErrorBody struct {
 	Error *Error `json:"error"`

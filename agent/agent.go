@@ -36,12 +36,16 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/wire"
 )
 
 // Config configures an Agent. Server, DataDir and Host are required.
 type Config struct {
-	Server    string // http://host:7070
+	// Server is the server's URL (http://host:7070), or the
+	// comma-separated URLs of the servers of a highly available control
+	// plane: the agent keeps a session with the one that leads.
+	Server    string
 	Token     string
 	DataDir   string
 	Host      string
@@ -67,6 +71,7 @@ type Config struct {
 // Agent runs attempts for one worker. Create it with New and call Run.
 type Agent struct {
 	cfg      Config
+	servers  *client.Servers
 	log      *slog.Logger
 	workerID string
 	attDir   string
@@ -134,7 +139,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ReleaseTimeout <= 0 {
 		cfg.ReleaseTimeout = 30 * time.Second
 	}
-	a := &Agent{cfg: cfg, log: cfg.Log, attDir: filepath.Join(cfg.DataDir, "attempts"),
+	a := &Agent{cfg: cfg, servers: client.ParseServers(cfg.Server), log: cfg.Log, attDir: filepath.Join(cfg.DataDir, "attempts"),
 		attempts: map[string]*attempt{}, registered: make(chan struct{})}
 	a.lease.Store(int64(cfg.Lease))
 	a.heartbeat.Store(int64(5 * time.Second))
@@ -185,10 +190,10 @@ func (a *Agent) Registered() <-chan struct{} { return a.registered }
 // worker is off.
 func (a *Agent) Parked() bool { return a.parked.Load() }
 
-// Run serves the progress endpoint on loopback, connects to the server and
-// serves assignments until ctx ends, reconnecting with backoff. On return
-// every attempt has been stopped. It errors only when the progress
-// endpoint cannot listen.
+// Run serves the progress endpoint on loopback, connects to the server (or
+// to one of several, see connect) and serves assignments until ctx ends,
+// reconnecting with backoff. On return every attempt has been stopped. It
+// errors only when the progress endpoint cannot listen.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.groups.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -209,7 +214,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
 		start := time.Now()
-		err := a.session(ctx)
+		err := a.connect(ctx)
 		if ctx.Err() != nil {
 			a.stopAll("agent shutting down")
 			return nil
@@ -274,15 +279,15 @@ func (a *Agent) fence(ctx context.Context) {
 	}
 }
 
-func (a *Agent) wsURL() string {
-	u := strings.TrimSuffix(a.cfg.Server, "/")
+// wsURL returns the agent WebSocket's URL on server.
+func wsURL(server string) string {
 	switch {
-	case strings.HasPrefix(u, "https://"):
-		u = "wss://" + strings.TrimPrefix(u, "https://")
-	case strings.HasPrefix(u, "http://"):
-		u = "ws://" + strings.TrimPrefix(u, "http://")
+	case strings.HasPrefix(server, "https://"):
+		server = "wss://" + strings.TrimPrefix(server, "https://")
+	case strings.HasPrefix(server, "http://"):
+		server = "ws://" + strings.TrimPrefix(server, "http://")
 	}
-	return u + "/api/v1/agent"
+	return server + "/api/v1/agent"
 }
 
 // outboxLimit bounds the messages queued for the server, so that shipping
@@ -305,18 +310,51 @@ func (a *Agent) send(ctx context.Context, typ string, payload any) error {
 	return out.Send(ctx, typ, payload)
 }
 
-func (a *Agent) session(ctx context.Context) error {
+// connect runs a session with the first server of a round that accepts
+// one: the server of the last session, then, while servers refuse (cannot
+// be reached, or answer 503 as standbys), the leader a refusal names or
+// the next server. It returns when the session ends, or with the round's
+// error when every server refused.
+func (a *Agent) connect(ctx context.Context) error {
+	round := a.servers.Round()
+	var leader string
+	var err error
+	for server, ok := round.Next(""); ok; server, ok = round.Next(leader) {
+		var c *websocket.Conn
+		if c, leader, err = a.dial(ctx, server); err == nil {
+			round.Answered()
+			return a.session(ctx, c, server)
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+	}
+	return round.Failed(err)
+}
+
+// dial opens the agent WebSocket on server; when server refuses it, it
+// also returns the leader named in the refusal, if any.
+func (a *Agent) dial(ctx context.Context, server string) (c *websocket.Conn, leader string, err error) {
 	hdr := http.Header{}
 	if a.cfg.Token != "" {
 		hdr.Set("Authorization", "Bearer "+a.cfg.Token)
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, _, err := websocket.Dial(dialCtx, a.wsURL(), &websocket.DialOptions{HTTPHeader: hdr})
-	cancel()
+	defer cancel()
+	c, resp, err := websocket.Dial(dialCtx, wsURL(server), &websocket.DialOptions{HTTPHeader: hdr})
 	if err != nil {
-		return fmt.Errorf("dial: %w", err)
+		if resp != nil {
+			leader = resp.Header.Get(berth.LeaderHeader)
+		}
+		return nil, leader, fmt.Errorf("dial %s: %w", server, err)
 	}
 	c.SetReadLimit(16 << 20)
+	return c, "", nil
+}
+
+// session registers on c, a new connection to server, and serves the
+// server's messages until the connection ends.
+func (a *Agent) session(ctx context.Context, c *websocket.Conn, server string) error {
 	defer c.CloseNow()
 	sctx, cancelSession := context.WithCancel(ctx)
 	defer cancelSession()
@@ -383,7 +421,7 @@ func (a *Agent) session(ctx context.Context) error {
 	}()
 	a.kill(ack.Kill)
 	a.regOnce.Do(func() { close(a.registered) })
-	a.log.Info("registered", "server", a.cfg.Server, "worker", a.workerID, "host", a.cfg.Host)
+	a.log.Info("registered", "server", server, "worker", a.workerID, "host", a.cfg.Host)
 
 	// Results the server has not acknowledged yet, each after its output.
 	a.mu.Lock()

@@ -25,7 +25,8 @@ import (
 
 // fakeServer speaks the server's side of the agent protocol for one agent:
 // it acknowledges each register with registerAck, records every message
-// the agent sends, and sends what a test tells it to.
+// the agent sends, and sends what a test tells it to. As a standby (see
+// standBy) it refuses the agent's WebSocket as a real standby does.
 type fakeServer struct {
 	t   *testing.T
 	srv *httptest.Server
@@ -33,6 +34,8 @@ type fakeServer struct {
 	mu          sync.Mutex
 	registerAck func(n int, reg *wire.Register) *wire.Ack // n: 1 for the first register
 	registers   int
+	dials       int     // requests for the agent WebSocket
+	leader      *string // while set, a standby naming this leader
 	conn        *websocket.Conn
 	msgs        []wire.Message
 	changed     chan struct{} // closed and replaced when msgs grows
@@ -50,6 +53,16 @@ func newFakeServer(t *testing.T) *fakeServer {
 func (fs *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path != "/api/v1/agent" {
 		http.NotFound(w, r)
+		return
+	}
+	fs.mu.Lock()
+	fs.dials++
+	leader := fs.leader
+	fs.mu.Unlock()
+	if leader != nil {
+		w.Header().Set(berth.LeaderHeader, *leader)
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, `{"error":{"code":"unavailable","message":"this server is a standby; the leader is %s"}}`, *leader)
 		return
 	}
 	c, err := websocket.Accept(w, r, nil)
@@ -110,6 +123,27 @@ func (fs *fakeServer) send(typ string, payload any) {
 	if err := c.Write(ctx, websocket.MessageText, frame); err != nil {
 		fs.t.Fatalf("send %s: %v", typ, err)
 	}
+}
+
+// standBy makes the server a standby naming leader ("" for none).
+func (fs *fakeServer) standBy(leader string) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.leader = &leader
+}
+
+// lead makes a standby the leader.
+func (fs *fakeServer) lead() {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.leader = nil
+}
+
+// dialed returns how many times the agent asked for its WebSocket.
+func (fs *fakeServer) dialed() int {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.dials
 }
 
 // dropSession closes the agent's session, as a restarted server would.
@@ -552,4 +586,36 @@ func TestAgentRejectsUnknownCancelCause(t *testing.T) {
 	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sleep", "1000"}})
 	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: "because", Cause: "whim"})
 	checkResult(t, fs.result("a1"), berth.AttemptCancelled, "", nil, "because")
+}
+
+// TestAgentFailsOver gives an agent three servers: the first, a standby,
+// names the third as the leader, and the agent registers there without
+// trying the second. When the third steps down naming the first, the
+// agent reconnects to it with its running attempt, which keeps running.
+func TestAgentFailsOver(t *testing.T) {
+	t.Parallel()
+	first, unsure, third := newFakeServer(t), newFakeServer(t), newFakeServer(t)
+	first.standBy(third.srv.URL)
+	unsure.standBy("")
+	startAgent(t, third, func(c *Config) { c.Server = first.srv.URL + "," + unsure.srv.URL + "," + third.srv.URL })
+	isRegister := func(m wire.Message) bool { return m.Type == wire.TypeRegister }
+	third.await("register", isRegister)
+	third.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sleep", "1000"}})
+
+	first.lead()
+	third.standBy(first.srv.URL)
+	third.dropSession()
+	reg := first.await("register", isRegister).Body.(*wire.Register)
+	if !slices.Equal(reg.Running, []string{"a1"}) || len(reg.Finished) != 0 {
+		t.Fatalf("register after the failover: running %q, finished %q; want running [a1]", reg.Running, reg.Finished)
+	}
+	first.await("a heartbeat with a1 running", func(m wire.Message) bool {
+		hb, ok := m.Body.(*wire.Heartbeat)
+		return ok && slices.Equal(hb.Running, []string{"a1"})
+	})
+	first.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: "cancelled by frank"})
+	checkResult(t, first.result("a1"), berth.AttemptCancelled, "", nil, "cancelled by frank")
+	if f, u, th := first.dialed(), unsure.dialed(), third.dialed(); f != 2 || u != 0 || th != 2 {
+		t.Fatalf("WebSocket requests: first %d, second %d, third %d; want 2, 0, 2", f, u, th)
+	}
 }

@@ -7,14 +7,10 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// LeaderHeader names the leader's URL on a standby's answers, for clients
-// and agents to fail over to.
-const LeaderHeader = "Berth-Leader"
-
 // Standby is the HTTP face of a server waiting to lead: GET /healthz
 // answers 200 {"status":"standby","leader":URL}; every other request,
 // the agent WebSocket included, 503 naming the leader in the body and in
-// LeaderHeader. leader returns the leader's URL ("" when none is known).
+// berth.LeaderHeader. leader returns the leader's URL ("" when none is known).
 func Standby(leader func(context.Context) (string, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		url, err := leader(r.Context())
@@ -26,7 +22,7 @@ func Standby(leader func(context.Context) (string, error)) http.Handler {
 			writeJSON(w, http.StatusOK, map[string]string{"status": "standby", "leader": url})
 			return
 		}
-		w.Header().Set(LeaderHeader, url)
+		w.Header().Set(berth.LeaderHeader, url)
 		msg := "this server is a standby; no server leads yet"
 		if url != "" {
 			msg = "this server is a standby; the leader is " + url

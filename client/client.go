@@ -6,29 +6,46 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth"
 )
 
-// Client talks to one server.
+// Client talks to a server, or to whichever answers of the servers of one
+// highly available control plane (see New). It is safe for concurrent use.
 type Client struct {
-	base  string
-	token string
-	http  *http.Client
+	servers *Servers
+	token   string
+	http    *http.Client
 }
 
-// New returns a client for server (e.g. http://127.0.0.1:7070) sending
+// New returns a client of servers, one URL (e.g. http://127.0.0.1:7070) or
+// the comma-separated URLs of the servers of one control plane, sending
 // token, if set, as a bearer token.
-func New(server, token string) *Client {
-	return &Client{base: strings.TrimSuffix(server, "/"), token: token,
+//
+// With several servers a request goes to the one that answered last (at
+// first the first) and, when that one does not take it, to the others,
+// each once: first the leader a standby names, when it is in the list,
+// then the next in list order. A server does not take a request when it
+// cannot be reached before the request is written (refused, reset or
+// closed connection, failed dial) or when it is a standby (503 with
+// LeaderHeader or a standby's error). A request that was written and got
+// no answer (a reset, a timeout) may have been acted on; it is sent again
+// elsewhere only when that is harmless: a GET, a wait, or a submission
+// with an idempotency key (which Submit sets, see there). When no server
+// takes it, the error names every server and ends with the last one's.
+func New(servers, token string) *Client {
+	return &Client{servers: ParseServers(servers), token: token,
 		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
 }
 
@@ -54,44 +71,111 @@ func (c *Client) doStatus(ctx context.Context, method, path string, in, out any)
 	return resp.StatusCode, nil
 }
 
-// send performs a request and returns the response of a 2xx status; other
-// statuses become the server's *berth.Error.
+// send performs a request, failing over between the servers as New
+// describes, and returns the response of a 2xx status; other statuses
+// become the server's *berth.Error.
 func (c *Client) send(ctx context.Context, method, path string, in any) (*http.Response, error) {
-	var body io.Reader
+	var body []byte
 	if in != nil {
-		data, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
 			return nil, fmt.Errorf("encode request: %w", err)
 		}
-		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	resendable := idempotent(method, in)
+	round := c.servers.Round()
+	var leader string
+	var err error
+	for server, ok := round.Next(""); ok; server, ok = round.Next(leader) {
+		var resp *http.Response
+		var written bool
+		resp, written, err = c.sendTo(ctx, server, method, path, body)
+		if err != nil {
+			if ctx.Err() != nil || (written && !resendable) {
+				return nil, err
+			}
+			leader = ""
+			continue
+		}
+		if resp.StatusCode/100 == 2 {
+			round.Answered()
+			return resp, nil
+		}
+		err = responseError(method, path, resp)
+		var standby bool
+		if leader, standby = standbyLeader(resp, err); !standby {
+			round.Answered()
+			return nil, err
+		}
+	}
+	return nil, round.Failed(err)
+}
+
+// sendTo sends one request to server. On a transport error, written says
+// whether the request may have reached the server.
+func (c *Client) sendTo(ctx context.Context, server, method, path string, body []byte) (resp *http.Response, written bool, err error) {
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GetConn:      func(string) { wrote.Store(false) }, // a new try: the transport retries only what it did not write, or a GET
+		WroteHeaders: func() { wrote.Store(true) },
+	})
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, server+path, r)
 	if err != nil {
-		return nil, fmt.Errorf("request: %w", err)
+		return nil, false, fmt.Errorf("request: %w", err)
 	}
-	if in != nil {
+	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := c.http.Do(req)
+	resp, err = c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the server at %s: %w", c.base, err)
+		return nil, wrote.Load(), fmt.Errorf("cannot reach the server at %s: %w", server, err)
 	}
-	if resp.StatusCode/100 == 2 {
-		return resp, nil
-	}
+	return resp, true, nil
+}
+
+// responseError reads and closes the body of a non-2xx response and
+// returns the server's *berth.Error, or an error naming the status when
+// the body is not one.
+func responseError(method, path string, resp *http.Response) error {
 	defer resp.Body.Close()
 	var eb berth.ErrorBody
 	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil || eb.Error == nil {
-		return nil, fmt.Errorf("%s %s: server answered %s", method, path, resp.Status)
+		return fmt.Errorf("%s %s: server answered %s", method, path, resp.Status)
 	}
-	return nil, eb.Error
+	return eb.Error
 }
 
-// Submit submits a job (Array jobs when req.Array > 0).
+// idempotent reports whether sending a request again, after a server may
+// have acted on it, changes nothing: a read, a wait or a submission with an
+// idempotency key.
+func idempotent(method string, in any) bool {
+	switch in := in.(type) {
+	case *berth.SubmitRequest:
+		return in.IdempotencyKey != ""
+	case berth.WaitRequest:
+		return true
+	}
+	return method == http.MethodGet
+}
+
+// Submit submits a job (Array jobs when req.Array > 0). With several
+// servers and no req.IdempotencyKey it submits a copy of req with a random
+// key, so that a submission a failing server may have taken can be sent
+// again to another: the server answers a repeated key with the jobs of
+// the first submission.
 func (c *Client) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
+	if req.IdempotencyKey == "" && len(c.servers.urls) > 1 {
+		keyed := *req
+		keyed.IdempotencyKey = rand.Text()
+		req = &keyed
+	}
 	var out berth.SubmitResponse
 	err := c.do(ctx, http.MethodPost, "/api/v1/jobs", req, &out)
 	return out.Jobs, err
@@ -243,7 +327,8 @@ func (c *Client) Wait(ctx context.Context, ids []string, all bool, timeout time.
 	}
 }
 
-// Healthz reports whether the server answers its health check.
+// Healthz reports whether a server answers its health check (a standby
+// does too).
 func (c *Client) Healthz(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/healthz", nil, nil)
 }

@@ -100,7 +100,13 @@ reports progress (a fraction or a short message) with a line
 "BERTH_PROGRESS 0.5" in its output or with curl -d 0.5 "$BERTH_PROGRESS_URL";
 either counts as activity for its stall_timeout. An attempt the agent ends
 itself exits with 75 (max_runtime), 76 (stalled), 77 (reassigned elsewhere),
-78 (GPU health) or 79 (stopped by an operator turning the worker off).`
+78 (GPU health) or 79 (stopped by an operator turning the worker off).
+
+--server may list the servers of a highly available control plane,
+comma-separated (--server http://a:7070,http://b:7070): the agent keeps a
+session with the one that leads and, when it loses it, reconnects to the
+leader a standby names or to the next server, reporting its running
+attempts, which keep running if it reconnects within its lease.`
 
 func runAgent(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("agent", agentUsage)

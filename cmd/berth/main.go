@@ -8,10 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
 
 	"github.com/berth-dev/berth"
@@ -184,7 +184,7 @@ func (m *Main) addClientFlags(fs *flag.FlagSet, withOutput bool) *clientFlags {
 	if def == "" {
 		def = "http://127.0.0.1:7070"
 	}
-	fs.StringVar(&cf.server, "server", def, "server URL")
+	fs.StringVar(&cf.server, "server", def, "server URL, or the comma-separated URLs of a highly available control plane's\nservers (the one that leads answers; the others are tried when one fails)")
 	if withOutput {
 		fs.StringVar(&cf.output, "o", "table", "output: table or json")
 	}
@@ -195,8 +195,10 @@ func (cf *clientFlags) check() error {
 	if cf.output != "" && cf.output != "table" && cf.output != "json" {
 		return berth.Invalidf("-o", "must be table or json")
 	}
-	if !strings.HasPrefix(cf.server, "http://") && !strings.HasPrefix(cf.server, "https://") {
-		return berth.Invalidf("--server", "must be an http:// or https:// URL")
+	for _, s := range client.ParseServers(cf.server).URLs() {
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return berth.Invalidf("--server", "%q: must be an http:// or https:// URL", s)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,5 +187,29 @@ func TestCancelAndWaitExitCodes(t *testing.T) {
 	code, out, _ = c.run("job", pending)
 	if code != 0 || !strings.Contains(out, "no worker serves queue") {
 		t.Fatalf("job on a pending job with no workers: exit %d, %q; want why it waits", code, out)
+	}
+}
+
+func TestServerList(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	failover := &cli{t: t, url: dead + "," + c.url} // in BERTH_SERVER
+	if code, out, errOut := failover.run("submit", "--", "true"); code != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("submit past a dead server: exit %d, %q, %s", code, out, errOut)
+	}
+	if jobs := c.listJobs(); len(jobs) != 1 {
+		t.Fatalf("%d jobs stored, want 1", len(jobs))
+	}
+	code, _, errOut := c.run("jobs", "--server", c.url+",localhost:7070")
+	if want := `--server: "localhost:7070": must be an http:// or https:// URL`; code != exitUsage || !strings.Contains(errOut, want) {
+		t.Fatalf("jobs with a bad URL in --server: exit %d, %q; want 2 and %q", code, errOut, want)
 	}
 }
