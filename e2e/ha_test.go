@@ -59,6 +59,20 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 		t.Fatalf("leader's healthz = %v", h)
 	}
 
+	// A client that knows only the standby is served through it: reads and
+	// writes are forwarded to the leader.
+	viaStandby := client.New(urlB, "")
+	rule, err := berth.ParseQuotaRule("user:nobody", []string{"jobs<=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := viaStandby.SetQuota(context.Background(), rule); err != nil {
+		t.Fatalf("set a quota through the standby: %v", err)
+	}
+	if rules, err := client.New(urlA, "").Quotas(context.Background()); err != nil || len(rules) != 1 || rules[0].ID() != "user:nobody" {
+		t.Fatalf("quotas on the leader after a write through the standby = %+v, %v", rules, err)
+	}
+
 	servers := urlA + "," + urlB
 	for _, host := range []string{"ha1", "ha2"} {
 		start(t, "agent "+host, "agent", "--server", servers, "--host", host, "--gpus", "0", "--slots", "32",
