@@ -125,7 +125,7 @@ func (m *Main) usage() {
 	for _, n := range names {
 		fmt.Fprintf(m.Stdout, "  %-8s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(m.Stdout, "\nThe server is --server, else $BERTH_SERVER, else http://127.0.0.1:7070; the token is $BERTH_TOKEN.\nRun berth COMMAND -h for a command's flags.")
+	fmt.Fprintln(m.Stdout, "\nThe server is --server, else $BERTH_SERVER, else http://127.0.0.1:7070 (a comma-separated list fails over); the token is $BERTH_TOKEN.\nRun berth COMMAND -h for a command's flags.")
 }
 
 // flagSet returns a FlagSet that reports errors to m.Stderr.
