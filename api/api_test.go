@@ -685,7 +685,7 @@ func TestEventsStream(t *testing.T) {
 		if e.typ != controller.EventJobSubmitted {
 			continue
 		}
-		var ev controller.Event
+		var ev berth.Event
 		if err := json.Unmarshal([]byte(e.data), &ev); err != nil {
 			t.Fatalf("event data %q: %v", e.data, err)
 		}

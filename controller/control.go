@@ -231,13 +231,13 @@ func (c *Controller) setControls(rows []*berth.WorkerControl, now time.Time) []s
 		}
 	}
 	c.dirty = true
-	events := make([]Event, len(rows))
+	events := make([]berth.Event, len(rows))
 	for i, r := range rows {
-		events[i] = Event{Time: now, Type: EventWorkerControl, Host: host, Queue: r.Queue, Desired: r.DesiredState,
+		events[i] = berth.Event{Time: now, Type: EventWorkerControl, Host: host, Queue: r.Queue, Desired: r.DesiredState,
 			Policy: r.StopPolicy, Actor: r.RequestedBy}
 	}
 	events[0].Attempts = stopping
-	c.afterCommit(func() { c.bus.Publish(events...) })
+	c.emit(events...)
 	return stopping
 }
 

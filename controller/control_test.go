@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"context"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -92,12 +94,56 @@ func TestControlsWrittenToTheStoreApply(t *testing.T) {
 	for applied := false; !applied; {
 		events := readEvents(t, c, seq)
 		seq = events[len(events)-1].Seq
-		applied = slices.ContainsFunc(events, func(e Event) bool {
+		applied = slices.ContainsFunc(events, func(e berth.Event) bool {
 			return e.Type == EventWorkerControl && e.Host == "spark" && e.Queue == "gpu" && e.Desired == "off" && e.Actor == "rails"
 		})
 	}
 	var off *berth.WorkerControl
 	if err := c.do(t.Context(), func() { off = c.controlOf("spark", "gpu") }); err != nil || off == nil || off.RequestedBy != "rails" {
 		t.Fatalf("controller's control of spark/gpu = %+v, %v; want rails' off", off, err)
+	}
+}
+
+// TestEventsSurviveARestart stores events with the changes they describe:
+// a restarted controller serves them again and numbers on after them.
+func TestEventsSurviveARestart(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	start := func() (*Controller, func()) {
+		st, err := sqlite.Open(t.Context(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := New(Config{Store: st, StoreEvents: true})
+		if err := c.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		return c, func() {
+			if err := c.Stop(context.Background()); err != nil {
+				t.Error(err)
+			}
+			st.Close()
+		}
+	}
+	c, stop := start()
+	if _, err := c.SetWorkerControl(t.Context(), "spark", berth.ControlRequest{DesiredState: "off"}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	c, stop = start()
+	defer stop()
+	if _, err := c.SetWorkerControl(t.Context(), "spark", berth.ControlRequest{DesiredState: "on"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for seq := uint64(0); len(got) < 2; {
+		events := readEvents(t, c, seq)
+		for _, e := range events {
+			got = append(got, strconv.FormatUint(e.Seq, 10)+" "+e.Type+" "+e.Desired)
+			seq = e.Seq
+		}
+	}
+	if want := []string{"1 worker.control off", "2 worker.control on"}; !slices.Equal(got, want) {
+		t.Fatalf("events after a restart = %q, want %q", got, want)
 	}
 }

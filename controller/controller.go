@@ -36,6 +36,11 @@ type Config struct {
 	// ControlPoll is how often worker controls are read back from the
 	// store, to apply those written there directly (plain SQL).
 	ControlPoll time.Duration
+	// StoreEvents stores every event with the change it describes, so that
+	// the event stream survives a restart or a change of leader; without
+	// it events live in memory only (about 12% more no-op throughput on
+	// SQLite).
+	StoreEvents bool
 }
 
 func (c *Config) setDefaults() {
@@ -100,6 +105,7 @@ type Controller struct {
 	idem      map[string][]string
 	waiters   map[*waiter]struct{}
 	seq       uint64
+	eventSeq  uint64 // of the last event emitted
 	dirty     bool
 	batch     *store.Batch
 	after     []func()
@@ -115,7 +121,7 @@ func New(cfg Config) *Controller {
 	return &Controller{
 		cfg: cfg, store: cfg.Store, log: cfg.Log, now: cfg.Now,
 		committer: store.NewCommitter(cfg.Store),
-		bus:       NewBus(1 << 16),
+		bus:       NewBus(store.KeptEvents),
 		inbox:     make(chan func(), 4096),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),

@@ -3,9 +3,9 @@ package controller
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
 )
 
 // Event types.
@@ -26,52 +26,63 @@ const (
 	EventWorkerControl     = "worker.control" // an operator turned a host's queue on or off
 )
 
-// Event is one thing that happened, published after it is durable.
-type Event struct {
-	Seq       uint64         `json:"seq"`
-	Time      time.Time      `json:"time"`
-	Type      string         `json:"type"`
-	JobID     string         `json:"job_id,omitempty"`
-	State     berth.JobState `json:"state,omitempty"`
-	WorkerID  string         `json:"worker_id,omitempty"`
-	Host      string         `json:"host,omitempty"`
-	Reason    string         `json:"reason,omitempty"`
-	Quota     string         `json:"quota,omitempty"`     // id of the rule a quota event is about
-	Limits    string         `json:"limits,omitempty"`    // a set rule's limits, e.g. "gpus<=8 jobs<=4"
-	Actor     string         `json:"actor,omitempty"`     // who made the change; empty until requests carry a user identity
-	User      string         `json:"user,omitempty"`      // the job's user, for quota events
-	Requested int            `json:"requested,omitempty"` // what a held-back job asked for
-	Limit     int            `json:"limit,omitempty"`     // the rule's limit
-	Queue     string         `json:"queue,omitempty"`     // worker control: the queue ("*": every queue)
-	Desired   string         `json:"desired,omitempty"`   // worker control: on or off
-	Policy    string         `json:"policy,omitempty"`    // worker control: the stop policy
-	Attempts  []string       `json:"attempts,omitempty"`  // attempts a control stopped, or the one a requeue follows
+
+// emit numbers events, stores them with the loop's pending writes when
+// Config.StoreEvents says so, and publishes them once those are durable.
+// Loop only.
+func (c *Controller) emit(events ...berth.Event) {
+	if len(events) == 0 {
+		return
+	}
+	for i := range events {
+		c.eventSeq++
+		events[i].Seq = c.eventSeq
+	}
+	if c.cfg.StoreEvents {
+		stored := make([]*berth.Event, len(events))
+		for i := range events {
+			e := events[i]
+			stored[i] = &e
+		}
+		c.write(&store.Batch{Events: stored})
+	}
+	c.afterCommit(func() { c.bus.Publish(events...) })
+}
+
+// loadEvents restores the newest stored events, at start: they are
+// published again and numbering goes on after them.
+func (c *Controller) loadEvents(events []*berth.Event) {
+	for _, e := range events {
+		c.eventSeq = e.Seq
+		c.bus.Publish(*e)
+	}
 }
 
 // Bus keeps the most recent events in a ring and wakes readers when more
 // arrive. A reader that falls a whole ring behind is told how many it missed.
 type Bus struct {
 	mu     sync.Mutex
-	ring   []Event
+	ring   []berth.Event
 	next   uint64 // seq of the next event
 	notify chan struct{}
 }
 
 // NewBus returns a bus remembering the last size events.
 func NewBus(size int) *Bus {
-	return &Bus{ring: make([]Event, size), next: 1, notify: make(chan struct{})}
+	return &Bus{ring: make([]berth.Event, size), next: 1, notify: make(chan struct{})}
 }
 
-// Publish appends events, numbering them, and wakes readers.
-func (b *Bus) Publish(events ...Event) {
+// Publish appends events, numbered in order after those already
+// published (the controller numbers them when it stores them), and wakes
+// readers.
+func (b *Bus) Publish(events ...berth.Event) {
 	if len(events) == 0 {
 		return
 	}
 	b.mu.Lock()
 	for _, e := range events {
-		e.Seq = b.next
-		b.ring[b.next%uint64(len(b.ring))] = e
-		b.next++
+		b.ring[e.Seq%uint64(len(b.ring))] = e
+		b.next = e.Seq + 1
 	}
 	close(b.notify)
 	b.notify = make(chan struct{})
@@ -88,7 +99,7 @@ func (b *Bus) Last() uint64 {
 // Read waits until there are events after seq and returns them, with the
 // number of events that had already left the ring. It returns ctx's error
 // when ctx ends first.
-func (b *Bus) Read(ctx context.Context, after uint64) ([]Event, uint64, error) {
+func (b *Bus) Read(ctx context.Context, after uint64) ([]berth.Event, uint64, error) {
 	for {
 		b.mu.Lock()
 		if after+1 < b.next {
@@ -97,7 +108,7 @@ func (b *Bus) Read(ctx context.Context, after uint64) ([]Event, uint64, error) {
 			if oldest := b.next - min(b.next-1, uint64(len(b.ring))); first < oldest {
 				missed, first = oldest-first, oldest
 			}
-			out := make([]Event, 0, b.next-first)
+			out := make([]berth.Event, 0, b.next-first)
 			for s := first; s < b.next; s++ {
 				out = append(out, b.ring[s%uint64(len(b.ring))])
 			}

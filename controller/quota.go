@@ -28,8 +28,8 @@ func (c *Controller) SetQuota(ctx context.Context, q berth.QuotaRule) (rule *ber
 		c.quotas[id] = &kept
 		c.write(&store.Batch{Quotas: []*berth.QuotaRule{&stored}})
 		c.dirty = true
-		ev := Event{Time: q.UpdatedAt, Type: EventQuotaSet, Quota: id, Limits: q.Limits()}
-		c.afterCommit(func() { c.bus.Publish(ev) })
+		ev := berth.Event{Time: q.UpdatedAt, Type: EventQuotaSet, Quota: id, Limits: q.Limits()}
+		c.emit(ev)
 		rule, created, written = &reply, !existed, c.durable()
 	}); err != nil {
 		return nil, false, err
@@ -54,8 +54,8 @@ func (c *Controller) DeleteQuota(ctx context.Context, id string) error {
 			delete(c.quotas, id)
 			c.write(&store.Batch{QuotaDeletes: []string{id}})
 			c.dirty = true
-			ev := Event{Time: c.now().UTC(), Type: EventQuotaDeleted, Quota: id}
-			c.afterCommit(func() { c.bus.Publish(ev) })
+			ev := berth.Event{Time: c.now().UTC(), Type: EventQuotaDeleted, Quota: id}
+			c.emit(ev)
 		}
 		written = c.durable() // an answer either way reflects only durable writes
 	}); err != nil {

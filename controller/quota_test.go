@@ -62,7 +62,7 @@ func storedRules(t *testing.T, c *Controller) []*berth.QuotaRule {
 }
 
 // readEvents returns the events published after seq, which must exist.
-func readEvents(t *testing.T, c *Controller, after uint64) []Event {
+func readEvents(t *testing.T, c *Controller, after uint64) []berth.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()

@@ -79,13 +79,13 @@ func (c *Controller) schedule() {
 		}
 	}
 	if len(plan.QuotaExceeded) > 0 {
-		events := make([]Event, len(plan.QuotaExceeded))
+		events := make([]berth.Event, len(plan.QuotaExceeded))
 		for i, q := range plan.QuotaExceeded {
-			events[i] = Event{Time: s.Now, Type: EventQuotaExceeded, JobID: q.JobID, User: q.User, Quota: q.Rule,
+			events[i] = berth.Event{Time: s.Now, Type: EventQuotaExceeded, JobID: q.JobID, User: q.User, Quota: q.Rule,
 				Reason:    fmt.Sprintf("%s<=%d: %d in use, %d requested", q.Resource, q.Limit, q.InUse, q.Requested),
 				Requested: q.Requested, Limit: q.Limit}
 		}
-		c.afterCommit(func() { c.bus.Publish(events...) })
+		c.emit(events...)
 	}
 	for _, ws := range c.workers {
 		if ws.asked && ws.sess != nil {
@@ -191,7 +191,7 @@ func (c *Controller) preempt(p scheduler.Preemption, now time.Time) {
 	c.preempted = append(c.preempted, now)
 	reason := "preempted by job " + p.For
 	c.sendCancel(as, reason)
-	ev := Event{Time: now, Type: EventJobPreempted, JobID: as.job.job.ID, WorkerID: as.worker.w.ID,
+	ev := berth.Event{Time: now, Type: EventJobPreempted, JobID: as.job.job.ID, WorkerID: as.worker.w.ID,
 		Host: as.worker.w.Host, Reason: reason}
-	c.afterCommit(func() { c.bus.Publish(ev) })
+	c.emit(ev)
 }

@@ -219,13 +219,12 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 	ws.faulty = nil
 	c.applyControl(ws)
 	c.write(&store.Batch{Workers: []*berth.Worker{c.workerCopy(ws)}})
-	ev := Event{Time: now, Type: EventWorkerRegistered, WorkerID: w.ID, Host: w.Host}
 	ctl := c.wireControl(w.Host, ws)
 	c.afterCommit(func() {
 		s.send(wire.TypeAck, ack)
 		s.send(wire.TypeControl, ctl)
-		c.bus.Publish(ev)
 	})
+	c.emit(berth.Event{Time: now, Type: EventWorkerRegistered, WorkerID: w.ID, Host: w.Host})
 	for _, as := range ws.attempts {
 		if why := as.stopReason(); why != "" {
 			c.sendCancel(as, why)
@@ -282,7 +281,7 @@ func (c *Controller) markRunning(as *attemptState, now time.Time) {
 	js := as.job
 	j := js.job
 	b := &store.Batch{Attempts: []*berth.Attempt{as.copy()}}
-	var events []Event
+	var events []berth.Event
 	if j.State == berth.JobPending {
 		c.stats.jobs[berth.JobPending]--
 		c.stats.jobs[berth.JobRunning]++
@@ -293,12 +292,12 @@ func (c *Controller) markRunning(as *attemptState, now time.Time) {
 		if !js.cancelRequested() {
 			j.Reason = ""
 		}
-		events = append(events, Event{Time: now, Type: EventJobRunning, JobID: j.ID, State: berth.JobRunning, WorkerID: as.worker.w.ID, Host: as.worker.w.Host})
+		events = append(events, berth.Event{Time: now, Type: EventJobRunning, JobID: j.ID, State: berth.JobRunning, WorkerID: as.worker.w.ID, Host: as.worker.w.Host})
 	}
 	b.JobUpdates = []store.JobUpdate{js.update()}
 	c.stats.started.observe(now.Sub(j.CreatedAt))
 	c.write(b)
-	c.afterCommit(func() { c.bus.Publish(events...) })
+	c.emit(events...)
 }
 
 func (c *Controller) onLog(s *session, m *wire.Log) {
@@ -458,13 +457,13 @@ func (c *Controller) requeue(js *jobState, reason string, now time.Time) {
 	if js.task != nil {
 		js.task.Front = false
 	}
-	c.requeueEvent(js, Event{Time: now, Type: EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
+	c.requeueEvent(js, berth.Event{Time: now, Type: EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
 }
 
 // requeueFront puts a job an operator stopped back at the front of its
 // priority class, with an event naming who stopped it and which attempt.
 func (c *Controller) requeueFront(js *jobState, f *memberEnd, now time.Time) {
-	ev := Event{Time: now, Type: EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: f.reason,
+	ev := berth.Event{Time: now, Type: EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: f.reason,
 		Attempts: []string{f.attempt}}
 	if f.stoppedBy != nil {
 		ev.Actor, ev.Host, ev.Queue, ev.Policy = f.stoppedBy.RequestedBy, f.stoppedBy.Host, f.stoppedBy.Queue, f.stoppedBy.StopPolicy
@@ -476,14 +475,14 @@ func (c *Controller) requeueFront(js *jobState, f *memberEnd, now time.Time) {
 }
 
 // requeueEvent puts a job back in the queue and publishes ev once durable.
-func (c *Controller) requeueEvent(js *jobState, ev Event) {
+func (c *Controller) requeueEvent(js *jobState, ev berth.Event) {
 	j := js.job
 	c.stats.jobs[j.State]--
 	c.stats.jobs[berth.JobPending]++
 	j.State, j.Reason = berth.JobPending, ev.Reason
 	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
 	c.enqueue(js)
-	c.afterCommit(func() { c.bus.Publish(ev) })
+	c.emit(ev)
 }
 
 func (c *Controller) disconnected(s *session) {
@@ -496,8 +495,8 @@ func (c *Controller) disconnected(s *session) {
 	ws.recompute()
 	w := c.workerCopy(ws)
 	c.write(&store.Batch{Workers: []*berth.Worker{w}})
-	ev := Event{Time: c.now().UTC(), Type: EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: s.reason}
-	c.afterCommit(func() { c.bus.Publish(ev) })
+	ev := berth.Event{Time: c.now().UTC(), Type: EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: s.reason}
+	c.emit(ev)
 }
 
 // housekeep ends what ran out of time: workers unheard past their lease and
@@ -521,8 +520,8 @@ func (c *Controller) housekeep() {
 		ws.recompute()
 		w := c.workerCopy(ws)
 		c.write(&store.Batch{Workers: []*berth.Worker{w}})
-		ev := Event{Time: now, Type: EventWorkerLost, WorkerID: w.ID, Host: w.Host}
-		c.afterCommit(func() { c.bus.Publish(ev) })
+		ev := berth.Event{Time: now, Type: EventWorkerLost, WorkerID: w.ID, Host: w.Host}
+		c.emit(ev)
 	}
 	acceptBy := now.Add(-c.cfg.AcceptTimeout)
 	for _, as := range c.attempts {

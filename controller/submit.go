@@ -76,7 +76,7 @@ func (c *Controller) createJobs(req *berth.SubmitRequest) []*berth.Job {
 	n := max(req.Array, 1)
 	out := make([]*berth.Job, n)
 	b := &store.Batch{Jobs: make([]*berth.Job, n)}
-	events := make([]Event, n)
+	events := make([]berth.Event, n)
 	for i := 0; i < n; i++ {
 		j := &berth.Job{ID: c.ids.New(now), JobSpec: req.JobSpec, State: berth.JobPending, CreatedAt: now}
 		if req.Array > 0 {
@@ -94,11 +94,11 @@ func (c *Controller) createJobs(req *berth.SubmitRequest) []*berth.Job {
 		if req.IdempotencyKey != "" {
 			c.idem[req.IdempotencyKey] = append(c.idem[req.IdempotencyKey], j.ID)
 		}
-		events[i] = Event{Time: now, Type: EventJobSubmitted, JobID: j.ID, State: berth.JobPending}
+		events[i] = berth.Event{Time: now, Type: EventJobSubmitted, JobID: j.ID, State: berth.JobPending}
 	}
 	c.stats.jobs[berth.JobPending] += n
 	c.write(b)
-	c.afterCommit(func() { c.bus.Publish(events...) })
+	c.emit(events...)
 	c.dirty = true
 	return out
 }
@@ -186,10 +186,7 @@ func (c *Controller) finishJob(js *jobState, st berth.JobState, code *int, reaso
 	j.State, j.ExitCode, j.Reason, j.FinishedAt = st, code, reason, now
 	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
 	delete(c.jobs, j.ID)
-	ev := Event{Time: now, Type: "job." + string(st), JobID: j.ID, State: st, Reason: reason}
 	c.jobEnded(j.ID, st)
-	c.afterCommit(func() {
-		c.bus.Publish(ev)
-		c.notifyLogs()
-	})
+	c.emit(berth.Event{Time: now, Type: "job." + string(st), JobID: j.ID, State: st, Reason: reason})
+	c.afterCommit(c.notifyLogs)
 }

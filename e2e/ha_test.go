@@ -130,4 +130,8 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 	if h := healthz(t, urlB); h["status"] != "ok" || h["leader"] != urlB {
 		t.Fatalf("new leader's healthz = %v", h)
 	}
+	// The events of the old leader's time are still there, before the new ones.
+	awaitEventAt(t, urlB, 10*time.Second, "the first job's submission, from before the failover", func(e map[string]any) bool {
+		return e["type"] == "job.submitted" && e["job_id"] == ids[0]
+	})
 }

@@ -276,15 +276,22 @@ func alive(pgid int) bool {
 // matches, and returns it.
 func (cl *cluster) awaitEvent(timeout time.Duration, what string, match func(map[string]any) bool) map[string]any {
 	cl.t.Helper()
+	return awaitEventAt(cl.t, cl.url, timeout, what, match)
+}
+
+// awaitEventAt reads the event stream of the server at url from the start
+// until an event matches, and returns it.
+func awaitEventAt(t *testing.T, url string, timeout time.Duration, what string, match func(map[string]any) bool) map[string]any {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cl.url+"/api/v1/events?after=0", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/api/v1/events?after=0", nil)
 	if err != nil {
-		cl.t.Fatal(err)
+		t.Fatal(err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		cl.t.Fatalf("events: %v", err)
+		t.Fatalf("events: %v", err)
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -298,6 +305,6 @@ func (cl *cluster) awaitEvent(timeout time.Duration, what string, match func(map
 			return e
 		}
 	}
-	cl.t.Fatalf("no event %s within %s", what, timeout)
+	t.Fatalf("no event %s within %s", what, timeout)
 	return nil
 }

@@ -1,7 +1,8 @@
 // Package postgres is the Store for teams that outgrow one machine: PostgreSQL through
 // a pgx connection pool. Every Write is one implicit transaction sent in
 // one round trip (a pipeline of one set-based statement per list of the
-// batch), committed with synchronous_commit on before Write returns.
+// batch, and one that deletes the events the batch's push out of those
+// kept), committed with synchronous_commit on before Write returns.
 // Migrations are applied on Open under an advisory lock, so several
 // servers may start at once. Other programs sharing the database may write
 // worker_controls with plain SQL; WatchControls tells Berth when they do.
@@ -169,6 +170,7 @@ var (
 	quotaTypes     = []string{"text", "text", "text", "integer", "integer", "double precision", "bigint"}
 	controlTypes   = []string{"text", "text", "text", "text", "text", "bigint", "timestamptz"}
 	logTypes       = []string{"text", "bigint", "bytea"}
+	eventTypes     = []string{"bigint", "json"}
 )
 
 // The statements of a batch. Each takes one array per column and writes
@@ -188,7 +190,8 @@ var (
 		unnest(controlTypes) + sqlstore.ControlUpsert + `, updated_at_ns = excluded.updated_at_ns`
 	updateProgress = `UPDATE attempts SET progress = v.progress FROM unnest($1::text[], $2::text[]) AS v (id, progress)
 		WHERE attempts.id = v.id`
-	insertLogs = `INSERT INTO logs (` + sqlstore.LogColumns + `) ` + unnest(logTypes)
+	insertLogs   = `INSERT INTO logs (` + sqlstore.LogColumns + `) ` + unnest(logTypes)
+	insertEvents = `INSERT INTO events (` + sqlstore.EventColumns + `) ` + unnest(eventTypes)
 )
 
 // unnest returns "SELECT * FROM unnest($1::T1[], $2::T2[], …)" for the
@@ -233,6 +236,10 @@ func planBatch(b *store.Batch) ([]statement, error) {
 	add("set progress", updateProgress, len(b.Progress),
 		func(i int) ([]any, error) { return []any{b.Progress[i].AttemptID, b.Progress[i].Progress}, nil })
 	add("append logs", insertLogs, len(b.Logs), func(i int) ([]any, error) { return sqlstore.LogRow(&b.Logs[i]), nil })
+	add("insert events", insertEvents, len(b.Events), func(i int) ([]any, error) { return sqlstore.EventRow(b.Events[i]) })
+	if query, args, ok := sqlstore.PruneEvents(b.Events); ok {
+		stmts = append(stmts, statement{what: "prune events", query: query, args: args})
+	}
 	return stmts, err
 }
 

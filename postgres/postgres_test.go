@@ -55,15 +55,26 @@ func TestDurable(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	databases := map[string]string{} // path → URL
-	storetest.RunDurable(t, func(t *testing.T, path string) store.Store {
+	database := func(t *testing.T, path string) string {
 		mu.Lock()
+		defer mu.Unlock()
 		url, ok := databases[path]
 		if !ok {
 			url = pgtest.NewDatabase(t)
 			databases[path] = url
 		}
-		mu.Unlock()
-		return openAt(t, url)
+		return url
+	}
+	storetest.RunDurable(t, func(t *testing.T, path string) store.Store {
+		return openAt(t, database(t, path))
+	}, func(t *testing.T, path string) (oldest, newest uint64) {
+		t.Helper()
+		err := connect(t, database(t, path)).QueryRow(t.Context(),
+			`SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events`).Scan(&oldest, &newest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return oldest, newest
 	})
 }
 
@@ -398,7 +409,7 @@ func TestWorkerControlsSchema(t *testing.T) {
 
 // TestWriteStoresTextPostgreSQLCannotHold writes strings that PostgreSQL's
 // text refuses: the batch is written, with U+FFFD in their place, rather
-// than refused.
+// than refused. In JSON bodies (a spec, an event) a NUL is kept.
 func TestWriteStoresTextPostgreSQLCannotHold(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -409,7 +420,8 @@ func TestWriteStoresTextPostgreSQLCannotHold(t *testing.T) {
 		Reason: "bad \xff\x00 bytes", CreatedAt: time.Now().UTC()}
 	a := &berth.Attempt{ID: ids.New(time.Now()), JobID: j.ID, State: berth.AttemptRunning}
 	err := s.Write(ctx, &store.Batch{Jobs: []*berth.Job{j}, Attempts: []*berth.Attempt{a},
-		Progress: []store.AttemptProgress{{AttemptID: a.ID, Progress: "é"[:1]}}})
+		Progress: []store.AttemptProgress{{AttemptID: a.ID, Progress: "é"[:1]}},
+		Events:   []*berth.Event{{Seq: 1, Type: "job.failed", JobID: j.ID, Reason: "bad \xff\x00 bytes"}}})
 	if err != nil {
 		t.Fatalf("Write: %v", err)
 	}
@@ -423,5 +435,9 @@ func TestWriteStoresTextPostgreSQLCannotHold(t *testing.T) {
 	as, err := s.Attempts(ctx, j.ID)
 	if err != nil || len(as) != 1 || as[0].Progress != "\uFFFD" {
 		t.Errorf("Attempts = %+v, %v; want progress %q", as, err, "\uFFFD")
+	}
+	active, err := s.LoadActive(ctx)
+	if err != nil || len(active.Events) != 1 || active.Events[0].Reason != "bad \uFFFD\x00 bytes" {
+		t.Errorf("LoadActive: events %+v, %v; want one with reason %q", active.Events, err, "bad \uFFFD\x00 bytes")
 	}
 }

@@ -175,6 +175,7 @@ const (
 	upsertControls = `INSERT INTO worker_controls (` + sqlstore.ControlColumns + `, updated_at) VALUES `
 	updateProgress = `UPDATE attempts SET progress = ? WHERE id = ?`
 	insertLogs     = `INSERT INTO logs (` + sqlstore.LogColumns + `) VALUES `
+	insertEvents   = `INSERT INTO events (` + sqlstore.EventColumns + `) VALUES `
 )
 
 // planBatch turns b into statements in the order Batch documents. Within a
@@ -209,6 +210,10 @@ func planBatch(b *store.Batch) ([]writeOp, error) {
 			args: []any{p.Progress, p.AttemptID}})
 	}
 	rows("append logs", insertLogs, len(b.Logs), "", func(i int) ([]any, error) { return sqlstore.LogRow(&b.Logs[i]), nil })
+	rows("insert events", insertEvents, len(b.Events), "", func(i int) ([]any, error) { return sqlstore.EventRow(b.Events[i]) })
+	if query, args, ok := sqlstore.PruneEvents(b.Events); ok {
+		ops = append(ops, writeOp{what: "prune events", query: query, args: args})
+	}
 	return ops, err
 }
 

@@ -41,6 +41,14 @@ func TestDurable(t *testing.T) {
 	t.Parallel()
 	storetest.RunDurable(t, func(t *testing.T, path string) store.Store {
 		return openAt(t, path)
+	}, func(t *testing.T, path string) (oldest, newest uint64) {
+		t.Helper()
+		err := openRaw(t, path).QueryRowContext(t.Context(),
+			`SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events`).Scan(&oldest, &newest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return oldest, newest
 	})
 }
 
@@ -188,7 +196,7 @@ func TestOpenNotADatabase(t *testing.T) {
 
 // TestUpgradeFrom0003 opens a database that has migrations up to 0003 and
 // rows written then: the store upgrades it, keeps the rows (with no
-// progress) and takes worker controls and progress.
+// progress) and takes worker controls, progress and events.
 func TestUpgradeFrom0003(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -239,8 +247,9 @@ func TestUpgradeFrom0003(t *testing.T) {
 
 	off := &berth.WorkerControl{Host: "gpu-1", Queue: berth.AllQueues, DesiredState: berth.DesiredOff, StopPolicy: berth.StopHard,
 		RequestedBy: "ops", UpdatedAt: at}
+	event := &berth.Event{Seq: 1, Time: at, Type: "worker.control", Host: "gpu-1", Queue: berth.AllQueues, Desired: berth.DesiredOff}
 	if err := s.Write(ctx, &store.Batch{Controls: []*berth.WorkerControl{off},
-		Progress: []store.AttemptProgress{{AttemptID: "a1", Progress: "step 3"}}}); err != nil {
+		Progress: []store.AttemptProgress{{AttemptID: "a1", Progress: "step 3"}}, Events: []*berth.Event{event}}); err != nil {
 		t.Fatalf("Write after upgrade: %v", err)
 	}
 	want.Progress = "step 3"
@@ -248,8 +257,10 @@ func TestUpgradeFrom0003(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(a.Attempts, []*berth.Attempt{want}) || !reflect.DeepEqual(a.Controls, []*berth.WorkerControl{off}) {
-		t.Errorf("LoadActive after upgrade: attempts %+v, controls %+v; want [%+v], [%+v]", a.Attempts, a.Controls, want, off)
+	if !reflect.DeepEqual(a.Attempts, []*berth.Attempt{want}) || !reflect.DeepEqual(a.Controls, []*berth.WorkerControl{off}) ||
+		!reflect.DeepEqual(a.Events, []*berth.Event{event}) {
+		t.Errorf("LoadActive after upgrade: attempts %+v, controls %+v, events %+v; want [%+v], [%+v], [%+v]",
+			a.Attempts, a.Controls, a.Events, want, off, event)
 	}
 }
 

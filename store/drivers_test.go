@@ -14,13 +14,13 @@ import (
 // PostgreSQL's needs TEST_DATABASE_URL (see pgtest).
 var drivers = []struct {
 	name string
-	open func(t *testing.T) store.Store
+	open func(t testing.TB) store.Store
 }{
-	{"sqlite", func(t *testing.T) store.Store {
+	{"sqlite", func(t testing.TB) store.Store {
 		s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "berth.db"))
 		return opened(t, s, err)
 	}},
-	{"postgres", func(t *testing.T) store.Store {
+	{"postgres", func(t testing.TB) store.Store {
 		s, err := postgres.Open(t.Context(), pgtest.NewDatabase(t))
 		return opened(t, s, err)
 	}},
@@ -28,7 +28,7 @@ var drivers = []struct {
 
 // opened fails t if err, the error of opening s, is not nil, and closes s
 // when t ends.
-func opened(t *testing.T, s store.Store, err error) store.Store {
+func opened(t testing.TB, s store.Store, err error) store.Store {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +43,7 @@ func onEachDriver(t *testing.T, test func(t *testing.T, open func(t *testing.T) 
 	for _, d := range drivers {
 		t.Run(d.name, func(t *testing.T) {
 			t.Parallel()
-			test(t, d.open)
+			test(t, func(t *testing.T) store.Store { return d.open(t) })
 		})
 	}
 }

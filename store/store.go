@@ -15,7 +15,7 @@ import (
 // Batch is a set of writes applied in one transaction, in this order: new
 // jobs, job updates, attempt upserts, worker upserts, quota rule upserts,
 // quota rule deletes, worker control upserts, attempt progress, log
-// appends. Within each list a later entry for the same id wins. Because
+// appends, events. Within each list a later entry for the same id wins. Because
 // deletes come after upserts, a batch holding both an upsert and a delete
 // of one rule deletes it; likewise progress comes after attempt upserts,
 // which write an attempt's Progress too. Append keeps the order of these
@@ -31,7 +31,12 @@ type Batch struct {
 	Controls     []*berth.WorkerControl // upserts, keyed by ID() (host and queue)
 	Progress     []AttemptProgress      // an unknown attempt is no error
 	Logs         []LogChunk
+	Events       []*berth.Event // each with a new Seq, higher than any stored
 }
+
+// KeptEvents is how many of the newest events a store keeps at least;
+// older ones may be deleted as new ones are written.
+const KeptEvents = 1 << 16
 
 // AttemptProgress sets the progress an attempt last reported.
 type AttemptProgress struct {
@@ -42,7 +47,7 @@ type AttemptProgress struct {
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
 	return len(b.Jobs)+len(b.JobUpdates)+len(b.Attempts)+len(b.Workers)+
-		len(b.Quotas)+len(b.QuotaDeletes)+len(b.Controls)+len(b.Progress)+len(b.Logs) == 0
+		len(b.Quotas)+len(b.QuotaDeletes)+len(b.Controls)+len(b.Progress)+len(b.Logs)+len(b.Events) == 0
 }
 
 // Append adds every write of o after those of b. A quota rule that o
@@ -63,6 +68,7 @@ func (b *Batch) Append(o *Batch) {
 	b.Controls = append(b.Controls, o.Controls...)
 	b.Progress = append(b.Progress, o.Progress...)
 	b.Logs = append(b.Logs, o.Logs...)
+	b.Events = append(b.Events, o.Events...)
 }
 
 // JobUpdate sets the mutable fields of a job.
@@ -100,6 +106,7 @@ type Active struct {
 	Workers  []*berth.Worker
 	Quotas   []*berth.QuotaRule     // every quota rule, by id
 	Controls []*berth.WorkerControl // every worker control, by host, then queue
+	Events   []*berth.Event         // the newest events, at most KeptEvents, oldest first
 	LogSizes map[string]int64       // stored bytes of each active attempt's output
 	Counts   map[berth.JobState]int
 }
@@ -110,8 +117,9 @@ type Store interface {
 	// Write applies b atomically and durably (fsynced) before returning.
 	Write(ctx context.Context, b *Batch) error
 	// LoadActive returns every non-terminal job and attempt, all workers,
-	// all quota rules, all worker controls, log sizes of the active
-	// attempts and job counts by state.
+	// all quota rules, all worker controls, the newest events (at most
+	// KeptEvents), log sizes of the active attempts and job counts by
+	// state.
 	LoadActive(ctx context.Context) (*Active, error)
 	// Job returns one job.
 	Job(ctx context.Context, id string) (*berth.Job, error)

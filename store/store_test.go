@@ -71,12 +71,14 @@ func TestCompactKeepsLastUpsert(t *testing.T) {
 	allOff := &berth.WorkerControl{Host: "h", Queue: berth.AllQueues, DesiredState: berth.DesiredOff, StopPolicy: berth.StopHard}
 	gpuOn := &berth.WorkerControl{Host: "h", Queue: "gpu", DesiredState: berth.DesiredOn, StopPolicy: berth.StopHard}
 	logs := []store.LogChunk{{AttemptID: "a1", Offset: 0, Data: []byte("a")}, {AttemptID: "a1", Offset: 1, Data: []byte("b")}}
+	events := []*berth.Event{{Seq: 1, Type: "job.running", JobID: "j"}, {Seq: 2, Type: "job.running", JobID: "j"}}
 	b := &store.Batch{
 		Attempts: []*berth.Attempt{a1, a2, a1Running, a3, a1Done},
 		Workers:  []*berth.Worker{w1, w2, w1Busy},
 		Controls: []*berth.WorkerControl{gpuOff, cpuOff, allOff, gpuOn},
 		Progress: []store.AttemptProgress{{AttemptID: "a1", Progress: "1"}, {AttemptID: "a2", Progress: "1"}, {AttemptID: "a1", Progress: "2"}},
 		Logs:     slices.Clone(logs),
+		Events:   slices.Clone(events),
 	}
 	b.Compact()
 	if !slices.Equal(b.Attempts, []*berth.Attempt{a2, a3, a1Done}) {
@@ -93,6 +95,9 @@ func TestCompactKeepsLastUpsert(t *testing.T) {
 	}
 	if !reflect.DeepEqual(b.Logs, logs) {
 		t.Errorf("Logs changed: %v", b.Logs)
+	}
+	if !slices.Equal(b.Events, events) {
+		t.Errorf("Events changed: %v", b.Events)
 	}
 
 	// Nothing to fold: nothing changes.
@@ -122,6 +127,7 @@ type model struct {
 	Workers  map[string]berth.Worker
 	Controls map[string]berth.WorkerControl
 	Logs     []store.LogChunk
+	Events   []*berth.Event
 }
 
 func (m *model) apply(b *store.Batch) {
@@ -153,6 +159,7 @@ func (m *model) apply(b *store.Batch) {
 		}
 	}
 	m.Logs = append(m.Logs, b.Logs...)
+	m.Events = append(m.Events, b.Events...)
 }
 
 func newModel() *model {
@@ -170,7 +177,7 @@ func newModel() *model {
 func cloneBatch(b *store.Batch) *store.Batch {
 	c := &store.Batch{JobUpdates: slices.Clone(b.JobUpdates), Attempts: slices.Clone(b.Attempts),
 		Workers: slices.Clone(b.Workers), Controls: slices.Clone(b.Controls), Progress: slices.Clone(b.Progress),
-		Logs: slices.Clone(b.Logs)}
+		Logs: slices.Clone(b.Logs), Events: slices.Clone(b.Events)}
 	for _, j := range b.Jobs {
 		cj := *j
 		c.Jobs = append(c.Jobs, &cj)
@@ -236,6 +243,9 @@ func TestCompactKeepsFinalState(t *testing.T) {
 		}
 		for i := range rapid.IntRange(0, 3).Draw(rt, "logs") {
 			b.Logs = append(b.Logs, store.LogChunk{AttemptID: "a0", Offset: int64(i), Data: []byte{byte(i)}})
+		}
+		for i := range rapid.IntRange(0, 3).Draw(rt, "events") {
+			b.Events = append(b.Events, &berth.Event{Seq: uint64(i + 1), Type: "job.running", JobID: rapid.SampledFrom(targets).Draw(rt, "event of")})
 		}
 
 		want := newModel()
@@ -331,6 +341,9 @@ func testCompactOnStores(t *testing.T, open func(t *testing.T) store.Store) {
 		b.Controls = append(b.Controls, &berth.WorkerControl{Host: fmt.Sprint("h", i%4), Queue: []string{"gpu", berth.AllQueues}[i/4%2],
 			DesiredState: []string{berth.DesiredOff, berth.DesiredOn}[i%3%2], StopPolicy: berth.StopHard, UpdatedAt: base.Add(time.Duration(i))})
 	}
+	for i, id := range jobIDs {
+		b.Events = append(b.Events, &berth.Event{Seq: uint64(i + 1), Time: base, Type: "job.submitted", JobID: id})
+	}
 
 	plain, compacted := open(t), open(t)
 	if err := plain.Write(ctx, cloneBatch(b)); err != nil {
@@ -338,9 +351,10 @@ func testCompactOnStores(t *testing.T, open func(t *testing.T) store.Store) {
 	}
 	c := cloneBatch(b)
 	c.Compact()
-	if len(c.JobUpdates) != 0 || len(c.Attempts) != 150 || len(c.Workers) != 2 || len(c.Progress) != 50 || len(c.Controls) != 8 {
-		t.Errorf("compacted batch has %d updates, %d attempts, %d workers, %d progress, %d controls; want 0, 150, 2, 50, 8",
-			len(c.JobUpdates), len(c.Attempts), len(c.Workers), len(c.Progress), len(c.Controls))
+	if len(c.JobUpdates) != 0 || len(c.Attempts) != 150 || len(c.Workers) != 2 || len(c.Progress) != 50 || len(c.Controls) != 8 ||
+		len(c.Events) != 200 {
+		t.Errorf("compacted batch has %d updates, %d attempts, %d workers, %d progress, %d controls, %d events; want 0, 150, 2, 50, 8, 200",
+			len(c.JobUpdates), len(c.Attempts), len(c.Workers), len(c.Progress), len(c.Controls), len(c.Events))
 	}
 	if err := compacted.Write(ctx, c); err != nil {
 		t.Fatalf("Write compacted: %v", err)
@@ -359,8 +373,9 @@ func testCompactOnStores(t *testing.T, open func(t *testing.T) store.Store) {
 	if a1.Counts[berth.JobSucceeded] != 75 {
 		t.Errorf("Counts = %v, want 75 succeeded", a1.Counts)
 	}
-	if len(a1.Controls) != 8 || a1.Attempts[0].Progress != "step 100" {
-		t.Errorf("LoadActive has %d controls and the first attempt's progress %q; want 8 and %q", len(a1.Controls), a1.Attempts[0].Progress, "step 100")
+	if len(a1.Controls) != 8 || a1.Attempts[0].Progress != "step 100" || len(a1.Events) != 200 {
+		t.Errorf("LoadActive has %d controls, %d events and the first attempt's progress %q; want 8, 200 and %q",
+			len(a1.Controls), len(a1.Events), a1.Attempts[0].Progress, "step 100")
 	}
 	j1, err := plain.Jobs(ctx, store.JobFilter{})
 	if err != nil {
@@ -504,6 +519,7 @@ func TestEmptyCountsEveryList(t *testing.T) {
 		{Controls: []*berth.WorkerControl{{Host: "h", Queue: berth.AllQueues}}},
 		{Progress: []store.AttemptProgress{{AttemptID: "a"}}},
 		{Logs: []store.LogChunk{{AttemptID: "a"}}},
+		{Events: []*berth.Event{{Seq: 1}}},
 	} {
 		if b.Empty() {
 			t.Errorf("Empty() of %+v = true", b)

@@ -202,8 +202,10 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 			return nil, fmt.Errorf("wait to lead: %w", err)
 		}
 	}
+	_, shared := st.(store.Leadership)
 	ctl := controller.New(controller.Config{Store: st, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
-		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched})
+		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched,
+		StoreEvents: shared})
 	if err := ctl.Start(ctx); err != nil {
 		rs.http.Close()
 		st.Close()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/berth-dev/berth"
@@ -100,6 +102,10 @@ const (
 	selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
 )
 
+// selectEvents reads the newest store.KeptEvents events, newest first: a
+// walk back from the end of the primary key.
+var selectEvents = `SELECT ` + EventColumns + ` FROM events ORDER BY seq DESC LIMIT ` + strconv.Itoa(store.KeptEvents)
+
 // LoadActive returns what the controller rebuilds its memory from.
 func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 	a := &store.Active{LogSizes: map[string]int64{}, Counts: map[berth.JobState]int{}}
@@ -119,6 +125,10 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 	if a.Controls, err = r.WorkerControls(ctx); err != nil {
 		return nil, err
 	}
+	if a.Events, err = collect(ctx, r, scanEvent, selectEvents); err != nil {
+		return nil, fmt.Errorf("load events: %w", err)
+	}
+	slices.Reverse(a.Events)
 	err = r.each(ctx, `SELECT l.attempt_id, MAX(l.off + length(l.data)) FROM logs l
 		JOIN attempts a ON a.id = l.attempt_id WHERE a.state IN ('assigned', 'running') GROUP BY l.attempt_id`, nil,
 		func(row scanner) error {

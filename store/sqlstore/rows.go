@@ -5,15 +5,16 @@
 //
 // Both schemas use the same tables and columns: times are unix
 // nanoseconds (0 for the zero time), so that they round-trip exactly; a
-// job's spec and a worker are JSON. The one difference is the time of a
-// worker control, which PostgreSQL also keeps as a timestamptz for plain
-// SQL (Dialect.ControlTime names the nanoseconds).
+// job's spec, a worker and an event are JSON. The one difference is the
+// time of a worker control, which PostgreSQL also keeps as a timestamptz
+// for plain SQL (Dialect.ControlTime names the nanoseconds).
 package sqlstore
 
 import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -32,6 +33,7 @@ const (
 	// Dialect.ControlTime.
 	ControlColumns = `host_label, queue, desired_state, stop_policy, requested_by`
 	LogColumns     = `attempt_id, off, data`
+	EventColumns   = `seq, body`
 )
 
 // Upserts end an INSERT INTO attempts, workers, quota_rules or
@@ -103,6 +105,48 @@ func ControlRow(c *berth.WorkerControl) []any {
 // LogRow returns the values of l's row, in LogColumns order.
 func LogRow(l *store.LogChunk) []any {
 	return []any{l.AttemptID, l.Offset, l.Data}
+}
+
+// EventRow returns the values of e's row, in EventColumns order. It fails
+// if e cannot be encoded.
+func EventRow(e *berth.Event) ([]any, error) {
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
+	}
+	return []any{int64(e.Seq), body}, nil
+}
+
+// pruneEvents deletes the events with seq at most $1, the newest seq less
+// store.KeptEvents. Each earlier write of events deleted those at most its
+// own newest seq less store.KeptEvents, so what is left to delete lies
+// above the newest seq before $2 (the batch's oldest) less
+// store.KeptEvents: that lower bound keeps the range to the rows deleted
+// now. Without it, PostgreSQL's scan of the primary key would walk every
+// entry deleted before, until VACUUM removes them, on every write.
+var pruneEvents = `DELETE FROM events WHERE seq <= $1
+	AND seq > (SELECT coalesce(max(seq), 0) FROM events WHERE seq < $2) - ` + strconv.Itoa(store.KeptEvents)
+
+// PruneEvents returns the statement, and its arguments, that deletes the
+// stored events that events, a batch's, push out of the newest
+// store.KeptEvents: those whose seq is more than store.KeptEvents below
+// the newest, which leaves exactly the newest store.KeptEvents when seqs
+// are consecutive (as the controller numbers them). It runs after their
+// insert, in the same transaction, and uses the primary key only. ok is
+// false when there is nothing to delete: no events, or too few in all.
+// The statement's placeholders ($1, $2) suit both drivers.
+func PruneEvents(events []*berth.Event) (query string, args []any, ok bool) {
+	if len(events) == 0 {
+		return "", nil, false
+	}
+	oldest, newest := events[0].Seq, events[0].Seq
+	for _, e := range events[1:] {
+		oldest, newest = min(oldest, e.Seq), max(newest, e.Seq)
+	}
+	if newest <= store.KeptEvents {
+		return "", nil, false
+	}
+	return pruneEvents, []any{int64(newest - store.KeptEvents), int64(oldest)}, true
 }
 
 // nanos returns t in unix nanoseconds, 0 for the zero time.
@@ -182,18 +226,8 @@ func scanAttempt(row scanner) (*berth.Attempt, error) {
 }
 
 func scanWorker(row scanner) (*berth.Worker, error) {
-	var (
-		id   string
-		body []byte
-	)
-	if err := row.Scan(&id, &body); err != nil {
-		return nil, err
-	}
-	var w berth.Worker
-	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, fmt.Errorf("decode worker %s: %w", id, err)
-	}
-	return &w, nil
+	_, w, err := scanJSON[string, berth.Worker](row, "worker")
+	return w, err
 }
 
 func scanQuota(row scanner) (*berth.QuotaRule, error) {
@@ -219,4 +253,29 @@ func scanControl(row scanner) (*berth.WorkerControl, error) {
 	}
 	c.UpdatedAt = fromNanos(updated)
 	return &c, nil
+}
+
+// scanEvent reads an event's row. Its time comes back in UTC, as every
+// other time the store reads.
+func scanEvent(row scanner) (*berth.Event, error) {
+	seq, e, err := scanJSON[int64, berth.Event](row, "event")
+	if err != nil {
+		return nil, err
+	}
+	e.Seq, e.Time = uint64(seq), e.Time.UTC()
+	return e, nil
+}
+
+// scanJSON reads a row of a key and a JSON body, decoded into a new T;
+// kind names the row in errors.
+func scanJSON[K, T any](row scanner, kind string) (key K, v *T, err error) {
+	var body []byte
+	if err := row.Scan(&key, &body); err != nil {
+		return key, nil, err
+	}
+	v = new(T)
+	if err := json.Unmarshal(body, v); err != nil {
+		return key, nil, fmt.Errorf("decode %s %v: %w", kind, key, err)
+	}
+	return key, v, nil
 }

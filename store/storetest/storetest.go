@@ -7,7 +7,8 @@
 //	}
 //
 //	func TestDurable(t *testing.T) {
-//		storetest.RunDurable(t, func(t *testing.T, path string) store.Store { return openAt(t, path) })
+//		storetest.RunDurable(t, func(t *testing.T, path string) store.Store { return openAt(t, path) },
+//			func(t *testing.T, path string) (oldest, newest uint64) { return storedSeqs(t, path) })
 //	}
 //
 // The suite is an ordinary (non-test) package so that drivers in other
@@ -73,6 +74,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"AttemptProgressInBatchOrder", testAttemptProgressInBatchOrder},
 		{"Logs", testLogs},
 		{"LogsBinary", testLogsBinary},
+		{"Events", testEvents},
 		{"JobsFilter", testJobsFilter},
 		{"JobsPaging", testJobsPaging},
 		{"JobsByIdempotencyKey", testJobsByIdempotencyKey},
@@ -95,18 +97,28 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 }
 
 // RunDurable checks, as parallel subtests of t, that a store keeps every
-// acknowledged write across Close and a reopen. Each subtest calls open
-// several times with one path: the first open must return an empty store,
-// and each later one a store holding everything written before the
-// previous Close. path is a file name in a fresh temporary directory of
-// the subtest; a driver that keeps no files (PostgreSQL) should map it to a
-// database or schema of its own, the same one for the same path. The suite
-// closes every store open returns; open must not.
-func RunDurable(t *testing.T, open func(t *testing.T, path string) store.Store) {
+// acknowledged write across Close and a reopen, and that it keeps the
+// newest store.KeptEvents events and deletes older ones. Each subtest
+// calls open several times with one path: the first open must return an
+// empty store, and each later one a store holding everything written
+// before the previous Close. path is a file name in a fresh temporary
+// directory of the subtest; a driver that keeps no files (PostgreSQL)
+// should map it to a database or schema of its own, the same one for the
+// same path. The suite closes every store open returns; open must not.
+// storedEvents reads, outside the store, the lowest and highest seq in the
+// events table of the store at path, 0 when it is empty (LoadActive
+// returns at most store.KeptEvents, so only this shows that old events
+// are deleted). It fails t itself when it cannot.
+func RunDurable(t *testing.T, open func(t *testing.T, path string) store.Store,
+	storedEvents func(t *testing.T, path string) (oldest, newest uint64)) {
 	t.Helper()
 	t.Run("ReopenKeepsEverything", func(t *testing.T) {
 		t.Parallel()
-		testReopen(t, open)
+		testReopen(t, reopener(t, open))
+	})
+	t.Run("KeepsNewestEvents", func(t *testing.T) {
+		t.Parallel()
+		testKeptEvents(t, reopener(t, open), storedEvents)
 	})
 }
 
@@ -280,6 +292,26 @@ func getControls(t *testing.T, s store.Store) []*berth.WorkerControl {
 func control(host, queue, desired, policy, by string, n int) *berth.WorkerControl {
 	return &berth.WorkerControl{Host: host, Queue: queue, DesiredState: desired, StopPolicy: policy, RequestedBy: by,
 		UpdatedAt: base.Add(time.Duration(n))}
+}
+
+// fullEvent returns event seq with every field set to a value that is not
+// its zero value.
+func fullEvent(seq uint64) *berth.Event {
+	return &berth.Event{Seq: seq, Time: base.Add(time.Duration(seq)), Type: "job.requeued", JobID: "01JPJOB0000000000000000000",
+		State: berth.JobRunning, WorkerID: "w-7", Host: "gpu-1", Reason: "lost: \"heartbeat\" ünï ☃ \\ nul\x00 <&>",
+		Quota: "user:alice", Limits: "gpus<=8 jobs<=4", Actor: "ops", User: "alice", Requested: 4, Limit: 8, Queue: "gpu",
+		Desired: berth.DesiredOff, Policy: berth.StopDrain, Attempts: []string{"a1", "a2"}}
+}
+
+// newEvents returns n events of jobs, numbered from first.
+func newEvents(first uint64, n int) []*berth.Event {
+	events := make([]*berth.Event, n)
+	for i := range events {
+		seq := first + uint64(i)
+		events[i] = &berth.Event{Seq: seq, Time: base.Add(time.Duration(seq)), Type: "job.succeeded",
+			JobID: fmt.Sprintf("job-%d", seq), State: berth.JobSucceeded}
+	}
+	return events
 }
 
 func getLogs(t *testing.T, s store.Store, attemptID string, offset int64, limit int) []byte {
@@ -527,7 +559,7 @@ func testUpdateOfMissingJobFailsWholeBatch(t *testing.T, s store.Store) {
 	oldQuota := quotaRule("user", "alice", 4, berth.NoLimit, 2, 0)
 	write(t, s, &store.Batch{Jobs: []*berth.Job{cloneJob(old)}, Attempts: []*berth.Attempt{oldAttempt},
 		Workers: []*berth.Worker{oldWorker}, Quotas: []*berth.QuotaRule{oldQuota},
-		Logs: []store.LogChunk{{AttemptID: oldAttempt.ID, Data: []byte("one\n")}}})
+		Logs: []store.LogChunk{{AttemptID: oldAttempt.ID, Data: []byte("one\n")}}, Events: newEvents(1, 1)})
 
 	var fresh []*berth.Job
 	for range 130 { // more than one multi-row insert
@@ -552,6 +584,7 @@ func testUpdateOfMissingJobFailsWholeBatch(t *testing.T, s store.Store) {
 		// A delete of the rule written before.
 		QuotaDeletes: []string{oldQuota.ID()},
 		Logs:         []store.LogChunk{{AttemptID: oldAttempt.ID, Offset: 4, Data: []byte("two\n")}},
+		Events:       newEvents(2, 130),
 	}
 	if err := s.Write(ctx, bad); err == nil {
 		t.Fatalf("Write with an update of missing job %s succeeded, want an error", missing)
@@ -579,10 +612,12 @@ func testUpdateOfMissingJobFailsWholeBatch(t *testing.T, s store.Store) {
 	if a.Counts[berth.JobPending] != 1 || a.Counts[berth.JobRunning] != 0 {
 		t.Errorf("Counts = %v, want 1 pending", a.Counts)
 	}
+	checkEqual(t, "Active.Events", a.Events, newEvents(1, 1))
 
-	// The store still takes writes.
-	write(t, s, &store.Batch{Jobs: fresh[:1]})
+	// The store still takes writes, the failed batch's seqs too.
+	write(t, s, &store.Batch{Jobs: fresh[:1], Events: newEvents(2, 1)})
 	checkJob(t, s, fresh[0])
+	checkEqual(t, "Active.Events after the next batch", loadActive(t, s).Events, newEvents(1, 2))
 }
 
 func testAttempts(t *testing.T, s store.Store) {
@@ -1010,6 +1045,54 @@ func testLogsBinary(t *testing.T, s store.Store) {
 	}
 }
 
+func testEvents(t *testing.T, s store.Store) {
+	if a := loadActive(t, s); len(a.Events) != 0 {
+		t.Errorf("Active.Events of an empty store = %s, want none", dump(a.Events))
+	}
+	full := fullEvent(1)
+	// A field added to berth.Event must be added to fullEvent too, so that
+	// this test covers it.
+	for name, v := range fields(reflect.ValueOf(*full)) {
+		if v.IsZero() {
+			t.Errorf("fullEvent leaves %s zero: give it a value so that its round trip is checked", name)
+		}
+	}
+	// Zero fields stay zero: a zero time, nil attempts.
+	minimal := &berth.Event{Seq: 2, Type: "job.submitted"}
+	// A time in another location is stored as the same instant and read
+	// back in UTC.
+	local := newEvents(3, 1)[0]
+	want := []*berth.Event{full, minimal, local}
+	inZone := *local
+	inZone.Time = local.Time.In(time.FixedZone("UTC+5:30", 5*3600+1800))
+	write(t, s, &store.Batch{Events: []*berth.Event{full, minimal, &inZone}})
+	checkEqual(t, "Active.Events", loadActive(t, s).Events, want)
+
+	// A later batch appends, here with other writes; events of one batch
+	// come back in seq order, whatever their order in it.
+	var ids idSource
+	job := newJob(ids.next(), "gpu", "alice", berth.JobPending)
+	att := newAttempt(ids.next(), job.ID, berth.AttemptRunning)
+	more := newEvents(4, 3)
+	write(t, s, &store.Batch{
+		Jobs:       []*berth.Job{job},
+		JobUpdates: []store.JobUpdate{{ID: job.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base.Add(1)}},
+		Attempts:   []*berth.Attempt{att},
+		Logs:       []store.LogChunk{{AttemptID: att.ID, Data: []byte("started\n")}},
+		Events:     []*berth.Event{more[2], more[0], more[1]},
+	})
+	write(t, s, &store.Batch{Events: newEvents(7, 1)})
+	want = append(append(want, more...), newEvents(7, 1)...)
+	a := loadActive(t, s)
+	checkEqual(t, "Active.Events after more batches", a.Events, want)
+	apply(job, store.JobUpdate{ID: job.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base.Add(1)})
+	checkEqual(t, "Active.Jobs", a.Jobs, []*berth.Job{job})
+	checkEqual(t, "Active.Attempts", a.Attempts, []*berth.Attempt{att})
+	if a.LogSizes[att.ID] != 8 {
+		t.Errorf("LogSizes[%s] = %d, want 8", att.ID, a.LogSizes[att.ID])
+	}
+}
+
 func commonPrefix(a, b []byte) int {
 	n := 0
 	for n < len(a) && n < len(b) && a[n] == b[n] {
@@ -1168,7 +1251,7 @@ func testJobsByIdempotencyKey(t *testing.T, s store.Store) {
 
 func testLoadActiveEmpty(t *testing.T, s store.Store) {
 	a := loadActive(t, s)
-	if len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas)+len(a.Controls) != 0 {
+	if len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas)+len(a.Controls)+len(a.Events) != 0 {
 		t.Errorf("LoadActive of an empty store = %s, want nothing", dump(a))
 	}
 	for st, n := range a.Counts {
@@ -1288,7 +1371,8 @@ func testBatchOf(t *testing.T, s store.Store, n int) {
 		logs[i] = store.LogChunk{AttemptID: attempts[0].ID, Offset: int64(len(out)), Data: line}
 		out = append(out, line...)
 	}
-	write(t, s, &store.Batch{Jobs: jobs, Attempts: attempts, Logs: logs})
+	events := newEvents(1, n)
+	write(t, s, &store.Batch{Jobs: jobs, Attempts: attempts, Logs: logs, Events: events})
 
 	want := slices.Clone(jobs)
 	slices.Reverse(want)
@@ -1303,6 +1387,7 @@ func testBatchOf(t *testing.T, s store.Store, n int) {
 	}
 	sortByID(a.Attempts, func(x *berth.Attempt) string { return x.ID })
 	checkEqual(t, "Active.Attempts", a.Attempts, attempts)
+	checkEqual(t, "Active.Events", a.Events, events)
 	if a.LogSizes[attempts[0].ID] != int64(len(out)) {
 		t.Errorf("LogSizes[first] = %d, want %d", a.LogSizes[attempts[0].ID], len(out))
 	}
@@ -1414,10 +1499,20 @@ func takeSnapshot(t *testing.T, s store.Store, jobIDs, attemptIDs []string) *sna
 	return snap
 }
 
-func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) {
+// reopener returns a function that opens, with open, the store at a path
+// in a temporary directory of t, after closing the one it opened before,
+// and returns the store and the path; the last one is closed when t ends.
+func reopener(t *testing.T, open func(t *testing.T, path string) store.Store) func() (store.Store, string) {
 	path := filepath.Join(t.TempDir(), "berth.db")
 	var current store.Store
-	reopen := func() store.Store {
+	t.Cleanup(func() {
+		if current != nil {
+			if err := current.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		}
+	})
+	return func() (store.Store, string) {
 		t.Helper()
 		if current != nil {
 			err := current.Close()
@@ -1431,19 +1526,14 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 			t.Fatal("open returned a nil store")
 		}
 		current = s
-		return s
+		return s, path
 	}
-	t.Cleanup(func() {
-		if current != nil {
-			if err := current.Close(); err != nil {
-				t.Errorf("Close: %v", err)
-			}
-		}
-	})
+}
 
-	s := reopen()
-	if a := loadActive(t, s); len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas)+len(a.Controls) != 0 {
-		t.Fatalf("first open of %s is not empty: %s", path, dump(a))
+func testReopen(t *testing.T, reopen func() (store.Store, string)) {
+	s, _ := reopen()
+	if a := loadActive(t, s); len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas)+len(a.Controls)+len(a.Events) != 0 {
+		t.Fatalf("first open is not empty: %s", dump(a))
 	}
 	var ids idSource
 	full := fullJob(ids.next())
@@ -1457,17 +1547,19 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 	gpuOff := control("gpu-1", "gpu", berth.DesiredOff, berth.StopDrain, "ops", 7)
 	allOff := control("gpu-1", berth.AllQueues, berth.DesiredOff, berth.StopHard, "", 8)
 	write(t, s, &store.Batch{Jobs: []*berth.Job{full, pending, running}, Workers: []*berth.Worker{worker},
-		Quotas: []*berth.QuotaRule{alice, gpuQueue}, Controls: []*berth.WorkerControl{gpuOff, allOff}})
+		Quotas: []*berth.QuotaRule{alice, gpuQueue}, Controls: []*berth.WorkerControl{gpuOff, allOff},
+		Events: []*berth.Event{fullEvent(1)}})
 	write(t, s, &store.Batch{
 		JobUpdates: []store.JobUpdate{{ID: running.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base.Add(9)}},
 		Attempts:   []*berth.Attempt{att},
 		Progress:   []store.AttemptProgress{{AttemptID: att.ID, Progress: "epoch 1/3"}},
 		Logs:       []store.LogChunk{{AttemptID: att.ID, Data: []byte("epoch 1\n")}},
+		Events:     newEvents(2, 2),
 	})
 	// A failed batch leaves nothing behind, after a reopen too.
 	lostJob := newJob(ids.next(), "gpu", "bob", berth.JobPending)
 	if err := s.Write(t.Context(), &store.Batch{Jobs: []*berth.Job{lostJob},
-		JobUpdates: []store.JobUpdate{{ID: ids.next(), State: berth.JobRunning}}}); err == nil {
+		JobUpdates: []store.JobUpdate{{ID: ids.next(), State: berth.JobRunning}}, Events: newEvents(4, 1)}); err == nil {
 		t.Fatal("Write with an update of a missing job succeeded")
 	}
 	jobIDs := []string{full.ID, pending.ID, running.ID}
@@ -1475,11 +1567,12 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 	before := takeSnapshot(t, s, jobIDs, attemptIDs)
 	if len(before.Jobs) != 3 || before.Logs[att.ID] != "epoch 1\n" || len(before.Attempts[running.ID]) != 1 ||
 		before.Attempts[running.ID][0].Progress != "epoch 1/3" ||
-		len(before.Quotas) != 2 || len(before.Active.Quotas) != 2 || len(before.Controls) != 2 || len(before.Active.Controls) != 2 {
+		len(before.Quotas) != 2 || len(before.Active.Quotas) != 2 || len(before.Controls) != 2 || len(before.Active.Controls) != 2 ||
+		len(before.Active.Events) != 3 {
 		t.Fatalf("before reopen: %s", dump(before))
 	}
 
-	s = reopen()
+	s, _ = reopen()
 	checkEqual(t, "after reopen", takeSnapshot(t, s, jobIDs, attemptIDs), before)
 	checkNotFound(t, s, lostJob.ID)
 
@@ -1495,14 +1588,54 @@ func testReopen(t *testing.T, open func(t *testing.T, path string) store.Store) 
 		Controls:     []*berth.WorkerControl{allOn},
 		Progress:     []store.AttemptProgress{{AttemptID: att.ID, Progress: "epoch 2/3"}},
 		Logs:         []store.LogChunk{{AttemptID: att.ID, Offset: 8, Data: []byte("epoch 2\n")}},
+		Events:       newEvents(4, 1),
 	})
 	jobIDs = append(jobIDs, later.ID)
 	before = takeSnapshot(t, s, jobIDs, attemptIDs)
 	if len(before.Jobs) != 4 || before.Logs[att.ID] != "epoch 1\nepoch 2\n" || before.Active.Counts[berth.JobCancelled] != 1 ||
 		!reflect.DeepEqual(before.Quotas, []*berth.QuotaRule{aliceLater}) ||
-		!reflect.DeepEqual(before.Controls, []*berth.WorkerControl{allOn, gpuOff}) || before.Attempts[running.ID][0].Progress != "epoch 2/3" {
+		!reflect.DeepEqual(before.Controls, []*berth.WorkerControl{allOn, gpuOff}) || before.Attempts[running.ID][0].Progress != "epoch 2/3" ||
+		!reflect.DeepEqual(before.Active.Events, append([]*berth.Event{fullEvent(1)}, newEvents(2, 3)...)) {
 		t.Fatalf("after writing to the reopened store: %s", dump(before))
 	}
-	s = reopen()
+	s, _ = reopen()
 	checkEqual(t, "after second reopen", takeSnapshot(t, s, jobIDs, attemptIDs), before)
+}
+
+// testKeptEvents writes more than store.KeptEvents events in a few large
+// batches. After each, the store holds no event older than the newest
+// store.KeptEvents; after a reopen LoadActive returns exactly those, in
+// order; the reopened store goes on deleting the oldest.
+// (Under the race detector each large batch or load takes seconds: the
+// test writes and loads as few as it can.)
+func testKeptEvents(t *testing.T, reopen func() (store.Store, string),
+	storedEvents func(t *testing.T, path string) (oldest, newest uint64)) {
+	const kept = store.KeptEvents
+	s, path := reopen()
+	newest := 0
+	writeEvents := func(n int) {
+		t.Helper()
+		write(t, s, &store.Batch{Events: newEvents(uint64(newest+1), n)})
+		newest += n
+		oldest := max(newest-kept+1, 1)
+		if first, last := storedEvents(t, path); first != uint64(oldest) || last != uint64(newest) {
+			t.Fatalf("after %d events the store holds seq %d to %d, want %d to %d", newest, first, last, oldest, newest)
+		}
+	}
+	writeEvents(kept)
+	writeEvents(5000)
+
+	s, _ = reopen()
+	got, first := loadActive(t, s).Events, uint64(newest-kept+1)
+	if len(got) != kept {
+		t.Fatalf("Active.Events after a reopen has %d events, want the newest %d (seq %d to %d)", len(got), kept, first, newest)
+	}
+	for i, e := range got {
+		if e.Seq != first+uint64(i) {
+			t.Fatalf("Active.Events[%d] after a reopen has seq %d, want %d", i, e.Seq, first+uint64(i))
+		}
+	}
+	checkEqual(t, "the oldest and newest of Active.Events after a reopen", []*berth.Event{got[0], got[kept-1]},
+		[]*berth.Event{newEvents(first, 1)[0], newEvents(uint64(newest), 1)[0]})
+	writeEvents(3000)
 }
