@@ -26,7 +26,6 @@ const (
 	EventWorkerControl     = "worker.control" // an operator turned a host's queue on or off
 )
 
-
 // emit numbers events, stores them with the loop's pending writes when
 // Config.StoreEvents says so, and publishes them once those are durable.
 // Loop only.
