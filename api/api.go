@@ -34,6 +34,7 @@ type Server struct {
 	Leader string
 
 	ctl   *controller.Controller
+	reads reader // the controller; a standby's store
 	token string
 	log   *slog.Logger
 	mux   *http.ServeMux
@@ -45,7 +46,7 @@ func New(ctl *controller.Controller, token string, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{ctl: ctl, token: token, log: log, mux: http.NewServeMux()}
+	s := &Server{ctl: ctl, reads: ctl, token: token, log: log, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("POST /api/v1/jobs", s.submit)
@@ -233,7 +234,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	if want > 0 {
 		f.Limit++ // one more tells whether there is a next page
 	}
-	jobs, err := s.ctl.Jobs(r.Context(), f)
+	jobs, err := s.reads.Jobs(r.Context(), f)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -250,7 +251,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
-	j, err := s.ctl.Job(r.Context(), r.PathValue("id"))
+	j, err := s.reads.Job(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
 		return

@@ -7,7 +7,7 @@ import (
 )
 
 func (s *Server) listQuotas(w http.ResponseWriter, r *http.Request) {
-	list, err := s.ctl.Quotas(r.Context())
+	list, err := s.reads.Quotas(r.Context())
 	if err != nil {
 		writeError(w, err)
 		return

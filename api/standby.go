@@ -2,27 +2,52 @@ package api
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
 )
 
 // forwardedHeader marks a request a standby forwarded, so that a request
 // is forwarded at most once.
 const forwardedHeader = "Berth-Forwarded-By"
 
-// Standby is the HTTP face of a server waiting to lead. GET /healthz
-// answers 200 {"status":"standby","leader":URL}. Other requests are
-// forwarded to the leader, streams included, so a client pointed at a
-// standby is served; the agent WebSocket is not (agents connect to the
-// leader themselves). What cannot be forwarded — no leader yet, the
-// leader unreachable, an agent, a request already forwarded once — is a
-// 503 naming the leader in the body and in berth.LeaderHeader. leader
-// returns the leader's URL ("" when none is known); self is this server's.
-func Standby(leader func(context.Context) (string, error), self string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// reader is what the read endpoints a standby also serves need: the
+// controller on the leader, the store on a standby.
+type reader interface {
+	Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, error)
+	Job(ctx context.Context, id string) (*berth.JobDetail, error)
+	Quotas(ctx context.Context) ([]*berth.QuotaRule, error)
+}
+
+// storeReads answers reads from the store, as a standby does.
+type storeReads struct{ store.Store }
+
+// Job reads a job and its attempts; a pending job's reason is the one
+// stored (only the leader's scheduler can explain it further).
+func (r storeReads) Job(ctx context.Context, id string) (*berth.JobDetail, error) {
+	return store.JobDetail(ctx, r.Store, id)
+}
+
+// Standby is the HTTP face of a server waiting to lead. It reads job
+// listings, jobs and quota rules from the database itself (GET
+// /api/v1/jobs, /api/v1/jobs/{id}, /api/v1/quotas), and answers GET
+// /healthz with {"status":"standby","leader":URL}. Other requests are
+// forwarded to the leader, streams included; the agent WebSocket is not
+// (agents connect to the leader themselves). What cannot be forwarded — no
+// leader yet, the leader unreachable, an agent, a request already
+// forwarded once — is a 503 naming the leader in the body and in
+// berth.LeaderHeader. leader returns the leader's URL ("" when none is
+// known); self is this server's URL; token is checked as by New.
+func Standby(st store.Store, leader func(context.Context) (string, error), self, token string) http.Handler {
+	s := &Server{reads: storeReads{st}, token: token, log: slog.New(slog.DiscardHandler), mux: http.NewServeMux()}
+	s.mux.HandleFunc("GET /api/v1/jobs", s.listJobs)
+	s.mux.HandleFunc("GET /api/v1/jobs/{id}", s.getJob)
+	s.mux.HandleFunc("GET /api/v1/quotas", s.listQuotas)
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		lead, err := leader(r.Context())
 		if err != nil {
 			writeError(w, berth.Errorf(berth.ECodeUnavailable, "this server is a standby and cannot read who leads: %v", err))
@@ -47,6 +72,7 @@ func Standby(leader func(context.Context) (string, error), self string) http.Han
 		}
 		proxy.ServeHTTP(w, r)
 	})
+	return s
 }
 
 // unavailable answers 503 naming the leader, for the client to go there.

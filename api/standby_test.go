@@ -6,13 +6,17 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"testing"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/sqlite"
 )
 
-func TestStandbyForwardsToTheLeader(t *testing.T) {
+// TestStandbyReadsAndForwards checks what a standby answers itself (reads,
+// from the store), forwards to the leader, and refuses with 503.
+func TestStandbyReadsAndForwards(t *testing.T) {
 	t.Parallel()
 	var got []string
 	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -23,19 +27,27 @@ func TestStandbyForwardsToTheLeader(t *testing.T) {
 	defer leader.Close()
 	dead := httptest.NewServer(http.NotFoundHandler())
 	dead.Close()
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
 	for _, c := range []struct {
 		name, lead, method, path string
 		header                   string
 		want                     int
 	}{
 		{"forwarded", leader.URL, "PUT", "/api/v1/quotas/user:a?x=1", "", http.StatusOK},
+		{"jobs read from the store", "", "GET", "/api/v1/jobs?limit=5", "", http.StatusOK},
+		{"quotas read from the store", dead.URL, "GET", "/api/v1/quotas", "", http.StatusOK},
+		{"an unknown job, from the store", "", "GET", "/api/v1/jobs/01NOPE", "", http.StatusNotFound},
 		{"healthz answered", leader.URL, "GET", "/healthz", "", http.StatusOK},
 		{"agents go to the leader", leader.URL, "GET", "/api/v1/agent", "", http.StatusServiceUnavailable},
-		{"forwarded once only", leader.URL, "GET", "/api/v1/jobs", "http://elsewhere", http.StatusServiceUnavailable},
-		{"no leader", "", "GET", "/api/v1/jobs", "", http.StatusServiceUnavailable},
-		{"leader unreachable", dead.URL, "GET", "/api/v1/jobs", "", http.StatusServiceUnavailable},
+		{"forwarded once only", leader.URL, "GET", "/api/v1/workers", "http://elsewhere", http.StatusServiceUnavailable},
+		{"no leader", "", "POST", "/api/v1/jobs", "", http.StatusServiceUnavailable},
+		{"leader unreachable", dead.URL, "GET", "/api/v1/workers", "", http.StatusServiceUnavailable},
 	} {
-		h := api.Standby(func(context.Context) (string, error) { return c.lead, nil }, "http://standby")
+		h := api.Standby(st, func(context.Context) (string, error) { return c.lead, nil }, "http://standby", "")
 		req := httptest.NewRequest(c.method, c.path, nil)
 		if c.header != "" {
 			req.Header.Set("Berth-Forwarded-By", c.header)

@@ -14,15 +14,11 @@ func (c *Controller) Store() store.Store { return c.store }
 // Job returns a job with its attempts; a pending job's Reason says why the
 // scheduler has not placed it. Unknown ids return ECodeNotFound.
 func (c *Controller) Job(ctx context.Context, id string) (*berth.JobDetail, error) {
-	j, err := c.store.Job(ctx, id)
+	d, err := store.JobDetail(ctx, c.store, id)
 	if err != nil {
 		return nil, err
 	}
-	attempts, err := c.store.Attempts(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if j.State == berth.JobPending {
+	if j := d.Job; j.State == berth.JobPending {
 		var reason string
 		if err := c.do(ctx, func() { reason = c.explain(id) }); err != nil {
 			return nil, err
@@ -31,7 +27,7 @@ func (c *Controller) Job(ctx context.Context, id string) (*berth.JobDetail, erro
 			j.Reason = reason
 		}
 	}
-	return &berth.JobDetail{Job: j, AttemptList: attempts}, nil
+	return d, nil
 }
 
 // explain says why a queued job waits; "" when it is not queued.

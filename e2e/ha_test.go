@@ -93,6 +93,9 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 	for i, j := range jobs {
 		ids[i] = j.ID
 	}
+	if d, err := viaStandby.Job(context.Background(), ids[0]); err != nil || d.ID != ids[0] {
+		t.Fatalf("read a job on the standby (from the database): %v, %v", d, err)
+	}
 	done := func() int {
 		entries, _ := os.ReadDir(out)
 		return len(entries)

@@ -174,6 +174,20 @@ type Leadership interface {
 	Leader(ctx context.Context) (string, error)
 }
 
+// JobDetail reads a job and its attempts from s; an unknown id returns
+// ECodeNotFound.
+func JobDetail(ctx context.Context, s Store, id string) (*berth.JobDetail, error) {
+	j, err := s.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	attempts, err := s.Attempts(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return &berth.JobDetail{Job: j, AttemptList: attempts}, nil
+}
+
 // ErrStopped is the error of a commit made after the committer stopped.
 var ErrStopped = berth.Errorf(berth.ECodeUnavailable, "store writer stopped")
 

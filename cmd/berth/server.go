@@ -191,7 +191,7 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	}
 	if l, ok := st.(store.Leadership); ok {
 		// Stand by until this server leads; only the leader runs the controller.
-		rs.setRoute(api.Standby(l.Leader, self))
+		rs.setRoute(api.Standby(st, l.Leader, self, cfg.Token))
 		go func() { rs.done <- rs.http.Serve(ln) }()
 		if cfg.OnStandby != nil {
 			cfg.OnStandby(rs.URL)
