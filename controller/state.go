@@ -284,9 +284,18 @@ func (c *Controller) running(as *attemptState) *scheduler.Running {
 	}
 	r := j.Resources
 	return &scheduler.Running{AttemptID: as.a.ID, JobID: j.ID, Rank: as.a.TaskIndex, Queue: j.Queue, User: j.User,
-		Template: j.Template, Priority: j.Priority, Preemptible: j.Preemptible, Gang: j.Nodes > 1, Started: started,
+		Template: j.Template, Priority: j.Priority, Preemptible: j.Preemptible, Gang: j.Nodes > 1, Spread: spreadKey(j), Started: started,
 		MaxRuntime: time.Duration(j.MaxRuntime), GPUs: as.a.GPUs, CPUs: r.CPUs, Memory: r.Memory,
 		Stopping: as.stopReason() != ""}
+}
+
+// spreadKey names the replica set of a service job: its user's services of
+// one name spread across hosts. Other jobs have none.
+func spreadKey(j *berth.Job) string {
+	if j.Kind != berth.KindService || j.Name == "" {
+		return ""
+	}
+	return j.User + "/" + j.Name
 }
 
 // enqueue puts a job's task in the scheduler queue.
@@ -295,7 +304,7 @@ func (c *Controller) enqueue(js *jobState) {
 		c.seq++
 		j := js.job
 		js.task = &scheduler.Task{JobID: j.ID, Nodes: j.Nodes, Queue: j.Queue, User: j.User, Template: j.Template,
-			Model: j.Model, Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
+			Model: j.Model, Spread: spreadKey(j), Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
 			Seq: c.seq, Resources: j.Resources, Constraints: j.Constraints}
 	}
 	c.queue.Push(js.task)

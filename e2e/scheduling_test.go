@@ -159,3 +159,32 @@ func TestQuotaHoldsJobsBack(t *testing.T) {
 	}
 	cl.awaitState(second.ID, time.Minute, berth.JobSucceeded)
 }
+
+// TestServiceReplicasRunOnDifferentHosts submits two replicas of one
+// service to two agents with room for both on either: they run on
+// different hosts.
+func TestServiceReplicasRunOnDifferentHosts(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t)
+	cl.addAgent("s1")
+	cl.addAgent("s2")
+	dir := t.TempDir()
+	req := shellJob(`while [ ! -e ` + dir + `/stop ]; do sleep 0.05; done`)
+	req.Kind, req.Name, req.Array = berth.KindService, "chat", 2
+	req.Resources.GPUs = 1
+	jobs := cl.submit(req)
+	hosts := map[string]bool{}
+	for _, j := range jobs {
+		d := cl.awaitState(j.ID, 30*time.Second, berth.JobRunning)
+		hosts[d.AttemptList[0].Host] = true
+	}
+	if len(hosts) != 2 {
+		t.Fatalf("replicas ran on %v, want two hosts", hosts)
+	}
+	if err := os.WriteFile(dir+"/stop", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		cl.awaitSuccess(j.ID, "replica")
+	}
+}

@@ -23,6 +23,7 @@ type pass struct {
 	eligible   map[*shape][]*class
 	byHost     map[string][]*node
 	byModel    map[string][]*node
+	replicas   map[string]map[string]int // replica set → host → replicas there
 	classFit   map[classShape]bool
 	statics    map[*shape]Reason
 	open       int // nodes that can take work: on, with a free slot
@@ -135,6 +136,9 @@ func newPass(q *Queue, s *Snapshot) *pass {
 		}
 		for _, r := range w.Running {
 			p.count(r)
+			if !r.Stopping {
+				p.addReplica(r.Spread, w.Host, 1)
+			}
 		}
 	}
 	p.loadQuotas()
@@ -400,6 +404,11 @@ func (p *pass) find(t *Task) (*node, []int) {
 	if sh.host != "" {
 		return p.bestOf(t, p.byHost[sh.host])
 	}
+	if t.Spread != "" {
+		if n, g := p.spreadOut(t); n != nil {
+			return n, g
+		}
+	}
 	if t.Model != "" {
 		if n, g := p.bestOf(t, p.byModel[t.Model]); n != nil {
 			return n, g
@@ -423,6 +432,41 @@ func (p *pass) find(t *Task) (*node, []int) {
 		}
 	}
 	return best, bestGPUs
+}
+
+// spreadOut returns the best fitting node on a host that runs no replica
+// of t's set (preferring where t's model is loaded), or nil.
+func (p *pass) spreadOut(t *Task) (*node, []int) {
+	hosts := p.replicas[t.Spread]
+	var free, warm []*node
+	for _, c := range p.eligibleClasses(t) {
+		for _, n := range c.nodes {
+			if hosts[n.w.Host] == 0 {
+				free = append(free, n)
+				if t.Model != "" && slices.Contains(n.w.Models, t.Model) {
+					warm = append(warm, n)
+				}
+			}
+		}
+	}
+	if n, g := p.bestOf(t, warm); n != nil {
+		return n, g
+	}
+	return p.bestOf(t, free)
+}
+
+// addReplica counts delta replicas of set on host.
+func (p *pass) addReplica(set, host string, delta int) {
+	if set == "" {
+		return
+	}
+	if p.replicas == nil {
+		p.replicas = map[string]map[string]int{}
+	}
+	if p.replicas[set] == nil {
+		p.replicas[set] = map[string]int{}
+	}
+	p.replicas[set][host] += delta
 }
 
 // bestOf returns the fitting node of nodes with the fewest free GPUs.

@@ -491,3 +491,42 @@ func TestEveryFittingJobRuns(t *testing.T) {
 		}
 	})
 }
+
+// TestServiceReplicasSpreadAcrossHosts places replicas of one service: each
+// goes to a host without one while there is such a host (best fit would
+// stack them on one machine), then where they fit; a running replica
+// counts.
+func TestServiceReplicasSpreadAcrossHosts(t *testing.T) {
+	t.Parallel()
+	workers := []*Worker{worker("a", gpus(4, "H100", 80<<30)), worker("b", gpus(4, "H100", 80<<30))}
+	q := NewQueue(DefaultConfig())
+	for i := range 3 {
+		tk := task(fmt.Sprint("r", i), 100, t0.Add(time.Duration(i)), 1)
+		tk.Seq, tk.Spread = uint64(i+1), "alice/chat"
+		q.Push(tk)
+	}
+	other := task("batch", 100, t0.Add(time.Second), 1)
+	other.Seq = 9
+	q.Push(other)
+	plan := Schedule(q, &Snapshot{Now: t0, Workers: workers})
+	hosts := map[string]string{}
+	for _, a := range plan.Assignments {
+		hosts[a.Task.JobID] = a.WorkerID
+	}
+	if len(hosts) != 4 || hosts["r0"] == hosts["r1"] || hosts["r2"] == "" {
+		t.Fatalf("placements = %v, want r0 and r1 on different hosts and r2 placed anyway", hosts)
+	}
+
+	// A replica already running on a: the next goes to b.
+	running := worker("a", gpus(4, "H100", 80<<30))
+	running.Running = []*Running{{AttemptID: "x", JobID: "r-old", Spread: "alice/chat", GPUs: []int{0}, Started: t0}}
+	running.GPUUsed[0] = true
+	q = NewQueue(DefaultConfig())
+	tk := task("r-new", 100, t0, 1)
+	tk.Spread = "alice/chat"
+	q.Push(tk)
+	plan = Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{running, worker("b", gpus(4, "H100", 80<<30))}})
+	if len(plan.Assignments) != 1 || plan.Assignments[0].WorkerID != "b" {
+		t.Fatalf("with a replica running on a: %v, want the new one on b", summary(plan))
+	}
+}

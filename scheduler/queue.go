@@ -28,12 +28,15 @@ import (
 // Task is one pending job: Nodes members (1 for a single-node job, N for a
 // gang) that must all be placed at once, each needing Resources.
 type Task struct {
-	JobID      string
-	Nodes      int // members; 0 means 1
-	Queue      string
-	User       string
-	Template   string
-	Model      string // placed preferably where this model is loaded
+	JobID    string
+	Nodes    int // members; 0 means 1
+	Queue    string
+	User     string
+	Template string
+	Model    string // placed preferably where this model is loaded
+	// Spread names a set of replicas (a service's): they go to hosts that
+	// run none of the set where any fits, else where they fit.
+	Spread     string
 	Priority   int
 	MaxRuntime time.Duration // 0: unknown, never backfills
 	Submitted  time.Time

@@ -59,7 +59,8 @@ type Running struct {
 	Template    string
 	Priority    int
 	Preemptible bool
-	Gang        bool // member of a multi-node job: never a preemption victim
+	Gang        bool   // member of a multi-node job: never a preemption victim
+	Spread      string // the replica set it belongs to (Task.Spread)
 	Started     time.Time
 	MaxRuntime  time.Duration // 0: unknown
 	GPUs        []int
@@ -239,11 +240,13 @@ func (p *pass) place(t *Task) bool {
 		if nd == nil {
 			for i, c := range chosen {
 				c.give(p, t, gpus[i])
+				p.addReplica(t.Spread, c.w.Host, -1)
 				c.stamp = 0
 			}
 			return false
 		}
 		nd.take(p, t, g)
+		p.addReplica(t.Spread, nd.w.Host, 1)
 		nd.stamp = p.stamp
 		chosen = append(chosen, nd)
 		gpus = append(gpus, g)
