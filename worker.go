@@ -45,6 +45,7 @@ type Worker struct {
 	RegisteredAt  time.Time         `json:"registered_at"`
 	ReservedFor   string            `json:"reserved_for,omitempty"` // job the scheduler holds this worker for
 	FaultyGPUs    []int             `json:"faulty_gpus,omitempty"`  // GPUs the agent's health check found missing or faulted
+	Models        []string          `json:"models,omitempty"`       // models warm on it, as its agent reports
 	// Controls is the desired state of its host's queues (absent: on).
 	Controls []*WorkerControl `json:"controls,omitempty"`
 }

@@ -11,6 +11,9 @@
 // (reassigned), when a GPU of theirs fails its health check (gpu_health),
 // and on a hard stop by an operator (operator), which it confirms: the
 // processes are gone and the GPU memory was released.
+//
+// It reports the models warm on its worker (see Agent.Models) and, given a
+// prewarm command, loads the models the server hints jobs will need.
 package agent
 
 import (
@@ -66,6 +69,14 @@ type Config struct {
 	NvidiaSMI      string
 	HealthEvery    time.Duration // how often the GPUs' health is checked; default 30s
 	ReleaseTimeout time.Duration // how long a hard stop waits for GPU memory to be released; default 30s
+	// Models are the models already warm here (their weights cached) when
+	// the agent starts; each must pass ValidModel.
+	Models []string
+	// Prewarm is the command, run with sh -c, that loads a model the
+	// server hints at, with {model} replaced by the model's name
+	// shell-quoted; empty: prewarm hints are ignored.
+	Prewarm        string
+	PrewarmTimeout time.Duration // how long a prewarm command may run; default 30m
 }
 
 // Agent runs attempts for one worker. Create it with New and call Run.
@@ -81,8 +92,12 @@ type Agent struct {
 
 	mu       sync.Mutex
 	attempts map[string]*attempt
-	out      *wire.Outbox   // the current session's, nil while disconnected
-	faults   map[int]string // faulty GPUs by index: what is wrong with each
+	out      *wire.Outbox    // the current session's, nil while disconnected
+	faults   map[int]string  // faulty GPUs by index: what is wrong with each
+	models   map[string]bool // the warm models
+	warming  map[string]bool // the models being prewarmed
+
+	prewarms sync.WaitGroup // running prewarm commands
 
 	parked      atomic.Bool
 	lastContact atomic.Int64 // unix nanos of the last server message
@@ -139,8 +154,17 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ReleaseTimeout <= 0 {
 		cfg.ReleaseTimeout = 30 * time.Second
 	}
+	if cfg.PrewarmTimeout <= 0 {
+		cfg.PrewarmTimeout = 30 * time.Minute
+	}
 	a := &Agent{cfg: cfg, servers: client.ParseServers(cfg.Server), log: cfg.Log, attDir: filepath.Join(cfg.DataDir, "attempts"),
-		attempts: map[string]*attempt{}, registered: make(chan struct{})}
+		attempts: map[string]*attempt{}, registered: make(chan struct{}), models: map[string]bool{}, warming: map[string]bool{}}
+	for _, m := range cfg.Models {
+		if err := ValidModel("models", m); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		a.models[m] = true
+	}
 	a.lease.Store(int64(cfg.Lease))
 	a.heartbeat.Store(int64(5 * time.Second))
 	if err := os.MkdirAll(a.attDir, 0o755); err != nil {
@@ -196,6 +220,7 @@ func (a *Agent) Parked() bool { return a.parked.Load() }
 // errors only when the progress endpoint cannot listen.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.groups.Close()
+	defer a.prewarms.Wait() // ctx's end kills them
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("agent: progress endpoint: %w", err)
@@ -362,6 +387,7 @@ func (a *Agent) session(ctx context.Context, c *websocket.Conn, server string) e
 	reg := &wire.Register{Version: wire.Version, WorkerID: a.workerID, Host: a.cfg.Host, Queues: a.cfg.Queues,
 		GPUs: a.cfg.GPUs, CPUs: a.cfg.CPUs, Memory: a.cfg.Memory, Slots: a.cfg.Slots, Labels: a.cfg.Labels, Agent: a.cfg.Version}
 	a.mu.Lock()
+	reg.Models = a.modelsLocked()
 	for id, at := range a.attempts {
 		at.mu.Lock()
 		if at.result != nil {
@@ -474,7 +500,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		a.mu.Lock()
-		hb := &wire.Heartbeat{FaultyGPUs: slices.Sorted(maps.Keys(a.faults))}
+		hb := &wire.Heartbeat{FaultyGPUs: slices.Sorted(maps.Keys(a.faults)), Models: a.modelsLocked()}
 		for id, at := range a.attempts {
 			if at.proc != nil {
 				select {
@@ -508,6 +534,8 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 		}
 	case *wire.Control:
 		a.control(m)
+	case *wire.PrewarmHint:
+		a.prewarm(runCtx, m.Model)
 	case *wire.Ack:
 		switch m.Of {
 		case wire.AckHeartbeat:
@@ -691,6 +719,9 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	go func() {
 		<-proc.Done()
 		ex := proc.Exit()
+		if ex.State == berth.AttemptSucceeded && m.Model != "" {
+			a.warm(m.Model) // before the result, so that a heartbeat after it reports the model
+		}
 		if ex.Cause == berth.CauseOperator {
 			ex.Reason += "; " + a.confirmStopped(runCtx, at.gpus, ex.Lingering)
 		}

@@ -159,10 +159,16 @@ func (fs *fakeServer) dropSession() {
 // test if none comes within 30s.
 func (fs *fakeServer) await(what string, match func(wire.Message) bool) wire.Message {
 	fs.t.Helper()
+	return fs.awaitFrom(0, what, match)
+}
+
+// awaitFrom is await for the messages the agent sent after the first from.
+func (fs *fakeServer) awaitFrom(from int, what string, match func(wire.Message) bool) wire.Message {
+	fs.t.Helper()
 	timeout := time.After(30 * time.Second)
 	for {
 		fs.mu.Lock()
-		msgs, changed := fs.msgs, fs.changed
+		msgs, changed := fs.msgs[from:], fs.changed
 		fs.mu.Unlock()
 		if i := slices.IndexFunc(msgs, match); i >= 0 {
 			return msgs[i]
@@ -186,6 +192,18 @@ func (fs *fakeServer) sent(match func(wire.Message) bool) []wire.Message {
 		}
 	}
 	return out
+}
+
+// nextHeartbeat awaits the first heartbeat the agent sends after the call.
+func (fs *fakeServer) nextHeartbeat() *wire.Heartbeat {
+	fs.t.Helper()
+	fs.mu.Lock()
+	from := len(fs.msgs)
+	fs.mu.Unlock()
+	return fs.awaitFrom(from, "heartbeat", func(m wire.Message) bool {
+		_, ok := m.Body.(*wire.Heartbeat)
+		return ok
+	}).Body.(*wire.Heartbeat)
 }
 
 // result awaits the result of attempt id.
@@ -225,14 +243,43 @@ func (fs *fakeServer) output(id, want string) string {
 
 // lockedBuffer is a log destination the agent and the test share.
 type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{} // closed and replaced on every write; nil until awaited
 }
 
 func (b *lockedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.changed != nil {
+		close(b.changed)
+		b.changed = nil
+	}
 	return b.buf.Write(p)
+}
+
+// await waits until want occurs n times in what was written, failing the
+// test if it does not within 30s.
+func (b *lockedBuffer) await(t *testing.T, want string, n int) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		b.mu.Lock()
+		found := strings.Count(b.buf.String(), want)
+		if b.changed == nil {
+			b.changed = make(chan struct{})
+		}
+		changed := b.changed
+		b.mu.Unlock()
+		if found >= n {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("the agent logged %q %d times within 30s, want %d:\n%s", want, found, n, b.String())
+		}
+	}
 }
 
 func (b *lockedBuffer) String() string {

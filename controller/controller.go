@@ -96,9 +96,10 @@ type Controller struct {
 	// controlGen counts the loop's control writes, so that a poll that
 	// read the store before one does not undo it.
 	controlGen uint64
-	order      []*workerState    // every worker, by id
-	reserved   map[string]string // worker id → job holding it, from the last full pass
-	nextPort   int               // where the next rendezvous port search starts
+	order      []*workerState       // every worker, by id
+	reserved   map[string]string    // worker id → job holding it, from the last full pass
+	nextPort   int                  // where the next rendezvous port search starts
+	hinted     map[string]time.Time // model → when a worker was last asked to prewarm it
 	// preempted holds when each preemption of the last window happened.
 	preempted []time.Time
 	queue     *scheduler.Queue
@@ -131,6 +132,7 @@ func New(cfg Config) *Controller {
 		workers:   map[string]*workerState{},
 		quotas:    map[string]*berth.QuotaRule{},
 		controls:  map[string]map[string]*berth.WorkerControl{},
+		hinted:    map[string]time.Time{},
 		queue:     scheduler.NewQueue(*cfg.Scheduler),
 		idem:      map[string][]string{},
 		waiters:   map[*waiter]struct{}{},

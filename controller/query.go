@@ -56,7 +56,7 @@ func (c *Controller) Workers(ctx context.Context) ([]*berth.Worker, error) {
 		for _, ws := range c.workers {
 			w := c.workerCopy(ws)
 			w.ReservedFor = c.reserved[w.ID]
-			w.FaultyGPUs = ws.faulty
+			w.FaultyGPUs, w.Models = ws.faulty, ws.sched.Models
 			if len(c.controls[w.Host]) > 0 {
 				w.Controls = c.hostControls(w.Host)
 			}

@@ -132,13 +132,46 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 		}
 		b.Attempts = append(b.Attempts, as.copy())
 		msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
-			Queue: j.Queue, Command: j.Command, Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
+			Queue: j.Queue, Model: j.Model, Command: j.Command, Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
 			MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: c.cfg.Grace}
 		s := ws.sess
 		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
 	}
 	b.JobUpdates = append(b.JobUpdates, js.update())
 	c.stats.placed.observe(now.Sub(j.CreatedAt))
+	if j.Model != "" {
+		c.prewarm(j, now)
+	}
+}
+
+// prewarmEvery is how long a model hinted to a worker is not hinted again
+// while no worker reports it warm.
+const prewarmEvery = 10 * time.Minute
+
+// prewarm sends a prewarm_hint for j's model to one idle worker when no
+// worker has it warm, so that the next job of that model (another replica,
+// the next step) finds a warm worker. The idle worker is connected, takes
+// work from j's queue and runs nothing; the first by id is chosen.
+func (c *Controller) prewarm(j *berth.Job, now time.Time) {
+	if at, ok := c.hinted[j.Model]; ok && now.Sub(at) < prewarmEvery {
+		return
+	}
+	var idle *workerState
+	for _, ws := range c.order {
+		if slices.Contains(ws.sched.Models, j.Model) {
+			return // warm somewhere
+		}
+		if idle == nil && ws.sess != nil && !ws.sched.Off && len(ws.attempts) == 0 && ws.w.Serves(j.Queue) &&
+			c.controlOf(ws.w.Host, j.Queue) == nil {
+			idle = ws
+		}
+	}
+	if idle == nil {
+		return
+	}
+	c.hinted[j.Model] = now
+	s, msg := idle.sess, &wire.PrewarmHint{Model: j.Model}
+	c.afterCommit(func() { s.send(wire.TypePrewarmHint, msg) })
 }
 
 // rendezvous returns the environment every member of a gang of n shares:

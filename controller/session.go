@@ -217,6 +217,7 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 		}
 	}
 	ws.faulty = nil
+	ws.sched.Models = m.Models
 	c.applyControl(ws)
 	c.write(&store.Batch{Workers: []*berth.Worker{c.workerCopy(ws)}})
 	ctl := c.wireControl(w.Host, ws)
@@ -249,6 +250,10 @@ func (c *Controller) onHeartbeat(s *session, m *wire.Heartbeat) {
 		if len(m.FaultyGPUs) > 0 {
 			c.log.Warn("agent reports faulty GPUs; placing nothing more on them", "host", ws.w.Host, "gpus", m.FaultyGPUs)
 		}
+	}
+	if !slices.Equal(ws.sched.Models, m.Models) {
+		ws.sched.Models = m.Models
+		c.dirty = true
 	}
 	ack := &wire.Ack{Of: wire.AckHeartbeat, Control: c.wireControl(ws.w.Host, ws)}
 	for _, id := range m.Running {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -187,4 +188,43 @@ func TestServiceReplicasRunOnDifferentHosts(t *testing.T) {
 	for _, j := range jobs {
 		cl.awaitSuccess(j.ID, "replica")
 	}
+}
+
+// TestPrewarmHintWarmsAnIdleWorker places a job for a model no worker has
+// warm: the idle agent is hinted, runs its prewarm command with the model,
+// and reports the model warm.
+func TestPrewarmHintWarmsAnIdleWorker(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t)
+	dir := t.TempDir()
+	for _, host := range []string{"w1", "w2"} {
+		cl.addAgent(host, "--prewarm", "echo {model} >> "+dir+"/prewarmed-"+host)
+	}
+	req := shellJob(`while [ ! -e ` + dir + `/stop ]; do sleep 0.05; done`)
+	req.Model = "llama-8b"
+	j := cl.submit(req)[0]
+	ran := cl.awaitState(j.ID, 30*time.Second, berth.JobRunning).AttemptList[0].Host
+	idle := map[string]string{"w1": "w2", "w2": "w1"}[ran]
+	cl.eventually(30*time.Second, "the idle worker to report llama-8b warm", func() bool {
+		ws, err := cl.c.Workers(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, w := range ws {
+			if w.Host == idle && slices.Contains(w.Models, "llama-8b") {
+				return true
+			}
+		}
+		return false
+	})
+	if data, err := os.ReadFile(dir + "/prewarmed-" + idle); err != nil || strings.TrimSpace(string(data)) != "llama-8b" {
+		t.Fatalf("prewarm command on %s: %q, %v; want it run once with llama-8b", idle, data, err)
+	}
+	if _, err := os.Stat(dir + "/prewarmed-" + ran); err == nil {
+		t.Fatalf("the busy worker %s was hinted too", ran)
+	}
+	if err := os.WriteFile(dir+"/stop", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl.awaitSuccess(j.ID, "the model's job")
 }

@@ -33,6 +33,8 @@ const (
 	TypeNoWork    = "no_work"
 	TypeAck       = "ack"
 	TypeControl   = "control"
+	// TypePrewarmHint tells an agent which model jobs are about to need.
+	TypePrewarmHint = "prewarm_hint"
 )
 
 // Envelope is one frame.
@@ -130,6 +132,8 @@ func Decode(frame []byte) (string, any, error) {
 		v = &NoWork{}
 	case TypeAck:
 		v = &Ack{}
+	case TypePrewarmHint:
+		v = &PrewarmHint{}
 	default:
 		return "", nil, fmt.Errorf("decode frame: unknown message type %q", env.Type)
 	}
@@ -157,14 +161,19 @@ type Register struct {
 	Running  []string          `json:"running,omitempty"`
 	Finished []string          `json:"finished,omitempty"` // ended, result not yet acknowledged
 	Agent    string            `json:"agent,omitempty"`    // build version
+	// Models are the models warm on this worker (their weights are cached
+	// here), sorted.
+	Models []string `json:"models,omitempty"`
 }
 
 // Heartbeat renews the worker's lease and the leases of Running attempts.
 // FaultyGPUs lists the indexes of GPUs the agent's health check found
-// missing or faulted; the server places nothing more on them.
+// missing or faulted; the server places nothing more on them. Models are
+// the models warm on the worker now, sorted, as in Register.
 type Heartbeat struct {
 	Running    []string `json:"running,omitempty"`
 	FaultyGPUs []int    `json:"faulty_gpus,omitempty"`
+	Models     []string `json:"models,omitempty"`
 }
 
 // ReadyForWork tells the server the agent can take assignments.
@@ -189,6 +198,9 @@ type JobAssign struct {
 	// and reports no progress for this long; 0: never.
 	StallTimeout time.Duration `json:"stall_timeout,omitempty"`
 	Grace        time.Duration `json:"grace,omitempty"` // SIGTERM → SIGKILL
+	// Model is the job's model: once the attempt succeeds, the agent
+	// reports it warm.
+	Model string `json:"model,omitempty"`
 }
 
 // JobAccepted says the attempt's process has started.
@@ -233,6 +245,13 @@ type JobCancel struct {
 	AttemptID string `json:"attempt_id"`
 	Reason    string `json:"reason,omitempty"`
 	Cause     string `json:"cause,omitempty"`
+}
+
+// PrewarmHint says the server expects jobs for Model, which no worker has
+// warm. An agent with a prewarm command loads the model (caches its
+// weights) with it, then reports the model warm; others ignore the hint.
+type PrewarmHint struct {
+	Model string `json:"model"`
 }
 
 // Control is the desired state of the agent's worker: the queues turned

@@ -37,8 +37,9 @@ func TestRoundTrip(t *testing.T) {
 			Running:  []string{"att-1", "att-2"},
 			Finished: []string{"att-0"},
 			Agent:    "v1.2.3",
+			Models:   []string{"llama-3-8b", "org/mistral-7b"},
 		}},
-		{wire.TypeHeartbeat, &wire.Heartbeat{Running: []string{"att-1", "att-2"}}},
+		{wire.TypeHeartbeat, &wire.Heartbeat{Running: []string{"att-1", "att-2"}, FaultyGPUs: []int{1}, Models: []string{"llama-3-8b"}}},
 		{wire.TypeReadyForWork, &wire.ReadyForWork{}},
 		{wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: "att-1"}},
 		{wire.TypeJobResult, &wire.JobResult{
@@ -60,9 +61,11 @@ func TestRoundTrip(t *testing.T) {
 			GPUs:       []int{0, 2},
 			MaxRuntime: 90 * time.Minute,
 			Grace:      10 * time.Second,
+			Model:      "llama-3-8b",
 		}},
 		{wire.TypeJobCancel, &wire.JobCancel{AttemptID: "att-1", Reason: "cancelled by user"}},
 		{wire.TypeNoWork, &wire.NoWork{}},
+		{wire.TypePrewarmHint, &wire.PrewarmHint{Model: "org/llama-3-70b"}},
 		{wire.TypeAck, &wire.Ack{
 			Of:        wire.AckRegister,
 			AttemptID: "att-1",
@@ -100,6 +103,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, typ := range []string{
 		wire.TypeRegister, wire.TypeHeartbeat, wire.TypeReadyForWork, wire.TypeJobAccepted,
 		wire.TypeJobResult, wire.TypeLog, wire.TypeJobAssign, wire.TypeJobCancel, wire.TypeNoWork, wire.TypeAck,
+		wire.TypePrewarmHint,
 	} {
 		if !seen[typ] {
 			t.Errorf("message type %q has no round-trip case", typ)
@@ -161,6 +165,8 @@ func TestDecodeRejects(t *testing.T) {
 		{"log data not base64", `{"type":"log","payload":{"attempt_id":"a","data":"!!!"}}`},
 		{"log offset fractional", `{"type":"log","payload":{"offset":1.5}}`},
 		{"ack of as number", `{"type":"ack","payload":{"of":1}}`},
+		{"prewarm_hint model as number", `{"type":"prewarm_hint","payload":{"model":7}}`},
+		{"heartbeat models as string", `{"type":"heartbeat","payload":{"models":"m1"}}`},
 		{"payload is an array", `{"type":"job_accepted","payload":["a"]}`},
 		{"payload is a string", `{"type":"job_cancel","payload":"a"}`},
 	}

@@ -19,6 +19,9 @@ type agentFlags struct {
 	queues      string
 	labels      string
 	healthEvery time.Duration
+	models      string
+	prewarm     string
+	prewarmFor  time.Duration
 }
 
 func (m *Main) addAgentFlags(fs interface {
@@ -31,6 +34,9 @@ func (m *Main) addAgentFlags(fs interface {
 	fs.StringVar(&af.queues, "queues", "", "comma-separated queues to serve (default: every queue)")
 	fs.StringVar(&af.labels, "labels", "", "comma-separated KEY=VALUE labels jobs can select")
 	fs.DurationVar(&af.healthEvery, "health-every", 30*time.Second, "how often nvidia-smi checks the discovered GPUs (1s to 24h); attempts on a GPU\nthat disappears or reports an Xid or ECC fault are stopped (exit code 78)")
+	fs.StringVar(&af.models, "models", "", "comma-separated models already warm here (weights cached); jobs for them are placed here\npreferably")
+	fs.StringVar(&af.prewarm, "prewarm", "", "command (run with sh -c) that loads a model the server expects jobs for, with {model}\nreplaced by its name, shell-quoted, e.g. 'huggingface-cli download {model}'; the model is warm\nhere once it exits 0 (default: prewarm hints are ignored)")
+	fs.DurationVar(&af.prewarmFor, "prewarm-timeout", 30*time.Minute, "how long a --prewarm command may run (1s to 24h)")
 }
 
 // agentConfig turns flags into an agent configuration, discovering GPUs with
@@ -44,7 +50,22 @@ func (af *agentFlags) agentConfig(ctx context.Context) (agent.Config, error) {
 	if af.healthEvery < time.Second || af.healthEvery > 24*time.Hour {
 		return cfg, berth.Invalidf("--health-every", "%v: must be between 1s and 24h", af.healthEvery)
 	}
-	cfg.Slots, cfg.HealthEvery = af.slots, af.healthEvery
+	if af.prewarmFor < time.Second || af.prewarmFor > 24*time.Hour {
+		return cfg, berth.Invalidf("--prewarm-timeout", "%v: must be between 1s and 24h", af.prewarmFor)
+	}
+	if af.prewarm != "" && !strings.Contains(af.prewarm, "{model}") {
+		return cfg, berth.Invalidf("--prewarm", "%q: must contain {model}, where the model's name goes", af.prewarm)
+	}
+	if af.models != "" {
+		for _, model := range strings.Split(af.models, ",") {
+			model = strings.TrimSpace(model)
+			if err := agent.ValidModel("--models", model); err != nil {
+				return cfg, err
+			}
+			cfg.Models = append(cfg.Models, model)
+		}
+	}
+	cfg.Slots, cfg.HealthEvery, cfg.Prewarm, cfg.PrewarmTimeout = af.slots, af.healthEvery, af.prewarm, af.prewarmFor
 	if af.gpus != "" {
 		gpus, err := berth.ParseGPUSpec(af.gpus)
 		if err != nil {
@@ -106,7 +127,14 @@ itself exits with 75 (max_runtime), 76 (stalled), 77 (reassigned elsewhere),
 comma-separated (--server http://a:7070,http://b:7070): the agent keeps a
 session with the one that leads and, when it loses it, reconnects to the
 leader a standby names or to the next server, reporting its running
-attempts, which keep running if it reconnects within its lease.`
+attempts, which keep running if it reconnects within its lease.
+
+The agent reports the models warm here: those named by --models, and the
+model of every job that succeeded here (its weights are now cached). When
+the server expects jobs for a model warm nowhere, it hints an idle agent,
+which runs its --prewarm command for that model (one at a time per model,
+output in DATA_DIR/prewarm.log, no GPU visible) and reports the model warm
+once the command exits 0.`
 
 func runAgent(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("agent", agentUsage)
