@@ -59,30 +59,37 @@ type progressScanner struct {
 }
 
 // scan reads the next piece of output and returns the value of its last
-// complete progress line, and whether there was one.
+// complete progress line, and whether there was one. Only a line split
+// across pieces is copied.
 func (s *progressScanner) scan(data []byte) (value string, found bool) {
 	for len(data) > 0 {
 		end := bytes.IndexAny(data, "\r\n")
-		part := data
-		if end >= 0 {
-			part = data[:end]
-		}
-		if !s.long && len(s.line)+len(part) > maxProgressRead {
-			s.line, s.long = s.line[:0], true
-		}
-		if !s.long {
-			s.line = append(s.line, part...)
-		}
 		if end < 0 {
+			s.keep(data)
 			return value, found
 		}
-		if v, ok := progressLine(s.line); ok { // a long line was dropped: s.line is empty
+		line := data[:end]
+		if len(s.line) > 0 || s.long {
+			s.keep(line)
+			line = s.line
+		}
+		if v, ok := progressLine(line); ok && len(line) <= maxProgressRead {
 			value, found = v, true
 		}
 		s.line, s.long = s.line[:0], false
 		data = data[end+1:]
 	}
 	return value, found
+}
+
+// keep adds part of the current line to those kept, dropping a line once
+// it is longer than maxProgressRead.
+func (s *progressScanner) keep(part []byte) {
+	if s.long || len(s.line)+len(part) > maxProgressRead {
+		s.line, s.long = s.line[:0], true
+		return
+	}
+	s.line = append(s.line, part...)
 }
 
 // progress is an attempt's latest progress and whether the server has it.

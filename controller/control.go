@@ -129,7 +129,7 @@ func (c *Controller) applyControl(ws *workerState) []string {
 	for _, as := range ws.attempts {
 		if ctl := c.controlOf(host, as.job.job.Queue); ctl != nil {
 			policyOf(ctl).onOff(c, as, ctl)
-			if as.stoppedBy != nil && as.a.State != berth.AttemptStopped {
+			if as.stoppedBy != nil {
 				stopping = append(stopping, as.a.ID)
 			}
 		}

@@ -381,9 +381,8 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 		if as.stoppedBy != nil && !strings.HasPrefix(reason, "stopped by operator") {
 			reason = operatorStop(as.stoppedBy) + "; " + reason
 		}
-		if n, _ := berth.CauseExitCode(berth.CauseOperator); code == nil || *code != n {
-			code = &n
-		}
+		n, _ := berth.CauseExitCode(berth.CauseOperator)
+		code = &n
 	}
 	c.endAttempt(as, st, code, reason, c.now().UTC())
 	c.afterCommit(func() { s.send(wire.TypeAck, ack) })

@@ -83,7 +83,7 @@ func (as *attemptState) stopReason() string {
 // stopCause is the cause a stop of the attempt carries to its agent: an
 // operator's hard stop, or none.
 func (as *attemptState) stopCause() string {
-	if as.stoppedBy != nil && as.stopReason() == operatorStop(as.stoppedBy) {
+	if as.stoppedBy != nil && !as.job.cancelRequested() && as.preemptedBy == "" { // stopReason's earlier cases win
 		return berth.CauseOperator
 	}
 	return ""
