@@ -36,7 +36,8 @@ const migrateLock = 0x626572746D696772
 // Store is a store.Store and a store.ControlWatcher on one PostgreSQL
 // database.
 type Store struct {
-	*sqlstore.Reader // on pool
+	*sqlstore.Reader      // on pool
+	*sqlstore.Credentials // on pool
 
 	pool   *pgxpool.Pool
 	config *pgx.ConnConfig // of pool's connections, for the watchers' own
@@ -79,6 +80,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 		ControlTime: "updated_at_ns",
 	})
+	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	return s, nil
 }
 
@@ -113,6 +115,15 @@ func migrate(ctx context.Context, config *pgx.ConnConfig) error {
 // query runs a read on the pool.
 func (s *Store) query(ctx context.Context, query string, args ...any) (sqlstore.Rows, error) {
 	return s.pool.Query(ctx, query, args...)
+}
+
+// exec runs one statement on the pool.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := s.pool.Exec(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Close ends the watchers of worker controls and closes the pool. It

@@ -25,7 +25,8 @@ var migrations embed.FS
 
 // Store is a store.Store on one SQLite file.
 type Store struct {
-	*sqlstore.Reader // on r
+	*sqlstore.Reader      // on r
+	*sqlstore.Credentials // on r and w
 
 	w *sql.DB // one connection: the only writer
 	r *sql.DB // read-only pool
@@ -78,6 +79,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		Placeholder: func(int) string { return "?" },
 		ControlTime: "updated_at",
 	})
+	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	return s, nil
 }
 
@@ -88,6 +90,15 @@ func (s *Store) query(ctx context.Context, query string, args ...any) (sqlstore.
 		return nil, err
 	}
 	return sqlRows{rows}, nil
+}
+
+// exec runs one statement on the writer.
+func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := s.w.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // sqlRows is a *sql.Rows as sqlstore.Rows.

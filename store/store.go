@@ -144,6 +144,27 @@ type Store interface {
 	// from outside Berth (plain SQL); the controller reads them back
 	// periodically.
 	WorkerControls(ctx context.Context) ([]*berth.WorkerControl, error)
+
+	// The token registry and secrets are written at once, each in a
+	// transaction of its own, not through Write.
+
+	// CreateToken adds t to the token registry; an id already there is
+	// ECodeConflict.
+	CreateToken(ctx context.Context, t *berth.Token) error
+	// Tokens returns the token registry, oldest first.
+	Tokens(ctx context.Context) ([]*berth.Token, error)
+	// RevokeToken marks token id revoked at at (one already revoked keeps
+	// its first time) and returns it; an unknown id is ECodeNotFound.
+	RevokeToken(ctx context.Context, id string, at time.Time) (*berth.Token, error)
+	// PutSecret creates or replaces a secret (by owner and name).
+	PutSecret(ctx context.Context, s *berth.Secret) error
+	// Secrets returns owner's secrets, or every owner's when owner is "",
+	// by owner, then name, with their sealed values.
+	Secrets(ctx context.Context, owner string) ([]*berth.Secret, error)
+	// DeleteSecret deletes owner's secret name; an unknown one is
+	// ECodeNotFound.
+	DeleteSecret(ctx context.Context, owner, name string) error
+
 	// Close releases the store.
 	Close() error
 }

@@ -81,6 +81,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"LoadActiveEmpty", testLoadActiveEmpty},
 		{"LoadActive", testLoadActive},
 		{"ConcurrentWritesAndReads", testConcurrent},
+		{"Tokens", testTokens},
+		{"Secrets", testSecrets},
 	}
 	for _, n := range []int{1, 127, 128, 129, 300, 1000} {
 		tests = append(tests, struct {
