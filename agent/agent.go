@@ -19,6 +19,7 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -48,8 +49,15 @@ type Config struct {
 	// Server is the server's URL (http://host:7070), or the
 	// comma-separated URLs of the servers of a highly available control
 	// plane: the agent keeps a session with the one that leads.
-	Server    string
-	Token     string
+	Server string
+	// Token is the agent's credential, bound to Host; empty: the one
+	// saved in DataDir/credential, if any.
+	Token string
+	// JoinToken, when the agent has no credential yet, is traded for one
+	// at the first connection, which is saved in DataDir/credential.
+	JoinToken string
+	// TLS verifies https:// servers (a pinned CA); nil: the system's roots.
+	TLS       *tls.Config
 	DataDir   string
 	Host      string
 	Queues    []string // empty: every queue
@@ -114,7 +122,8 @@ type attempt struct {
 	log      string
 	queue    string
 	gpus     []int
-	token    string // the secret of its progress URL
+	token    string      // the secret of its progress URL
+	mask     *secretMask // hides its secrets' values in what is shipped; nil: none
 	proc     Process
 	progress progress
 
@@ -174,6 +183,11 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.cfg.Token == "" {
+		if a.cfg.Token, err = SavedCredential(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
 	a.workerID = id
 	journal := filepath.Join(cfg.DataDir, "groups")
 	if n, err := KillStale(journal); err != nil {
@@ -221,6 +235,11 @@ func (a *Agent) Parked() bool { return a.parked.Load() }
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.groups.Close()
 	defer a.prewarms.Wait() // ctx's end kills them
+	if a.cfg.Token == "" && a.cfg.JoinToken != "" {
+		if err := a.join(ctx); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("agent: progress endpoint: %w", err)
@@ -366,7 +385,11 @@ func (a *Agent) dial(ctx context.Context, server string) (c *websocket.Conn, lea
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, resp, err := websocket.Dial(dialCtx, wsURL(server), &websocket.DialOptions{HTTPHeader: hdr})
+	opts := &websocket.DialOptions{HTTPHeader: hdr}
+	if a.cfg.TLS != nil {
+		opts.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: a.cfg.TLS}}
+	}
+	c, resp, err := websocket.Dial(dialCtx, wsURL(server), opts)
 	if err != nil {
 		if resp != nil {
 			leader = resp.Header.Get(berth.LeaderHeader)
@@ -698,12 +721,15 @@ func (a *Agent) setFaults(faults map[int]string) {
 func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	dir := filepath.Join(a.attDir, m.AttemptID)
 	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: dir + ".log",
-		queue: m.Queue, gpus: m.GPUs, token: rand.Text()}
-	proc, err := a.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
-		ArrayIndex: m.ArrayIndex, Command: m.Command, Env: m.Env, Workdir: m.Workdir, Dir: dir, LogPath: at.log,
-		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups,
-		ProgressURL: a.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token})
+		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), mask: newSecretMask(m.Secrets)}
+	run, err := expandSecrets(m)
+	var proc Process
 	if err != nil {
+		proc = failedProcess(fmt.Sprintf("start: %v", err))
+	} else if proc, err = a.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
+		ArrayIndex: m.ArrayIndex, Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log,
+		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups,
+		ProgressURL: a.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token}); err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	}
 	at.proc = proc
@@ -726,7 +752,7 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 			ex.Reason += "; " + a.confirmStopped(runCtx, at.gpus, ex.Lingering)
 		}
 		at.mu.Lock()
-		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: ex.Reason, Cause: ex.Cause}
+		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.mask.redact(ex.Reason), Cause: ex.Cause}
 		at.mu.Unlock()
 		a.report(runCtx, at)
 	}()
@@ -783,7 +809,7 @@ func (a *Agent) sendProgress(ctx context.Context, at *attempt) error {
 	if !ok {
 		return nil
 	}
-	if err := a.send(ctx, wire.TypeProgress, &wire.Progress{AttemptID: at.id, Progress: v}); err != nil {
+	if err := a.send(ctx, wire.TypeProgress, &wire.Progress{AttemptID: at.id, Progress: at.mask.redact(v)}); err != nil {
 		return err
 	}
 	at.progress.sent(v)
@@ -819,6 +845,10 @@ func (a *Agent) shipLocked(ctx context.Context, at *attempt) error {
 		n, err := at.file.ReadAt(buf, at.sent)
 		if n > 0 {
 			at.scan(buf[:n])
+			final := at.result != nil && errors.Is(err, io.EOF) // the whole output is read
+			if n = at.mask.mask(buf[:n], final); n == 0 {
+				return nil // what is there may be the start of a secret: wait for more
+			}
 			chunk := append([]byte(nil), buf[:n]...)
 			if err := a.send(ctx, wire.TypeLog, &wire.Log{AttemptID: at.id, Offset: at.sent, Data: chunk}); err != nil {
 				return err

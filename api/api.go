@@ -6,7 +6,6 @@ package api
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,34 +34,48 @@ type Server struct {
 
 	ctl   *controller.Controller
 	reads reader // the controller; a standby's store
-	token string
+	sec   *Security
 	log   *slog.Logger
 	mux   *http.ServeMux
 }
 
-// New returns a server for ctl. A non-empty token is required of every
-// request but /healthz, as "Authorization: Bearer TOKEN".
-func New(ctl *controller.Controller, token string, log *slog.Logger) *Server {
+// New returns a server for ctl that admits requests as sec says: every
+// request but GET /healthz must authenticate, and each route allows the
+// roles docs/security.md lists.
+func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{ctl: ctl, reads: ctl, token: token, log: log, mux: http.NewServeMux()}
+	s := &Server{ctl: ctl, reads: ctl, sec: sec, log: log, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.HandleFunc("GET /metrics", s.metrics)
-	s.mux.HandleFunc("POST /api/v1/jobs", s.submit)
-	s.mux.HandleFunc("GET /api/v1/jobs", s.listJobs)
-	s.mux.HandleFunc("GET /api/v1/jobs/{id}", s.getJob)
-	s.mux.HandleFunc("POST /api/v1/jobs/{id}/cancel", s.cancel)
-	s.mux.HandleFunc("GET /api/v1/jobs/{id}/logs", s.logs)
-	s.mux.HandleFunc("POST /api/v1/wait", s.wait)
-	s.mux.HandleFunc("GET /api/v1/workers", s.workers)
-	s.mux.HandleFunc("GET /api/v1/workers/{host}/control", s.getControl)
-	s.mux.HandleFunc("PUT /api/v1/workers/{host}/control", s.putControl)
-	s.mux.HandleFunc("GET /api/v1/quotas", s.listQuotas)
-	s.mux.HandleFunc("PUT /api/v1/quotas/{id}", s.putQuota)
-	s.mux.HandleFunc("DELETE /api/v1/quotas/{id}", s.deleteQuota)
-	s.mux.HandleFunc("GET /api/v1/events", s.events)
-	s.mux.HandleFunc("GET /api/v1/agent", s.agent)
+	const (
+		people    = "viewer, user, operator or admin"
+		jobReader = "viewer, user, operator, admin or peer"
+		submitter = "user, operator, admin or peer"
+		operators = "operator or admin"
+	)
+	s.route("GET /metrics", seesAllJobs, "viewer, operator or admin", s.metrics)
+	s.route("POST /api/v1/jobs", canSubmit, submitter, s.submit)
+	s.route("GET /api/v1/jobs", readsJobs, jobReader, s.listJobs)
+	s.route("GET /api/v1/jobs/{id}", readsJobs, jobReader, s.getJob)
+	s.route("POST /api/v1/jobs/{id}/cancel", canSubmit, submitter, s.cancel)
+	s.route("GET /api/v1/jobs/{id}/logs", readsJobs, jobReader, s.logs)
+	s.route("POST /api/v1/wait", readsJobs, jobReader, s.wait)
+	s.route("GET /api/v1/workers", readsCluster, jobReader, s.workers)
+	s.route("GET /api/v1/workers/{host}/control", readsCluster, jobReader, s.getControl)
+	s.route("PUT /api/v1/workers/{host}/control", actsOnAllJobs, operators, s.putControl)
+	s.route("GET /api/v1/quotas", readsCluster, jobReader, s.listQuotas)
+	s.route("PUT /api/v1/quotas/{id}", actsOnAllJobs, operators, s.putQuota)
+	s.route("DELETE /api/v1/quotas/{id}", actsOnAllJobs, operators, s.deleteQuota)
+	s.route("GET /api/v1/events", isPerson, people, s.events)
+	s.route("POST /api/v1/tokens", isAdmin, "admin", s.createToken)
+	s.route("GET /api/v1/tokens", isAdmin, "admin", s.listTokens)
+	s.route("DELETE /api/v1/tokens/{id}", isAdmin, "admin", s.revokeToken)
+	s.route("PUT /api/v1/secrets/{name}", canSubmit, submitter, s.putSecret)
+	s.route("GET /api/v1/secrets", canSubmit, submitter, s.listSecrets)
+	s.route("DELETE /api/v1/secrets/{name}", canSubmit, submitter, s.deleteSecret)
+	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
+	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, berth.Errorf(berth.ECodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -71,10 +84,8 @@ func New(ctl *controller.Controller, token string, log *slog.Logger) *Server {
 
 // ServeHTTP authenticates and routes the request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.token != "" && r.URL.Path != "/healthz" {
-		got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
-			writeError(w, berth.Errorf(berth.ECodeUnauthorized, "missing or wrong token (set BERTH_TOKEN)"))
+	if r.URL.Path != "/healthz" {
+		if r = s.sec.admit(w, r); r == nil {
 			return
 		}
 	}
@@ -138,7 +149,8 @@ func decode(r *http.Request, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
 	}
-	if dec.More() {
+	// Only JSON whitespace may follow; dec.More would miss a stray ] or }.
+	if len(bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n")) > 0 {
 		return berth.Invalidf("body", "trailing data after the JSON object")
 	}
 	return nil
@@ -158,6 +170,9 @@ func jsonError(err error) error {
 		return berth.Invalidf("body", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		if field == "" { // the key ""
+			return berth.Invalidf("body", `unknown field ""`)
+		}
 		return berth.Invalidf(field, "unknown field")
 	case errors.Is(err, io.EOF):
 		return berth.Invalidf("body", "empty; want a JSON object")
@@ -193,7 +208,14 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	req := berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
-	if err := decode(r, &req); err != nil {
+	err := decode(r, &req)
+	if err == nil {
+		err = submitter(identity(r), &req)
+	}
+	if err == nil {
+		err = s.sec.jobSecrets(&req)
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}
@@ -212,6 +234,13 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.JobFilter{Queue: q.Get("queue"), User: q.Get("user"), Before: q.Get("cursor"), Limit: 100}
+	if who := identity(r); !seesAllJobs(who) {
+		if f.User != "" && f.User != who.Name {
+			writeError(w, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only list its own jobs", who.Name, who.Role))
+			return
+		}
+		f.User = who.Name
+	}
 	if v := q.Get("state"); v != "" {
 		for _, name := range strings.Split(v, ",") {
 			st, err := berth.ParseJobState(name)
@@ -251,7 +280,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
-	j, err := s.reads.Job(r.Context(), r.PathValue("id"))
+	j, err := s.ownJob(r, r.PathValue("id"), false)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -260,6 +289,10 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.ownJob(r, r.PathValue("id"), true); err != nil {
+		writeError(w, err)
+		return
+	}
 	j, err := s.ctl.Cancel(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, err)
@@ -277,6 +310,19 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	if len(req.IDs) == 0 && !req.All {
 		writeError(w, berth.Invalidf("ids", "name at least one job id, or set all"))
 		return
+	}
+	if who := identity(r); !seesAllJobs(who) {
+		if req.All {
+			writeError(w, &berth.Error{Code: berth.ECodeForbidden, Field: "all",
+				Message: fmt.Sprintf("waiting for all jobs covers every user's; %s (role %s) may wait for its own, by id", who.Name, who.Role)})
+			return
+		}
+		for _, id := range req.IDs {
+			if _, err := s.ownJob(r, id, false); err != nil && berth.ErrorCode(err) != berth.ECodeNotFound {
+				writeError(w, err)
+				return
+			}
+		}
 	}
 	timeout := time.Duration(req.Timeout)
 	if timeout <= 0 || timeout > time.Minute {
@@ -327,6 +373,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
+	visible := s.eventFilter(r)
 	for {
 		events, missed, err := s.ctl.Bus().Read(r.Context(), after)
 		if err != nil {
@@ -336,11 +383,44 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "event: missed\ndata: {\"missed\":%d}\n\n", missed)
 		}
 		for _, e := range events {
+			if !visible(e) {
+				after = e.Seq
+				continue
+			}
 			data, _ := json.Marshal(e)
 			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, data)
 			after = e.Seq
 		}
 		flusher.Flush()
+	}
+}
+
+// eventFilter returns which events the request's identity may see: all of
+// them for those who see every job; for users, those of their own jobs
+// and those about no job and no other user.
+func (s *Server) eventFilter(r *http.Request) func(berth.Event) bool {
+	who := identity(r)
+	if seesAllJobs(who) {
+		return func(berth.Event) bool { return true }
+	}
+	owned := map[string]bool{} // job id → the user's
+	return func(e berth.Event) bool {
+		if e.User != "" && e.User != who.Name {
+			return false
+		}
+		if e.JobID == "" {
+			return true
+		}
+		mine, known := owned[e.JobID]
+		if !known {
+			j, err := s.reads.Job(r.Context(), e.JobID)
+			mine = err == nil && j.User == who.Name
+			if len(owned) >= 1<<16 {
+				clear(owned) // bounded: looked up again when seen again
+			}
+			owned[e.JobID] = mine
+		}
+		return mine
 	}
 }
 
@@ -369,6 +449,6 @@ func (s *Server) agent(w http.ResponseWriter, r *http.Request) {
 		return // Accept wrote the error response
 	}
 	c.SetReadLimit(4 << 20)
-	err = s.ctl.ServeAgent(r.Context(), wsConn{c})
+	err = s.ctl.ServeAgent(r.Context(), wsConn{c}, identity(r).Worker)
 	s.log.Info("agent session ended", "remote", r.RemoteAddr, "err", err)
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/api/apitest"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/wire"
@@ -35,9 +37,17 @@ type server struct {
 	url   string
 	token string
 	ctl   *controller.Controller
+	sec   *api.Security
 }
 
-func newServer(t *testing.T, token string) *server {
+// newServer starts a server that trusts loopback clients as admins.
+func newServer(t *testing.T) *server { return startServer(t, auth.RoleAdmin) }
+
+// newSecuredServer starts a server that trusts no one without a token; the
+// server's token is an admin's.
+func newSecuredServer(t *testing.T) *server { return startServer(t, "") }
+
+func startServer(t *testing.T, trustLoopback auth.Role) *server {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "berth.db"))
@@ -60,9 +70,14 @@ func newServer(t *testing.T, token string) *server {
 			t.Errorf("stop controller: %v", err)
 		}
 	})
-	hs := httptest.NewServer(api.New(ctl, token, nil))
+	sec := apitest.Security(t, st, trustLoopback)
+	hs := httptest.NewServer(api.New(ctl, sec, nil))
 	t.Cleanup(hs.Close)
-	return &server{t: t, url: hs.URL, token: token, ctl: ctl}
+	s := &server{t: t, url: hs.URL, ctl: ctl, sec: sec}
+	if trustLoopback == "" {
+		s.token = apitest.Token(t, sec, "root", auth.RoleAdmin, "")
+	}
+	return s
 }
 
 // do sends a request with the server's token (if any) and returns the
@@ -196,7 +211,7 @@ func checkError(t *testing.T, status int, ctype string, data []byte, wantStatus 
 
 func TestSubmitCreatesJob(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	jobs := s.submit(`{"name":"train","queue":"gpu","priority":500,"command":["python","train.py"],"resources":{"gpus":2,"gpu_memory":"40GiB"},"env":{"LR":"0.1"}}`, http.StatusCreated)
 	if len(jobs) != 1 {
 		t.Fatalf("got %d jobs, want 1", len(jobs))
@@ -226,7 +241,7 @@ func TestSubmitCreatesJob(t *testing.T) {
 
 func TestSubmitDefaults(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	j := s.submit(`{"command":"echo hi"}`, http.StatusCreated)[0]
 	if j.Queue != berth.DefaultQueue || j.Priority != berth.DefaultPriority || j.Nodes != 1 || j.Kind != berth.KindBatch {
 		t.Errorf("defaults not applied: %+v", j.JobSpec)
@@ -238,7 +253,7 @@ func TestSubmitDefaults(t *testing.T) {
 
 func TestSubmitArray(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	const n = 7
 	jobs := s.submit(fmt.Sprintf(`{"command":["true"],"array":%d}`, n), http.StatusCreated)
 	if len(jobs) != n {
@@ -273,7 +288,7 @@ func TestSubmitArray(t *testing.T) {
 
 func TestSubmitIdempotencyKey(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	body := `{"command":["true"],"array":3,"idempotency_key":"run-42"}`
 	first := s.submit(body, http.StatusCreated)
 	if len(first) != 3 {
@@ -301,7 +316,7 @@ func TestSubmitIdempotencyKey(t *testing.T) {
 
 func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	big := `{"command":["echo","` + strings.Repeat("x", api.MaxBody) + `"]}`
 	tests := []struct {
 		name   string
@@ -376,7 +391,7 @@ func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
 
 func TestGetAndCancel(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 
 	status, ctype, data := s.do("GET", "/api/v1/jobs/01NOSUCHJOB0000000000000000", "")
 	checkError(t, status, ctype, data, http.StatusNotFound, berth.ECodeNotFound, "id")
@@ -411,7 +426,7 @@ func TestGetAndCancel(t *testing.T) {
 
 func TestListJobs(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	gpu := s.submit(`{"command":["true"],"queue":"gpu","array":3}`, http.StatusCreated)
 	cpu := s.submit(`{"command":["true"],"queue":"cpu","array":2}`, http.StatusCreated)
 	if status, _, data := s.do("POST", "/api/v1/jobs/"+cpu[0].ID+"/cancel", ""); status != http.StatusOK {
@@ -515,8 +530,7 @@ func TestListJobs(t *testing.T) {
 
 func TestToken(t *testing.T) {
 	t.Parallel()
-	const token = "s3cret-token"
-	s := newServer(t, token)
+	s := newSecuredServer(t)
 
 	for _, tt := range []struct{ method, path, body string }{
 		{"GET", "/api/v1/jobs", ""},
@@ -545,7 +559,7 @@ func TestToken(t *testing.T) {
 
 func TestHealthz(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	status, ctype, data := s.do("GET", "/healthz", "")
 	var body map[string]string
 	if status != http.StatusOK || !strings.HasPrefix(ctype, "application/json") ||
@@ -579,7 +593,7 @@ func metricsValues(t *testing.T, text string) map[string]float64 {
 
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	scrape := func() (string, map[string]float64) {
 		t.Helper()
 		status, ctype, data := s.do("GET", "/metrics", "")
@@ -655,7 +669,7 @@ func readEvent(r *bufio.Reader) (sseEvent, error) {
 
 func TestEventsStream(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", s.url+"/api/v1/events", nil)
@@ -727,7 +741,7 @@ func wantClosed(t *testing.T, ctx context.Context, c *websocket.Conn) {
 
 func TestAgentBadSessionsCloseOnlyThemselves(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 
@@ -819,7 +833,7 @@ func TestAgentBadSessionsCloseOnlyThemselves(t *testing.T) {
 
 func TestUnknownEndpoint(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	for _, tt := range []struct{ method, path string }{
 		{"GET", "/api/v1/nope"},
 		{"GET", "/nope"},

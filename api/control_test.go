@@ -22,7 +22,7 @@ func (s *server) controls(host string) []*berth.WorkerControl {
 
 func TestWorkerControlSetAndGet(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	status, _, data := s.do("PUT", "/api/v1/workers/spark/control", `{"queue":"gpu","desired_state":"off","stop_policy":"drain","requested_by":"ops"}`)
 	var resp berth.ControlResponse
 	if status != http.StatusOK || json.Unmarshal(data, &resp) != nil || len(resp.Controls) != 1 {
@@ -47,7 +47,7 @@ func TestWorkerControlSetAndGet(t *testing.T) {
 
 func TestWorkerControlBadInputChangesNothing(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	for _, c := range []struct{ host, body, field string }{
 		{"spark", `{"desired_state":"off","stop_policy":"gentle"}`, "stop_policy"},
 		{"spark", `{"desired_state":"sideways"}`, "desired_state"},

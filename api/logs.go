@@ -26,7 +26,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	st := s.ctl.Store()
-	if _, err := st.Job(ctx, id); err != nil {
+	if _, err := s.ownJob(r, id, false); err != nil {
 		writeError(w, err)
 		return
 	}

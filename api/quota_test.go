@@ -49,7 +49,7 @@ func (s *server) putQuota(id, body string, want int) *berth.QuotaRule {
 
 func TestQuotaSetListDelete(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	if q := s.quotas(); len(q) != 0 {
 		t.Fatalf("quotas of a new server = %+v, want none", q)
 	}
@@ -119,7 +119,7 @@ func TestQuotaSetListDelete(t *testing.T) {
 
 func TestQuotaRejectsBadInputAndStoresNothing(t *testing.T) {
 	t.Parallel()
-	s := newServer(t, "")
+	s := newServer(t)
 	for _, tt := range []struct {
 		name, method, id, body, field string
 	}{

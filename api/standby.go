@@ -41,12 +41,14 @@ func (r storeReads) Job(ctx context.Context, id string) (*berth.JobDetail, error
 // leader yet, the leader unreachable, an agent, a request already
 // forwarded once — is a 503 naming the leader in the body and in
 // berth.LeaderHeader. leader returns the leader's URL ("" when none is
-// known); self is this server's URL; token is checked as by New.
-func Standby(st store.Store, leader func(context.Context) (string, error), self, token string) http.Handler {
-	s := &Server{reads: storeReads{st}, token: token, log: slog.New(slog.DiscardHandler), mux: http.NewServeMux()}
-	s.mux.HandleFunc("GET /api/v1/jobs", s.listJobs)
-	s.mux.HandleFunc("GET /api/v1/jobs/{id}", s.getJob)
-	s.mux.HandleFunc("GET /api/v1/quotas", s.listQuotas)
+// known); self is this server's URL. Requests are admitted as by New
+// before they are answered or forwarded; a forwarded request carries
+// X-Forwarded-For, so the leader admits it by its token only.
+func Standby(st store.Store, leader func(context.Context) (string, error), self string, sec *Security) http.Handler {
+	s := &Server{reads: storeReads{st}, sec: sec, log: slog.New(slog.DiscardHandler), mux: http.NewServeMux()}
+	s.route("GET /api/v1/jobs", readsJobs, "viewer, user, operator, admin or peer", s.listJobs)
+	s.route("GET /api/v1/jobs/{id}", readsJobs, "viewer, user, operator, admin or peer", s.getJob)
+	s.route("GET /api/v1/quotas", readsCluster, "viewer, user, operator, admin or peer", s.listQuotas)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		lead, err := leader(r.Context())
 		if err != nil {
@@ -65,6 +67,7 @@ func Standby(st store.Store, leader func(context.Context) (string, error), self,
 		proxy := &httputil.ReverseProxy{
 			Rewrite: func(pr *httputil.ProxyRequest) {
 				pr.SetURL(target)
+				pr.SetXForwarded() // the leader must not take it for a loopback client of its own
 				pr.Out.Header.Set(forwardedHeader, self)
 			},
 			FlushInterval: -1, // logs -f and events stream as they come

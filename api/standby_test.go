@@ -11,6 +11,8 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/api/apitest"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/sqlite"
 )
 
@@ -32,6 +34,8 @@ func TestStandbyReadsAndForwards(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
+	sec := apitest.Security(t, st, "")
+	token := apitest.Token(t, sec, "root", auth.RoleAdmin, "")
 	for _, c := range []struct {
 		name, lead, method, path string
 		header                   string
@@ -47,8 +51,9 @@ func TestStandbyReadsAndForwards(t *testing.T) {
 		{"no leader", "", "POST", "/api/v1/jobs", "", http.StatusServiceUnavailable},
 		{"leader unreachable", dead.URL, "GET", "/api/v1/workers", "", http.StatusServiceUnavailable},
 	} {
-		h := api.Standby(st, func(context.Context) (string, error) { return c.lead, nil }, "http://standby", "")
+		h := api.Standby(st, func(context.Context) (string, error) { return c.lead, nil }, "http://standby", sec)
 		req := httptest.NewRequest(c.method, c.path, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
 		if c.header != "" {
 			req.Header.Set("Berth-Forwarded-By", c.header)
 		}

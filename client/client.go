@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,7 +32,9 @@ type Client struct {
 
 // New returns a client of servers, one URL (e.g. http://127.0.0.1:7070) or
 // the comma-separated URLs of the servers of one control plane, sending
-// token, if set, as a bearer token.
+// token, if set, as a bearer token; tlsConfig, when not nil, verifies
+// https:// servers (a pinned CA, see auth.ClientConfig), else the system's
+// roots do.
 //
 // With several servers a request goes to the one that answered last (at
 // first the first) and, when that one does not take it, to the others,
@@ -44,9 +47,9 @@ type Client struct {
 // elsewhere only when that is harmless: a GET, a wait, or a submission
 // with an idempotency key (which Submit sets, see there). When no server
 // takes it, the error names every server and ends with the last one's.
-func New(servers, token string) *Client {
+func New(servers, token string, tlsConfig *tls.Config) *Client {
 	return &Client{servers: ParseServers(servers), token: token,
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16, TLSClientConfig: tlsConfig}}}
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
@@ -331,4 +334,49 @@ func (c *Client) Wait(ctx context.Context, ids []string, all bool, timeout time.
 // does too).
 func (c *Client) Healthz(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/healthz", nil, nil)
+}
+
+// CreateToken issues a token (admins only); the response holds the token
+// itself, shown this once.
+func (c *Client) CreateToken(ctx context.Context, req berth.TokenRequest) (*berth.IssuedToken, error) {
+	var out berth.IssuedToken
+	return &out, c.do(ctx, http.MethodPost, "/api/v1/tokens", req, &out)
+}
+
+// Tokens lists the token registry (admins only), oldest first.
+func (c *Client) Tokens(ctx context.Context) ([]*berth.Token, error) {
+	var out berth.TokenList
+	return out.Tokens, c.do(ctx, http.MethodGet, "/api/v1/tokens", nil, &out)
+}
+
+// RevokeToken revokes a token (admins only) and returns its record.
+func (c *Client) RevokeToken(ctx context.Context, id string) (*berth.Token, error) {
+	var out berth.Token
+	return &out, c.do(ctx, http.MethodDelete, "/api/v1/tokens/"+url.PathEscape(id), nil, &out)
+}
+
+// Join trades the client's token, a join token, for an agent credential
+// bound to host.
+func (c *Client) Join(ctx context.Context, host string) (*berth.IssuedToken, error) {
+	var out berth.IssuedToken
+	return &out, c.do(ctx, http.MethodPost, "/api/v1/agents/join", berth.JoinRequest{Host: host}, &out)
+}
+
+// SetSecret creates or replaces the secret name of owner ("" for the
+// caller's own; another owner's for admins only).
+func (c *Client) SetSecret(ctx context.Context, owner, name, value string) (*berth.Secret, error) {
+	var out berth.Secret
+	return &out, c.do(ctx, http.MethodPut, "/api/v1/secrets/"+url.PathEscape(name), berth.SecretRequest{Value: value, Owner: owner}, &out)
+}
+
+// Secrets lists the names of owner's secrets ("" for the caller's own,
+// "*" for everyone's, admins only).
+func (c *Client) Secrets(ctx context.Context, owner string) ([]*berth.Secret, error) {
+	var out berth.SecretList
+	return out.Secrets, c.do(ctx, http.MethodGet, "/api/v1/secrets?owner="+url.QueryEscape(owner), nil, &out)
+}
+
+// DeleteSecret deletes owner's secret name ("" for the caller's own).
+func (c *Client) DeleteSecret(ctx context.Context, owner, name string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/secrets/"+url.PathEscape(name)+"?owner="+url.QueryEscape(owner), nil, nil)
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/api/apitest"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/sqlite"
@@ -26,7 +28,8 @@ func newClient(t *testing.T) *client.Client {
 	if err := ctl.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(api.New(ctl, "secret", nil))
+	sec := apitest.Security(t, st, "")
+	hs := httptest.NewServer(api.New(ctl, sec, nil))
 	t.Cleanup(func() {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -38,7 +41,7 @@ func newClient(t *testing.T) *client.Client {
 			t.Errorf("close store: %v", err)
 		}
 	})
-	return client.New(hs.URL+"/", "secret")
+	return client.New(hs.URL+"/", apitest.Token(t, sec, "root", auth.RoleAdmin, ""), nil)
 }
 
 // wantError requires err to be the server's *berth.Error with code and field.

@@ -90,7 +90,7 @@ func deadURL(t *testing.T) string {
 func TestFailoverPastADeadServer(t *testing.T) {
 	t.Parallel()
 	live := newFakeServer(t, leads)
-	c := client.New(deadURL(t)+","+live.url, "")
+	c := client.New(deadURL(t)+","+live.url, "", nil)
 	for i := range 2 {
 		if _, err := c.Workers(t.Context()); err != nil {
 			t.Fatalf("Workers %d: %v", i, err)
@@ -106,7 +106,7 @@ func TestFailoverFollowsTheLeader(t *testing.T) {
 	leader := newFakeServer(t, leads)
 	other := newFakeServer(t, leads)
 	stby := newFakeServer(t, standby(leader.url))
-	c := client.New(stby.url+", "+other.url+","+leader.url+"/", "")
+	c := client.New(stby.url+", "+other.url+","+leader.url+"/", "", nil)
 	for i := range 2 {
 		if _, err := c.Jobs(t.Context(), client.ListOptions{}); err != nil {
 			t.Fatalf("Jobs %d: %v", i, err)
@@ -120,7 +120,7 @@ func TestFailoverFollowsTheLeader(t *testing.T) {
 
 	// A standby that knows no leader: the next server.
 	unsure := newFakeServer(t, standby(""))
-	if _, err := client.New(unsure.url+","+leader.url, "").Workers(t.Context()); err != nil {
+	if _, err := client.New(unsure.url+","+leader.url, "", nil).Workers(t.Context()); err != nil {
 		t.Fatalf("Workers past a standby that knows no leader: %v", err)
 	}
 	if len(unsure.requests()) != 1 || len(leader.requests()) != 3 {
@@ -158,7 +158,7 @@ func TestFailoverResendsOnlyIdempotentRequests(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			first, second := newFakeServer(t, resets), newFakeServer(t, leads)
-			err := tc.call(client.New(first.url+","+second.url, ""))
+			err := tc.call(client.New(first.url+","+second.url, "", nil))
 			if n := len(first.requests()); n != 1 {
 				t.Fatalf("the first server got %d requests, want 1", n)
 			}
@@ -196,17 +196,17 @@ func idempotencyKey(t *testing.T, body string) string {
 func TestFailoverNoServerAnswers(t *testing.T) {
 	t.Parallel()
 	a, b := deadURL(t), deadURL(t)
-	_, err := client.New(a+","+b, "").Workers(t.Context())
+	_, err := client.New(a+","+b, "", nil).Workers(t.Context())
 	if want := "no server of " + a + ", " + b + " answered: cannot reach the server at " + b + ": "; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("every server dead: error %v, want one starting %q", err, want)
 	}
-	_, err = client.New(a, "").Workers(t.Context())
+	_, err = client.New(a, "", nil).Workers(t.Context())
 	if want := "cannot reach the server at " + a + ": "; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("the one server dead: error %v, want one starting %q", err, want)
 	}
 
 	s1, s2 := newFakeServer(t, standby("")), newFakeServer(t, standby(""))
-	_, err = client.New(s1.url+","+s2.url, "").Workers(t.Context())
+	_, err = client.New(s1.url+","+s2.url, "", nil).Workers(t.Context())
 	var be *berth.Error
 	if want := "no server of " + s1.url + ", " + s2.url + " answered: this server is a standby"; !errors.As(err, &be) ||
 		be.Code != berth.ECodeUnavailable || !strings.HasPrefix(be.Message, want) {

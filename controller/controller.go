@@ -41,6 +41,28 @@ type Config struct {
 	// it events live in memory only (about 12% more no-op throughput on
 	// SQLite).
 	StoreEvents bool
+	// Audit, when set, gets every event before the change it describes is
+	// written; an error stops the controller (see Failed), as a store
+	// error does: no change goes unrecorded.
+	Audit Auditor
+	// Secrets, when set, resolves the {{SECRET:NAME}} references of a job
+	// as it is assigned; the values travel in the assignment only.
+	Secrets SecretResolver
+}
+
+// Auditor appends events to a durable audit log (the audit package's Log).
+type Auditor interface {
+	// RecordEvents appends events and returns once they are durable.
+	RecordEvents(events []berth.Event) error
+}
+
+// SecretResolver looks up secret values for a job's assignment.
+type SecretResolver interface {
+	// Resolve returns the values of owner's secrets that s references as
+	// {{SECRET:NAME}}, by name; names with no secret are left out (the
+	// agent fails the attempt, naming them). It returns nil when s
+	// references none.
+	Resolve(owner string, s ...string) map[string]string
 }
 
 func (c *Config) setDefaults() {
@@ -116,12 +138,30 @@ type Controller struct {
 	logNotify chan struct{}
 }
 
+// newCommitter returns the store's committer, which appends each batch's
+// audit records first when cfg.Audit is set.
+func newCommitter(cfg Config) *store.Committer {
+	c := store.NewCommitter(cfg.Store)
+	if cfg.Audit != nil {
+		c.Prepare = func(b *store.Batch) error {
+			if len(b.Audit) == 0 {
+				return nil
+			}
+			if err := cfg.Audit.RecordEvents(b.Audit); err != nil {
+				return fmt.Errorf("audit log: %w", err)
+			}
+			return nil
+		}
+	}
+	return c
+}
+
 // New returns a controller over cfg.Store. It does nothing until Start.
 func New(cfg Config) *Controller {
 	cfg.setDefaults()
 	return &Controller{
 		cfg: cfg, store: cfg.Store, log: cfg.Log, now: cfg.Now,
-		committer: store.NewCommitter(cfg.Store),
+		committer: newCommitter(cfg),
 		bus:       NewBus(store.KeptEvents),
 		inbox:     make(chan func(), 4096),
 		stop:      make(chan struct{}),

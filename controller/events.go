@@ -11,6 +11,7 @@ import (
 // Event types.
 const (
 	EventJobSubmitted      = "job.submitted"
+	EventJobAssigned       = "job.assigned" // an attempt is placed on a worker
 	EventJobRunning        = "job.running"
 	EventJobRequeued       = "job.requeued"
 	EventJobPreempted      = "job.preempted"  // a running attempt is stopped for a waiting job
@@ -36,6 +37,9 @@ func (c *Controller) emit(events ...berth.Event) {
 	for i := range events {
 		c.eventSeq++
 		events[i].Seq = c.eventSeq
+	}
+	if c.cfg.Audit != nil {
+		c.write(&store.Batch{Audit: events})
 	}
 	if c.cfg.StoreEvents {
 		stored := make([]*berth.Event, len(events))

@@ -134,6 +134,11 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 		msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
 			Queue: j.Queue, Model: j.Model, Command: j.Command, Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
 			MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: c.cfg.Grace}
+		if c.cfg.Secrets != nil {
+			msg.Secrets = c.cfg.Secrets.Resolve(j.User, jobText(j)...)
+		}
+		c.emit(berth.Event{Time: now, Type: EventJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
+			Attempts: []string{a.ID}})
 		s := ws.sess
 		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
 	}
@@ -142,6 +147,16 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 	if j.Model != "" {
 		c.prewarm(j, now)
 	}
+}
+
+// jobText returns the parts of j that may reference secrets: its command,
+// environment values and workdir.
+func jobText(j *berth.Job) []string {
+	text := append([]string{j.Workdir}, j.Command...)
+	for _, v := range j.Env {
+		text = append(text, v)
+	}
+	return text
 }
 
 // prewarmEvery is how long a model hinted to a worker is not hinted again

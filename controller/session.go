@@ -31,6 +31,7 @@ type session struct {
 	out     *wire.Outbox
 	worker  *workerState // set by register, loop-owned
 	refused bool         // register was refused; loop-owned
+	host    string       // the only host this session may register as; "" for any
 
 	closed    chan struct{}
 	once      sync.Once
@@ -38,8 +39,8 @@ type session struct {
 	lastWords string // why the session closes once its last message is written
 }
 
-func newSession(conn Conn) *session {
-	return &session{conn: conn, out: wire.NewOutbox(0), closed: make(chan struct{})}
+func newSession(conn Conn, host string) *session {
+	return &session{conn: conn, host: host, out: wire.NewOutbox(0), closed: make(chan struct{})}
 }
 
 func (s *session) send(typ string, payload any) {
@@ -74,11 +75,13 @@ func (s *session) writer(ctx context.Context, log func(string, ...any)) {
 }
 
 // ServeAgent runs one agent session over conn until it closes. Malformed or
-// out-of-order messages close this session only.
-func (c *Controller) ServeAgent(ctx context.Context, conn Conn) error {
+// out-of-order messages close this session only. A non-empty host is the
+// only host the agent may register as (its credential's), and then only
+// as a worker id not registered for another host.
+func (c *Controller) ServeAgent(ctx context.Context, conn Conn, host string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := newSession(conn)
+	s := newSession(conn, host)
 	go s.writer(ctx, c.log.Warn)
 	defer func() {
 		s.close("session ended")
@@ -108,6 +111,20 @@ func (c *Controller) ServeAgent(ctx context.Context, conn Conn) error {
 			return err
 		}
 	}
+}
+
+// refusal says why a session bound to a host may not register as m
+// (existing is the worker m names, if known), or "" when it may.
+func (s *session) refusal(m *wire.Register, existing *workerState) string {
+	switch {
+	case s.host == "":
+		return ""
+	case m.Host != s.host:
+		return fmt.Sprintf("this agent credential is for host %s, not %s", s.host, m.Host)
+	case existing != nil && existing.w.Host != s.host:
+		return fmt.Sprintf("worker %s belongs to host %s; this agent credential is for host %s", m.WorkerID, existing.w.Host, s.host)
+	}
+	return ""
 }
 
 // protocolError closes a session that broke the protocol.
@@ -171,6 +188,12 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 		return
 	case m.Slots < 1 || m.CPUs < 0 || m.Memory < 0 || len(m.GPUs) > berth.MaxGPUsPerNode:
 		c.protocolError(s, "register has invalid capacity")
+		return
+	}
+	if reason := s.refusal(m, c.workers[m.WorkerID]); reason != "" {
+		c.log.Warn("refusing agent registration", "reason", reason)
+		s.refused = true
+		s.sendAndClose(wire.TypeAck, &wire.Ack{Of: wire.AckRegister, Error: reason}, reason)
 		return
 	}
 	now := c.now().UTC()

@@ -54,7 +54,7 @@ func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitReques
 			c.afterCommit(func() { reply <- result{jobs: jobs, replayed: true} })
 			return
 		}
-		jobs := c.createJobs(req)
+		jobs := c.createJobs(req, berth.ActorFrom(ctx))
 		c.afterCommit(func() { reply <- result{jobs: jobs} })
 	}); err != nil {
 		return nil, false, err
@@ -69,9 +69,9 @@ func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitReques
 	}
 }
 
-// createJobs makes and queues the jobs of a valid request; it returns copies
-// for the caller.
-func (c *Controller) createJobs(req *berth.SubmitRequest) []*berth.Job {
+// createJobs makes and queues the jobs of a valid request, submitted by
+// actor; it returns copies for the caller.
+func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth.Job {
 	now := c.now().UTC()
 	n := max(req.Array, 1)
 	out := make([]*berth.Job, n)
@@ -94,7 +94,7 @@ func (c *Controller) createJobs(req *berth.SubmitRequest) []*berth.Job {
 		if req.IdempotencyKey != "" {
 			c.idem[req.IdempotencyKey] = append(c.idem[req.IdempotencyKey], j.ID)
 		}
-		events[i] = berth.Event{Time: now, Type: EventJobSubmitted, JobID: j.ID, State: berth.JobPending}
+		events[i] = berth.Event{Time: now, Type: EventJobSubmitted, JobID: j.ID, State: berth.JobPending, Actor: actor, User: j.User}
 	}
 	c.stats.jobs[berth.JobPending] += n
 	c.write(b)
@@ -130,6 +130,10 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 		written <-chan struct{}
 	}
 	reply := make(chan result, 1)
+	reason := "cancelled by user"
+	if actor := berth.ActorFrom(ctx); actor != "" {
+		reason = "cancelled by " + actor
+	}
 	if err := c.do(ctx, func() {
 		js := c.jobs[id]
 		if js == nil {
@@ -139,13 +143,13 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 		now := c.now().UTC()
 		if !js.placed() {
 			c.queue.Remove(js.task)
-			c.finishJob(js, berth.JobCancelled, nil, "cancelled by user", now)
+			c.finishJob(js, berth.JobCancelled, nil, reason, now)
 		} else if !js.cancelRequested() {
 			js.job.Reason = ReasonCancelRequested
 			c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
 			js.active(func(as *attemptState) {
 				as.run.Stopping = true
-				c.sendCancel(as, "cancelled by user")
+				c.sendCancel(as, reason)
 			})
 		}
 		j := *js.job

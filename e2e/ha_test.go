@@ -61,7 +61,7 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 
 	// A client that knows only the standby is served through it: reads and
 	// writes are forwarded to the leader.
-	viaStandby := client.New(urlB, "")
+	viaStandby := client.New(urlB, "", nil)
 	rule, err := berth.ParseQuotaRule("user:nobody", []string{"jobs<=1"})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 	if _, _, err := viaStandby.SetQuota(context.Background(), rule); err != nil {
 		t.Fatalf("set a quota through the standby: %v", err)
 	}
-	if rules, err := client.New(urlA, "").Quotas(context.Background()); err != nil || len(rules) != 1 || rules[0].ID() != "user:nobody" {
+	if rules, err := client.New(urlA, "", nil).Quotas(context.Background()); err != nil || len(rules) != 1 || rules[0].ID() != "user:nobody" {
 		t.Fatalf("quotas on the leader after a write through the standby = %+v, %v", rules, err)
 	}
 
@@ -78,7 +78,7 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 		start(t, "agent "+host, "agent", "--server", servers, "--host", host, "--gpus", "0", "--slots", "32",
 			"--data-dir", filepath.Join(dir, "agent-"+host))
 	}
-	c := client.New(servers, "")
+	c := client.New(servers, "", nil)
 	out := filepath.Join(dir, "out")
 	if err := os.Mkdir(out, 0o755); err != nil {
 		t.Fatal(err)

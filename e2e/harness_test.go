@@ -101,7 +101,7 @@ func (b *lineBuffer) String() string {
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(berthBin, args...)
-	cmd.Env = append(os.Environ(), "BERTH_TOKEN=")
+	cmd.Env = append(os.Environ(), "BERTH_TOKEN=", "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
@@ -172,7 +172,7 @@ func newCluster(t *testing.T, serverArgs ...string) *cluster {
 	t.Helper()
 	cl := &cluster{t: t, dir: t.TempDir(), addr: freeAddr(t), agents: map[string]*proc{}, args: serverArgs}
 	cl.url = "http://" + cl.addr
-	cl.c = client.New(cl.url, "")
+	cl.c = client.New(cl.url, "", nil)
 	cl.startServer()
 	return cl
 }

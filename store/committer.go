@@ -13,6 +13,12 @@ import (
 // A failed write is sticky: that batch and every later one get the error,
 // because later batches may build on the lost writes.
 type Committer struct {
+	// Prepare, when set, runs on each merged batch before it is written;
+	// its error fails the batch like a store error. The controller appends
+	// the batch's audit records there, so that they are durable no later
+	// than the changes they describe. Set it before Start.
+	Prepare func(*Batch) error
+
 	store Store
 
 	mu      sync.Mutex
@@ -97,7 +103,12 @@ func (c *Committer) writePending() {
 		}
 		if c.err == nil && !merged.Empty() {
 			merged.Compact()
-			c.err = c.store.Write(context.Background(), merged)
+			if c.Prepare != nil {
+				c.err = c.Prepare(merged)
+			}
+			if c.err == nil {
+				c.err = c.store.Write(context.Background(), merged)
+			}
 		}
 		for _, g := range group {
 			g.done(c.err)

@@ -32,6 +32,9 @@ type Batch struct {
 	Progress     []AttemptProgress      // an unknown attempt is no error
 	Logs         []LogChunk
 	Events       []*berth.Event // each with a new Seq, higher than any stored
+	// Audit is the events to append to the audit log before the batch is
+	// written (see Committer.Prepare); stores do not write them.
+	Audit []berth.Event
 }
 
 // KeptEvents is how many of the newest events a store keeps at least;
@@ -47,7 +50,7 @@ type AttemptProgress struct {
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
 	return len(b.Jobs)+len(b.JobUpdates)+len(b.Attempts)+len(b.Workers)+
-		len(b.Quotas)+len(b.QuotaDeletes)+len(b.Controls)+len(b.Progress)+len(b.Logs)+len(b.Events) == 0
+		len(b.Quotas)+len(b.QuotaDeletes)+len(b.Controls)+len(b.Progress)+len(b.Logs)+len(b.Events)+len(b.Audit) == 0
 }
 
 // Append adds every write of o after those of b. A quota rule that o
@@ -69,6 +72,7 @@ func (b *Batch) Append(o *Batch) {
 	b.Progress = append(b.Progress, o.Progress...)
 	b.Logs = append(b.Logs, o.Logs...)
 	b.Events = append(b.Events, o.Events...)
+	b.Audit = append(b.Audit, o.Audit...)
 }
 
 // JobUpdate sets the mutable fields of a job.

@@ -201,6 +201,11 @@ type JobAssign struct {
 	// Model is the job's model: once the attempt succeeds, the agent
 	// reports it warm.
 	Model string `json:"model,omitempty"`
+	// Secrets holds the values of the secrets the command, env and workdir
+	// reference as {{SECRET:NAME}}, by name; the agent substitutes them
+	// just before it starts the process and redacts them from what it
+	// ships back. Never logged or stored.
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // JobAccepted says the attempt's process has started.

@@ -144,6 +144,7 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	hostname, _ := os.Hostname()
 	dataDir := fs.String("data-dir", ".berth/agent", "directory for attempt output and the worker id")
 	host := fs.String("host", hostname, "host label of this worker")
+	join := fs.String("join-token", m.Getenv("BERTH_JOIN_TOKEN"), "a join token (berth token create --role agent), traded at the first start for a credential\nof this agent's own, kept in DATA-DIR/credential (default $BERTH_JOIN_TOKEN)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -157,7 +158,8 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Server, cfg.Token, cfg.DataDir, cfg.Host, cfg.Version = cf.server, m.Getenv("BERTH_TOKEN"), *dataDir, *host, Version
+	cfg.Server, cfg.Token, cfg.JoinToken, cfg.TLS = cf.server, m.Getenv("BERTH_TOKEN"), *join, cf.tls
+	cfg.DataDir, cfg.Host, cfg.Version = *dataDir, *host, Version
 	cfg.Log = slog.New(slog.NewTextHandler(m.Stderr, nil))
 	a, err := agent.New(cfg)
 	if err != nil {

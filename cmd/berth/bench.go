@@ -136,7 +136,7 @@ func withBenchCluster(ctx context.Context, storeURL string, agents, slots int, e
 		go func() { defer wg.Done(); _ = a.Run(actx) }()
 		<-a.Registered()
 	}
-	return fn(client.New(rs.URL, ""), dir)
+	return fn(client.New(rs.URL, "", nil), dir)
 }
 
 func trueJob(dir string) *berth.SubmitRequest {

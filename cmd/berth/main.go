@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/client"
 )
 
@@ -54,6 +56,7 @@ var commands = map[string]command{
 	"wait":    {"wait for jobs to end; exit 0 only if all succeeded", runWait},
 	"workers": {"list workers", runWorkers},
 	"quota":   {"manage quota rules (set, list, rm)", runQuota},
+	"audit":   {"verify, tail or export the tamper-evident audit log", runAudit},
 	"worker":  {"turn a host's workers on or off (drain, pause, hard stop)", runWorker},
 	"bench":   {"measure throughput and latency on this machine", runBench},
 	"sim":     {"replay a workload trace through the scheduler in virtual time", runSim},
@@ -174,8 +177,11 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // clientFlags are the flags of every command that talks to a server.
 type clientFlags struct {
-	server string
-	output string
+	server      string
+	output      string
+	ca          string
+	fingerprint string
+	tls         *tls.Config // from ca and fingerprint, set by check
 }
 
 func (m *Main) addClientFlags(fs *flag.FlagSet, withOutput bool) *clientFlags {
@@ -185,6 +191,8 @@ func (m *Main) addClientFlags(fs *flag.FlagSet, withOutput bool) *clientFlags {
 		def = "http://127.0.0.1:7070"
 	}
 	fs.StringVar(&cf.server, "server", def, "server URL, or the comma-separated URLs of a highly available control plane's\nservers (the one that leads answers; the others are tried when one fails)")
+	fs.StringVar(&cf.ca, "ca", m.Getenv("BERTH_CA"), "trust the https:// server's certificate when this CA (PEM file) signed it (default $BERTH_CA)")
+	fs.StringVar(&cf.fingerprint, "ca-fingerprint", m.Getenv("BERTH_CA_FINGERPRINT"), "trust the https:// server when its chain holds the certificate with this SHA-256\nfingerprint (sha256:HEX, printed by the server; default $BERTH_CA_FINGERPRINT)")
 	if withOutput {
 		fs.StringVar(&cf.output, "o", "table", "output: table or json")
 	}
@@ -200,9 +208,22 @@ func (cf *clientFlags) check() error {
 			return berth.Invalidf("--server", "%q: must be an http:// or https:// URL", s)
 		}
 	}
-	return nil
+	var err error
+	cf.tls, err = auth.ClientConfig(cf.ca, cf.fingerprint)
+	return err
 }
 
+// client returns a client of the flags' server, with the token of
+// $BERTH_TOKEN, else the one saved for that server (berth up saves one),
+// and the CA the flags name, else the one saved.
 func (m *Main) client(cf *clientFlags) *client.Client {
-	return client.New(cf.server, m.Getenv("BERTH_TOKEN"))
+	token, tlsConfig := m.Getenv("BERTH_TOKEN"), cf.tls
+	saved, ok := m.savedServers()[client.ParseServers(cf.server).URLs()[0]]
+	if ok && token == "" {
+		token = saved.Token
+	}
+	if ok && tlsConfig == nil {
+		tlsConfig, _ = auth.ClientConfig(saved.CA, saved.Fingerprint) // a bad saved CA fails the request instead
+	}
+	return client.New(cf.server, token, tlsConfig)
 }

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/postgres"
 	"github.com/berth-dev/berth/scheduler"
@@ -27,7 +30,7 @@ type serverConfig struct {
 	DataDir       string
 	Listen        string
 	Store         string // "" or sqlite path / sqlite:// URL
-	Token         string
+	Security      securityConfig
 	Lease         time.Duration
 	Heartbeat     time.Duration
 	AcceptTimeout time.Duration
@@ -43,13 +46,10 @@ type serverConfig struct {
 	Log          *slog.Logger
 }
 
-func (m *Main) addServerFlags(fs interface {
-	StringVar(*string, string, string, string)
-	DurationVar(*time.Duration, string, time.Duration, string)
-}, cfg *serverConfig) {
-	fs.StringVar(&cfg.DataDir, "data-dir", ".berth", "directory for the embedded store and local agents")
-	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address to serve HTTP on; a non-loopback address needs a token")
-	fs.StringVar(&cfg.Token, "token", m.Getenv("BERTH_TOKEN"), "token clients and agents must present (default $BERTH_TOKEN)")
+func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
+	fs.StringVar(&cfg.DataDir, "data-dir", ".berth", "directory for the embedded store, keys, audit log and local agents")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address to serve on; beyond loopback, clients need a token or an --allow rule")
+	addSecurityFlags(fs, &cfg.Security)
 	fs.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long an agent may be unheard before it self-fences and its attempts are lost")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
 	fs.DurationVar(&cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long an agent has to accept an assignment before it is withdrawn")
@@ -88,13 +88,20 @@ func (cfg *serverConfig) schedulerConfig() (*scheduler.Config, error) {
 
 // runningServer is a started control plane.
 type runningServer struct {
-	URL   string
-	Ctl   *controller.Controller
-	store store.Store
-	http  *http.Server
-	route atomic.Pointer[http.Handler] // the API, or the standby's answers before leading
-	done  chan error
-	lost  <-chan struct{} // closed when leadership is lost; nil without leadership
+	URL    string
+	Ctl    *controller.Controller
+	Tokens *auth.Registry
+	// AdminToken is the first admin token, made at the store's first
+	// start; "" on later starts.
+	AdminToken string
+	// CAFile and Fingerprint are the development CA's (--tls-self-signed).
+	CAFile, Fingerprint string
+	sec                 *security
+	store               store.Store
+	http                *http.Server
+	route               atomic.Pointer[http.Handler] // the API, or the standby's answers before leading
+	done                chan error
+	lost                <-chan struct{} // closed when leadership is lost; nil without leadership
 }
 
 // ServeHTTP serves with the current route.
@@ -135,27 +142,13 @@ func storeKind(spec string) string {
 	return "SQLite"
 }
 
-// checkListen refuses a non-loopback address without a token.
-func checkListen(addr, token string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return berth.Invalidf("--listen", "%q is not HOST:PORT", addr)
-	}
-	if token != "" {
-		return nil
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return berth.Invalidf("--listen", "%q is not a loopback address; set --token or BERTH_TOKEN so only your clients and agents get in", addr)
-}
-
 // startServer opens the store, starts the controller and serves HTTP.
 func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error) {
-	if err := checkListen(cfg.Listen, cfg.Token); err != nil {
+	host, _, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return nil, berth.Invalidf("--listen", "%q is not HOST:PORT", cfg.Listen)
+	}
+	if err := cfg.Security.check(); err != nil {
 		return nil, err
 	}
 	if cfg.Log == nil {
@@ -178,41 +171,88 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	if err != nil {
 		return nil, err
 	}
+	rs := &runningServer{store: st, done: make(chan error, 1)}
+	if err := rs.start(ctx, cfg, sched, host); err != nil {
+		rs.release()
+		return nil, err
+	}
+	return rs, nil
+}
+
+// start does startServer's work once the store is open; on error, release
+// undoes what it did.
+func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *scheduler.Config, host string) error {
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	sec, err := openSecurity(cfg.DataDir, &cfg.Security)
+	if err != nil {
+		return err
+	}
+	rs.sec = sec
+	hostname, _ := os.Hostname()
+	tlsConfig, caFile, fingerprint, err := cfg.Security.serverTLS(cfg.DataDir, []string{host, hostname})
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		st.Close()
-		return nil, fmt.Errorf("listen: %w", err)
+		return fmt.Errorf("listen: %w", err)
 	}
-	rs := &runningServer{URL: "http://" + ln.Addr().String(), store: st, done: make(chan error, 1)}
+	rs.URL = "http://" + ln.Addr().String()
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
+		rs.URL = "https://" + ln.Addr().String()
+		rs.CAFile, rs.Fingerprint = caFile, fingerprint
+	}
 	rs.http = &http.Server{Handler: rs, ReadHeaderTimeout: 10 * time.Second}
 	self := cfg.Advertise
 	if self == "" {
 		self = rs.URL
 	}
-	if l, ok := st.(store.Leadership); ok {
+	if l, ok := rs.store.(store.Leadership); ok {
 		// Stand by until this server leads; only the leader runs the controller.
-		rs.setRoute(api.Standby(st, l.Leader, self, cfg.Token))
+		reg, err := auth.NewRegistry(ctx, rs.store, sec.keys, nil, time.Second)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		rs.setRoute(api.Standby(rs.store, l.Leader, self, sec.api(reg, nil)))
 		go func() { rs.done <- rs.http.Serve(ln) }()
 		if cfg.OnStandby != nil {
 			cfg.OnStandby(rs.URL)
 		}
 		if rs.lost, err = l.Lead(ctx, self); err != nil {
-			rs.http.Close()
-			st.Close()
-			return nil, fmt.Errorf("wait to lead: %w", err)
+			return fmt.Errorf("wait to lead: %w", err)
 		}
 	}
-	_, shared := st.(store.Leadership)
-	ctl := controller.New(controller.Config{Store: st, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
+	// Leading: the registry and secrets as they are now, read after
+	// taking the lead, so that nothing the last leader changed is missed.
+	if rs.Tokens, err = auth.NewRegistry(ctx, rs.store, sec.keys, nil, 0); err != nil {
+		return err
+	}
+	vault, err := auth.NewVault(ctx, rs.store, sec.keys, nil)
+	if err != nil {
+		return err
+	}
+	if rs.AdminToken, err = sec.bootstrap(ctx, rs.Tokens, cfg.DataDir); err != nil {
+		return err
+	}
+	if err := checkExposure(cfg.Listen, rs.Tokens, &cfg.Security); err != nil {
+		return err
+	}
+	if err := sec.recordStart(cfg, self); err != nil {
+		return err
+	}
+	_, shared := rs.store.(store.Leadership)
+	ctl := controller.New(controller.Config{Store: rs.store, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
 		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched,
-		StoreEvents: shared})
+		StoreEvents: shared, Audit: sec.audit, Secrets: vault})
 	if err := ctl.Start(ctx); err != nil {
-		rs.http.Close()
-		st.Close()
-		return nil, err
+		return err
 	}
 	rs.Ctl = ctl
-	apiServer := api.New(ctl, cfg.Token, cfg.Log)
+	apiServer := api.New(ctl, sec.api(rs.Tokens, vault), cfg.Log)
 	if rs.lost != nil {
 		apiServer.Leader = self
 	}
@@ -220,7 +260,19 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	if rs.lost == nil {
 		go func() { rs.done <- rs.http.Serve(ln) }()
 	}
-	return rs, nil
+	return nil
+}
+
+// release undoes a start that failed: it stops serving and closes the
+// audit log and the store.
+func (rs *runningServer) release() {
+	if rs.http != nil {
+		rs.http.Close()
+	}
+	if rs.sec != nil {
+		rs.sec.audit.Close()
+	}
+	rs.store.Close()
 }
 
 // Close stops serving, drains the controller's writes and closes the store.
@@ -230,21 +282,34 @@ func (rs *runningServer) Close(ctx context.Context) error {
 	_ = rs.http.Shutdown(ctx)
 	rs.http.Close() // long polls and agent sessions
 	err := rs.Ctl.Stop(ctx)
-	return errors.Join(err, rs.store.Close()) // closing the store gives up leadership
+	return errors.Join(err, rs.sec.audit.Close(), rs.store.Close()) // closing the store gives up leadership
 }
 
-// serve blocks until ctx ends or the server fails.
+// checkpointEvery is how often the audit log's chain head is recorded
+// apart from it (when records were added).
+const checkpointEvery = time.Minute
+
+// serve blocks until ctx ends or the server fails, recording the audit
+// log's chain head every checkpointEvery meanwhile.
 func (rs *runningServer) serve(ctx context.Context) error {
-	select {
-	case <-ctx.Done():
-		return rs.Close(context.Background())
-	case <-rs.Ctl.Failed():
-		_ = rs.Close(context.Background())
-		return rs.Ctl.Err()
-	case <-rs.lost:
-		_ = rs.Close(context.Background())
-		return errors.New("lost leadership: the connection holding it broke; stopping so that another server leads")
-	case err := <-rs.done:
+	tick := time.NewTicker(checkpointEvery)
+	defer tick.Stop()
+	for {
+		var err error
+		select {
+		case <-tick.C:
+			if err = rs.sec.audit.Checkpoint(); err == nil {
+				continue
+			}
+			err = fmt.Errorf("audit log checkpoint: %w", err)
+		case <-ctx.Done():
+			return rs.Close(context.Background())
+		case <-rs.Ctl.Failed():
+			err = rs.Ctl.Err()
+		case <-rs.lost:
+			err = errors.New("lost leadership: the connection holding it broke; stopping so that another server leads")
+		case err = <-rs.done:
+		}
 		_ = rs.Close(context.Background())
 		return err
 	}

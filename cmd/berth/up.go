@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/audit"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/client"
 )
 
@@ -52,6 +56,11 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 	}
 	dataDir, _ := filepath.Abs(cfg.DataDir)
 	fmt.Fprintf(m.Stdout, "berth server on %s (SQLite store in %s)\n", rs.URL, dataDir)
+	admin, tlsConfig, err := m.saveLocalCLI(rs, dataDir)
+	if err != nil {
+		_ = rs.Close(ctx)
+		return err
+	}
 
 	agentCtx, stopAgents := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -62,10 +71,14 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 	hostname, _ := os.Hostname()
 	for i := 1; i <= n; i++ {
 		c := acfg
-		c.Server, c.Token, c.Version, c.Log = rs.URL, cfg.Token, Version, cfg.Log
+		c.Server, c.TLS, c.Version, c.Log = rs.URL, tlsConfig, Version, cfg.Log
 		c.DataDir = filepath.Join(cfg.DataDir, "agents", strconv.Itoa(i))
 		c.Host = fmt.Sprintf("%s-%d", hostname, i)
-		a, err := agent.New(c)
+		err := localCredential(ctx, rs, c.DataDir, c.Host)
+		var a *agent.Agent
+		if err == nil {
+			a, err = agent.New(c)
+		}
 		if err != nil {
 			_ = rs.Close(ctx)
 			return err
@@ -81,7 +94,7 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(m.Stdout, "agent %s: %d GPUs, %d slots\n", c.Host, len(c.GPUs), c.Slots)
 	}
 	if *demo {
-		if err := runDemo(ctx, m, client.New(rs.URL, cfg.Token), len(acfg.GPUs) > 0, dataDir); err != nil {
+		if err := runDemo(ctx, m, client.New(rs.URL, admin, tlsConfig), len(acfg.GPUs) > 0, dataDir); err != nil {
 			fmt.Fprintln(m.Stderr, "berth: demo job:", err)
 		}
 	}
@@ -90,6 +103,55 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 	stopAgents()
 	wg.Wait()
 	return err
+}
+
+// saveLocalCLI saves, for the CLI on this machine, the admin token of the
+// data dir and the development CA, if any, and says so; it returns them.
+func (m *Main) saveLocalCLI(rs *runningServer, dataDir string) (string, *tls.Config, error) {
+	var tlsConfig *tls.Config
+	if rs.CAFile != "" {
+		var err error
+		if tlsConfig, err = auth.ClientConfig(rs.CAFile, ""); err != nil {
+			return "", nil, err
+		}
+		fmt.Fprintf(m.Stdout, "TLS: development CA %s, fingerprint %s\n", rs.CAFile, rs.Fingerprint)
+	}
+	data, err := os.ReadFile(filepath.Join(dataDir, adminTokenFile))
+	if err != nil {
+		return "", nil, fmt.Errorf("admin token: %w (it was saved there at the first start; delete the data dir to start afresh)", err)
+	}
+	admin := strings.TrimSpace(string(data))
+	path, err := m.saveServer(rs.URL, savedServer{Token: admin, CA: rs.CAFile, Fingerprint: rs.Fingerprint})
+	if err != nil {
+		return "", nil, err
+	}
+	if rs.AdminToken != "" {
+		fmt.Fprintf(m.Stdout, "first admin token (also in %s and, for the CLI, in %s):\n  %s\n",
+			filepath.Join(dataDir, adminTokenFile), path, rs.AdminToken)
+	} else {
+		fmt.Fprintf(m.Stdout, "admin token for the CLI saved in %s\n", path)
+	}
+	return admin, tlsConfig, nil
+}
+
+// localCredential gives a local agent a credential of its own, bound to
+// host, unless its data dir has one.
+func localCredential(ctx context.Context, rs *runningServer, dataDir, host string) error {
+	if saved, err := agent.SavedCredential(dataDir); err != nil || saved != "" {
+		return err
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("agent data dir: %w", err)
+	}
+	issued, err := rs.Tokens.Issue(ctx, auth.Grant{Name: host, Role: auth.RoleAgent, Worker: host, By: "berth up"},
+		func(t *berth.Token) error {
+			return rs.sec.audit.Append(audit.Entry{Action: "agent.joined", Actor: "berth up", Target: "token/" + t.ID,
+				Fields: map[string]string{"name": t.Name, "role": t.Role, "worker": t.Worker}})
+		})
+	if err != nil {
+		return err
+	}
+	return agent.SaveCredential(dataDir, issued.Secret)
 }
 
 // runDemo submits the demo job, streams its output and reports how it ended.

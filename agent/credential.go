@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/berth-dev/berth/client"
+)
+
+// credentialFile is where, in its data dir, an agent keeps its credential.
+const credentialFile = "credential"
+
+// SavedCredential returns the credential saved in an agent's data dir, ""
+// when none is.
+func SavedCredential(dataDir string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(dataDir, credentialFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("agent: credential: %w", err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+// join trades the join token for a credential of this agent's own, bound
+// to its host, and saves it (mode 0600) so that later starts need no join
+// token.
+func (a *Agent) join(ctx context.Context) error {
+	issued, err := client.New(a.cfg.Server, a.cfg.JoinToken, a.cfg.TLS).Join(ctx, a.cfg.Host)
+	if err != nil {
+		return fmt.Errorf("agent: join with the join token: %w", err)
+	}
+	if err := SaveCredential(a.cfg.DataDir, issued.Secret); err != nil {
+		return err
+	}
+	a.cfg.Token = issued.Secret
+	a.log.Info("joined: credential saved", "token_id", issued.ID)
+	return nil
+}
+
+// SaveCredential saves an agent's credential in its data dir, mode 0600,
+// where New finds it.
+func SaveCredential(dataDir, token string) error {
+	path := filepath.Join(dataDir, credentialFile)
+	tmp := path + ".tmp"
+	err := os.WriteFile(tmp, []byte(token+"\n"), 0o600)
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("agent: save credential: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,217 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/audit"
+	"github.com/berth-dev/berth/auth"
+)
+
+// Security is who may reach the API and what each may do there, and where
+// tokens, secrets and audit records are kept.
+type Security struct {
+	// Ingress authenticates each request (default deny).
+	Ingress *auth.Ingress
+	// Limiter bounds each identity's request rate; nil: no limit.
+	Limiter *auth.Limiter
+	// Tokens is the token registry (the leader's: it issues and revokes).
+	Tokens *auth.Registry
+	// Secrets keeps the users' secrets; nil on a standby.
+	Secrets *auth.Vault
+	// Audit gets a record of every token, secret and agent-join change
+	// before it is made; nil: not recorded.
+	Audit *audit.Log
+}
+
+type identityKey struct{}
+
+// identity returns who makes r, as authenticated by ServeHTTP.
+func identity(r *http.Request) auth.Identity {
+	id, _ := r.Context().Value(identityKey{}).(auth.Identity)
+	return id
+}
+
+// admit authenticates r, applies the same-origin guard and the identity's
+// rate limit, and returns r carrying its identity (and, for the
+// controller's events, its name as the actor); or it answers the request
+// itself with 401, 403 or 429 and returns nil.
+func (sec *Security) admit(w http.ResponseWriter, r *http.Request) *http.Request {
+	id, err := sec.Ingress.Authenticate(r)
+	if err == nil {
+		err = auth.SameOrigin(r)
+	}
+	if err != nil {
+		writeError(w, err)
+		return nil
+	}
+	if sec.Limiter != nil {
+		if ok, after := sec.Limiter.Allow(id.Via + ":" + id.Name); !ok {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(after.Seconds()+0.999))))
+			writeError(w, berth.Errorf(berth.ECodeTooMany, "rate limit of %s exceeded; retry after %v", id.Name, after.Round(1e6)))
+			return nil
+		}
+	}
+	ctx := context.WithValue(r.Context(), identityKey{}, id)
+	return r.WithContext(berth.WithActor(ctx, id.Name))
+}
+
+// The roles' rights. People (viewer, user, operator, admin) read the
+// cluster; viewers, operators and admins read every job, users only their
+// own; users, operators, admins and peers submit; operators and admins act
+// on every job, worker and quota; admins manage tokens and every user's
+// secrets; agents speak the agent protocol for their own worker.
+
+func isPerson(id auth.Identity) bool {
+	switch id.Role {
+	case auth.RoleViewer, auth.RoleUser, auth.RoleOperator, auth.RoleAdmin:
+		return true
+	}
+	return false
+}
+
+func seesAllJobs(id auth.Identity) bool {
+	return id.Role == auth.RoleViewer || id.Role.AtLeast(auth.RoleOperator)
+}
+
+func actsOnAllJobs(id auth.Identity) bool { return id.Role.AtLeast(auth.RoleOperator) }
+
+func canSubmit(id auth.Identity) bool {
+	return id.Role == auth.RoleUser || id.Role == auth.RolePeer || id.Role.AtLeast(auth.RoleOperator)
+}
+
+func readsJobs(id auth.Identity) bool { return seesAllJobs(id) || canSubmit(id) }
+
+func readsCluster(id auth.Identity) bool { return isPerson(id) || id.Role == auth.RolePeer }
+
+func isAdmin(id auth.Identity) bool { return id.Role == auth.RoleAdmin }
+
+func isJoinToken(id auth.Identity) bool { return id.Role == auth.RoleAgent && id.Worker == "" }
+
+func speaksAgent(id auth.Identity) bool {
+	return (id.Role == auth.RoleAgent && id.Worker != "") || id.Role == auth.RoleAdmin
+}
+
+// route registers h for pattern, for identities allow admits; others get
+// 403 saying who may (need).
+func (s *Server) route(pattern string, allow func(auth.Identity) bool, need string, h http.HandlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if id := identity(r); !allow(id) {
+			writeError(w, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may not %s %s: that needs %s",
+				id.Name, id.Role, r.Method, r.URL.Path, need))
+			return
+		}
+		h(w, r)
+	})
+}
+
+// checkOwner refuses, with 403, an identity that may see or act on its own
+// jobs only (mayAll false) when job j is another user's.
+func checkOwner(id auth.Identity, j *berth.Job, mayAll bool) error {
+	if mayAll || j.User == id.Name {
+		return nil
+	}
+	return berth.Errorf(berth.ECodeForbidden, "job %s belongs to another user; %s (role %s) may only see and act on its own jobs",
+		j.ID, id.Name, id.Role)
+}
+
+// ownJob reads job id and checks that the request's identity may see it
+// (act is false) or act on it (act is true).
+func (s *Server) ownJob(r *http.Request, id string, act bool) (*berth.JobDetail, error) {
+	j, err := s.reads.Job(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	who := identity(r)
+	mayAll := seesAllJobs(who)
+	if act {
+		mayAll = actsOnAllJobs(who)
+	}
+	if err := checkOwner(who, j.Job, mayAll); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// record appends one audit record of a change the request makes, before
+// it is made; without an audit log it does nothing.
+func (sec *Security) record(r *http.Request, action, target string, fields map[string]string) error {
+	if sec.Audit == nil {
+		return nil
+	}
+	id := identity(r)
+	return sec.Audit.Append(audit.Entry{Action: action, Actor: id.Name, Role: string(id.Role), Target: target, Fields: fields})
+}
+
+// secretOwner returns whose secrets a request names: the identity's own,
+// or with ?owner= (or a body's owner) another user's, for admins only.
+func secretOwner(r *http.Request, owner string) (string, error) {
+	id := identity(r)
+	if owner == "" || owner == id.Name {
+		return id.Name, nil
+	}
+	if !isAdmin(id) {
+		return "", berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only manage its own secrets", id.Name, id.Role)
+	}
+	if !validIdentityName(owner) {
+		return "", berth.Invalidf("owner", "%q is not a valid user name", owner)
+	}
+	return owner, nil
+}
+
+// submitter sets who a submission runs as: users and peers submit as
+// themselves only; operators and admins may name any user, and default to
+// themselves.
+func submitter(id auth.Identity, req *berth.SubmitRequest) error {
+	if req.User == "" {
+		req.User = id.Name
+		return nil
+	}
+	if req.User != id.Name && !actsOnAllJobs(id) {
+		return &berth.Error{Code: berth.ECodeForbidden, Field: "user",
+			Message: fmt.Sprintf("%s (role %s) may only submit jobs as itself, not as %s", id.Name, id.Role, req.User)}
+	}
+	return nil
+}
+
+// jobSecrets checks that every secret j's command, env and workdir
+// reference exists for its user; the error names the first missing one.
+func (sec *Security) jobSecrets(req *berth.SubmitRequest) error {
+	if sec.Secrets == nil {
+		return nil
+	}
+	check := func(field string, texts ...string) error {
+		if missing := sec.Secrets.Missing(req.User, texts...); len(missing) > 0 {
+			return berth.Invalidf(field, "references secret %s, which %s does not have (berth secret set %s)",
+				missing[0], req.User, missing[0])
+		}
+		return nil
+	}
+	if err := check("command", req.Command...); err != nil {
+		return err
+	}
+	if err := check("workdir", req.Workdir); err != nil {
+		return err
+	}
+	for k, v := range req.Env {
+		if err := check("env."+k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validIdentityName reports whether name may name an identity (a token's
+// subject, a secret's owner): 1–64 letters, digits and ._@-.
+func validIdentityName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	return strings.IndexFunc(name, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._@-", r))
+	}) < 0
+}

@@ -1,0 +1,352 @@
+// Package audit keeps Berth's tamper-evident audit log: an append-only file
+// of JSON records, one a line, each carrying the SHA-256 of the line before
+// it, so that editing, deleting, inserting or reordering a line breaks the
+// chain. A separate checkpoint file records the head of the chain every so
+// often, which also catches a log cut short after a checkpoint and an edit
+// to a checkpointed record at the end of the log.
+//
+// Log appends records durably; Verify checks a whole log offline; Read and
+// Tail stream records out of a log for export and display. The package
+// depends on the standard library only.
+package audit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ZeroHash is the Prev of the first record of a log: 64 zeros.
+const ZeroHash = "0000000000000000000000000000000000000000000000000000000000000000"
+
+// MaxLine is the longest line, in bytes without its newline, that Append
+// writes and Verify, Read and Tail accept.
+const MaxLine = 1 << 20
+
+// DefaultCheckpointEvery is the number of records between automatic
+// checkpoints when Options.CheckpointEvery is not set.
+const DefaultCheckpointEvery = 1000
+
+// Entry is one event a caller appends: what happened (Action, such as
+// "job.submitted"), who did it (Actor, the identity's name, and its Role),
+// to what (Target, such as "job/01J…" or "worker/gpu-1"), and any details.
+type Entry struct {
+	Time   time.Time // zero means Options.Now()
+	Action string    // required
+	Actor  string
+	Role   string
+	Target string
+	Fields map[string]string
+}
+
+// Record is one line of the log file. Prev is the lowercase hex SHA-256 of
+// the exact bytes of the previous line without its newline, or ZeroHash for
+// the first record; Seq starts at 1 and increases by 1.
+type Record struct {
+	Seq    uint64            `json:"seq"`
+	Time   time.Time         `json:"time"`
+	Action string            `json:"action"`
+	Actor  string            `json:"actor,omitempty"`
+	Role   string            `json:"role,omitempty"`
+	Target string            `json:"target,omitempty"`
+	Fields map[string]string `json:"fields,omitempty"`
+	Prev   string            `json:"prev"`
+}
+
+// checkpoint is one line of the checkpoint file: the seq and line hash of
+// a record.
+type checkpoint struct {
+	Seq  uint64    `json:"seq"`
+	Hash string    `json:"hash"`
+	Time time.Time `json:"time"`
+}
+
+// Options configures a Log. The zero value is usable.
+type Options struct {
+	// CheckpointEvery is the number of records appended between automatic
+	// checkpoints; 0 or less means DefaultCheckpointEvery.
+	CheckpointEvery int
+	// CheckpointPath is the checkpoint file; "" means the log's path plus
+	// ".head".
+	CheckpointPath string
+	// Now is the clock for entries without a time and for checkpoints;
+	// nil means time.Now.
+	Now func() time.Time
+}
+
+// ErrClosed is returned by the methods of a closed Log.
+var ErrClosed = errors.New("audit: log is closed")
+
+// Log appends records to one audit log file. Its methods are safe for
+// concurrent use. Only one Log, in one process, may append to a file at a
+// time.
+type Log struct {
+	path, cpPath string
+	every        int
+	now          func() time.Time
+
+	mu     sync.Mutex
+	f, cp  *os.File
+	seq    uint64 // of the last record
+	hash   string // of the last record's line
+	cpSeq  uint64 // of the last checkpoint
+	err    error  // sticky: set when a write or sync failed
+	closed bool
+}
+
+// Open opens the audit log at path for appending, creating it (mode 0600,
+// its directory 0700) if it does not exist, and continues the chain from
+// its last line. It reads only the end of the file and of the checkpoint
+// file. Open returns an error, and repairs nothing, when the log's last
+// line is torn (the file does not end in a newline) or is not a record,
+// when the checkpoint file's last line is torn or not a checkpoint, or when
+// the last checkpoint names a record past the end of the log or hashes the
+// last record differently; the error tells the user to run berth audit
+// verify. Errors opening or reading either file are returned wrapped.
+func Open(path string, opt Options) (*Log, error) {
+	l := &Log{path: path, cpPath: opt.CheckpointPath, every: opt.CheckpointEvery, now: opt.Now, hash: ZeroHash}
+	if l.cpPath == "" {
+		l.cpPath = path + ".head"
+	}
+	if l.every <= 0 {
+		l.every = DefaultCheckpointEvery
+	}
+	if l.now == nil {
+		l.now = time.Now
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit: open %s: %w", path, err)
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit: open %s: %w", path, err)
+	}
+	cp, err := os.OpenFile(l.cpPath, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("audit: open %s: %w", l.cpPath, err)
+	}
+	l.f, l.cp = f, cp
+	if err := l.resume(); err != nil {
+		f.Close()
+		cp.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// resume reads the last record and the last checkpoint.
+func (l *Log) resume() error {
+	verify := fmt.Sprintf("run `berth audit verify --file %s` to check it; nothing was repaired", l.path)
+	lines, err := lastLines(l.f, 1)
+	if err != nil {
+		return fmt.Errorf("audit: open %s: %w; %s", l.path, err, verify)
+	}
+	if len(lines) == 1 {
+		rec, err := parseRecord(lines[0])
+		if err != nil {
+			return fmt.Errorf("audit: open %s: the last line %w; %s", l.path, err, verify)
+		}
+		l.seq, l.hash = rec.Seq, lineHash(lines[0])
+	}
+	lines, err = lastLines(l.cp, 1)
+	if err != nil {
+		return fmt.Errorf("audit: open %s: %w; %s", l.cpPath, err, verify)
+	}
+	if len(lines) == 1 {
+		c, err := parseCheckpoint(lines[0])
+		if err != nil {
+			return fmt.Errorf("audit: open %s: the last line %w; %s", l.cpPath, err, verify)
+		}
+		switch {
+		case c.Seq > l.seq:
+			return fmt.Errorf("audit: open %s: checkpoint says record %d exists; the log ends at record %d (truncated); %s", l.path, c.Seq, l.seq, verify)
+		case c.Seq == l.seq && c.Hash != l.hash:
+			return fmt.Errorf("audit: open %s: the last record (seq %d) does not match its checkpoint: it was edited; %s", l.path, c.Seq, verify)
+		}
+		l.cpSeq = c.Seq
+	}
+	return nil
+}
+
+// Append writes entries as the next records of the chain with one write and
+// syncs the file to stable storage before returning: when Append returns
+// nil the records are durable. An entry with a zero Time gets Options.Now().
+// An entry without an Action, or whose line would exceed MaxLine, makes
+// Append return an error having written nothing. A failed write or sync
+// breaks the Log: that Append and every later call return the same error
+// (the records may or may not have reached the file; Open will refuse a
+// torn line). When CheckpointEvery records have been appended since the
+// last checkpoint, Append then writes one; if that fails the records are
+// still durable and Append returns nil, but the Log is broken and later
+// calls return the error. Append on a closed Log returns ErrClosed.
+func (l *Log) Append(entries ...Entry) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if l.err != nil {
+		return l.err
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	var buf []byte
+	seq, hash := l.seq, l.hash
+	for i, e := range entries {
+		if e.Action == "" {
+			return fmt.Errorf("audit: append: entry %d has no action", i)
+		}
+		t := e.Time
+		if t.IsZero() {
+			t = l.now()
+		}
+		seq++
+		line, err := json.Marshal(Record{
+			Seq: seq, Time: t.UTC(), Action: e.Action, Actor: e.Actor, Role: e.Role,
+			Target: e.Target, Fields: e.Fields, Prev: hash,
+		})
+		if err != nil {
+			return fmt.Errorf("audit: append: entry %d (%s): %w", i, e.Action, err)
+		}
+		if len(line) > MaxLine {
+			return fmt.Errorf("audit: append: entry %d (%s) is %d bytes, over the %d-byte line limit", i, e.Action, len(line), MaxLine)
+		}
+		hash = lineHash(line)
+		buf = append(append(buf, line...), '\n')
+	}
+	if _, err := l.f.Write(buf); err != nil {
+		l.err = fmt.Errorf("audit: write %s: %w (the log is broken; reopen it)", l.path, err)
+		return l.err
+	}
+	if err := l.f.Sync(); err != nil {
+		l.err = fmt.Errorf("audit: sync %s: %w (the log is broken; reopen it)", l.path, err)
+		return l.err
+	}
+	l.seq, l.hash = seq, hash
+	if l.seq-l.cpSeq >= uint64(l.every) {
+		l.checkpoint() // a failure is sticky in l.err; these records are durable
+	}
+	return nil
+}
+
+// Checkpoint writes the head of the chain (the last record's seq and line
+// hash) to the checkpoint file and syncs it, unless nothing was appended
+// since the last checkpoint. A failed write or sync breaks the Log like a
+// failed Append and is returned; a broken Log returns its error and a
+// closed one ErrClosed.
+func (l *Log) Checkpoint() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if l.err != nil {
+		return l.err
+	}
+	return l.checkpoint()
+}
+
+// checkpoint does Checkpoint's work with l.mu held.
+func (l *Log) checkpoint() error {
+	if l.seq == l.cpSeq {
+		return nil
+	}
+	line, err := json.Marshal(checkpoint{Seq: l.seq, Hash: l.hash, Time: l.now().UTC()})
+	if err != nil {
+		return fmt.Errorf("audit: checkpoint: %w", err)
+	}
+	if _, err := l.cp.Write(append(line, '\n')); err != nil {
+		l.err = fmt.Errorf("audit: write %s: %w (the log is broken; reopen it)", l.cpPath, err)
+		return l.err
+	}
+	if err := l.cp.Sync(); err != nil {
+		l.err = fmt.Errorf("audit: sync %s: %w (the log is broken; reopen it)", l.cpPath, err)
+		return l.err
+	}
+	l.cpSeq = l.seq
+	return nil
+}
+
+// Head returns the seq and line hash of the last record, or 0 and ZeroHash
+// for an empty log.
+func (l *Log) Head() (seq uint64, hash string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq, l.hash
+}
+
+// Close writes a checkpoint if records were appended since the last one and
+// closes the files. It returns the Log's sticky error if it is broken, else
+// the first error checkpointing or closing; closing twice returns nil.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	err := l.err
+	if err == nil {
+		err = l.checkpoint()
+	}
+	if cerr := l.f.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("audit: close %s: %w", l.path, cerr)
+	}
+	if cerr := l.cp.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("audit: close %s: %w", l.cpPath, cerr)
+	}
+	return err
+}
+
+// lineHash returns the lowercase hex SHA-256 of line.
+func lineHash(line []byte) string {
+	sum := sha256.Sum256(line)
+	return hex.EncodeToString(sum[:])
+}
+
+// isHash reports whether s is a lowercase hex SHA-256.
+func isHash(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	return strings.Trim(s, "0123456789abcdef") == ""
+}
+
+// parseRecord decodes one log line; its error reads after "the line".
+func parseRecord(line []byte) (Record, error) {
+	var r Record
+	if err := json.Unmarshal(line, &r); err != nil {
+		return r, fmt.Errorf("is not a JSON record: %w", err)
+	}
+	switch {
+	case r.Seq == 0:
+		return r, errors.New("is not a record: no seq")
+	case r.Action == "":
+		return r, errors.New("is not a record: no action")
+	case !isHash(r.Prev):
+		return r, errors.New("is not a record: prev is not a hex SHA-256")
+	}
+	return r, nil
+}
+
+// parseCheckpoint decodes one checkpoint line; its error reads after "the
+// line".
+func parseCheckpoint(line []byte) (checkpoint, error) {
+	var c checkpoint
+	if err := json.Unmarshal(line, &c); err != nil {
+		return c, fmt.Errorf("is not a JSON checkpoint: %w", err)
+	}
+	if c.Seq == 0 || !isHash(c.Hash) {
+		return c, errors.New("is not a checkpoint: it needs a seq and a hex SHA-256 hash")
+	}
+	return c, nil
+}

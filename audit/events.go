@@ -1,0 +1,55 @@
+package audit
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/berth-dev/berth"
+)
+
+// RecordEvents appends one record for each of the controller's events and
+// returns once they are durable, as Append does (it is the controller's
+// Auditor).
+func (l *Log) RecordEvents(events []berth.Event) error {
+	entries := make([]Entry, len(events))
+	for i := range events {
+		entries[i] = FromEvent(&events[i])
+	}
+	return l.Append(entries...)
+}
+
+// FromEvent returns the audit entry of a controller event: its type is
+// the action, the job, worker or quota rule it is about the target, and
+// its other fields the entry's fields.
+func FromEvent(e *berth.Event) Entry {
+	en := Entry{Time: e.Time, Action: e.Type, Actor: e.Actor, Fields: map[string]string{}}
+	switch {
+	case e.JobID != "":
+		en.Target = "job/" + e.JobID
+	case e.Quota != "":
+		en.Target = "quota/" + e.Quota
+	case e.Host != "":
+		en.Target = "worker/" + e.Host
+	}
+	set := func(k, v string) {
+		if v != "" {
+			en.Fields[k] = v
+		}
+	}
+	set("seq", strconv.FormatUint(e.Seq, 10))
+	set("state", string(e.State))
+	set("worker_id", e.WorkerID)
+	set("host", e.Host)
+	set("reason", e.Reason)
+	set("limits", e.Limits)
+	set("user", e.User)
+	set("queue", e.Queue)
+	set("desired", e.Desired)
+	set("policy", e.Policy)
+	set("attempts", strings.Join(e.Attempts, ","))
+	if e.Requested != 0 || e.Limit != 0 {
+		set("requested", strconv.Itoa(e.Requested))
+		set("limit", strconv.Itoa(e.Limit))
+	}
+	return en
+}
