@@ -92,9 +92,9 @@ func (d *Duration) UnmarshalJSON(data []byte) error {
 		if err := json.Unmarshal(data, &s); err != nil {
 			return err
 		}
-		v, err := time.ParseDuration(s)
+		v, err := ParseDuration(s)
 		if err != nil {
-			return fmt.Errorf("%q is not a duration such as 90s or 1h30m", s)
+			return err
 		}
 		*d = Duration(v)
 		return nil
@@ -105,6 +105,21 @@ func (d *Duration) UnmarshalJSON(data []byte) error {
 	}
 	*d = Duration(secs * float64(time.Second))
 	return nil
+}
+
+// ParseDuration parses a Go duration ("90s", "1h30m") or a whole number
+// of days ("30d"). Its error says what a duration looks like.
+func ParseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 && n <= 100*365 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration such as 90s, 1h30m or 30d", s)
+	}
+	return v, nil
 }
 
 // Argv is a command line. In JSON and YAML it is a list of arguments, or one

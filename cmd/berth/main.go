@@ -26,13 +26,14 @@ var Version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	m := &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	os.Exit(m.Run(ctx, os.Args[1:]))
 }
 
 // Main runs one berth command with injectable output and environment so
 // tests can drive it.
 type Main struct {
+	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
 	Getenv func(string) string
@@ -56,6 +57,8 @@ var commands = map[string]command{
 	"wait":    {"wait for jobs to end; exit 0 only if all succeeded", runWait},
 	"workers": {"list workers", runWorkers},
 	"quota":   {"manage quota rules (set, list, rm)", runQuota},
+	"token":   {"manage access tokens (create, list, revoke)", runToken},
+	"secret":  {"manage your secrets (set, list, rm)", runSecret},
 	"audit":   {"verify, tail or export the tamper-evident audit log", runAudit},
 	"worker":  {"turn a host's workers on or off (drain, pause, hard stop)", runWorker},
 	"bench":   {"measure throughput and latency on this machine", runBench},

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// tokenCommands are the subcommands of berth token.
+var tokenCommands = subcommands{
+	name: "token",
+	help: `Usage: berth token create|list|revoke [flags] [args]
+
+Tokens are signed bearer tokens (JWT, HS256) for people, agents and peers;
+each has a role and an id it can be revoked by. Admins only.
+
+  berth token create --role ROLE --name NAME [--ttl 30d]   prints the token, once
+  berth token list [-o json]
+  berth token revoke ID...
+
+Roles: viewer (reads everything), user (submits and manages its own jobs and
+secrets), operator (every job, workers and quotas), admin (everything, tokens
+included), agent (a join token: berth agent --join-token trades it for a
+credential bound to its host), peer (a federation peer). Clients send a token
+with BERTH_TOKEN=...
+`,
+	run: map[string]func(ctx context.Context, m *Main, args []string) error{
+		"create": runTokenCreate,
+		"list":   runTokenList,
+		"revoke": runTokenRevoke,
+	},
+}
+
+func runToken(ctx context.Context, m *Main, args []string) error {
+	return tokenCommands.dispatch(ctx, m, args)
+}
+
+func runTokenCreate(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("token create", "--role ROLE --name NAME [--ttl D]")
+	cf := m.addClientFlags(fs, true)
+	role := fs.String("role", "", "viewer, user, operator, admin, agent (a join token) or peer")
+	name := fs.String("name", "", "who the token is for: a user name (its jobs run as that user), a pool of agents, a peer")
+	ttl := fs.String("ttl", "", "how long the token is valid, e.g. 12h or 30d (default: until revoked)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return berth.Invalidf("args", "token create takes no arguments, got %q", fs.Arg(0))
+	}
+	req := berth.TokenRequest{Name: *name, Role: *role}
+	if *ttl != "" {
+		d, err := berth.ParseDuration(*ttl)
+		if err != nil || d <= 0 {
+			return berth.Invalidf("--ttl", "%q: want a positive duration such as 12h or 30d", *ttl)
+		}
+		req.TTL = berth.Duration(d)
+	}
+	tok, err := m.client(cf).CreateToken(ctx, req)
+	if err != nil {
+		return err
+	}
+	if cf.output == "json" {
+		return printJSON(m.Stdout, tok)
+	}
+	fmt.Fprintln(m.Stdout, tok.Secret)
+	fmt.Fprintf(m.Stderr, "token %s for %s (role %s, expires %s); shown this once\n", tok.ID, tok.Name, tok.Role, expiry(tok.ExpiresAt))
+	return nil
+}
+
+func expiry(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return t.Format(time.RFC3339)
+}
+
+func runTokenList(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("token list", "[flags]")
+	cf := m.addClientFlags(fs, true)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return berth.Invalidf("args", "token list takes no arguments, got %q", fs.Arg(0))
+	}
+	list, err := m.client(cf).Tokens(ctx)
+	if err != nil {
+		return err
+	}
+	if cf.output == "json" {
+		if list == nil {
+			list = []*berth.Token{}
+		}
+		return printJSON(m.Stdout, list)
+	}
+	now := time.Now()
+	t := newTable(m.Stdout, "ID", "NAME", "ROLE", "WORKER", "CREATED", "EXPIRES", "STATE")
+	for _, tok := range list {
+		state := "live"
+		switch {
+		case !tok.RevokedAt.IsZero():
+			state = "revoked " + ago(tok.RevokedAt, now)
+		case !tok.Live(now):
+			state = "expired"
+		}
+		t.row(tok.ID, tok.Name, tok.Role, orDash(tok.Worker), ago(tok.CreatedAt, now), expiry(tok.ExpiresAt), state)
+	}
+	return t.flush()
+}
+
+func runTokenRevoke(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("token revoke", "[flags] ID...")
+	cf := m.addClientFlags(fs, false)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return berth.Invalidf("id", "give the ids of the tokens to revoke (berth token list)")
+	}
+	c := m.client(cf)
+	for _, id := range fs.Args() {
+		tok, err := c.RevokeToken(ctx, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(m.Stdout, "%s revoked (%s, role %s)\n", tok.ID, tok.Name, tok.Role)
+	}
+	return nil
+}
