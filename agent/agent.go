@@ -40,6 +40,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/wire"
 )
@@ -122,8 +123,8 @@ type attempt struct {
 	log      string
 	queue    string
 	gpus     []int
-	token    string      // the secret of its progress URL
-	mask     *secretMask // hides its secrets' values in what is shipped; nil: none
+	token    string         // the secret of its progress URL
+	secrets  *auth.Redactor // hides its secrets' values in what is shipped
 	proc     Process
 	progress progress
 
@@ -721,7 +722,7 @@ func (a *Agent) setFaults(faults map[int]string) {
 func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	dir := filepath.Join(a.attDir, m.AttemptID)
 	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: dir + ".log",
-		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), mask: newSecretMask(m.Secrets)}
+		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: auth.NewRedactor(secretValues(m))}
 	run, err := expandSecrets(m)
 	var proc Process
 	if err != nil {
@@ -752,7 +753,7 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 			ex.Reason += "; " + a.confirmStopped(runCtx, at.gpus, ex.Lingering)
 		}
 		at.mu.Lock()
-		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.mask.redact(ex.Reason), Cause: ex.Cause}
+		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(ex.Reason), Cause: ex.Cause}
 		at.mu.Unlock()
 		a.report(runCtx, at)
 	}()
@@ -809,7 +810,7 @@ func (a *Agent) sendProgress(ctx context.Context, at *attempt) error {
 	if !ok {
 		return nil
 	}
-	if err := a.send(ctx, wire.TypeProgress, &wire.Progress{AttemptID: at.id, Progress: at.mask.redact(v)}); err != nil {
+	if err := a.send(ctx, wire.TypeProgress, &wire.Progress{AttemptID: at.id, Progress: at.secrets.Redact(v)}); err != nil {
 		return err
 	}
 	at.progress.sent(v)
@@ -846,7 +847,7 @@ func (a *Agent) shipLocked(ctx context.Context, at *attempt) error {
 		if n > 0 {
 			at.scan(buf[:n])
 			final := at.result != nil && errors.Is(err, io.EOF) // the whole output is read
-			if n = at.mask.mask(buf[:n], final); n == 0 {
+			if n = at.secrets.Mask(buf[:n], final); n == 0 {
 				return nil // what is there may be the start of a secret: wait for more
 			}
 			chunk := append([]byte(nil), buf[:n]...)

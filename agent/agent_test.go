@@ -666,3 +666,49 @@ func TestAgentFailsOver(t *testing.T) {
 		t.Fatalf("WebSocket requests: first %d, second %d, third %d; want 2, 0, 2", f, u, th)
 	}
 }
+
+func TestAgentSecrets(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	a, _ := startAgent(t, fs, nil)
+	const value = "s3cr3t-value-42"
+	secrets := map[string]string{"KEY": value}
+	// The value written in two pieces, the first shipped before the second
+	// is written: neither may be shipped in the clear.
+	fs.assign(&wire.JobAssign{AttemptID: "s1", Secrets: secrets, Env: map[string]string{"K": "{{SECRET:KEY}}"},
+		Command: []string{"sh", "-c", `mkfifo next; echo hello, the key follows; printf 'key=%s' "${K%????}"; read x <next; printf '%s\n' "${K#"${K%????}"}"; ` +
+			`echo "BERTH_PROGRESS 0.5 $K"; echo arg={{SECRET:KEY}}; exit 3`}})
+	fs.output("s1", "hello") // shipped while the start of the value is held back
+	if err := os.WriteFile(filepath.Join(a.attDir, "s1", "next"), []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, fs.result("s1"), berth.AttemptFailed, "", intp(3), "exit code 3")
+	// A command whose program is the secret: the start error names it.
+	fs.assign(&wire.JobAssign{AttemptID: "s2", Secrets: secrets, Command: []string{"{{SECRET:KEY}}"}})
+	res := fs.result("s2")
+	// A reference the server sent no value for fails the attempt, naming it.
+	fs.assign(&wire.JobAssign{AttemptID: "s3", Command: []string{"echo", "{{SECRET:GONE}}"}})
+	gone := fs.result("s3")
+	if gone.State != berth.AttemptFailed || !strings.Contains(gone.Reason, "GONE") {
+		t.Errorf("a reference without a value: %s %q, want failed naming GONE", gone.State, gone.Reason)
+	}
+
+	var shipped strings.Builder
+	for _, m := range fs.sent(func(m wire.Message) bool { _, ok := m.Body.(*wire.Log); return ok }) {
+		shipped.Write(m.Body.(*wire.Log).Data)
+	}
+	for _, m := range fs.sent(func(m wire.Message) bool { _, ok := m.Body.(*wire.Progress); return ok }) {
+		shipped.WriteString(m.Body.(*wire.Progress).Progress + "\n")
+	}
+	shipped.WriteString(res.Reason)
+	out := shipped.String()
+	if strings.Contains(out, value) || strings.Contains(out, value[:len(value)-4]) {
+		t.Fatalf("the secret's value was shipped:\n%s", out)
+	}
+	masked := strings.Repeat("*", len(value))
+	for _, want := range []string{"key=" + masked + "\n", "arg=" + masked + "\n", "0.5 ***", `"***"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("shipped output lacks %q (the substituted value, masked):\n%s", want, out)
+		}
+	}
+}

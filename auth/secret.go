@@ -6,12 +6,10 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/berth-dev/berth"
 )
@@ -200,95 +198,27 @@ func (r *Redactor) Redact(s string) string {
 	return b.String()
 }
 
-// maxHeld bounds what a redacting writer keeps back while a run of hidden
-// bytes goes on; past it the run is cut, which can leak the tail of a value
-// that overlaps the cut (only in pathological, highly repetitive output).
-const maxHeld = 64 << 10
-
-// Writer returns a writer that redacts what it is given and writes the result
-// to w. Each Write holds back up to (longest value − 1) bytes, more while a
-// run of hidden bytes continues, so a value split across Writes is still
-// redacted; Close writes what is held back and does not close w. Write
-// reports len(p) once p is accepted and returns w's error, which then sticks,
-// when w fails. The writer is safe for concurrent use.
-func (r *Redactor) Writer(w io.Writer) io.WriteCloser {
-	return &redactWriter{r: r, w: w}
-}
-
-type redactWriter struct {
-	r      *Redactor
-	w      io.Writer
-	mu     sync.Mutex
-	held   []byte
-	err    error
-	closed bool
-}
-
-func (rw *redactWriter) Write(p []byte) (int, error) {
-	rw.mu.Lock()
-	defer rw.mu.Unlock()
-	if rw.err != nil {
-		return 0, rw.err
+// Mask overwrites with '*', in place, every byte of output that a value
+// covers, keeping its length (so that offsets into the file it was read
+// from stay right). It returns how many leading bytes are settled: all of
+// them when final (no more output follows), else none from where a value
+// may begin that continues past output. A nil Redactor masks nothing. It
+// never fails.
+func (r *Redactor) Mask(output []byte, final bool) int {
+	if r == nil || len(r.values) == 0 {
+		return len(output)
 	}
-	if rw.closed {
-		return 0, errors.New("redacting writer: write after close")
+	cut := len(output)
+	if !final {
+		cut = max(0, len(output)-(r.maxLen-1))
 	}
-	if rw.r == nil || len(rw.r.values) == 0 {
-		if _, err := rw.w.Write(p); err != nil {
-			rw.err = err
-			return 0, err
+	for _, sp := range r.runs(string(output)) {
+		for k := sp.start; k < sp.end; k++ {
+			output[k] = '*'
 		}
-		return len(p), nil
-	}
-	rw.held = append(rw.held, p...)
-	s := string(rw.held)
-	// Every occurrence starting before cut lies wholly inside s.
-	cut := len(s) - (rw.r.maxLen - 1)
-	if cut <= 0 {
-		return len(p), nil
-	}
-	runs := rw.r.runs(s)
-	for _, sp := range runs {
 		if sp.start < cut && cut < sp.end {
-			// Do not split a run: hold it back whole, unless that
-			// would hold back too much.
-			if len(s)-sp.start <= maxHeld {
-				cut = sp.start
-			} else {
-				cut = sp.end
-			}
-			break
+			cut = sp.end // masked whole: settled
 		}
 	}
-	var emit []span
-	for _, sp := range runs {
-		if sp.end <= cut {
-			emit = append(emit, sp)
-		}
-	}
-	var b strings.Builder
-	redactRuns(&b, s[:cut], emit)
-	if _, err := io.WriteString(rw.w, b.String()); err != nil {
-		rw.err = err
-		return 0, err
-	}
-	rw.held = append(rw.held[:0], s[cut:]...)
-	return len(p), nil
-}
-
-func (rw *redactWriter) Close() error {
-	rw.mu.Lock()
-	defer rw.mu.Unlock()
-	if rw.closed {
-		return rw.err
-	}
-	rw.closed = true
-	if rw.err != nil || len(rw.held) == 0 {
-		return rw.err
-	}
-	if _, err := io.WriteString(rw.w, rw.r.Redact(string(rw.held))); err != nil {
-		rw.err = err
-	}
-	rw.held = nil
-	return rw.err
+	return cut
 }

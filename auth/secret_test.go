@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/berth-dev/berth"
@@ -162,137 +161,56 @@ func TestRedact(t *testing.T) {
 	}
 }
 
-type recorder struct {
-	bytes.Buffer
-	writes int
+// shipMasked ships input the way the agent does: it reads from the file
+// what has been written so far (input[:written]) from the last shipped
+// offset, masks it and ships what Mask says is final.
+func shipMasked(r *Redactor, input string, writes []int) string {
+	var shipped []byte
+	for k, written := range writes {
+		buf := []byte(input[len(shipped):written])
+		n := r.Mask(buf, k == len(writes)-1)
+		shipped = append(shipped, buf[:n]...)
+	}
+	return string(shipped)
 }
 
-func (w *recorder) Write(p []byte) (int, error) {
-	w.writes++
-	return w.Buffer.Write(p)
-}
-
-func TestRedactWriterSplitAcrossWrites(t *testing.T) {
+func TestMaskSplitAcrossReads(t *testing.T) {
 	t.Parallel()
 	secrets := []string{"hf_SECRET_TOKEN", "p4ss", "aaaa"}
 	r := NewRedactor(secrets)
 	input := "token=hf_SECRET_TOKEN pass=p4ss p4sp4ss aaaaaa hf_SECRET_TOKENhf_SECRET_TOKEN end"
-	want := r.Redact(input)
+	whole := []byte(input)
+	if n := r.Mask(whole, true); n != len(input) {
+		t.Fatalf("final Mask = %d, want all %d bytes", n, len(input))
+	}
 	for _, s := range secrets {
-		if strings.Contains(want, s) {
-			t.Fatalf("Redact leaves %q in %q", s, want)
+		if strings.Contains(string(whole), s) {
+			t.Fatalf("Mask leaves %q in %q", s, whole)
 		}
 	}
-	// Every way of cutting the input in two, then in three.
+	if len(whole) != len(input) || !strings.HasPrefix(string(whole), "token=***************") {
+		t.Fatalf("Mask must keep the length and hide each byte: %q", whole)
+	}
+	// The output written in two, then three, pieces: what is shipped is
+	// what masking the whole gives, whatever the cuts.
 	for i := 0; i <= len(input); i++ {
 		for j := i; j <= len(input); j += 7 {
-			var out recorder
-			w := r.Writer(&out)
-			for _, part := range []string{input[:i], input[i:j], input[j:]} {
-				n, err := w.Write([]byte(part))
-				if err != nil || n != len(part) {
-					t.Fatalf("Write = %d, %v", n, err)
-				}
-			}
-			if err := w.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if out.String() != want {
-				t.Fatalf("split at %d,%d: got %q, want %q", i, j, out.String(), want)
+			if got := shipMasked(r, input, []int{i, j, len(input)}); got != string(whole) {
+				t.Fatalf("written up to %d, %d, %d: shipped %q, want %q", i, j, len(input), got, whole)
 			}
 		}
 	}
 }
 
-func TestRedactWriterByteAtATime(t *testing.T) {
-	t.Parallel()
-	r := NewRedactor([]string{"s3cr3t-value"})
-	var out recorder
-	w := r.Writer(&out)
-	input := "start s3cr3t-value middle s3cr3t-value"
-	for i := range len(input) {
-		if _, err := w.Write([]byte{input[i]}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Text well before the end has been passed on before Close.
-	if !strings.HasPrefix(out.String(), "start *** middle") {
-		t.Errorf("before Close: %q", out.String())
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := out.String(), "start *** middle ***"; got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	if _, err := w.Write([]byte("x")); err == nil {
-		t.Error("Write after Close must fail")
-	}
-}
-
-func TestRedactWriterHoldsBackBounded(t *testing.T) {
+func TestMaskHoldsBackWhatMayBeASecret(t *testing.T) {
 	t.Parallel()
 	r := NewRedactor([]string{"0123456789"})
-	var out recorder
-	w := r.Writer(&out)
-	if _, err := w.Write([]byte(strings.Repeat("x", 100) + "01234")); err != nil {
-		t.Fatal(err)
+	buf := []byte(strings.Repeat("x", 100) + "01234")
+	if n := r.Mask(buf, false); n != 105-9 {
+		t.Errorf("Mask = %d, want all but the last 9 bytes (longest value - 1) = %d", n, 105-9)
 	}
-	if got := out.Len(); got != 105-9 {
-		t.Errorf("passed on %d bytes, want all but the last 9 (longest value - 1) = %d", got, 105-9)
-	}
-	if _, err := w.Write([]byte("56789")); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := out.String(), strings.Repeat("x", 100)+"***"; got != want {
-		t.Errorf("got %q, want %q", got, want)
-	}
-}
-
-type failWriter struct{ err error }
-
-func (f failWriter) Write([]byte) (int, error) { return 0, f.err }
-
-func TestRedactWriterErrorSticks(t *testing.T) {
-	t.Parallel()
-	boom := errors.New("disk full")
-	w := NewRedactor([]string{"ab"}).Writer(failWriter{boom})
-	if _, err := w.Write([]byte("hello world")); !errors.Is(err, boom) {
-		t.Fatalf("Write error = %v, want %v", err, boom)
-	}
-	if _, err := w.Write([]byte("more")); !errors.Is(err, boom) {
-		t.Errorf("second Write error = %v, want the sticky %v", err, boom)
-	}
-	if err := w.Close(); !errors.Is(err, boom) {
-		t.Errorf("Close error = %v, want %v", err, boom)
-	}
-}
-
-func TestRedactWriterConcurrent(t *testing.T) {
-	t.Parallel()
-	r := NewRedactor([]string{"SECRETVALUE"})
-	var out bytes.Buffer
-	w := r.Writer(&out)
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for range 50 {
-				if _, err := w.Write([]byte("line SECRETVALUE\n")); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(out.String(), "SECRET") || strings.Count(out.String(), "line ***\n") != 200 {
-		t.Errorf("concurrent writes: %d redacted lines, secret present: %v",
-			strings.Count(out.String(), "line ***\n"), strings.Contains(out.String(), "SECRET"))
+	var none *Redactor
+	if n := none.Mask(buf, false); n != len(buf) {
+		t.Errorf("a nil Redactor's Mask = %d, want %d", n, len(buf))
 	}
 }

@@ -331,6 +331,13 @@ func runServer(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
+	if rs.CAFile != "" {
+		fmt.Fprintf(m.Stdout, "TLS: development CA %s, fingerprint %s\n  (clients and agents: --ca %s or --ca-fingerprint %s)\n",
+			rs.CAFile, rs.Fingerprint, rs.CAFile, rs.Fingerprint)
+	}
+	if rs.AdminToken != "" {
+		fmt.Fprintf(m.Stdout, "first admin token (saved in %s):\n  %s\n", filepath.Join(cfg.DataDir, adminTokenFile), rs.AdminToken)
+	}
 	fmt.Fprintf(m.Stdout, "berth server listening on %s\n", rs.URL)
 	return rs.serve(ctx)
 }
