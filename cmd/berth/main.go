@@ -178,6 +178,38 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// parseNoArgs parses the flags of a command that takes no arguments
+// (command names it in the error) and checks its client flags.
+func parseNoArgs(fs *flag.FlagSet, cf *clientFlags, args []string, command string) error {
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return berth.Invalidf("args", "%s takes no arguments, got %q", command, fs.Arg(0))
+	}
+	return nil
+}
+
+// parseOneArg parses the flags of a command that takes one argument, what
+// (flags may also follow it), checks its client flags and returns the
+// argument.
+func parseOneArg(fs *flag.FlagSet, cf *clientFlags, args []string, what, hint string) (string, error) {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if err := cf.check(); err != nil {
+		return "", err
+	}
+	if len(rest) != 1 {
+		return "", berth.Invalidf(what, "%s", hint)
+	}
+	return rest[0], nil
+}
+
 // clientFlags are the flags of every command that talks to a server.
 type clientFlags struct {
 	server      string

@@ -16,6 +16,18 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// printList prints list as a JSON array (never null) when output is json,
+// else with table.
+func printList[T any](w io.Writer, output string, list []T, table func() error) error {
+	if output == "json" {
+		if list == nil {
+			list = []T{}
+		}
+		return printJSON(w, list)
+	}
+	return table()
+}
+
 // table writes aligned columns.
 type table struct{ tw *tabwriter.Writer }
 

@@ -68,31 +68,21 @@ func runQuotaSet(ctx context.Context, m *Main, args []string) error {
 func runQuotaList(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("quota list", "[flags]")
 	cf := m.addClientFlags(fs, true)
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, cf, args, "quota list"); err != nil {
 		return err
-	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return berth.Invalidf("args", "quota list takes no arguments, got %q", fs.Arg(0))
 	}
 	list, err := m.client(cf).Quotas(ctx)
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		if list == nil {
-			list = []*berth.QuotaRule{}
+	return printList(m.Stdout, cf.output, list, func() error {
+		now := time.Now()
+		t := newTable(m.Stdout, "RULE", "LIMITS", "UPDATED")
+		for _, q := range list {
+			t.row(q.ID(), orDash(q.Limits()), ago(q.UpdatedAt, now))
 		}
-		return printJSON(m.Stdout, list)
-	}
-	now := time.Now()
-	t := newTable(m.Stdout, "RULE", "LIMITS", "UPDATED")
-	for _, q := range list {
-		t.row(q.ID(), orDash(q.Limits()), ago(q.UpdatedAt, now))
-	}
-	return t.flush()
+		return t.flush()
+	})
 }
 
 func runQuotaRm(ctx context.Context, m *Main, args []string) error {

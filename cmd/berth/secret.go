@@ -43,15 +43,9 @@ func runSecretSet(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("secret set", "[flags] NAME   (the value is read from stdin)")
 	cf := m.addClientFlags(fs, true)
 	owner := fs.String("owner", "", "whose secret (admins only; default your own)")
-	rest, err := parseInterspersed(fs, args)
+	name, err := parseOneArg(fs, cf, args, "name", "give exactly one secret NAME; the value is read from stdin")
 	if err != nil {
 		return err
-	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return berth.Invalidf("name", "give exactly one secret NAME; the value is read from stdin")
 	}
 	data, err := io.ReadAll(io.LimitReader(m.Stdin, 64<<10+2))
 	if err != nil {
@@ -59,9 +53,9 @@ func runSecretSet(ctx context.Context, m *Main, args []string) error {
 	}
 	value := strings.TrimSuffix(strings.TrimSuffix(string(data), "\n"), "\r")
 	if value == "" {
-		return berth.Invalidf("value", "stdin was empty; pipe the value in: echo -n VALUE | berth secret set %s", rest[0])
+		return berth.Invalidf("value", "stdin was empty; pipe the value in: echo -n VALUE | berth secret set %s", name)
 	}
-	s, err := m.client(cf).SetSecret(ctx, *owner, rest[0], value)
+	s, err := m.client(cf).SetSecret(ctx, *owner, name, value)
 	if err != nil {
 		return err
 	}
@@ -76,50 +70,34 @@ func runSecretList(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("secret list", "[flags]")
 	cf := m.addClientFlags(fs, true)
 	owner := fs.String("owner", "", "whose secrets: a user, or * for everyone's (admins only; default your own)")
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, cf, args, "secret list"); err != nil {
 		return err
-	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return berth.Invalidf("args", "secret list takes no arguments, got %q", fs.Arg(0))
 	}
 	list, err := m.client(cf).Secrets(ctx, *owner)
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		if list == nil {
-			list = []*berth.Secret{}
+	return printList(m.Stdout, cf.output, list, func() error {
+		now := time.Now()
+		t := newTable(m.Stdout, "OWNER", "NAME", "UPDATED", "BY")
+		for _, s := range list {
+			t.row(s.Owner, s.Name, ago(s.UpdatedAt, now), orDash(s.UpdatedBy))
 		}
-		return printJSON(m.Stdout, list)
-	}
-	now := time.Now()
-	t := newTable(m.Stdout, "OWNER", "NAME", "UPDATED", "BY")
-	for _, s := range list {
-		t.row(s.Owner, s.Name, ago(s.UpdatedAt, now), orDash(s.UpdatedBy))
-	}
-	return t.flush()
+		return t.flush()
+	})
 }
 
 func runSecretRm(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("secret rm", "[flags] NAME")
 	cf := m.addClientFlags(fs, false)
 	owner := fs.String("owner", "", "whose secret (admins only; default your own)")
-	rest, err := parseInterspersed(fs, args)
+	name, err := parseOneArg(fs, cf, args, "name", "give exactly one secret NAME")
 	if err != nil {
 		return err
 	}
-	if err := cf.check(); err != nil {
+	if err := m.client(cf).DeleteSecret(ctx, *owner, name); err != nil {
 		return err
 	}
-	if len(rest) != 1 {
-		return berth.Invalidf("name", "give exactly one secret NAME")
-	}
-	if err := m.client(cf).DeleteSecret(ctx, *owner, rest[0]); err != nil {
-		return err
-	}
-	fmt.Fprintf(m.Stdout, "secret %s removed\n", rest[0])
+	fmt.Fprintf(m.Stdout, "secret %s removed\n", name)
 	return nil
 }

@@ -43,14 +43,8 @@ func runTokenCreate(ctx context.Context, m *Main, args []string) error {
 	role := fs.String("role", "", "viewer, user, operator, admin, agent (a join token) or peer")
 	name := fs.String("name", "", "who the token is for: a user name (its jobs run as that user), a pool of agents, a peer")
 	ttl := fs.String("ttl", "", "how long the token is valid, e.g. 12h or 30d (default: until revoked)")
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, cf, args, "token create"); err != nil {
 		return err
-	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return berth.Invalidf("args", "token create takes no arguments, got %q", fs.Arg(0))
 	}
 	req := berth.TokenRequest{Name: *name, Role: *role}
 	if *ttl != "" {
@@ -82,38 +76,28 @@ func expiry(t time.Time) string {
 func runTokenList(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("token list", "[flags]")
 	cf := m.addClientFlags(fs, true)
-	if err := parse(fs, args); err != nil {
+	if err := parseNoArgs(fs, cf, args, "token list"); err != nil {
 		return err
-	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return berth.Invalidf("args", "token list takes no arguments, got %q", fs.Arg(0))
 	}
 	list, err := m.client(cf).Tokens(ctx)
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		if list == nil {
-			list = []*berth.Token{}
+	return printList(m.Stdout, cf.output, list, func() error {
+		now := time.Now()
+		t := newTable(m.Stdout, "ID", "NAME", "ROLE", "WORKER", "CREATED", "EXPIRES", "STATE")
+		for _, tok := range list {
+			state := "live"
+			switch {
+			case !tok.RevokedAt.IsZero():
+				state = "revoked " + ago(tok.RevokedAt, now)
+			case !tok.Live(now):
+				state = "expired"
+			}
+			t.row(tok.ID, tok.Name, tok.Role, orDash(tok.Worker), ago(tok.CreatedAt, now), expiry(tok.ExpiresAt), state)
 		}
-		return printJSON(m.Stdout, list)
-	}
-	now := time.Now()
-	t := newTable(m.Stdout, "ID", "NAME", "ROLE", "WORKER", "CREATED", "EXPIRES", "STATE")
-	for _, tok := range list {
-		state := "live"
-		switch {
-		case !tok.RevokedAt.IsZero():
-			state = "revoked " + ago(tok.RevokedAt, now)
-		case !tok.Live(now):
-			state = "expired"
-		}
-		t.row(tok.ID, tok.Name, tok.Role, orDash(tok.Worker), ago(tok.CreatedAt, now), expiry(tok.ExpiresAt), state)
-	}
-	return t.flush()
+		return t.flush()
+	})
 }
 
 func runTokenRevoke(ctx context.Context, m *Main, args []string) error {
