@@ -19,6 +19,9 @@ func (s *Server) putControl(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if req.RequestedBy == "" {
+		req.RequestedBy = identity(r).Name // the event's actor is the identity either way
+	}
 	resp, err := s.ctl.SetWorkerControl(r.Context(), host, req)
 	if err != nil {
 		writeError(w, err)

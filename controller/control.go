@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"slices"
@@ -195,7 +196,7 @@ func (c *Controller) SetWorkerControl(ctx context.Context, host string, req bert
 				}
 			}
 		}
-		resp.Stopping = c.setControls(rows, ctl.UpdatedAt)
+		resp.Stopping = c.setControls(rows, ctl.UpdatedAt, berth.ActorFrom(ctx))
 		resp.Controls = c.hostControls(host)
 		written = c.durable()
 	}); err != nil {
@@ -208,9 +209,10 @@ func (c *Controller) SetWorkerControl(ctx context.Context, host string, req bert
 }
 
 // setControls writes controls (all of one host), applies them to the
-// host's workers and publishes one event per control. It returns the
-// attempts being stopped. Loop only.
-func (c *Controller) setControls(rows []*berth.WorkerControl, now time.Time) []string {
+// host's workers and publishes one event per control, made by actor (""
+// for a row's requested_by). It returns the attempts being stopped. Loop
+// only.
+func (c *Controller) setControls(rows []*berth.WorkerControl, now time.Time, actor string) []string {
 	host := rows[0].Host
 	if c.controls[host] == nil {
 		c.controls[host] = map[string]*berth.WorkerControl{}
@@ -234,7 +236,7 @@ func (c *Controller) setControls(rows []*berth.WorkerControl, now time.Time) []s
 	events := make([]berth.Event, len(rows))
 	for i, r := range rows {
 		events[i] = berth.Event{Time: now, Type: EventWorkerControl, Host: host, Queue: r.Queue, Desired: r.DesiredState,
-			Policy: r.StopPolicy, Actor: r.RequestedBy}
+			Policy: r.StopPolicy, Actor: cmp.Or(actor, r.RequestedBy)}
 	}
 	events[0].Attempts = stopping
 	c.emit(events...)
@@ -354,6 +356,6 @@ func (c *Controller) syncControls(list []*berth.WorkerControl) {
 	}
 	now := c.now().UTC()
 	for _, host := range slices.Sorted(maps.Keys(changed)) {
-		c.setControls(changed[host], now)
+		c.setControls(changed[host], now, "")
 	}
 }
