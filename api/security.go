@@ -60,11 +60,15 @@ func (sec *Security) admit(w http.ResponseWriter, r *http.Request) *http.Request
 	return r.WithContext(berth.WithActor(ctx, id.Name))
 }
 
-// The roles' rights. People (viewer, user, operator, admin) read the
-// cluster; viewers, operators and admins read every job, users only their
-// own; users, operators, admins and peers submit; operators and admins act
-// on every job, worker and quota; admins manage tokens and every user's
-// secrets; agents speak the agent protocol for their own worker.
+// The roles' rights. People (viewer, user, operator, admin) and peers read
+// the cluster (workers, quotas, worker controls); viewers, operators and
+// admins read every job, the metrics (which sum every user's jobs) and
+// every event, users and peers only their own jobs (and users their
+// events); users, operators, admins and peers submit and manage their own
+// secrets; operators and admins act on every job, worker and quota; admins
+// manage tokens and every user's secrets and may speak the agent protocol
+// for any host (local agents under loopback trust); an agent credential
+// speaks it for its own host only, and a join token only joins.
 
 func isPerson(id auth.Identity) bool {
 	switch id.Role {

@@ -20,6 +20,13 @@ import (
 // a temporary directory, closed when t ends.
 func Security(t testing.TB, st store.Store, trustLoopback auth.Role) *api.Security {
 	t.Helper()
+	return SecurityWithAudit(t, st, trustLoopback, filepath.Join(t.TempDir(), "audit.log"))
+}
+
+// SecurityWithAudit is Security with its audit log at auditPath, for tests
+// that read the log.
+func SecurityWithAudit(t testing.TB, st store.Store, trustLoopback auth.Role, auditPath string) *api.Security {
+	t.Helper()
 	keys, err := auth.NewKeys([]byte(rand.Text() + rand.Text())[:auth.MasterKeySize])
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +39,7 @@ func Security(t testing.TB, st store.Store, trustLoopback auth.Role) *api.Securi
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := audit.Open(filepath.Join(t.TempDir(), "audit.log"), audit.Options{})
+	log, err := audit.Open(auditPath, audit.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
