@@ -3,9 +3,11 @@ package api
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/audit"
@@ -46,18 +48,34 @@ func (sec *Security) admit(w http.ResponseWriter, r *http.Request) *http.Request
 		err = auth.SameOrigin(r)
 	}
 	if err != nil {
+		// Refusals count against the client's address, so that guessing
+		// tokens is throttled too.
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		if !sec.allow(w, "refused:"+host) {
+			return nil
+		}
 		writeError(w, err)
 		return nil
 	}
-	if sec.Limiter != nil {
-		if ok, after := sec.Limiter.Allow(id.Via + ":" + id.Name); !ok {
-			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(after.Seconds()+0.999))))
-			writeError(w, berth.Errorf(berth.ECodeTooMany, "rate limit of %s exceeded; retry after %v", id.Name, after.Round(1e6)))
-			return nil
-		}
+	if !sec.allow(w, id.Via+":"+id.Name) {
+		return nil
 	}
 	ctx := context.WithValue(r.Context(), identityKey{}, id)
 	return r.WithContext(berth.WithActor(ctx, id.Name))
+}
+
+// allow takes one request from key's rate limit; past it, it answers 429
+// with Retry-After and returns false.
+func (sec *Security) allow(w http.ResponseWriter, key string) bool {
+	if sec.Limiter == nil {
+		return true
+	}
+	ok, after := sec.Limiter.Allow(key)
+	if !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(after.Seconds()+0.999))))
+		writeError(w, berth.Errorf(berth.ECodeTooMany, "rate limit exceeded; retry after %v", after.Round(time.Millisecond)))
+	}
+	return ok
 }
 
 // The roles' rights. People (viewer, user, operator, admin) and peers read
