@@ -85,8 +85,11 @@ func TestHardStopRequeuesElsewhere(t *testing.T) {
 	if second.Host != "other" || second.State != berth.AttemptSucceeded {
 		t.Fatalf("second attempt on %s %s, want succeeded on other", second.Host, second.State)
 	}
+	// The control's actor is who made the request (a loopback client, as
+	// the server trusts loopback); the requeue's is the control's
+	// requested_by.
 	cl.awaitEvent(10*time.Second, "worker.control", func(e map[string]any) bool {
-		return e["type"] == "worker.control" && e["host"] == "spark" && e["desired"] == "off" && e["actor"] == "ops" &&
+		return e["type"] == "worker.control" && e["host"] == "spark" && e["desired"] == "off" && e["actor"] == "local" &&
 			e["policy"] == "hard" && len(anyList(e["attempts"])) == 1 && anyList(e["attempts"])[0] == first.ID
 	})
 	cl.awaitEvent(10*time.Second, "job.requeued after the stop", func(e map[string]any) bool {

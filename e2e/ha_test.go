@@ -42,12 +42,20 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 	urlA, urlB := "http://"+freeAddr(t), "http://"+freeAddr(t)
 	server := func(name, url string) *proc {
 		return start(t, "server "+name, "server", "--store", db, "--listen", strings.TrimPrefix(url, "http://"),
-			"--data-dir", filepath.Join(dir, name), "--heartbeat", "1s")
+			"--data-dir", filepath.Join(dir, name), "--heartbeat", "1s", "--key-file", filepath.Join(dir, "berth.key"))
 	}
 	a := server("a", urlA)
 	if _, ok := a.out.await("listening on", 30*time.Second); !ok {
 		t.Fatal("server a did not start")
 	}
+	// Loopback trust is each server's own: a request a standby forwards is
+	// admitted by the leader by its token, signed with the key the servers
+	// share.
+	admin, err := os.ReadFile(filepath.Join(dir, "a", "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(admin))
 	b := server("b", urlB)
 	if _, ok := b.out.await("standby", 30*time.Second); !ok {
 		t.Fatal("server b did not stand by")
@@ -61,7 +69,7 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 
 	// A client that knows only the standby is served through it: reads and
 	// writes are forwarded to the leader.
-	viaStandby := client.New(urlB, "", nil)
+	viaStandby := client.New(urlB, token, nil)
 	rule, err := berth.ParseQuotaRule("user:nobody", []string{"jobs<=1"})
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +77,7 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 	if _, _, err := viaStandby.SetQuota(context.Background(), rule); err != nil {
 		t.Fatalf("set a quota through the standby: %v", err)
 	}
-	if rules, err := client.New(urlA, "", nil).Quotas(context.Background()); err != nil || len(rules) != 1 || rules[0].ID() != "user:nobody" {
+	if rules, err := client.New(urlA, token, nil).Quotas(context.Background()); err != nil || len(rules) != 1 || rules[0].ID() != "user:nobody" {
 		t.Fatalf("quotas on the leader after a write through the standby = %+v, %v", rules, err)
 	}
 
@@ -78,7 +86,7 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 		start(t, "agent "+host, "agent", "--server", servers, "--host", host, "--gpus", "0", "--slots", "32",
 			"--data-dir", filepath.Join(dir, "agent-"+host))
 	}
-	c := client.New(servers, "", nil)
+	c := client.New(servers, token, nil)
 	out := filepath.Join(dir, "out")
 	if err := os.Mkdir(out, 0o755); err != nil {
 		t.Fatal(err)
