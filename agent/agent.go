@@ -722,7 +722,7 @@ func (a *Agent) setFaults(faults map[int]string) {
 func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	dir := filepath.Join(a.attDir, m.AttemptID)
 	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: dir + ".log",
-		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: auth.NewRedactor(secretValues(m))}
+		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: secretRedactor(m)}
 	run, err := expandSecrets(m)
 	var proc Process
 	if err != nil {

@@ -3,20 +3,22 @@ package agent
 import (
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/wire"
 )
 
 // expandSecrets returns m with the {{SECRET:NAME}} references of its
-// command, env values and workdir replaced by the values it carries; an
-// unknown name is an error naming it.
+// command, env values and workdir replaced by the values it carries (m
+// itself when it has none); an unknown name is an error naming it.
 func expandSecrets(m *wire.JobAssign) (*wire.JobAssign, error) {
+	if !slices.ContainsFunc(jobTexts(m), auth.HasSecretRefs) {
+		return m, nil
+	}
 	out := *m
 	var err error
 	expand := func(s string) string {
-		if err != nil || !strings.Contains(s, "{{SECRET:") {
+		if err != nil || !auth.HasSecretRefs(s) {
 			return s
 		}
 		var v string
@@ -35,7 +37,16 @@ func expandSecrets(m *wire.JobAssign) (*wire.JobAssign, error) {
 	return &out, err
 }
 
-// secretValues returns the values of an assignment's secrets.
-func secretValues(m *wire.JobAssign) []string {
-	return slices.Collect(maps.Values(m.Secrets))
+// jobTexts returns the parts of m that may reference secrets.
+func jobTexts(m *wire.JobAssign) []string {
+	return append(append([]string{m.Workdir}, m.Command...), slices.Collect(maps.Values(m.Env))...)
+}
+
+// secretRedactor returns the redactor of an assignment's secrets; nil (which
+// redacts nothing) when it carries none.
+func secretRedactor(m *wire.JobAssign) *auth.Redactor {
+	if len(m.Secrets) == 0 {
+		return nil
+	}
+	return auth.NewRedactor(slices.Collect(maps.Values(m.Secrets)))
 }

@@ -210,18 +210,17 @@ func (l *Log) Append(entries ...Entry) error {
 			t = l.now()
 		}
 		seq++
-		line, err := json.Marshal(Record{
+		start := len(buf)
+		buf = appendRecord(buf, &Record{
 			Seq: seq, Time: t.UTC(), Action: e.Action, Actor: e.Actor, Role: e.Role,
 			Target: e.Target, Fields: e.Fields, Prev: hash,
 		})
-		if err != nil {
-			return fmt.Errorf("audit: append: entry %d (%s): %w", i, e.Action, err)
-		}
+		line := buf[start:]
 		if len(line) > MaxLine {
 			return fmt.Errorf("audit: append: entry %d (%s) is %d bytes, over the %d-byte line limit", i, e.Action, len(line), MaxLine)
 		}
 		hash = lineHash(line)
-		buf = append(append(buf, line...), '\n')
+		buf = append(buf, '\n')
 	}
 	if _, err := l.f.Write(buf); err != nil {
 		l.err = fmt.Errorf("audit: write %s: %w (the log is broken; reopen it)", l.path, err)

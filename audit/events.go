@@ -36,7 +36,9 @@ func FromEvent(e *berth.Event) Entry {
 			en.Fields[k] = v
 		}
 	}
-	set("seq", strconv.FormatUint(e.Seq, 10))
+	if e.Seq != 0 { // events published on the stream are numbered
+		set("event_seq", strconv.FormatUint(e.Seq, 10))
+	}
 	set("state", string(e.State))
 	set("worker_id", e.WorkerID)
 	set("host", e.Host)

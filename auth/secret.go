@@ -87,6 +87,10 @@ func ValidSecretName(name string) error {
 
 var secretRefRE = regexp.MustCompile(`\{\{SECRET:([A-Za-z_][A-Za-z0-9_]*)\}\}`)
 
+// HasSecretRefs reports, cheaply, whether s may reference a secret: a
+// false answer means SecretRefs(s) is empty.
+func HasSecretRefs(s string) bool { return strings.Contains(s, "{{SECRET:") }
+
 // SecretRefs returns the names referenced as {{SECRET:NAME}} in s, in order of
 // first appearance, without duplicates; nil when there are none. It never
 // fails: text that is not a well-formed reference is not one.

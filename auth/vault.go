@@ -158,7 +158,7 @@ func (v *Vault) Resolve(owner string, texts ...string) map[string]string {
 func refs(texts []string) []string {
 	var names []string
 	for _, t := range texts {
-		if strings.Contains(t, "{{SECRET:") {
+		if HasSecretRefs(t) {
 			names = append(names, SecretRefs(t)...)
 		}
 	}

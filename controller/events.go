@@ -11,7 +11,6 @@ import (
 // Event types.
 const (
 	EventJobSubmitted      = "job.submitted"
-	EventJobAssigned       = "job.assigned" // an attempt is placed on a worker
 	EventJobRunning        = "job.running"
 	EventJobRequeued       = "job.requeued"
 	EventJobPreempted      = "job.preempted"  // a running attempt is stopped for a waiting job
@@ -27,6 +26,18 @@ const (
 	EventWorkerControl     = "worker.control" // an operator turned a host's queue on or off
 )
 
+// AuditJobAssigned is the audit record of an attempt placed on a worker:
+// audited, not published (job.running follows once it starts).
+const AuditJobAssigned = "job.assigned"
+
+// audit records events in the audit log only, with the loop's pending
+// writes. Loop only.
+func (c *Controller) audit(events ...berth.Event) {
+	if c.cfg.Audit != nil {
+		c.write(&store.Batch{Audit: events})
+	}
+}
+
 // emit numbers events, stores them with the loop's pending writes when
 // Config.StoreEvents says so, and publishes them once those are durable.
 // Loop only.
@@ -38,9 +49,7 @@ func (c *Controller) emit(events ...berth.Event) {
 		c.eventSeq++
 		events[i].Seq = c.eventSeq
 	}
-	if c.cfg.Audit != nil {
-		c.write(&store.Batch{Audit: events})
-	}
+	c.audit(events...)
 	if c.cfg.StoreEvents {
 		stored := make([]*berth.Event, len(events))
 		for i := range events {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
@@ -134,10 +135,10 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 		msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
 			Queue: j.Queue, Model: j.Model, Command: j.Command, Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
 			MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: c.cfg.Grace}
-		if c.cfg.Secrets != nil {
+		if c.cfg.Secrets != nil && referencesSecrets(j) {
 			msg.Secrets = c.cfg.Secrets.Resolve(j.User, jobText(j)...)
 		}
-		c.emit(berth.Event{Time: now, Type: EventJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
+		c.audit(berth.Event{Time: now, Type: AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
 			Attempts: []string{a.ID}})
 		s := ws.sess
 		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
@@ -147,6 +148,20 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 	if j.Model != "" {
 		c.prewarm(j, now)
 	}
+}
+
+// referencesSecrets reports whether j's command, env or workdir may
+// reference a secret, without allocating (it is asked of every job).
+func referencesSecrets(j *berth.Job) bool {
+	if auth.HasSecretRefs(j.Workdir) || slices.ContainsFunc(j.Command, auth.HasSecretRefs) {
+		return true
+	}
+	for _, v := range j.Env {
+		if auth.HasSecretRefs(v) {
+			return true
+		}
+	}
+	return false
 }
 
 // jobText returns the parts of j that may reference secrets: its command,
