@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
