@@ -20,6 +20,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -394,6 +395,11 @@ func (a *Agent) dial(ctx context.Context, server string) (c *websocket.Conn, lea
 	if err != nil {
 		if resp != nil {
 			leader = resp.Header.Get(berth.LeaderHeader)
+			var body berth.ErrorBody
+			if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) &&
+				json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&body) == nil && body.Error != nil {
+				return nil, leader, fmt.Errorf("dial %s: the server refused this agent (%d): %s", server, resp.StatusCode, body.Error.Message)
+			}
 		}
 		return nil, leader, fmt.Errorf("dial %s: %w", server, err)
 	}
