@@ -24,22 +24,81 @@ func (s AttemptState) Terminal() bool {
 	return s != AttemptAssigned && s != AttemptRunning
 }
 
+// Readiness phases of a service attempt.
+const (
+	PhaseStarting = "starting" // process started, port not bound yet
+	PhaseWarming  = "warming"  // port bound, not answering its readiness probe yet
+	PhaseReady    = "ready"    // serving: its endpoint is listed
+	PhaseUnready  = "unready"  // was ready, now fails its liveness probe
+	PhaseFailed   = "failed"   // did not become ready: see its failure class
+)
+
+// Failure classes of a service attempt that did not become ready (seed 004).
+const (
+	FailureWarmup        = "warmup"         // still warming when its warm-up budget ran out
+	FailureStall         = "stall"          // no startup progress within its stall window
+	FailureWorkloadFatal = "workload_fatal" // the workload itself broke (CUDA out of memory, engine dead)
+	FailureInfraFatal    = "infra_fatal"    // the machine could not run it (port never bound, driver errors)
+	FailureUnknown       = "unknown"        // exited before ready, nothing recognised
+)
+
 // Attempt is one placement of one task of a job on a worker. Everything an
 // agent reports is fenced by the attempt id: reports for a superseded
 // attempt are ignored.
 type Attempt struct {
-	ID         string       `json:"id"`
-	JobID      string       `json:"job_id"`
-	TaskIndex  int          `json:"task_index"`
-	WorkerID   string       `json:"worker_id"`
-	Host       string       `json:"host"`
-	GPUs       []int        `json:"gpus,omitempty"` // GPU indexes on the worker
-	Port       int          `json:"port,omitempty"` // rank 0 of a gang: the coordinator's port
-	State      AttemptState `json:"state"`
-	ExitCode   *int         `json:"exit_code,omitempty"`
-	Reason     string       `json:"reason,omitempty"`
-	Progress   string       `json:"progress,omitempty"` // the last progress the job reported
-	CreatedAt  time.Time    `json:"created_at"`
-	StartedAt  time.Time    `json:"started_at,omitzero"`
-	FinishedAt time.Time    `json:"finished_at,omitzero"`
+	ID        string       `json:"id"`
+	JobID     string       `json:"job_id"`
+	TaskIndex int          `json:"task_index"`
+	WorkerID  string       `json:"worker_id"`
+	Host      string       `json:"host"`
+	GPUs      []int        `json:"gpus,omitempty"` // GPU indexes on the worker
+	Port      int          `json:"port,omitempty"` // rank 0 of a gang: the coordinator's port
+	State     AttemptState `json:"state"`
+	ExitCode  *int         `json:"exit_code,omitempty"`
+	Reason    string       `json:"reason,omitempty"`
+	Progress  string       `json:"progress,omitempty"` // the last progress the job reported
+	// A service's attempt: the port it serves on, its readiness phase
+	// (ServicePhase*) and, once it failed, the class of its failure
+	// (FailureClass*).
+	ServicePort  int       `json:"service_port,omitempty"`
+	Phase        string    `json:"phase,omitempty"`
+	FailureClass string    `json:"failure_class,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	StartedAt    time.Time `json:"started_at,omitzero"`
+	FinishedAt   time.Time `json:"finished_at,omitzero"`
+}
+
+// Endpoint is where a ready service serves: listed while its attempt is
+// ready and its worker keeps its lease.
+type Endpoint struct {
+	JobID      string    `json:"job_id"`
+	Name       string    `json:"name"`
+	User       string    `json:"user,omitempty"`
+	AttemptID  string    `json:"attempt_id"`
+	Host       string    `json:"host"`
+	Port       int       `json:"port"`
+	Model      string    `json:"model,omitempty"`
+	ReadySince time.Time `json:"ready_since"`
+	LeaseUntil time.Time `json:"lease_until"`
+}
+
+// EndpointList is the response of GET /api/v1/endpoints.
+type EndpointList struct {
+	Endpoints []*Endpoint `json:"endpoints"`
+}
+
+// Service is an active service job with where and how its current attempt
+// serves.
+type Service struct {
+	Job
+	AttemptID string    `json:"attempt_id,omitempty"`
+	Host      string    `json:"host,omitempty"`
+	Port      int       `json:"port,omitempty"`
+	Phase     string    `json:"phase,omitempty"`     // Phase*; empty while pending
+	RestartAt time.Time `json:"restart_at,omitzero"` // when a service waiting out its restart backoff is queued again
+}
+
+// ServiceList is the response of GET /api/v1/services.
+type ServiceList struct {
+	Services []*Service `json:"services"`
 }

@@ -97,6 +97,9 @@ const (
 	MaxArray        = 100_000
 	MaxRetries      = 100
 	MaxCommandBytes = 64 << 10
+	// DefaultServiceRestarts is how many times in a row a service is
+	// restarted before it fails, when its retries are not set.
+	DefaultServiceRestarts = 10
 )
 
 // DefaultJobSpec returns a spec with every default filled in; decode user
@@ -140,7 +143,7 @@ func (s *JobSpec) Validate() error {
 			return Invalidf("constraints.labels", "label names must not be empty")
 		}
 	}
-	if len(s.Command) == 0 || s.Command[0] == "" || emptyShell(s.Command) {
+	if s.Template == "" && (len(s.Command) == 0 || s.Command[0] == "" || emptyShell(s.Command)) {
 		return Invalidf("command", "must not be empty")
 	}
 	n := 0
@@ -165,8 +168,10 @@ func (s *JobSpec) Validate() error {
 	if s.Workdir != "" && !strings.HasPrefix(s.Workdir, "/") {
 		return Invalidf("workdir", "must be an absolute path")
 	}
-	if s.Template != "" || len(s.Vars) > 0 {
-		return Invalidf("template", "templates are not supported by this server yet")
+	for k := range s.Vars {
+		if !envRe.MatchString(k) {
+			return Invalidf("vars", "%q is not a valid variable name", k)
+		}
 	}
 	if s.MaxRuntime < 0 || time.Duration(s.MaxRuntime) > 366*24*time.Hour {
 		return Invalidf("max_runtime", "must be between 0 (no limit) and 366 days")

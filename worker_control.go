@@ -122,10 +122,11 @@ const (
 	CauseStall      = "stall"      // no output and no progress for stall_timeout
 	CauseReassigned = "reassigned" // the server says the attempt belongs elsewhere
 	CauseGPUHealth  = "gpu_health" // an assigned GPU disappeared or reported a fault
+	CauseReadiness  = "readiness"  // a service did not become ready (see its failure class)
 	CauseOperator   = "operator"   // an operator turned the worker off with the hard policy
 )
 
-var causeCodes = map[string]int{CauseBudget: 75, CauseStall: 76, CauseReassigned: 77, CauseGPUHealth: 78, CauseOperator: 79}
+var causeCodes = map[string]int{CauseBudget: 75, CauseStall: 76, CauseReassigned: 77, CauseGPUHealth: 78, CauseOperator: 79, CauseReadiness: 80}
 
 // CauseExitCode returns the exit code Berth reports for an attempt ended
 // by cause, and false for an unknown cause.

@@ -87,6 +87,12 @@ type Config struct {
 	// shell-quoted; empty: prewarm hints are ignored.
 	Prewarm        string
 	PrewarmTimeout time.Duration // how long a prewarm command may run; default 30m
+	// PortLo and PortHi bound the ports given to services
+	// ({{SERVICE_PORT}}); default 8000–9000.
+	PortLo, PortHi int
+	// ModelCache is where services keep model weights ({{MODEL_CACHE}});
+	// default DataDir/models.
+	ModelCache string
 }
 
 // Agent runs attempts for one worker. Create it with New and call Run.
@@ -97,6 +103,7 @@ type Agent struct {
 	workerID string
 	attDir   string
 	groups   *GroupJournal
+	ports    *PortAllocator
 
 	progressURL string // the progress endpoint's base URL, set when Run starts
 
@@ -202,6 +209,16 @@ func New(cfg Config) (*Agent, error) {
 		_ = os.RemoveAll(filepath.Join(a.attDir, e.Name()))
 	}
 	if a.groups, err = OpenGroupJournal(journal); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if a.cfg.ModelCache == "" {
+		a.cfg.ModelCache = filepath.Join(cfg.DataDir, "models")
+	}
+	if a.ports, err = NewPortAllocator(PortConfig{Lo: cfg.PortLo, Hi: cfg.PortHi, Path: filepath.Join(cfg.DataDir, "ports.json")}); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	// The attempts of a previous agent were killed above: their ports are free.
+	if _, err := a.ports.Recover(nil); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	return a, nil
@@ -730,6 +747,11 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: dir + ".log",
 		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: secretRedactor(m)}
 	run, err := expandSecrets(m)
+	var svc *serviceRun
+	if err == nil && m.Service != nil {
+		svc = &serviceRun{}
+		run, err = a.prepareService(run, svc)
+	}
 	var proc Process
 	if err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
@@ -749,9 +771,18 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	a.attempts[m.AttemptID] = at
 	a.mu.Unlock()
 	_ = a.send(sctx, wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: m.AttemptID})
+	if svc != nil && err == nil {
+		svc.watched = make(chan struct{})
+		go a.watchService(runCtx, at, m, svc)
+	}
 	go func() {
 		<-proc.Done()
 		ex := proc.Exit()
+		if svc != nil {
+			if _, err := a.ports.Release(m.AttemptID); err != nil {
+				a.log.Warn("release a service's port", "attempt", m.AttemptID, "err", err)
+			}
+		}
 		if ex.State == berth.AttemptSucceeded && m.Model != "" {
 			a.warm(m.Model) // before the result, so that a heartbeat after it reports the model
 		}
@@ -759,7 +790,8 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 			ex.Reason += "; " + a.confirmStopped(runCtx, at.gpus, ex.Lingering)
 		}
 		at.mu.Lock()
-		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(ex.Reason), Cause: ex.Cause}
+		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(ex.Reason),
+			Cause: ex.Cause, Class: svc.failureClass()}
 		at.mu.Unlock()
 		a.report(runCtx, at)
 	}()

@@ -380,3 +380,16 @@ func (c *Client) Secrets(ctx context.Context, owner string) ([]*berth.Secret, er
 func (c *Client) DeleteSecret(ctx context.Context, owner, name string) error {
 	return c.do(ctx, http.MethodDelete, "/api/v1/secrets/"+url.PathEscape(name)+"?owner="+url.QueryEscape(owner), nil, nil)
 }
+
+// Services lists the active service jobs with where their current attempt
+// serves and its readiness phase.
+func (c *Client) Services(ctx context.Context) ([]*berth.Service, error) {
+	var out berth.ServiceList
+	return out.Services, c.do(ctx, http.MethodGet, "/api/v1/services", nil, &out)
+}
+
+// Endpoints lists the endpoints of the ready services.
+func (c *Client) Endpoints(ctx context.Context) ([]*berth.Endpoint, error) {
+	var out berth.EndpointList
+	return out.Endpoints, c.do(ctx, http.MethodGet, "/api/v1/endpoints", nil, &out)
+}

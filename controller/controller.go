@@ -45,6 +45,14 @@ type Config struct {
 	// written; an error stops the controller (see Failed), as a store
 	// error does: no change goes unrecorded.
 	Audit Auditor
+	// Expand, when set, fills a submitted spec from its template and
+	// checks its variables before it is validated; its error (ECodeInvalid)
+	// refuses the submission.
+	Expand func(*berth.JobSpec) error
+	// Services, when set, says how agents run service jobs (ports,
+	// readiness); without it a service runs like a batch job that is
+	// restarted.
+	Services ServiceResolver
 	// Secrets, when set, resolves the {{SECRET:NAME}} references of a job
 	// as it is assigned; the values travel in the assignment only.
 	Secrets SecretResolver
@@ -127,12 +135,14 @@ type Controller struct {
 	queue     *scheduler.Queue
 	idem      map[string][]string
 	waiters   map[*waiter]struct{}
-	seq       uint64
-	eventSeq  uint64 // of the last event emitted
-	dirty     bool
-	batch     *store.Batch
-	after     []func()
-	stats     stats
+	// restarting holds the services waiting out their restart backoff.
+	restarting map[*jobState]struct{}
+	seq        uint64
+	eventSeq   uint64 // of the last event emitted
+	dirty      bool
+	batch      *store.Batch
+	after      []func()
+	stats      stats
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -161,23 +171,24 @@ func New(cfg Config) *Controller {
 	cfg.setDefaults()
 	return &Controller{
 		cfg: cfg, store: cfg.Store, log: cfg.Log, now: cfg.Now,
-		committer: newCommitter(cfg),
-		bus:       NewBus(store.KeptEvents),
-		inbox:     make(chan func(), 4096),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
-		failed:    make(chan struct{}),
-		jobs:      map[string]*jobState{},
-		attempts:  map[string]*attemptState{},
-		workers:   map[string]*workerState{},
-		quotas:    map[string]*berth.QuotaRule{},
-		controls:  map[string]map[string]*berth.WorkerControl{},
-		hinted:    map[string]time.Time{},
-		queue:     scheduler.NewQueue(*cfg.Scheduler),
-		idem:      map[string][]string{},
-		waiters:   map[*waiter]struct{}{},
-		logNotify: make(chan struct{}),
-		stats:     newStats(),
+		committer:  newCommitter(cfg),
+		bus:        NewBus(store.KeptEvents),
+		inbox:      make(chan func(), 4096),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		failed:     make(chan struct{}),
+		jobs:       map[string]*jobState{},
+		attempts:   map[string]*attemptState{},
+		workers:    map[string]*workerState{},
+		quotas:     map[string]*berth.QuotaRule{},
+		controls:   map[string]map[string]*berth.WorkerControl{},
+		hinted:     map[string]time.Time{},
+		queue:      scheduler.NewQueue(*cfg.Scheduler),
+		idem:       map[string][]string{},
+		waiters:    map[*waiter]struct{}{},
+		restarting: map[*jobState]struct{}{},
+		logNotify:  make(chan struct{}),
+		stats:      newStats(),
 	}
 }
 

@@ -155,6 +155,8 @@ func (c *Controller) handle(s *session, typ string, msg any) {
 		c.onRegister(s, m)
 	case *wire.Heartbeat:
 		c.onHeartbeat(s, m)
+	case *wire.ServiceStatus:
+		c.onServiceStatus(s, m)
 	case *wire.ReadyForWork:
 		s.worker.asked = true
 		c.dirty = true
@@ -266,6 +268,7 @@ func (c *Controller) workerCopy(ws *workerState) *berth.Worker {
 func (c *Controller) onHeartbeat(s *session, m *wire.Heartbeat) {
 	ws := s.worker
 	ws.w.LastHeartbeat = c.now().UTC()
+	c.renewEndpoints(ws, ws.w.LastHeartbeat)
 	if !slices.Equal(ws.faulty, m.FaultyGPUs) {
 		ws.faulty = slices.Clone(m.FaultyGPUs)
 		ws.recompute()
@@ -394,6 +397,9 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 	}
 	st, code, reason := m.State, m.ExitCode, m.Reason
 	as.cause = m.Cause
+	if m.Class != "" {
+		as.a.FailureClass, as.a.Phase = m.Class, berth.PhaseFailed
+	}
 	switch {
 	case st == berth.AttemptSucceeded:
 	case as.preemptedBy != "":
@@ -447,15 +453,17 @@ func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *i
 	switch {
 	case js.cancelRequested():
 		c.finishJob(js, berth.JobCancelled, code, "cancelled by user", now)
-	case f == nil:
-		c.finishJob(js, berth.JobSucceeded, code, "", now)
-	case f.state == berth.AttemptStopped:
+	case f != nil && f.state == berth.AttemptStopped:
 		j.Attempts-- // an operator's doing: no retry spent, back at the front
 		c.requeueFront(js, f, now)
-	case f.state == berth.AttemptPreempted || (f.state == berth.AttemptCancelled && f.reason == reasonWithdrawn) ||
-		(f.cause != "" && !berth.CauseSpendsRetry(f.cause)):
+	case f != nil && (f.state == berth.AttemptPreempted || (f.state == berth.AttemptCancelled && f.reason == reasonWithdrawn) ||
+		(f.cause != "" && !berth.CauseSpendsRetry(f.cause))):
 		j.Attempts-- // not the job's fault: no retry spent
 		c.requeue(js, f.reason, now)
+	case j.Kind == berth.KindService:
+		c.restartService(js, f, a, now)
+	case f == nil:
+		c.finishJob(js, berth.JobSucceeded, code, "", now)
 	case j.Attempts <= j.Retries:
 		c.requeue(js, fmt.Sprintf("retrying after attempt %d %s: %s", j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
 	default:
@@ -508,7 +516,11 @@ func (c *Controller) requeueEvent(js *jobState, ev berth.Event) {
 	c.stats.jobs[berth.JobPending]++
 	j.State, j.Reason = berth.JobPending, ev.Reason
 	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
-	c.enqueue(js)
+	if js.restartAt.After(ev.Time) {
+		c.restarting[js] = struct{}{} // queued by housekeep once due
+	} else {
+		c.enqueue(js)
+	}
 	c.emit(ev)
 }
 
@@ -549,6 +561,14 @@ func (c *Controller) housekeep() {
 		c.write(&store.Batch{Workers: []*berth.Worker{w}})
 		ev := berth.Event{Time: now, Type: EventWorkerLost, WorkerID: w.ID, Host: w.Host}
 		c.emit(ev)
+	}
+	for js := range c.restarting {
+		if !js.restartAt.After(now) {
+			delete(c.restarting, js)
+			js.restartAt = time.Time{}
+			c.enqueue(js)
+			c.dirty = true
+		}
 	}
 	acceptBy := now.Add(-c.cfg.AcceptTimeout)
 	for _, as := range c.attempts {

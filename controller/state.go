@@ -20,6 +20,9 @@ type jobState struct {
 	members []*attemptState // active attempts by rank (a gang has several); nil while queued
 	live    int             // active members
 	failure *memberEnd      // the first member to end otherwise than succeeded
+	// restartAt is when a service waiting to restart is queued again; zero
+	// when it is not waiting.
+	restartAt time.Time
 }
 
 // memberEnd is how one member of a job's current placement ended.
@@ -61,6 +64,10 @@ type attemptState struct {
 	preemptedBy string               // job it is being stopped for
 	stoppedBy   *berth.WorkerControl // the control whose hard stop is stopping it
 	cause       string               // why its agent ended it, as reported (berth.Cause*)
+	// readySince and leaseUntil, for a ready service attempt: when it
+	// became ready, and until when its endpoint is listed unless its
+	// worker is heard from again.
+	readySince, leaseUntil time.Time
 }
 
 // stopReason says why the attempt is being stopped, or "" if it is not:

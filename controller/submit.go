@@ -24,6 +24,11 @@ func (c *Controller) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*b
 // true, nothing stored) rather than created by this call. Errors are
 // Submit's.
 func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitRequest) (jobs []*berth.Job, replayed bool, err error) {
+	if c.cfg.Expand != nil {
+		if err := c.cfg.Expand(&req.JobSpec); err != nil {
+			return nil, false, err
+		}
+	}
 	if err := req.Validate(); err != nil {
 		return nil, false, err
 	}
@@ -86,6 +91,9 @@ func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth
 		if j.Name == "" {
 			j.Name = defaultName(req.Command)
 		}
+		if j.Kind == berth.KindService && j.Retries == 0 {
+			j.Retries = berth.DefaultServiceRestarts
+		}
 		stored, reply := *j, *j
 		b.Jobs[i], out[i] = &stored, &reply
 		js := &jobState{job: j}
@@ -143,6 +151,7 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 		now := c.now().UTC()
 		if !js.placed() {
 			c.queue.Remove(js.task)
+			delete(c.restarting, js)
 			c.finishJob(js, berth.JobCancelled, nil, reason, now)
 		} else if !js.cancelRequested() {
 			js.job.Reason = ReasonCancelRequested

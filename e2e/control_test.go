@@ -183,10 +183,10 @@ func TestPauseKeepsServiceRunning(t *testing.T) {
 	if d := cl.job(s.ID); d.State != berth.JobRunning || !alive(pid) {
 		t.Fatalf("service after resume: %s", d.State)
 	}
-	if err := os.WriteFile(dir+"/stop", nil, 0o644); err != nil {
+	if _, err := cl.c.Cancel(context.Background(), s.ID); err != nil { // a service runs until stopped
 		t.Fatal(err)
 	}
-	cl.awaitState(s.ID, 30*time.Second, berth.JobSucceeded)
+	cl.awaitState(s.ID, 30*time.Second, berth.JobCancelled)
 }
 
 // TestOffSurvivesRestarts keeps a host off across a server restart and an

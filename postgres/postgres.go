@@ -38,6 +38,7 @@ const migrateLock = 0x626572746D696772
 type Store struct {
 	*sqlstore.Reader      // on pool
 	*sqlstore.Credentials // on pool
+	*sqlstore.Arbiter     // on pool
 
 	pool   *pgxpool.Pool
 	config *pgx.ConnConfig // of pool's connections, for the watchers' own
@@ -81,6 +82,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 		ControlTime: "updated_at_ns",
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
+	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
 	return s, nil
 }
 
@@ -176,12 +178,13 @@ type statement struct {
 var (
 	jobTypes       = []string{"text", "text", "text", "text", "json", "integer", "text", "text", "integer", "integer", "bigint", "bigint", "bigint"}
 	jobUpdateTypes = []string{"text", "text", "text", "integer", "integer", "bigint", "bigint"}
-	attemptTypes   = []string{"text", "text", "integer", "text", "text", "json", "text", "integer", "text", "bigint", "bigint", "bigint", "integer", "text"}
-	workerTypes    = []string{"text", "json"}
-	quotaTypes     = []string{"text", "text", "text", "integer", "integer", "double precision", "bigint"}
-	controlTypes   = []string{"text", "text", "text", "text", "text", "bigint", "timestamptz"}
-	logTypes       = []string{"text", "bigint", "bytea"}
-	eventTypes     = []string{"bigint", "json"}
+	attemptTypes   = []string{"text", "text", "integer", "text", "text", "json", "text", "integer", "text", "bigint", "bigint", "bigint", "integer", "text",
+		"integer", "text", "text"}
+	workerTypes  = []string{"text", "json"}
+	quotaTypes   = []string{"text", "text", "text", "integer", "integer", "double precision", "bigint"}
+	controlTypes = []string{"text", "text", "text", "text", "text", "bigint", "timestamptz"}
+	logTypes     = []string{"text", "bigint", "bytea"}
+	eventTypes   = []string{"bigint", "json"}
 )
 
 // The statements of a batch. Each takes one array per column and writes

@@ -27,6 +27,7 @@ var migrations embed.FS
 type Store struct {
 	*sqlstore.Reader      // on r
 	*sqlstore.Credentials // on r and w
+	*sqlstore.Arbiter     // on r and w
 
 	w *sql.DB // one connection: the only writer
 	r *sql.DB // read-only pool
@@ -80,6 +81,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		ControlTime: "updated_at",
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
+	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
 	return s, nil
 }
 

@@ -169,6 +169,27 @@ type Store interface {
 	// ECodeNotFound.
 	DeleteSecret(ctx context.Context, owner, name string) error
 
+	// The GPU arbiter's swap lock and schedule registry (seed 000) are
+	// written at once too, each write in a transaction of its own.
+
+	// SwapLock returns the stored swap lock, expired or not; none stored
+	// is ECodeNotFound.
+	SwapLock(ctx context.Context) (*berth.SwapLock, error)
+	// PutSwapLock stores l in place of the stored lock whose token is
+	// prev, or where none is stored when prev is ""; when the stored lock
+	// is not that one it changes nothing and returns ECodeConflict.
+	PutSwapLock(ctx context.Context, l *berth.SwapLock, prev string) error
+	// DeleteSwapLock deletes the stored lock if its token is token (any
+	// lock when token is "") and reports whether it deleted one.
+	DeleteSwapLock(ctx context.Context, token string) (bool, error)
+	// PutSchedule registers s or updates the entry of its id in place,
+	// keeping that entry's RegisteredAt, and returns the entry stored.
+	PutSchedule(ctx context.Context, s *berth.Schedule) (*berth.Schedule, error)
+	// Schedules returns the schedule registry, oldest registration first.
+	Schedules(ctx context.Context) ([]*berth.Schedule, error)
+	// DeleteSchedule deletes schedule id; an unknown id is ECodeNotFound.
+	DeleteSchedule(ctx context.Context, id string) error
+
 	// Close releases the store.
 	Close() error
 }

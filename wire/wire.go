@@ -27,6 +27,8 @@ const (
 	TypeJobResult    = "job_result"
 	TypeLog          = "log"
 	TypeProgress     = "progress"
+	// TypeServiceStatus reports a service attempt's readiness phase.
+	TypeServiceStatus = "service_status"
 	// Server → agent.
 	TypeJobAssign = "job_assign"
 	TypeJobCancel = "job_cancel"
@@ -122,6 +124,8 @@ func Decode(frame []byte) (string, any, error) {
 		v = &Log{}
 	case TypeProgress:
 		v = &Progress{}
+	case TypeServiceStatus:
+		v = &ServiceStatus{}
 	case TypeControl:
 		v = &Control{}
 	case TypeJobAssign:
@@ -201,6 +205,8 @@ type JobAssign struct {
 	// Model is the job's model: once the attempt succeeds, the agent
 	// reports it warm.
 	Model string `json:"model,omitempty"`
+	// Service is set for a service job's attempt.
+	Service *Service `json:"service,omitempty"`
 	// Secrets holds the values of the secrets the command, env and workdir
 	// reference as {{SECRET:NAME}}, by name; the agent substitutes them
 	// just before it starts the process and redacts them from what it
@@ -224,6 +230,60 @@ type JobResult struct {
 	Reason    string             `json:"reason,omitempty"`
 	Cause     string             `json:"cause,omitempty"` // berth.Cause*
 	LogSize   int64              `json:"log_size"`
+	// Class is the failure class of a service attempt the agent ended
+	// because it did not become ready (berth.Failure*).
+	Class string `json:"class,omitempty"`
+}
+
+// ServiceStatus is a service attempt's readiness: its phase
+// (berth.Phase*), the port it serves on, and when it failed the class of
+// the failure; Marker is the last startup marker seen in its output.
+type ServiceStatus struct {
+	AttemptID string `json:"attempt_id"`
+	Phase     string `json:"phase"`
+	Port      int    `json:"port,omitempty"`
+	Class     string `json:"class,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	Marker    string `json:"marker,omitempty"`
+}
+
+// Service is how an agent runs a service attempt: whether it needs a port
+// ({{SERVICE_PORT}}), where weights are cached, and when it is ready.
+type Service struct {
+	NeedsPort bool       `json:"needs_port,omitempty"`
+	Model     string     `json:"model,omitempty"` // {{MODEL_NAME}}
+	Readiness *Readiness `json:"readiness,omitempty"`
+}
+
+// Readiness is a service's readiness check (seed 004 §6–8): a probe, the
+// budgets of its phases, the log markers that count as progress and the
+// log lines that classify a failure.
+type Readiness struct {
+	Probe        Probe          `json:"probe"`
+	Infra        time.Duration  `json:"infra,omitempty"`
+	Warmup       time.Duration  `json:"warmup,omitempty"`
+	Stall        time.Duration  `json:"stall,omitempty"`
+	Markers      []string       `json:"markers,omitempty"`
+	Fatal        []FatalPattern `json:"fatal,omitempty"`
+	Liveness     Probe          `json:"liveness"`
+	LiveEvery    time.Duration  `json:"live_every,omitempty"`
+	LiveFailures int            `json:"live_failures,omitempty"`
+}
+
+// Probe checks a service: "tcp" (the port accepts connections) or "http"
+// (Path answers Status and, with ModelIn, lists that model id in an
+// OpenAI-style model list).
+type Probe struct {
+	Kind    string `json:"kind"`
+	Path    string `json:"path,omitempty"`
+	Status  int    `json:"status,omitempty"`
+	ModelIn string `json:"model_in,omitempty"`
+}
+
+// FatalPattern is a log substring that classifies a failure.
+type FatalPattern struct {
+	Substring string `json:"substring"`
+	Class     string `json:"class"`
 }
 
 // Progress is the latest progress an attempt reported (a BERTH_PROGRESS

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,6 +23,8 @@ type agentFlags struct {
 	models      string
 	prewarm     string
 	prewarmFor  time.Duration
+	ports       string
+	modelCache  string
 }
 
 func (m *Main) addAgentFlags(fs interface {
@@ -37,6 +40,8 @@ func (m *Main) addAgentFlags(fs interface {
 	fs.StringVar(&af.models, "models", "", "comma-separated models already warm here (weights cached); jobs for them are placed here\npreferably")
 	fs.StringVar(&af.prewarm, "prewarm", "", "command (run with sh -c) that loads a model the server expects jobs for, with {model}\nreplaced by its name, shell-quoted, e.g. 'huggingface-cli download {model}'; the model is warm\nhere once it exits 0 (default: prewarm hints are ignored)")
 	fs.DurationVar(&af.prewarmFor, "prewarm-timeout", 30*time.Minute, "how long a --prewarm command may run (1s to 24h)")
+	fs.StringVar(&af.ports, "ports", "8000-9000", "LOW-HIGH: the ports services get ({{SERVICE_PORT}})")
+	fs.StringVar(&af.modelCache, "model-cache", "", "where services keep model weights ({{MODEL_CACHE}}; default DATA-DIR/models)")
 }
 
 // agentConfig turns flags into an agent configuration, discovering GPUs with
@@ -66,6 +71,14 @@ func (af *agentFlags) agentConfig(ctx context.Context) (agent.Config, error) {
 		}
 	}
 	cfg.Slots, cfg.HealthEvery, cfg.Prewarm, cfg.PrewarmTimeout = af.slots, af.healthEvery, af.prewarm, af.prewarmFor
+	lo, hi, ok := strings.Cut(af.ports, "-")
+	var errLo, errHi error
+	cfg.PortLo, errLo = strconv.Atoi(lo)
+	cfg.PortHi, errHi = strconv.Atoi(hi)
+	if !ok || errLo != nil || errHi != nil || cfg.PortLo < 1 || cfg.PortHi > 65535 || cfg.PortLo > cfg.PortHi {
+		return cfg, berth.Invalidf("--ports", "%q: want LOW-HIGH within 1-65535, e.g. 8000-9000", af.ports)
+	}
+	cfg.ModelCache = af.modelCache
 	if af.gpus != "" {
 		gpus, err := berth.ParseGPUSpec(af.gpus)
 		if err != nil {

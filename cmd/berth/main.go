@@ -46,23 +46,28 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"up":      {"start a server and local agents on embedded SQLite; runs a demo job", runUp},
-	"server":  {"run the control plane only", runServer},
-	"agent":   {"run a worker agent that joins a server", runAgent},
-	"submit":  {"submit a job (or an array of jobs)", runSubmit},
-	"jobs":    {"list jobs", runJobs},
-	"job":     {"show one job with its attempts and why it waits", runJob},
-	"logs":    {"print a job's output (-f to follow)", runLogs},
-	"cancel":  {"cancel jobs", runCancel},
-	"wait":    {"wait for jobs to end; exit 0 only if all succeeded", runWait},
-	"workers": {"list workers", runWorkers},
-	"quota":   {"manage quota rules (set, list, rm)", runQuota},
-	"token":   {"manage access tokens (create, list, revoke)", runToken},
-	"secret":  {"manage your secrets (set, list, rm)", runSecret},
-	"audit":   {"verify, tail or export the tamper-evident audit log", runAudit},
-	"worker":  {"turn a host's workers on or off (drain, pause, hard stop)", runWorker},
-	"bench":   {"measure throughput and latency on this machine", runBench},
-	"sim":     {"replay a workload trace through the scheduler in virtual time", runSim},
+	"up":        {"start a server and local agents on embedded SQLite; runs a demo job", runUp},
+	"server":    {"run the control plane only", runServer},
+	"agent":     {"run a worker agent that joins a server", runAgent},
+	"submit":    {"submit a job (or an array of jobs)", runSubmit},
+	"serve":     {"run a service (a model server, a notebook) until stopped", runServe},
+	"services":  {"list services and where they serve", runServices},
+	"endpoints": {"list the endpoints of ready services", runEndpoints},
+	"jobs":      {"list jobs", runJobs},
+	"job":       {"show one job with its attempts and why it waits", runJob},
+	"logs":      {"print a job's output (-f to follow)", runLogs},
+	"cancel":    {"cancel jobs", runCancel},
+	"wait":      {"wait for jobs to end; exit 0 only if all succeeded", runWait},
+	"workers":   {"list workers", runWorkers},
+	"quota":     {"manage quota rules (set, list, rm)", runQuota},
+	"lock":      {"hold, show or release the model swap lock (acquire, status, release)", runLock},
+	"schedule":  {"register, list or remove the schedules that will use the GPUs (add, list, rm)", runSchedule},
+	"token":     {"manage access tokens (create, list, revoke)", runToken},
+	"secret":    {"manage your secrets (set, list, rm)", runSecret},
+	"audit":     {"verify, tail or export the tamper-evident audit log", runAudit},
+	"worker":    {"turn a host's workers on or off (drain, pause, hard stop)", runWorker},
+	"bench":     {"measure throughput and latency on this machine", runBench},
+	"sim":       {"replay a workload trace through the scheduler in virtual time", runSim},
 }
 
 // exitError carries a specific exit status.
@@ -248,17 +253,33 @@ func (cf *clientFlags) check() error {
 	return err
 }
 
+// defaultUser is whom a job runs as when the command does not say: the
+// token's own name when it is a user's or a peer's (they may submit only as
+// themselves), else $USER.
+func (m *Main) defaultUser(cf *clientFlags) string {
+	if c, ok := auth.Peek(m.token(cf)); ok && (c.Role == auth.RoleUser || c.Role == auth.RolePeer) {
+		return c.Subject
+	}
+	return m.Getenv("USER")
+}
+
+// token is the token a client of cf's server sends: $BERTH_TOKEN, else the
+// one saved for that server.
+func (m *Main) token(cf *clientFlags) string {
+	if t := m.Getenv("BERTH_TOKEN"); t != "" {
+		return t
+	}
+	return m.savedServers()[client.ParseServers(cf.server).URLs()[0]].Token
+}
+
 // client returns a client of the flags' server, with the token of
 // $BERTH_TOKEN, else the one saved for that server (berth up saves one),
 // and the CA the flags name, else the one saved.
 func (m *Main) client(cf *clientFlags) *client.Client {
-	token, tlsConfig := m.Getenv("BERTH_TOKEN"), cf.tls
+	tlsConfig := cf.tls
 	saved, ok := m.savedServers()[client.ParseServers(cf.server).URLs()[0]]
-	if ok && token == "" {
-		token = saved.Token
-	}
 	if ok && tlsConfig == nil {
 		tlsConfig, _ = auth.ClientConfig(saved.CA, saved.Fingerprint) // a bad saved CA fails the request instead
 	}
-	return client.New(cf.server, token, tlsConfig)
+	return client.New(cf.server, m.token(cf), tlsConfig)
 }

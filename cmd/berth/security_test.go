@@ -67,6 +67,18 @@ func TestTokenCommands(t *testing.T) {
 	if len(list) != 2 || list[1].Name != "alice" || list[1].ExpiresAt.IsZero() {
 		t.Fatalf("tokens after create: %+v", list)
 	}
+	// With alice's token the CLI submits as alice, whoever $USER is; it
+	// may not name another user.
+	env := map[string]string{"BERTH_TOKEN": strings.TrimSpace(out), "USER": "root"}
+	if code, _, errOut := c.runEnv(env, "submit", "--", "true"); code != 0 {
+		t.Fatalf("submit with a user's token: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := c.runEnv(env, "submit", "--user", "bob", "--", "true"); code != exitUsage || !strings.Contains(errOut, "forbidden") {
+		t.Errorf("submit as another user with a user's token: exit %d, %q", code, errOut)
+	}
+	if jobs := c.listJobs(); len(jobs) != 1 || jobs[0].User != "alice" {
+		t.Fatalf("jobs after alice's submissions: %+v, want one of alice's", jobs)
+	}
 	if code, _, errOut := c.run("token", "revoke", "NOPE"); code != exitUsage || !strings.Contains(errOut, "not_found") {
 		t.Errorf("revoking an unknown token: exit %d, %q", code, errOut)
 	}

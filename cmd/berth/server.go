@@ -21,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/postgres"
 	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/service"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 )
@@ -31,6 +32,7 @@ type serverConfig struct {
 	Listen        string
 	Store         string // "" or sqlite path / sqlite:// URL
 	Security      securityConfig
+	Templates     string // directory of user service templates; "": the built-ins only
 	Lease         time.Duration
 	Heartbeat     time.Duration
 	AcceptTimeout time.Duration
@@ -50,6 +52,7 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.DataDir, "data-dir", ".berth", "directory for the embedded store, keys, audit log and local agents")
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address to serve on; beyond loopback, clients need a token or an --allow rule")
 	addSecurityFlags(fs, &cfg.Security)
+	fs.StringVar(&cfg.Templates, "templates", "", "directory of service templates (*.yaml), besides the built-in vllm, jupyterlab and notebook")
 	fs.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long an agent may be unheard before it self-fences and its attempts are lost")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
 	fs.DurationVar(&cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long an agent has to accept an assignment before it is withdrawn")
@@ -185,6 +188,11 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	templates, err := service.LoadDir(cfg.Templates)
+	if err != nil {
+		return berth.Invalidf("--templates", "%v", err)
+	}
+	catalog := &service.Catalog{Templates: templates}
 	sec, err := openSecurity(cfg.DataDir, &cfg.Security)
 	if err != nil {
 		return err
@@ -247,7 +255,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	_, shared := rs.store.(store.Leadership)
 	ctl := controller.New(controller.Config{Store: rs.store, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
 		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched,
-		StoreEvents: shared, Audit: sec.audit, Secrets: vault})
+		StoreEvents: shared, Audit: sec.audit, Secrets: vault, Expand: catalog.Expand, Services: catalog})
 	if err := ctl.Start(ctx); err != nil {
 		return err
 	}

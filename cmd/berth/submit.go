@@ -56,8 +56,23 @@ func loadJobFile(path string, stdin io.Reader, req *berth.SubmitRequest) error {
 }
 
 func runSubmit(ctx context.Context, m *Main, args []string) error {
-	fs := m.flagSet("submit", "[flags] [-- COMMAND ARGS...]")
+	return submitJobs(ctx, m, args, "submit", berth.KindBatch)
+}
+
+// runServe submits a service: a job that runs until stopped, restarted
+// when it ends, listed with its endpoint once ready.
+func runServe(ctx context.Context, m *Main, args []string) error {
+	return submitJobs(ctx, m, args, "serve", berth.KindService)
+}
+
+// submitJobs is berth submit and berth serve: jobs of kind unless the job
+// file says otherwise.
+func submitJobs(ctx context.Context, m *Main, args []string, command, kind string) error {
+	fs := m.flagSet(command, "[flags] [-- COMMAND ARGS...]")
 	cf := m.addClientFlags(fs, true)
+	template := fs.String("template", "", "run from a template: vllm, jupyterlab, notebook or one of the server's --templates")
+	var vars multiFlag
+	fs.Var(&vars, "var", "KEY=VALUE template variable, e.g. MODEL_NAME=Qwen/Qwen2-7B-Instruct (repeatable)")
 	file := fs.String("f", "", "job file (YAML or JSON; - for stdin); flags override its fields")
 	name := fs.String("name", "", "job name")
 	queue := fs.String("queue", "", "queue (default \"default\")")
@@ -89,6 +104,7 @@ func runSubmit(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	req := berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	req.Kind = kind
 	if *file != "" {
 		if err := loadJobFile(*file, os.Stdin, &req); err != nil {
 			return err
@@ -101,6 +117,19 @@ func runSubmit(ctx context.Context, m *Main, args []string) error {
 	}
 	if set["name"] {
 		req.Name = *name
+	}
+	if set["template"] {
+		req.Template = *template
+	}
+	for _, kv := range vars {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return berth.Invalidf("--var", "%q is not KEY=VALUE", kv)
+		}
+		if req.Vars == nil {
+			req.Vars = map[string]string{}
+		}
+		req.Vars[k] = v
 	}
 	if set["queue"] {
 		req.Queue = *queue
@@ -185,10 +214,10 @@ func runSubmit(ctx context.Context, m *Main, args []string) error {
 		}
 	}
 	if req.User == "" {
-		req.User = m.Getenv("USER")
+		req.User = m.defaultUser(cf)
 	}
-	if len(req.Command) == 0 {
-		return berth.Invalidf("command", "give the command after --, e.g. berth submit -- python train.py, or in -f FILE")
+	if len(req.Command) == 0 && req.Template == "" {
+		return berth.Invalidf("command", "give the command after --, e.g. berth %s -- python train.py, or in -f FILE, or a --template", command)
 	}
 	if err := req.Validate(); err != nil {
 		return err

@@ -26,7 +26,7 @@ import (
 const (
 	JobColumns       = `id, queue, user_name, idempotency_key, spec, array_index, state, reason, exit_code, attempts, created_at, started_at, finished_at`
 	JobUpdateColumns = `id, state, reason, exit_code, attempts, started_at, finished_at`
-	AttemptColumns   = `id, job_id, task_index, worker_id, host, gpus, state, exit_code, reason, created_at, started_at, finished_at, port, progress`
+	AttemptColumns   = `id, job_id, task_index, worker_id, host, gpus, state, exit_code, reason, created_at, started_at, finished_at, port, progress, service_port, phase, failure_class`
 	WorkerColumns    = `id, body`
 	QuotaColumns     = `id, scope, name, max_gpus, max_jobs, weight, updated_at`
 	// ControlColumns name every column but the time, which is
@@ -42,7 +42,8 @@ const (
 const (
 	AttemptUpsert = ` ON CONFLICT (id) DO UPDATE SET worker_id = excluded.worker_id, host = excluded.host, gpus = excluded.gpus,
 		state = excluded.state, exit_code = excluded.exit_code, reason = excluded.reason,
-		started_at = excluded.started_at, finished_at = excluded.finished_at, port = excluded.port, progress = excluded.progress`
+		started_at = excluded.started_at, finished_at = excluded.finished_at, port = excluded.port, progress = excluded.progress,
+		service_port = excluded.service_port, phase = excluded.phase, failure_class = excluded.failure_class`
 	WorkerUpsert = ` ON CONFLICT (id) DO UPDATE SET body = excluded.body`
 	QuotaUpsert  = ` ON CONFLICT (id) DO UPDATE SET scope = excluded.scope, name = excluded.name, max_gpus = excluded.max_gpus,
 		max_jobs = excluded.max_jobs, weight = excluded.weight, updated_at = excluded.updated_at`
@@ -78,7 +79,7 @@ func AttemptRow(a *berth.Attempt) ([]any, error) {
 		return nil, fmt.Errorf("encode attempt %s: %w", a.ID, err)
 	}
 	return []any{a.ID, a.JobID, a.TaskIndex, a.WorkerID, a.Host, string(gpus), string(a.State), nullInt(a.ExitCode), a.Reason,
-		nanos(a.CreatedAt), nanos(a.StartedAt), nanos(a.FinishedAt), a.Port, a.Progress}, nil
+		nanos(a.CreatedAt), nanos(a.StartedAt), nanos(a.FinishedAt), a.Port, a.Progress, a.ServicePort, a.Phase, a.FailureClass}, nil
 }
 
 // WorkerRow returns the values of w's row, in WorkerColumns order. It fails
@@ -214,7 +215,7 @@ func scanAttempt(row scanner) (*berth.Attempt, error) {
 		created, started, finished int64
 	)
 	if err := row.Scan(&a.ID, &a.JobID, &a.TaskIndex, &a.WorkerID, &a.Host, &gpus, &state, &exitCode, &a.Reason,
-		&created, &started, &finished, &a.Port, &a.Progress); err != nil {
+		&created, &started, &finished, &a.Port, &a.Progress, &a.ServicePort, &a.Phase, &a.FailureClass); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(gpus), &a.GPUs); err != nil {

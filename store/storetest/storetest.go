@@ -83,6 +83,8 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ConcurrentWritesAndReads", testConcurrent},
 		{"Tokens", testTokens},
 		{"Secrets", testSecrets},
+		{"SwapLock", testSwapLock},
+		{"Schedules", testSchedules},
 	}
 	for _, n := range []int{1, 127, 128, 129, 300, 1000} {
 		tests = append(tests, struct {

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// scheduleCommands are the subcommands of berth schedule.
+var scheduleCommands = subcommands{
+	name: "schedule",
+	help: `Usage: berth schedule add|list|rm [flags] [args]
+
+The schedule registry (Spark Control's /api/schedule): recurring jobs that
+schedulers outside Berth run on the GPUs, registered so that everyone sees
+what will touch the GPUs and when. Berth displays them; it does not run
+them.
+
+  berth schedule add --name N [--id ID] [--owner O] [--cron "0 6 * * *"]
+                     [--next-run 2026-06-18T06:00:00Z] [--description D]
+                     registers (or, with a known --id, updates); prints the id
+  berth schedule list [-o json]
+  berth schedule rm ID
+
+Run berth schedule SUBCOMMAND -h for its flags.
+`,
+	run: map[string]func(ctx context.Context, m *Main, args []string) error{
+		"add":  runScheduleAdd,
+		"list": runScheduleList,
+		"rm":   runScheduleRm,
+	},
+}
+
+func runSchedule(ctx context.Context, m *Main, args []string) error {
+	return scheduleCommands.dispatch(ctx, m, args)
+}
+
+func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("schedule add", "--name N [--id ID] [--owner O] [--cron EXPR] [--next-run TIME] [--description D]")
+	cf := m.addClientFlags(fs, true)
+	var req berth.ScheduleRequest
+	fs.StringVar(&req.Name, "name", "", "what the job is called (required)")
+	fs.StringVar(&req.ID, "id", "", "a stable id (A-Z a-z 0-9 _ . -, at most 64) to update in place on re-registering; default: a new one")
+	fs.StringVar(&req.Owner, "owner", "", "who runs it")
+	fs.StringVar(&req.Cron, "cron", "", `when it runs, as 5-field cron ("0 6 * * *") or @daily, @hourly, …`)
+	fs.StringVar(&req.NextRun, "next-run", "", "its next run, RFC 3339 (2026-06-18T06:00:00Z)")
+	fs.StringVar(&req.Description, "description", "", "what it does to the GPUs")
+	if err := parseNoArgs(fs, cf, args, "schedule add"); err != nil {
+		return err
+	}
+	if req.Name == "" {
+		return berth.Invalidf("--name", "is required")
+	}
+	s, err := m.client(cf).PutSchedule(ctx, req)
+	if err != nil {
+		return err
+	}
+	if cf.output == "json" {
+		return printJSON(m.Stdout, s)
+	}
+	fmt.Fprintln(m.Stdout, s.ID)
+	return nil
+}
+
+func runScheduleList(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("schedule list", "[flags]")
+	cf := m.addClientFlags(fs, true)
+	if err := parseNoArgs(fs, cf, args, "schedule list"); err != nil {
+		return err
+	}
+	list, err := m.client(cf).Schedules(ctx)
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []*berth.Schedule{}
+	}
+	return printList(m.Stdout, cf.output, list, func() error {
+		now := time.Now()
+		t := newTable(m.Stdout, "ID", "NAME", "OWNER", "CRON", "NEXT RUN", "UPDATED")
+		for _, s := range list {
+			t.row(s.ID, truncate(s.Name, 40), orDash(s.Owner), orDash(s.Cron), orDash(s.NextRun), ago(s.UpdatedAt, now))
+		}
+		return t.flush()
+	})
+}
+
+func runScheduleRm(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("schedule rm", "[flags] ID")
+	cf := m.addClientFlags(fs, false)
+	id, err := parseOneArg(fs, cf, args, "id", "give exactly one schedule id (see berth schedule list)")
+	if err != nil {
+		return err
+	}
+	if err := m.client(cf).DeleteSchedule(ctx, id); err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "%s removed\n", id)
+	return nil
+}

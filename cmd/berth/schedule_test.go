@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth"
+)
+
+func (c *cli) listSchedules() []berth.Schedule {
+	c.t.Helper()
+	code, out, errOut := c.run("schedule", "list", "-o", "json")
+	var list []berth.Schedule
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || list == nil {
+		c.t.Fatalf("schedule list -o json: exit %d, %q, %q; want a JSON array", code, out, errOut)
+	}
+	return list
+}
+
+func TestScheduleAddListRm(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	if list := c.listSchedules(); len(list) != 0 {
+		t.Fatalf("schedules of a new server: %+v", list)
+	}
+	code, out, errOut := c.run("schedule", "add", "--id", "daily-vol", "--name", "Daily Vol", "--owner", "openclaw",
+		"--cron", "0 6 * * *", "--next-run", "2026-06-18T06:00:00Z", "--description", "Swaps to the big model")
+	if code != 0 || out != "daily-vol\n" || errOut != "" {
+		t.Fatalf("schedule add: exit %d, %q, %q", code, out, errOut)
+	}
+	code, out, _ = c.run("schedule", "add", "--name", "ad hoc", "-o", "json")
+	var gen berth.Schedule
+	if code != 0 || json.Unmarshal([]byte(out), &gen) != nil || !regexp.MustCompile(`^[0-9a-f]{12}$`).MatchString(gen.ID) ||
+		gen.RegisteredAt.IsZero() {
+		t.Fatalf("schedule add -o json: exit %d, %q", code, out)
+	}
+	// Re-registering the id updates in place.
+	if code, out, _ := c.run("schedule", "add", "--id", "daily-vol", "--name", "Daily Vol v2", "--cron", "@daily"); code != 0 || out != "daily-vol\n" {
+		t.Fatalf("schedule add again: exit %d, %q", code, out)
+	}
+	list := c.listSchedules()
+	if len(list) != 2 || list[0].ID != "daily-vol" || list[0].Name != "Daily Vol v2" || list[0].Owner != "" || list[1].ID != gen.ID {
+		t.Fatalf("schedule list -o json = %+v", list)
+	}
+	code, out, _ = c.run("schedule", "list")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "ID NAME OWNER CRON NEXT RUN UPDATED" ||
+		!strings.HasPrefix(lines[1], "daily-vol ") || !strings.Contains(lines[1], "@daily") || !strings.HasPrefix(lines[2], gen.ID+" ") {
+		t.Fatalf("schedule list: exit %d:\n%s", code, out)
+	}
+
+	if code, out, _ := c.run("schedule", "rm", "daily-vol"); code != 0 || out != "daily-vol removed\n" {
+		t.Fatalf("schedule rm: exit %d, %q", code, out)
+	}
+	code, out, errOut = c.run("schedule", "rm", "daily-vol")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "not_found") || strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("schedule rm of a removed id: exit %d, %q, %q", code, out, errOut)
+	}
+	if list := c.listSchedules(); len(list) != 1 || list[0].ID != gen.ID {
+		t.Fatalf("schedules after rm: %+v", list)
+	}
+}
+
+func TestScheduleBadInput(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"schedule"}, "subcommand"},
+		{[]string{"schedule", "add"}, "--name"},
+		{[]string{"schedule", "add", "--name", "n", "--id", "a b"}, "id:"},
+		{[]string{"schedule", "add", "--name", "n", "--cron", "0 6 * *"}, "cron:"},
+		{[]string{"schedule", "add", "--name", "n", "--cron", "61 * * * *"}, "cron:"},
+		{[]string{"schedule", "add", "--name", "n", "--next-run", "tomorrow"}, "next_run:"},
+		{[]string{"schedule", "rm"}, "schedule id"},
+		{[]string{"schedule", "rm", "a", "b"}, "schedule id"},
+	} {
+		code, out, errOut := c.run(tc.args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("berth %s: exit %d, %q, %q; want exit 2 naming %s", strings.Join(tc.args, " "), code, out, errOut, tc.want)
+		}
+	}
+	if list := c.listSchedules(); len(list) != 0 {
+		t.Fatalf("bad input registered %+v", list)
+	}
+	if code, out, _ := c.run("schedule", "help"); code != 0 || !strings.Contains(out, "berth schedule add --name N") {
+		t.Errorf("schedule help: exit %d, %q", code, out)
+	}
+}

@@ -1,0 +1,186 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/wire"
+)
+
+// Restarting services.
+const (
+	// serviceStableAfter is how long a service attempt must have run for
+	// its end to count as a first failure again: the restart count and
+	// backoff start over.
+	serviceStableAfter = 10 * time.Minute
+	// maxRestartDelay caps the doubling backoff between restarts.
+	maxRestartDelay = 5 * time.Minute
+)
+
+// restartDelay is the wait before restart n (1, 2, …) of a service: 1 s,
+// doubling, at most maxRestartDelay.
+func restartDelay(n int) time.Duration {
+	if n > 10 {
+		return maxRestartDelay
+	}
+	return min(time.Second<<max(n-1, 0), maxRestartDelay)
+}
+
+// restartService handles the end of a service's attempt last (f is how it
+// failed, nil when it exited 0: a service runs until stopped). Within its
+// retries the service is requeued after a doubling backoff; past them it
+// fails. An attempt that ran serviceStableAfter resets the count. Loop
+// only.
+func (c *Controller) restartService(js *jobState, f *memberEnd, last *berth.Attempt, now time.Time) {
+	j := js.job
+	how := "exited 0"
+	if f != nil {
+		how = fmt.Sprintf("%s: %s", f.state, orDefault(f.reason, exitDesc(f.code)))
+	}
+	if !last.StartedAt.IsZero() && now.Sub(last.StartedAt) >= serviceStableAfter {
+		j.Attempts = 1 // it ran well: this is a first failure again
+	}
+	if j.Attempts > j.Retries {
+		var code *int
+		if f != nil {
+			code = f.code
+		}
+		c.finishJob(js, berth.JobFailed, code, fmt.Sprintf("service ended %d times in a row (limit %d); last: %s", j.Attempts, j.Retries, how), now)
+		return
+	}
+	delay := restartDelay(j.Attempts)
+	js.restartAt = now.Add(delay)
+	if js.task != nil {
+		js.task.Front = false
+	}
+	c.requeueEvent(js, berth.Event{Time: now, Type: EventJobRequeued, JobID: j.ID, State: berth.JobPending,
+		Reason:   fmt.Sprintf("restarting in %v (restart %d of %d) after attempt %s", delay, j.Attempts, j.Retries, how),
+		Attempts: []string{last.ID}})
+}
+
+// Service events, published on the event stream and audited.
+const (
+	EventServiceReady   = "service.ready"   // a service attempt passed its readiness probe: its endpoint is listed
+	EventServiceUnready = "service.unready" // a ready service attempt fails its liveness probe: its endpoint is withdrawn
+	EventServiceFailed  = "service.failed"  // a service attempt did not become ready (its failure class says why)
+)
+
+// ServiceResolver says how an agent runs a service job's attempts: its
+// port, model and readiness check (from the job's template).
+type ServiceResolver interface {
+	// Service returns the service spec of j, a service job.
+	Service(j *berth.Job) *wire.Service
+}
+
+// onServiceStatus records a service attempt's readiness phase, lists or
+// withdraws its endpoint, and publishes the change.
+func (c *Controller) onServiceStatus(s *session, m *wire.ServiceStatus) {
+	as := c.attemptOf(s, m.AttemptID)
+	if as == nil {
+		return // fenced
+	}
+	switch m.Phase {
+	case berth.PhaseStarting, berth.PhaseWarming, berth.PhaseReady, berth.PhaseUnready, berth.PhaseFailed:
+	default:
+		c.protocolError(s, "service_status phase %q", m.Phase)
+		return
+	}
+	if m.Port < 0 || m.Port > 65535 {
+		c.protocolError(s, "service_status port %d", m.Port)
+		return
+	}
+	a, now := as.a, c.now().UTC()
+	if a.Phase == m.Phase && a.ServicePort == m.Port {
+		return
+	}
+	a.Phase, a.ServicePort = m.Phase, m.Port
+	if m.Phase == berth.PhaseFailed {
+		a.FailureClass = m.Class
+	}
+	ev := berth.Event{Time: now, JobID: a.JobID, WorkerID: a.WorkerID, Host: a.Host, Reason: m.Reason, Attempts: []string{a.ID}}
+	switch m.Phase {
+	case berth.PhaseReady:
+		as.readySince, as.leaseUntil = now, now.Add(c.cfg.Lease)
+		ev.Type = EventServiceReady
+	case berth.PhaseUnready:
+		as.leaseUntil = time.Time{}
+		ev.Type = EventServiceUnready
+	case berth.PhaseFailed:
+		as.leaseUntil = time.Time{}
+		ev.Type, ev.Reason = EventServiceFailed, m.Class+": "+m.Reason
+	}
+	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}})
+	if ev.Type != "" {
+		c.emit(ev)
+	}
+}
+
+// renewEndpoints extends the leases of the ready services of a worker just
+// heard from. Loop only.
+func (c *Controller) renewEndpoints(ws *workerState, now time.Time) {
+	for _, as := range ws.attempts {
+		if as.a.Phase == berth.PhaseReady {
+			as.leaseUntil = now.Add(c.cfg.Lease)
+		}
+	}
+}
+
+// Endpoints returns the endpoints of the ready services whose lease runs:
+// each where a service attempt serves, newest first.
+func (c *Controller) Endpoints(ctx context.Context) ([]*berth.Endpoint, error) {
+	var out []*berth.Endpoint
+	err := c.do(ctx, func() {
+		now := c.now()
+		for _, as := range c.attempts {
+			if as.a.Phase != berth.PhaseReady || as.a.ServicePort == 0 || !as.leaseUntil.After(now) {
+				continue
+			}
+			j := as.job.job
+			out = append(out, &berth.Endpoint{JobID: j.ID, Name: j.Name, User: j.User, AttemptID: as.a.ID,
+				Host: as.a.Host, Port: as.a.ServicePort, Model: serviceModel(j), ReadySince: as.readySince,
+				LeaseUntil: as.leaseUntil.UTC()})
+		}
+	})
+	slices.SortFunc(out, func(a, b *berth.Endpoint) int { return b.ReadySince.Compare(a.ReadySince) })
+	return out, err
+}
+
+// serviceModel is the model a service serves: its model, or its template's
+// MODEL_NAME.
+func serviceModel(j *berth.Job) string {
+	if j.Model != "" {
+		return j.Model
+	}
+	return j.Vars["MODEL_NAME"]
+}
+
+// Services returns the active service jobs, each with its current
+// attempt's host, port and readiness phase, by job id.
+func (c *Controller) Services(ctx context.Context) ([]*berth.Service, error) {
+	var out []*berth.Service
+	err := c.do(ctx, func() {
+		for _, js := range c.jobs {
+			j := js.job
+			if j.Kind != berth.KindService {
+				continue
+			}
+			svc := &berth.Service{Job: *j}
+			js.active(func(as *attemptState) {
+				if as.a.TaskIndex == 0 {
+					svc.AttemptID, svc.Host, svc.Port, svc.Phase = as.a.ID, as.a.Host, as.a.ServicePort, as.a.Phase
+				}
+			})
+			if !js.restartAt.IsZero() {
+				svc.RestartAt = js.restartAt.UTC()
+			}
+			out = append(out, svc)
+		}
+	})
+	slices.SortFunc(out, func(a, b *berth.Service) int { return strings.Compare(a.ID, b.ID) })
+	return out, err
+}

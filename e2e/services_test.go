@@ -1,0 +1,183 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+var (
+	fakeVLLMOnce sync.Once
+	fakeVLLMBin  string
+	fakeVLLMErr  error
+)
+
+// fakeVLLM builds, once, the fake OpenAI-compatible model server the
+// agent's readiness tests use, and returns its path.
+func fakeVLLM(t *testing.T) string {
+	t.Helper()
+	fakeVLLMOnce.Do(func() {
+		fakeVLLMBin = filepath.Join(filepath.Dir(berthBin), "fakevllm")
+		out, err := exec.Command("go", "build", "-o", fakeVLLMBin, "../agent/testdata/fakevllm").CombinedOutput()
+		if err != nil {
+			fakeVLLMErr = fmt.Errorf("build fakevllm: %v: %s", err, out)
+		}
+	})
+	if fakeVLLMErr != nil {
+		t.Fatal(fakeVLLMErr)
+	}
+	return fakeVLLMBin
+}
+
+// fakeLLMTemplate writes a service template that runs the fake model
+// server like vLLM (same markers, /v1/models readiness, /health liveness),
+// with extra flags from the job's FLAGS variable, and returns its
+// directory.
+func fakeLLMTemplate(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	tpl := fmt.Sprintf(`name: fakellm
+description: the fake vLLM of the tests
+command: [%q, --port, "{{SERVICE_PORT}}", --model, "{{MODEL_NAME}}", --markers, "{{FLAGS}}"]
+port: true
+vars:
+  - {name: MODEL_NAME, required: true}
+  - {name: FLAGS, args: true, default: "--warmup 300ms"}
+readiness:
+  probe: {kind: http, path: /v1/models, model_in: "{{MODEL_NAME}}"}
+  infra: 20s
+  warmup: 20s
+  stall: 3s
+  markers: ["vLLM API server version", "Loading weights took", "Application startup complete"]
+  fatal: [{substring: "CUDA out of memory", class: workload_fatal}]
+  liveness: {kind: http, path: /health}
+  live_every: 200ms
+  live_failures: 2
+`, fakeVLLM(t))
+	if err := os.WriteFile(filepath.Join(dir, "fakellm.yaml"), []byte(tpl), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// service returns the service job id's entry in the services listing, or
+// nil.
+func (cl *cluster) service(id string) *berth.Service {
+	cl.t.Helper()
+	list, err := cl.c.Services(context.Background())
+	if err != nil {
+		cl.t.Fatalf("services: %v", err)
+	}
+	for _, s := range list {
+		if s.ID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+func serveFake(cl *cluster, name, model string, flags string) string {
+	cl.t.Helper()
+	req := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	req.Kind, req.Name, req.Template = berth.KindService, name, "fakellm"
+	req.Vars = map[string]string{"MODEL_NAME": model}
+	if flags != "" {
+		req.Vars["FLAGS"] = flags
+	}
+	req.Retries = 2
+	return cl.submit(req)[0].ID
+}
+
+// TestServiceBecomesReadyAndServes runs a templated service on a real
+// agent: its port is allocated, the fake model server warms up printing
+// vLLM's markers, readiness waits for /v1/models to list the model, and
+// then its endpoint is listed and answers.
+func TestServiceBecomesReadyAndServes(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t, "--templates", fakeLLMTemplate(t))
+	cl.addAgent("gpu1", "--ports", "18100-18199")
+
+	// An unknown variable is refused at submit, not at run.
+	bad := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	bad.Kind, bad.Template, bad.Vars = berth.KindService, "fakellm", map[string]string{"MODEL_NAME": "m", "NOPE": "1"}
+	if _, err := cl.c.Submit(context.Background(), bad); berth.ErrorCode(err) != berth.ECodeInvalid || !strings.Contains(err.Error(), "NOPE") {
+		t.Fatalf("a job with an unknown variable: %v, want an invalid error naming it", err)
+	}
+
+	id := serveFake(cl, "chat", "org/chat-7b", "")
+	var svc *berth.Service
+	cl.eventually(30*time.Second, "the service ready", func() bool {
+		svc = cl.service(id)
+		return svc != nil && svc.Phase == berth.PhaseReady
+	})
+	if svc.Port < 18100 || svc.Port > 18199 || svc.Host != "gpu1" {
+		t.Fatalf("service ready at %s:%d, want gpu1 with a port in 18100-18199", svc.Host, svc.Port)
+	}
+	eps, err := cl.c.Endpoints(context.Background())
+	if err != nil || len(eps) != 1 || eps[0].JobID != id || eps[0].Port != svc.Port || eps[0].Model != "org/chat-7b" {
+		t.Fatalf("endpoints = %+v, %v; want the service's, model org/chat-7b", eps, err)
+	}
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/models", svc.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var models struct{ Data []struct{ ID string } }
+	err = json.NewDecoder(resp.Body).Decode(&models)
+	resp.Body.Close()
+	if err != nil || len(models.Data) != 1 || models.Data[0].ID != "org/chat-7b" {
+		t.Fatalf("the endpoint's /v1/models: %+v, %v", models, err)
+	}
+	cl.awaitEvent(10*time.Second, "service.ready", func(e map[string]any) bool {
+		return e["type"] == "service.ready" && e["job_id"] == id
+	})
+	// A service runs until stopped; cancelling it frees its endpoint.
+	if _, err := cl.c.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	cl.awaitState(id, 30*time.Second, berth.JobCancelled)
+	if eps, err := cl.c.Endpoints(context.Background()); err != nil || len(eps) != 0 {
+		t.Fatalf("endpoints after cancelling: %+v, %v", eps, err)
+	}
+}
+
+// TestServiceFailuresAreClassified checks the failure classes a service
+// attempt carries, and that a failing service is restarted with backoff
+// until its limit, then fails.
+func TestServiceFailuresAreClassified(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t, "--templates", fakeLLMTemplate(t))
+	cl.addAgent("gpu1", "--ports", "18200-18299")
+	for _, tc := range []struct {
+		name, flags, class string
+	}{
+		{"stall", "--stall", berth.FailureStall},
+		{"crash", "--warmup 5s --crash-after 500ms", berth.FailureWorkloadFatal},
+	} {
+		id := serveFake(cl, tc.name, "org/m", tc.flags)
+		d := cl.awaitState(id, 90*time.Second, berth.JobFailed)
+		if len(d.AttemptList) != 3 {
+			t.Fatalf("%s: %d attempts, want 3 (the first and 2 restarts)", tc.name, len(d.AttemptList))
+		}
+		for _, a := range d.AttemptList {
+			if a.FailureClass != tc.class || a.Phase != berth.PhaseFailed {
+				t.Errorf("%s: attempt %s phase %q class %q, want failed %s (%s)", tc.name, a.ID, a.Phase, a.FailureClass, tc.class, a.Reason)
+			}
+		}
+		if gap := d.AttemptList[2].CreatedAt.Sub(d.AttemptList[1].FinishedAt); gap < 1500*time.Millisecond {
+			t.Errorf("%s: the second restart came %v after the attempt before it ended, want the 2 s backoff", tc.name, gap)
+		}
+		if !strings.Contains(d.Reason, "service ended 3 times in a row") {
+			t.Errorf("%s: job reason %q", tc.name, d.Reason)
+		}
+	}
+}
