@@ -266,3 +266,45 @@ type SwapEvent struct {
 	FinishedAt string `json:"finished_at"` // FormatSparkTime
 	DryRun     bool   `json:"dry_run"`
 }
+
+// Swap states, in order; a swap ends ready or failed.
+const (
+	SwapStatePending  = "pending"  // accepted, not started
+	SwapStateStopping = "stopping" // stopping what the pool serves now
+	SwapStateStarting = "starting" // the new model's service is starting and warming up
+	SwapStateReady    = "ready"    // the new model serves: its endpoint is listed
+	SwapStateFailed   = "failed"   // it did not become ready (see reason)
+)
+
+// Swap is one model swap of a pool (seed 000's swap job): what it swaps
+// to, where it stands and, once ended, how.
+type Swap struct {
+	ID          string   `json:"job_id"` // the seed calls a swap a job
+	ModelKey    string   `json:"model_key"`
+	Pool        string   `json:"pool"`
+	State       string   `json:"state"` // Swap*
+	Service     string   `json:"service_job_id,omitempty"`
+	Stopped     []string `json:"stopped,omitempty"` // the services it stopped
+	Reason      string   `json:"reason,omitempty"`
+	Returncode  *int     `json:"returncode"` // 0 once ready, 1 once failed, null before
+	StartedAt   string   `json:"started_at"` // FormatSparkTime
+	FinishedAt  string   `json:"finished_at,omitempty"`
+	DryRun      bool     `json:"dry_run"`
+	RequestedBy string   `json:"requested_by,omitempty"`
+}
+
+// SwapRequest is the body of POST /api/swap.
+type SwapRequest struct {
+	ModelKey string `json:"model_key"`
+	DryRun   bool   `json:"dry_run,omitempty"`
+}
+
+// SwapValidation is the answer of POST /api/swap/{key}/validate (and of a
+// dry run): whether a swap to the model could start now, and if not why.
+type SwapValidation struct {
+	OK       bool     `json:"ok"`
+	ModelKey string   `json:"model_key"`
+	Pool     string   `json:"pool,omitempty"`
+	Workers  []string `json:"workers,omitempty"` // the pool's hosts taking work
+	Problems []string `json:"problems,omitempty"`
+}

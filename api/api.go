@@ -19,6 +19,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/store"
 )
@@ -31,6 +32,9 @@ type Server struct {
 	// Leader, when set, is this server's URL, reported by /healthz: it
 	// leads the servers sharing its store.
 	Leader string
+	// Swapper runs seed 000's model swaps over the server's catalog; nil:
+	// no catalog, the swap endpoints answer 404.
+	Swapper *arbiter.Swapper
 
 	ctl   *controller.Controller
 	reads reader // the controller; a standby's store
@@ -82,6 +86,10 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 	s.route("GET /api/schedule", readsCluster, jobReader, s.listSchedules)
 	s.route("POST /api/schedule", actsOnAllJobs, operators, s.putSchedule)
 	s.route("DELETE /api/schedule/{id}", actsOnAllJobs, operators, s.deleteSchedule)
+	s.route("POST /api/swap", actsOnAllJobs, operators, s.startSwap)
+	s.route("GET /api/swap/{id}", readsCluster, jobReader, s.getSwap)
+	s.route("POST /api/swap/{key}/validate", readsCluster, jobReader, s.validateSwap)
+	s.route("GET /api/v1/catalog", readsCluster, jobReader, s.catalog)
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -91,6 +91,11 @@ func (s *Server) acquireSwapLock(w http.ResponseWriter, r *http.Request) {
 	if token == "" {
 		token = body.Token
 	}
+	if err := s.sec.record(r, "swap_lock.acquire", "swap_lock", map[string]string{"holder": body.Holder,
+		"note": body.Note, "ttl": ttl.String()}); err != nil {
+		writeError(w, err)
+		return
+	}
 	st, err := s.swapLock().Acquire(r.Context(), body.Holder, body.Note, ttl, token)
 	if berth.ErrorCode(err) == berth.ECodeConflict && st.Held {
 		writeHeld(w, st, err)
@@ -127,6 +132,10 @@ func (s *Server) releaseSwapLock(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if err := s.sec.record(r, "swap_lock.release", "swap_lock", map[string]string{"force": strconv.FormatBool(force)}); err != nil {
+		writeError(w, err)
+		return
+	}
 	released, err := s.swapLock().Release(r.Context(), swapLockToken(r), force)
 	if err != nil {
 		writeError(w, err)
@@ -155,6 +164,10 @@ func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if err := s.sec.record(r, "schedule.set", "schedule/"+req.ID, map[string]string{"name": req.Name, "cron": req.Cron}); err != nil {
+		writeError(w, err)
+		return
+	}
 	sc, err := s.scheduleRegistry().Put(r.Context(), req)
 	if err != nil {
 		writeError(w, err)
@@ -166,6 +179,10 @@ func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 // deleteSchedule answers DELETE /api/schedule/{id}: {"deleted":true}, or
 // 404 when no entry has that id.
 func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
+	if err := s.sec.record(r, "schedule.deleted", "schedule/"+r.PathValue("id"), nil); err != nil {
+		writeError(w, err)
+		return
+	}
 	if err := s.scheduleRegistry().Delete(r.Context(), r.PathValue("id")); err != nil {
 		writeError(w, err)
 		return

@@ -69,3 +69,29 @@ func (c *Client) Schedules(ctx context.Context) ([]*berth.Schedule, error) {
 func (c *Client) DeleteSchedule(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/api/schedule/"+url.PathEscape(id), nil, nil)
 }
+
+// Swap starts a model swap (POST /api/swap) with the swap lock's token
+// ("" for none): a dry run answers what it would do and touches nothing.
+// A lock held by another is the server's ECodeLocked error, a swap already
+// running on the pool ECodeConflict.
+func (c *Client) Swap(ctx context.Context, req berth.SwapRequest, token string) (*berth.Swap, error) {
+	var out berth.Swap
+	path := "/api/swap"
+	if token != "" {
+		path += "?token=" + url.QueryEscape(token)
+	}
+	return &out, c.do(ctx, http.MethodPost, path, req, &out)
+}
+
+// GetSwap returns a swap by id (GET /api/swap/{id}).
+func (c *Client) GetSwap(ctx context.Context, id string) (*berth.Swap, error) {
+	var out berth.Swap
+	return &out, c.do(ctx, http.MethodGet, "/api/swap/"+url.PathEscape(id), nil, &out)
+}
+
+// ValidateSwap checks whether a swap to key could start now (POST
+// /api/swap/{key}/validate).
+func (c *Client) ValidateSwap(ctx context.Context, key string) (*berth.SwapValidation, error) {
+	var out berth.SwapValidation
+	return &out, c.do(ctx, http.MethodPost, "/api/swap/"+url.PathEscape(key)+"/validate", nil, &out)
+}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/webhook"
 )
 
 var (
@@ -179,5 +182,102 @@ func TestServiceFailuresAreClassified(t *testing.T) {
 		if !strings.Contains(d.Reason, "service ended 3 times in a row") {
 			t.Errorf("%s: job reason %q", tc.name, d.Reason)
 		}
+	}
+}
+
+// TestSwapOnAPoolOfTwoAgents swaps what a pool of two real agents serves
+// between two models of the catalog (the fake model server), gated by the
+// swap lock, with the swap webhook received and its signature checked on
+// loopback.
+func TestSwapOnAPoolOfTwoAgents(t *testing.T) {
+	t.Parallel()
+	const secret = "webhook-secret"
+	type delivery struct {
+		event string
+		body  berth.SwapEvent
+		ok    bool
+	}
+	got := make(chan delivery, 8)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		var ev berth.SwapEvent
+		_ = json.Unmarshal(raw, &ev)
+		got <- delivery{r.Header.Get("X-Spark-Event"), ev, webhook.Verify([]byte(secret), raw, r.Header.Get("X-Spark-Signature"))}
+	}))
+	defer hook.Close()
+	catalog := filepath.Join(t.TempDir(), "catalog.yaml")
+	if err := os.WriteFile(catalog, []byte(`pools:
+  spark: {labels: {pool: spark}}
+models:
+  small: {pool: spark, template: fakellm, vars: {MODEL_NAME: org/small}}
+  big: {pool: spark, template: fakellm, vars: {MODEL_NAME: org/big}}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cl := newCluster(t, "--templates", fakeLLMTemplate(t), "--catalog", catalog,
+		"--swap-webhook", hook.URL, "--swap-webhook-secret", secret)
+	cl.addAgent("spark1", "--labels", "pool=spark", "--ports", "18300-18349")
+	cl.addAgent("spark2", "--labels", "pool=spark", "--ports", "18350-18399")
+	ctx := context.Background()
+
+	if v, err := cl.c.ValidateSwap(ctx, "small"); err != nil || !v.OK || len(v.Workers) != 2 {
+		t.Fatalf("validate: %+v, %v; want ok on both workers", v, err)
+	}
+	if _, err := cl.c.Swap(ctx, berth.SwapRequest{ModelKey: "nope"}, ""); berth.ErrorCode(err) != berth.ECodeNotFound {
+		t.Fatalf("swap to an unknown model: %v, want not found", err)
+	}
+	lock, err := cl.c.AcquireSwapLock(ctx, berth.SwapLockRequest{Holder: "nightly", Note: "e2e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.c.Swap(ctx, berth.SwapRequest{ModelKey: "small"}, ""); berth.ErrorCode(err) != berth.ECodeLocked {
+		t.Fatalf("swap without the lock's token: %v, want 423 locked", err)
+	}
+	if dry, err := cl.c.Swap(ctx, berth.SwapRequest{ModelKey: "small", DryRun: true}, ""); err != nil || !dry.DryRun || dry.State != berth.SwapStateReady {
+		t.Fatalf("a dry run under the lock: %+v, %v; want it answered, not blocked", dry, err)
+	}
+
+	swapTo := func(key, model string) *berth.Swap {
+		sw, err := cl.c.Swap(ctx, berth.SwapRequest{ModelKey: key}, lock.Token)
+		if err != nil {
+			t.Fatalf("swap to %s: %v", key, err)
+		}
+		if _, err := cl.c.Swap(ctx, berth.SwapRequest{ModelKey: key}, lock.Token); berth.ErrorCode(err) != berth.ECodeConflict {
+			t.Errorf("a second swap while one runs on the pool: %v, want conflict", err)
+		}
+		cl.eventually(60*time.Second, "swap to "+key+" ended", func() bool {
+			sw, err = cl.c.GetSwap(ctx, sw.ID)
+			return err == nil && (sw.State == berth.SwapStateReady || sw.State == berth.SwapStateFailed)
+		})
+		if sw.State != berth.SwapStateReady || sw.Returncode == nil || *sw.Returncode != 0 {
+			t.Fatalf("swap to %s: %+v", key, sw)
+		}
+		eps, err := cl.c.Endpoints(ctx)
+		if err != nil || len(eps) != 1 || eps[0].Model != model || eps[0].JobID != sw.Service {
+			t.Fatalf("endpoints after the swap to %s: %+v, %v; want %s's only", key, eps, err, model)
+		}
+		select {
+		case d := <-got:
+			if d.event != berth.SwapComplete || !d.ok || d.body.JobID != sw.ID || d.body.ModelKey != key || d.body.State != "ready" || d.body.DryRun {
+				t.Fatalf("webhook after the swap to %s: %+v", key, d)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no webhook after the swap to %s", key)
+		}
+		return sw
+	}
+	first := swapTo("small", "org/small")
+	second := swapTo("big", "org/big")
+	if len(second.Stopped) != 1 || second.Stopped[0] != first.Service {
+		t.Fatalf("the swap to big stopped %v, want small's service %s", second.Stopped, first.Service)
+	}
+	cl.awaitState(first.Service, 30*time.Second, berth.JobCancelled)
+	if _, err := cl.c.ReleaseSwapLock(ctx, lock.Token, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case d := <-got:
+		t.Fatalf("an unexpected webhook: %+v (dry runs do not fire)", d)
+	default:
 	}
 }

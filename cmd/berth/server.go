@@ -17,6 +17,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/postgres"
@@ -24,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/service"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/webhook"
 )
 
 // serverConfig is what starting a server needs.
@@ -33,6 +35,9 @@ type serverConfig struct {
 	Store         string // "" or sqlite path / sqlite:// URL
 	Security      securityConfig
 	Templates     string // directory of user service templates; "": the built-ins only
+	Catalog       string // the model catalog file of the GPU arbiter; "": none
+	SwapWebhook   string // URL told of every real swap (seed 000)
+	WebhookSecret string // signs the swap webhook's body; "": unsigned
 	Lease         time.Duration
 	Heartbeat     time.Duration
 	AcceptTimeout time.Duration
@@ -52,6 +57,9 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.DataDir, "data-dir", ".berth", "directory for the embedded store, keys, audit log and local agents")
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address to serve on; beyond loopback, clients need a token or an --allow rule")
 	addSecurityFlags(fs, &cfg.Security)
+	fs.StringVar(&cfg.Catalog, "catalog", "", "the GPU arbiter's model catalog (YAML: pools by labels, models by key); enables /api/swap")
+	fs.StringVar(&cfg.SwapWebhook, "swap-webhook", "", "URL POSTed swap_complete or swap_failed after every real swap")
+	fs.StringVar(&cfg.WebhookSecret, "swap-webhook-secret", m.Getenv("BERTH_SWAP_WEBHOOK_SECRET"), "signs the swap webhook's body (X-Spark-Signature) (default $BERTH_SWAP_WEBHOOK_SECRET)")
 	fs.StringVar(&cfg.Templates, "templates", "", "directory of service templates (*.yaml), besides the built-in vllm, jupyterlab and notebook")
 	fs.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long an agent may be unheard before it self-fences and its attempts are lost")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
@@ -193,6 +201,10 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 		return berth.Invalidf("--templates", "%v", err)
 	}
 	catalog := &service.Catalog{Templates: templates}
+	models, err := arbiter.LoadCatalog(cfg.Catalog)
+	if err != nil {
+		return berth.Invalidf("--catalog", "%v", err)
+	}
 	sec, err := openSecurity(cfg.DataDir, &cfg.Security)
 	if err != nil {
 		return err
@@ -261,6 +273,10 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	}
 	rs.Ctl = ctl
 	apiServer := api.New(ctl, sec.api(rs.Tokens, vault), cfg.Log)
+	if cfg.Catalog != "" {
+		apiServer.Swapper = &arbiter.Swapper{Catalog: models, Cluster: ctl, Lock: arbiter.NewLock(rs.store), Log: cfg.Log,
+			Webhook: webhook.NewSender(cfg.SwapWebhook, []byte(cfg.WebhookSecret), cfg.Log)}
+	}
 	if rs.lost != nil {
 		apiServer.Leader = self
 	}

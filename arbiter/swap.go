@@ -1,0 +1,342 @@
+package arbiter
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/goccy/go-yaml"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/webhook"
+)
+
+// Catalog is what the arbiter can swap a pool of workers to: pools by name
+// (the workers with their labels) and models by key (the service that
+// serves each, and on which pool).
+type Catalog struct {
+	Pools  map[string]Pool  `json:"pools"`
+	Models map[string]Model `json:"models"`
+}
+
+// Pool is a set of workers, by label.
+type Pool struct {
+	Labels map[string]string `json:"labels"`
+}
+
+// Model is one entry of the catalog: a service job (a template with its
+// variables, or a command) and the pool that serves it.
+type Model struct {
+	Pool      string            `json:"pool"`
+	Template  string            `json:"template,omitempty"`
+	Vars      map[string]string `json:"vars,omitempty"`
+	Command   berth.Argv        `json:"command,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Resources berth.Resources   `json:"resources,omitzero"`
+}
+
+// LoadCatalog reads a catalog file (YAML or JSON); "" is an empty
+// catalog. Errors name the file and the entry.
+func LoadCatalog(path string) (*Catalog, error) {
+	c := &Catalog{Pools: map[string]Pool{}, Models: map[string]Model{}}
+	if path == "" {
+		return c, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: not valid YAML: %s", path, yaml.FormatError(err, false, false))
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", path, err)
+	}
+	for key, m := range c.Models {
+		if ValidScheduleID(key) != nil {
+			return nil, fmt.Errorf("catalog %s: model key %q: must be 1-64 letters, digits, '_', '.' or '-'", path, key)
+		}
+		if _, ok := c.Pools[m.Pool]; !ok {
+			return nil, fmt.Errorf("catalog %s: model %s: pool %q is not in pools", path, key, m.Pool)
+		}
+		if m.Template == "" && len(m.Command) == 0 {
+			return nil, fmt.Errorf("catalog %s: model %s: give a template or a command", path, key)
+		}
+	}
+	return c, nil
+}
+
+// Cluster is what a swap needs of the controller.
+type Cluster interface {
+	Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error)
+	Cancel(ctx context.Context, id string) (*berth.Job, error)
+	Services(ctx context.Context) ([]*berth.Service, error)
+	Workers(ctx context.Context) ([]*berth.Worker, error)
+}
+
+// Swapper runs model swaps (seed 000's POST /api/swap): stop what a pool
+// serves, start the new model's service there, wait for it to be ready.
+// One swap at a time per pool; swaps are kept in memory. It is safe for
+// concurrent use.
+type Swapper struct {
+	Catalog *Catalog
+	Cluster Cluster
+	// Lock gates real swaps: held by another, a swap without its token is
+	// refused (423).
+	Lock *Lock
+	// Webhook gets swap_complete or swap_failed after every real swap,
+	// fire-and-forget; nil: none.
+	Webhook *webhook.Sender
+	Log     *slog.Logger
+	Now     func() time.Time
+	// Poll is how often a running swap looks at the pool (default 250 ms);
+	// Timeout bounds the whole swap (default 30 min).
+	Poll, Timeout time.Duration
+
+	mu    sync.Mutex
+	swaps map[string]*berth.Swap
+	busy  map[string]string // pool → the swap running there
+	runs  sync.WaitGroup
+}
+
+// poolService is the name of the service a pool's swaps run.
+func poolService(pool string) string { return "arbiter-" + pool }
+
+func (s *Swapper) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// Validate says whether a swap to key could start now: the key is in the
+// catalog and its pool has workers taking work. It touches nothing.
+func (s *Swapper) Validate(ctx context.Context, key string) (*berth.SwapValidation, error) {
+	v := &berth.SwapValidation{ModelKey: key}
+	m, ok := s.Catalog.Models[key]
+	if !ok {
+		return nil, &berth.Error{Code: berth.ECodeNotFound, Field: "model_key",
+			Message: fmt.Sprintf("no model %q in the catalog (have: %v)", key, slices.Sorted(maps.Keys(s.Catalog.Models)))}
+	}
+	v.Pool = m.Pool
+	workers, err := s.Cluster.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range workers {
+		if poolHas(s.Catalog.Pools[m.Pool], w) && (w.State == berth.WorkerReady || w.State == berth.WorkerBusy) {
+			v.Workers = append(v.Workers, w.Host)
+		}
+	}
+	sort.Strings(v.Workers)
+	if len(v.Workers) == 0 {
+		v.Problems = append(v.Problems, fmt.Sprintf("pool %s has no worker taking work", m.Pool))
+	}
+	s.mu.Lock()
+	if id := s.busy[m.Pool]; id != "" {
+		v.Problems = append(v.Problems, fmt.Sprintf("swap %s is running on pool %s", id, m.Pool))
+	}
+	s.mu.Unlock()
+	v.OK = len(v.Problems) == 0
+	return v, nil
+}
+
+func poolHas(p Pool, w *berth.Worker) bool {
+	for k, want := range p.Labels {
+		if w.Labels[k] != want {
+			return false
+		}
+	}
+	return true
+}
+
+// Start starts a swap to key by who, gated by the lock (token is the
+// caller's lock token, "" for none): ECodeNotFound for an unknown key,
+// ECodeLocked (423) when the lock is held by another, ECodeConflict when
+// a swap runs on the pool already. A dry run only validates and returns
+// the swap it would start, ended, touching nothing.
+func (s *Swapper) Start(ctx context.Context, key, token, who string, dryRun bool) (*berth.Swap, error) {
+	v, err := s.Validate(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	sw := &berth.Swap{ID: newSwapID(), ModelKey: key, Pool: v.Pool, State: berth.SwapStatePending,
+		StartedAt: berth.FormatSparkTime(s.now()), DryRun: dryRun, RequestedBy: who}
+	if dryRun {
+		code := 0
+		sw.State, sw.FinishedAt, sw.Returncode = berth.SwapStateReady, sw.StartedAt, &code
+		if !v.OK {
+			code = 1
+			sw.State, sw.Reason = berth.SwapStateFailed, fmt.Sprint(v.Problems)
+		}
+		return sw, nil
+	}
+	if err := s.Lock.Check(ctx, token); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.swaps == nil {
+		s.swaps, s.busy = map[string]*berth.Swap{}, map[string]string{}
+	}
+	if id := s.busy[sw.Pool]; id != "" {
+		return nil, berth.Errorf(berth.ECodeConflict, "swap %s is running on pool %s; poll GET /api/swap/%s", id, sw.Pool, id)
+	}
+	s.swaps[sw.ID], s.busy[sw.Pool] = sw, sw.ID
+	c := *sw
+	s.runs.Add(1)
+	go s.run(sw.ID)
+	return &c, nil
+}
+
+// Get returns swap id; an unknown id is ECodeNotFound.
+func (s *Swapper) Get(id string) (*berth.Swap, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sw := s.swaps[id]
+	if sw == nil {
+		return nil, berth.Errorf(berth.ECodeNotFound, "no swap %s", id)
+	}
+	c := *sw
+	return &c, nil
+}
+
+// Wait waits for the running swaps to end, or ctx.
+func (s *Swapper) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.runs.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// update changes swap id under the lock.
+func (s *Swapper) update(id string, fn func(*berth.Swap)) berth.Swap {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn(s.swaps[id])
+	return *s.swaps[id]
+}
+
+// run carries out swap id: stop the pool's services, start the model's,
+// wait until it is ready, then fire the webhook, outside the swap's state.
+func (s *Swapper) run(id string) {
+	defer s.runs.Done()
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = 30 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	sw := s.update(id, func(sw *berth.Swap) { sw.State = berth.SwapStateStopping })
+	service, err := s.swap(ctx, id, sw)
+	code, state, event, reason := 0, berth.SwapStateReady, berth.SwapComplete, ""
+	if err != nil {
+		code, state, event, reason = 1, berth.SwapStateFailed, berth.SwapFailed, err.Error()
+	}
+	final := s.update(id, func(sw *berth.Swap) {
+		sw.State, sw.Returncode, sw.Reason, sw.FinishedAt = state, &code, reason, berth.FormatSparkTime(s.now())
+		if service != "" {
+			sw.Service = service
+		}
+	})
+	s.mu.Lock()
+	delete(s.busy, final.Pool)
+	s.mu.Unlock()
+	s.Webhook.Fire(event, berth.SwapEvent{Event: event, JobID: final.ID, ModelKey: final.ModelKey, State: final.State,
+		Returncode: final.Returncode, StartedAt: final.StartedAt, FinishedAt: final.FinishedAt})
+}
+
+// swap stops what the pool serves and starts the model's service,
+// returning its job id once it is ready.
+func (s *Swapper) swap(ctx context.Context, id string, sw berth.Swap) (string, error) {
+	m := s.Catalog.Models[sw.ModelKey]
+	name := poolService(sw.Pool)
+	current, err := s.poolServices(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	for _, svc := range current {
+		if _, err := s.Cluster.Cancel(ctx, svc.ID); err != nil && berth.ErrorCode(err) != berth.ECodeConflict {
+			return "", fmt.Errorf("stop %s: %w", svc.ID, err)
+		}
+		s.update(id, func(sw *berth.Swap) { sw.Stopped = append(sw.Stopped, svc.ID) })
+	}
+	if err := s.until(ctx, "the pool's services to stop", func() (bool, error) {
+		left, err := s.poolServices(ctx, name)
+		return len(left) == 0, err
+	}); err != nil {
+		return "", err
+	}
+	req := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	req.Kind, req.Name, req.User = berth.KindService, name, "arbiter"
+	req.Template, req.Vars, req.Command, req.Env, req.Resources = m.Template, maps.Clone(m.Vars), m.Command, maps.Clone(m.Env), m.Resources
+	req.Constraints.Labels = maps.Clone(s.Catalog.Pools[sw.Pool].Labels)
+	jobs, err := s.Cluster.Submit(ctx, req)
+	if err != nil {
+		return "", fmt.Errorf("start %s: %w", sw.ModelKey, err)
+	}
+	job := jobs[0].ID
+	s.update(id, func(sw *berth.Swap) { sw.State, sw.Service = berth.SwapStateStarting, job })
+	err = s.until(ctx, sw.ModelKey+" to be ready", func() (bool, error) {
+		list, err := s.Cluster.Services(ctx)
+		if err != nil {
+			return false, err
+		}
+		for _, svc := range list {
+			if svc.ID == job {
+				return svc.Phase == berth.PhaseReady, nil
+			}
+		}
+		return false, fmt.Errorf("service %s ended before it was ready", job)
+	})
+	return job, err
+}
+
+// poolServices returns the active services named name.
+func (s *Swapper) poolServices(ctx context.Context, name string) ([]*berth.Service, error) {
+	list, err := s.Cluster.Services(ctx)
+	return slices.DeleteFunc(list, func(svc *berth.Service) bool { return svc.Name != name }), err
+}
+
+// until polls cond every Poll until it holds, fails, or ctx ends.
+func (s *Swapper) until(ctx context.Context, what string, cond func() (bool, error)) error {
+	poll := s.Poll
+	if poll <= 0 {
+		poll = 250 * time.Millisecond
+	}
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("timed out waiting for %s", what)
+		case <-time.After(poll):
+		}
+	}
+}
+
+// newSwapID returns 8 random hex digits, like the seed's swap ids.
+func newSwapID() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
