@@ -90,6 +90,11 @@ type Config struct {
 	// PortLo and PortHi bound the ports given to services
 	// ({{SERVICE_PORT}}); default 8000–9000.
 	PortLo, PortHi int
+	// KeepServices leaves services (without secrets) running when the
+	// agent shuts down, for the next agent on this data dir to adopt;
+	// otherwise shutting down stops them too. An agent that dies leaves
+	// them running either way.
+	KeepServices bool
 	// ModelCache is where services keep model weights ({{MODEL_CACHE}});
 	// default DataDir/models.
 	ModelCache string
@@ -104,6 +109,7 @@ type Agent struct {
 	attDir   string
 	groups   *GroupJournal
 	ports    *PortAllocator
+	adopted  []adoption // services a previous agent left running, followed once Run starts
 
 	progressURL string // the progress endpoint's base URL, set when Run starts
 
@@ -133,6 +139,7 @@ type attempt struct {
 	gpus     []int
 	token    string         // the secret of its progress URL
 	secrets  *auth.Redactor // hides its secrets' values in what is shipped
+	keep     bool           // a service left running when the agent shuts down, for the next agent to adopt
 	proc     Process
 	progress progress
 
@@ -198,28 +205,40 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	a.workerID = id
-	journal := filepath.Join(cfg.DataDir, "groups")
-	if n, err := KillStale(journal); err != nil {
-		return nil, fmt.Errorf("agent: kill stale attempts: %w", err)
-	} else if n > 0 {
-		a.log.Warn("killed attempts left by a previous agent", "count", n)
-	}
-	entries, _ := os.ReadDir(a.attDir)
-	for _, e := range entries {
-		_ = os.RemoveAll(filepath.Join(a.attDir, e.Name()))
-	}
-	if a.groups, err = OpenGroupJournal(journal); err != nil {
-		return nil, fmt.Errorf("agent: %w", err)
-	}
 	if a.cfg.ModelCache == "" {
 		a.cfg.ModelCache = filepath.Join(cfg.DataDir, "models")
 	}
 	if a.ports, err = NewPortAllocator(PortConfig{Lo: cfg.PortLo, Hi: cfg.PortHi, Path: filepath.Join(cfg.DataDir, "ports.json")}); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	// The attempts of a previous agent were killed above: their ports are free.
-	if _, err := a.ports.Recover(nil); err != nil {
+	// What a previous agent left running: services are adopted (their
+	// ports recovered), the rest killed.
+	journal := filepath.Join(cfg.DataDir, "groups")
+	stale, err := StaleGroups(journal)
+	if err != nil {
+		a.log.Warn("reading the process groups of a previous agent", "err", err)
+	}
+	if err := a.adoptServices(stale); err != nil {
+		return nil, err
+	}
+	if n, err := killGroups(stale); err != nil {
+		return nil, fmt.Errorf("agent: kill stale attempts: %w", err)
+	} else if n > 0 {
+		a.log.Warn("killed attempts left by a previous agent", "count", n)
+	}
+	entries, _ := os.ReadDir(a.attDir)
+	for _, e := range entries {
+		if _, kept := a.attempts[strings.TrimSuffix(e.Name(), ".log")]; !kept {
+			_ = os.RemoveAll(filepath.Join(a.attDir, e.Name()))
+		}
+	}
+	if a.groups, err = OpenGroupJournal(journal); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
+	}
+	for _, ad := range a.adopted {
+		if err := a.groups.Started(ad.at.id, ad.proc.pgid); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
 	}
 	return a, nil
 }
@@ -267,6 +286,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	a.progressURL = "http://" + ln.Addr().String() + progressPath
+	for _, ad := range a.adopted {
+		ad.follow(ctx, a)
+	}
 	fenceCtx, stopFence := context.WithCancel(ctx)
 	defer stopFence()
 	go a.fence(fenceCtx)
@@ -300,7 +322,7 @@ func (a *Agent) stopAll(reason string) {
 	a.mu.Lock()
 	procs := make([]Process, 0, len(a.attempts))
 	for _, at := range a.attempts {
-		if at.proc != nil {
+		if at.proc != nil && !at.keep {
 			procs = append(procs, at.proc)
 		}
 	}
@@ -758,10 +780,16 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	} else if proc, err = a.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
 		ArrayIndex: m.ArrayIndex, Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log,
 		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups,
-		ProgressURL: a.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token}); err != nil {
+		ProgressURL: a.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}); err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	}
 	at.proc = proc
+	if svc != nil && err == nil && adoptable(m) {
+		at.keep = a.cfg.KeepServices
+		if err := a.saveServiceRecord(m, svc.port); err != nil {
+			a.log.Warn("keep a service's record for a restarted agent", "attempt", m.AttemptID, "err", err)
+		}
+	}
 	a.mu.Lock()
 	if _, dup := a.attempts[m.AttemptID]; dup {
 		a.mu.Unlock()
@@ -771,7 +799,17 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	a.attempts[m.AttemptID] = at
 	a.mu.Unlock()
 	_ = a.send(sctx, wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: m.AttemptID})
-	if svc != nil && err == nil {
+	if err != nil {
+		svc = nil // never started: no readiness to watch
+	}
+	a.follow(runCtx, at, m, svc)
+}
+
+// follow watches a started attempt (and a service's readiness, when svc
+// is set) until it ends, then reports its result.
+func (a *Agent) follow(runCtx context.Context, at *attempt, m *wire.JobAssign, svc *serviceRun) {
+	proc := at.proc
+	if svc != nil {
 		svc.watched = make(chan struct{})
 		go a.watchService(runCtx, at, m, svc)
 	}
@@ -782,6 +820,7 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 			if _, err := a.ports.Release(m.AttemptID); err != nil {
 				a.log.Warn("release a service's port", "attempt", m.AttemptID, "err", err)
 			}
+			a.dropServiceRecord(m.AttemptID)
 		}
 		if ex.State == berth.AttemptSucceeded && m.Model != "" {
 			a.warm(m.Model) // before the result, so that a heartbeat after it reports the model

@@ -37,6 +37,9 @@ type Spec struct {
 	StallTimeout     time.Duration     // 0: none; with no output and no progress for this long the attempt is stopped with cause stall
 	Grace            time.Duration     // SIGTERM → wait Grace → SIGKILL; 0: DefaultGrace
 	ProgressURL      string            // BERTH_PROGRESS_URL when not empty
+	// Detached leaves the process running when the agent dies (no
+	// Pdeathsig), for a restarted agent to adopt: services.
+	Detached bool
 }
 
 // Exit is how an attempt ended. State is succeeded (exit code 0), failed
@@ -144,6 +147,9 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 		cmd.Stdin = f
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if s.Detached {
+		cmd.SysProcAttr.Pdeathsig = 0
+	}
 	err = cmd.Start()
 	_ = logf.Close() // the child has its own copy
 	if err != nil {

@@ -114,15 +114,25 @@ func (j *GroupJournal) compactLocked() error {
 // returns the first such error with the count; it never signals its own
 // process group, nor groups it may not signal (EPERM). It changes no file.
 func KillStale(path string) (int, error) {
+	live, err := StaleGroups(path)
+	killed, kerr := killGroups(live)
+	return killed, errors.Join(err, kerr)
+}
+
+// StaleGroups replays the journal at path and returns the process group of
+// each attempt started and not ended there, by attempt id. A missing
+// journal is none. It goes on past malformed lines and returns the first
+// such error with what it read.
+func StaleGroups(path string) (map[string]int, error) {
+	live := map[string]int{}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return live, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("kill stale: %w", err)
+		return live, fmt.Errorf("kill stale: %w", err)
 	}
 	defer f.Close()
-	live := map[string]int{}
 	var first error
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
@@ -144,6 +154,13 @@ func KillStale(path string) (int, error) {
 	if err := sc.Err(); err != nil {
 		first = errors.Join(first, fmt.Errorf("kill stale: %w", err))
 	}
+	return live, first
+}
+
+// killGroups sends SIGKILL to each process group of live but its own and
+// returns how many were alive.
+func killGroups(live map[string]int) (int, error) {
+	var first error
 	own := syscall.Getpgrp()
 	killed := 0
 	for _, pgid := range live {

@@ -281,3 +281,55 @@ models:
 	default:
 	}
 }
+
+// TestServiceOutlivesItsAgent restarts the agent of a ready service, once
+// killed (SIGKILL) and once stopped (SIGTERM): the service keeps running,
+// and the new agent adopts it, with its port, within the lease; the job
+// keeps its one attempt.
+func TestServiceOutlivesItsAgent(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t, "--templates", fakeLLMTemplate(t))
+	agent := cl.addAgent("gpu1", "--ports", "18400-18499")
+	id := serveFake(cl, "chat", "org/chat", "")
+	var svc *berth.Service
+	cl.eventually(30*time.Second, "the service ready", func() bool {
+		svc = cl.service(id)
+		return svc != nil && svc.Phase == berth.PhaseReady
+	})
+	serves := func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/health", svc.Port))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	for _, restart := range []struct {
+		name string
+		stop func(*proc)
+	}{{"killed", (*proc).kill}, {"stopped", (*proc).stop}} {
+		restart.stop(agent)
+		if !serves() {
+			t.Fatalf("agent %s: the service stopped serving with it", restart.name)
+		}
+		agent = cl.addAgent("gpu1", "--ports", "18400-18499")
+		if _, ok := agent.out.await("adopted a service", 10*time.Second); !ok {
+			t.Fatalf("agent %s: the new agent did not adopt the service:\n%s", restart.name, agent.out)
+		}
+		cl.eventually(30*time.Second, "the service ready again", func() bool {
+			s := cl.service(id)
+			return s != nil && s.Phase == berth.PhaseReady && s.AttemptID == svc.AttemptID && s.Port == svc.Port
+		})
+		if d := cl.job(id); d.State != berth.JobRunning || len(d.AttemptList) != 1 {
+			t.Fatalf("agent %s: job %s with %d attempts, want still running its first", restart.name, d.State, len(d.AttemptList))
+		}
+		if !serves() {
+			t.Fatalf("agent %s: the adopted service does not serve", restart.name)
+		}
+	}
+	if _, err := cl.c.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	cl.awaitState(id, 30*time.Second, berth.JobCancelled)
+	cl.eventually(10*time.Second, "the adopted service gone", func() bool { return !serves() })
+}

@@ -157,6 +157,7 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	hostname, _ := os.Hostname()
 	dataDir := fs.String("data-dir", ".berth/agent", "directory for attempt output and the worker id")
 	host := fs.String("host", hostname, "host label of this worker")
+	keep := fs.Bool("keep-services", true, "leave services running when the agent stops, for the agent started next on this\ndata dir to adopt (within --lease of the server, else they are retried elsewhere)")
 	join := fs.String("join-token", m.Getenv("BERTH_JOIN_TOKEN"), "a join token (berth token create --role agent), traded at the first start for a credential\nof this agent's own, kept in DATA-DIR/credential (default $BERTH_JOIN_TOKEN)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -172,7 +173,7 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	cfg.Server, cfg.Token, cfg.JoinToken, cfg.TLS = cf.server, m.Getenv("BERTH_TOKEN"), *join, cf.tls
-	cfg.DataDir, cfg.Host, cfg.Version = *dataDir, *host, Version
+	cfg.DataDir, cfg.Host, cfg.Version, cfg.KeepServices = *dataDir, *host, Version, *keep
 	cfg.Log = slog.New(slog.NewTextHandler(m.Stderr, nil))
 	a, err := agent.New(cfg)
 	if err != nil {
