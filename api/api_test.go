@@ -49,8 +49,23 @@ func newSecuredServer(t *testing.T) *server { return startServer(t, "") }
 
 func startServer(t *testing.T, trustLoopback auth.Role) *server {
 	t.Helper()
+	st, ctl := startController(t, t.TempDir())
+	sec := apitest.Security(t, st, trustLoopback)
+	hs := httptest.NewServer(api.New(ctl, sec, nil))
+	t.Cleanup(hs.Close)
+	s := &server{t: t, url: hs.URL, ctl: ctl, sec: sec}
+	if trustLoopback == "" {
+		s.token = apitest.Token(t, sec, "root", auth.RoleAdmin, "")
+	}
+	return s
+}
+
+// startController starts a controller on a real SQLite store in dir; both
+// are stopped when t ends.
+func startController(t *testing.T, dir string) (*sqlite.Store, *controller.Controller) {
+	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "berth.db"))
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
@@ -70,14 +85,7 @@ func startServer(t *testing.T, trustLoopback auth.Role) *server {
 			t.Errorf("stop controller: %v", err)
 		}
 	})
-	sec := apitest.Security(t, st, trustLoopback)
-	hs := httptest.NewServer(api.New(ctl, sec, nil))
-	t.Cleanup(hs.Close)
-	s := &server{t: t, url: hs.URL, ctl: ctl, sec: sec}
-	if trustLoopback == "" {
-		s.token = apitest.Token(t, sec, "root", auth.RoleAdmin, "")
-	}
-	return s
+	return st, ctl
 }
 
 // do sends a request with the server's token (if any) and returns the

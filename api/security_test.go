@@ -23,8 +23,6 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/api/apitest"
 	"github.com/berth-dev/berth/auth"
-	"github.com/berth-dev/berth/controller"
-	"github.com/berth-dev/berth/sqlite"
 )
 
 // secured is a server whose handler, database file and audit log the
@@ -41,28 +39,8 @@ type secured struct {
 // either way its token is the admin root's.
 func startSecured(t *testing.T, trustLoopback auth.Role, allow ...auth.CIDRRule) *secured {
 	t.Helper()
-	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := st.Close(); err != nil {
-			t.Errorf("close store: %v", err)
-		}
-	})
-	ctl := controller.New(controller.Config{Store: st})
-	if err := ctl.Start(ctx); err != nil {
-		t.Fatalf("start controller: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-		defer cancel()
-		if err := ctl.Stop(ctx); err != nil {
-			t.Errorf("stop controller: %v", err)
-		}
-	})
+	st, ctl := startController(t, dir)
 	auditPath := filepath.Join(t.TempDir(), "audit.log")
 	sec := apitest.SecurityWithAudit(t, st, trustLoopback, auditPath)
 	sec.Ingress.Allow = allow

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -29,19 +28,7 @@ func NewCredentials(r *Reader, exec ExecFunc) *Credentials { return &Credentials
 const tokenColumns = `id, name, role, worker, created_by, created_at, expires_at, revoked_at`
 
 // sql rewrites the "?" placeholders of query into the dialect's.
-func (c *Credentials) sql(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString(c.r.dialect.Placeholder(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func (c *Credentials) sql(query string) string { return c.r.dialect.rewrite(query) }
 
 // CreateToken adds t to the registry; an id already there is ECodeConflict.
 func (c *Credentials) CreateToken(ctx context.Context, t *berth.Token) error {

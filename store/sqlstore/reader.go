@@ -35,6 +35,22 @@ type Dialect struct {
 	ControlTime string
 }
 
+// rewrite returns query with each "?" placeholder replaced by the
+// dialect's, numbered from 1.
+func (d Dialect) rewrite(query string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteString(d.Placeholder(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
 // Reader implements every read of store.Store (all but Write and Close)
 // over a driver's QueryFunc; drivers embed it. Its methods are safe for
 // concurrent use when the QueryFunc is.
