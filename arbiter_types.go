@@ -177,6 +177,11 @@ type SwapLockRelease struct {
 // Schedule is an entry of the schedule registry (seed 000 §3): a job some
 // scheduler outside Berth runs on the GPUs, registered for display.
 // NextRun is kept as the client wrote it (an RFC 3339 time, or "").
+//
+// Berth's extension: an entry with a Job is one Berth runs itself, at
+// every time its Cron names (arbiter.Runner); LastRun, LastJobID and
+// LastError are that run's bookkeeping. An entry without a Job is
+// display-only, exactly as the seed says, and those fields stay zero.
 type Schedule struct {
 	ID           string
 	Name         string
@@ -186,25 +191,52 @@ type Schedule struct {
 	Description  string
 	RegisteredAt time.Time
 	UpdatedAt    time.Time
+
+	// Job is the job Berth submits at every time Cron names; nil for a
+	// display-only entry.
+	Job *SubmitRequest
+	// RunFrom is when Job began to run on Cron: the registration with a
+	// job, or the last change of Job or Cron. Only times after it (and
+	// after LastRun) are run; zero for a display-only entry.
+	RunFrom time.Time
+	// LastRun is the scheduled time of the last run started (claimed),
+	// zero for none yet.
+	LastRun time.Time
+	// LastJobID is the job the last run submitted, "" for none (yet).
+	LastJobID string
+	// LastError is why the last run's submission failed, "" if it did not.
+	LastError string
 }
 
-// scheduleJSON is Schedule on the wire.
+// scheduleJSON is Schedule on the wire. The fields after updated_at are
+// Berth's, written only for an entry with a job, so that a display-only
+// entry is the seed's object, key for key.
 type scheduleJSON struct {
-	ID           string `json:"id"`
-	Name         string `json:"name"`
-	Owner        string `json:"owner"`
-	Cron         string `json:"cron"`
-	NextRun      string `json:"next_run"`
-	Description  string `json:"description"`
-	RegisteredAt string `json:"registered_at"`
-	UpdatedAt    string `json:"updated_at"`
+	ID           string         `json:"id"`
+	Name         string         `json:"name"`
+	Owner        string         `json:"owner"`
+	Cron         string         `json:"cron"`
+	NextRun      string         `json:"next_run"`
+	Description  string         `json:"description"`
+	RegisteredAt string         `json:"registered_at"`
+	UpdatedAt    string         `json:"updated_at"`
+	Job          *SubmitRequest `json:"job,omitempty"`
+	LastRun      *string        `json:"last_run,omitempty"`    // "" for none yet
+	LastJobID    *string        `json:"last_job_id,omitempty"` // "" for none (yet)
+	LastError    string         `json:"last_error,omitempty"`
 }
 
-// MarshalJSON writes every field, times in the seed's format. It returns
-// no error.
+// MarshalJSON writes every field, times in the seed's format; job,
+// last_run, last_job_id and last_error (when not "") only for an entry
+// with a job. It returns no error.
 func (s Schedule) MarshalJSON() ([]byte, error) {
-	return json.Marshal(scheduleJSON{ID: s.ID, Name: s.Name, Owner: s.Owner, Cron: s.Cron, NextRun: s.NextRun,
-		Description: s.Description, RegisteredAt: FormatSparkTime(s.RegisteredAt), UpdatedAt: FormatSparkTime(s.UpdatedAt)})
+	j := scheduleJSON{ID: s.ID, Name: s.Name, Owner: s.Owner, Cron: s.Cron, NextRun: s.NextRun,
+		Description: s.Description, RegisteredAt: FormatSparkTime(s.RegisteredAt), UpdatedAt: FormatSparkTime(s.UpdatedAt)}
+	if s.Job != nil {
+		lastRun, lastJob := FormatSparkTime(s.LastRun), s.LastJobID
+		j.Job, j.LastRun, j.LastJobID, j.LastError = s.Job, &lastRun, &lastJob, s.LastError
+	}
+	return json.Marshal(j)
 }
 
 // UnmarshalJSON reads what MarshalJSON writes; a time that is not RFC 3339
@@ -214,13 +246,22 @@ func (s *Schedule) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &j); err != nil {
 		return err
 	}
-	out := Schedule{ID: j.ID, Name: j.Name, Owner: j.Owner, Cron: j.Cron, NextRun: j.NextRun, Description: j.Description}
+	out := Schedule{ID: j.ID, Name: j.Name, Owner: j.Owner, Cron: j.Cron, NextRun: j.NextRun, Description: j.Description,
+		Job: j.Job, LastError: j.LastError}
 	var err error
 	if out.RegisteredAt, err = ParseSparkTime(j.RegisteredAt); err != nil {
 		return fmt.Errorf("registered_at: %w", err)
 	}
 	if out.UpdatedAt, err = ParseSparkTime(j.UpdatedAt); err != nil {
 		return fmt.Errorf("updated_at: %w", err)
+	}
+	if j.LastRun != nil {
+		if out.LastRun, err = ParseSparkTime(*j.LastRun); err != nil {
+			return fmt.Errorf("last_run: %w", err)
+		}
+	}
+	if j.LastJobID != nil {
+		out.LastJobID = *j.LastJobID
 	}
 	*s = out
 	return nil
@@ -229,13 +270,18 @@ func (s *Schedule) UnmarshalJSON(data []byte) error {
 // ScheduleRequest is the body of POST /api/schedule: register (no or a new
 // id) or update in place (a known id). Name is required; ID, when given,
 // matches ^[A-Za-z0-9_.-]{1,64}$.
+//
+// Job (Berth's extension) is a job spec, the body of POST /api/v1/jobs:
+// with one, Cron is required and Berth submits the job at every time it
+// names; without one the entry is display-only, as in seed 000.
 type ScheduleRequest struct {
-	ID          string `json:"id,omitempty"`
-	Name        string `json:"name"`
-	Owner       string `json:"owner,omitempty"`
-	Cron        string `json:"cron,omitempty"`
-	NextRun     string `json:"next_run,omitempty"`
-	Description string `json:"description,omitempty"`
+	ID          string         `json:"id,omitempty"`
+	Name        string         `json:"name"`
+	Owner       string         `json:"owner,omitempty"`
+	Cron        string         `json:"cron,omitempty"`
+	NextRun     string         `json:"next_run,omitempty"`
+	Description string         `json:"description,omitempty"`
+	Job         *SubmitRequest `json:"job,omitempty"`
 }
 
 // ScheduleList is the body of GET /api/schedule.

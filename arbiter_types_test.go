@@ -76,3 +76,43 @@ func TestSwapLockStateJSON(t *testing.T) {
 		t.Errorf("ClampSwapLockTTL(48h) = %v", got)
 	}
 }
+
+func TestScheduleJSONWithJob(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 6, 17, 12, 0, 0, 0, time.UTC)
+	job := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	job.Command = berth.Argv{"true"}
+	in := berth.Schedule{ID: "n", Name: "N", Cron: "@daily", RegisteredAt: at, UpdatedAt: at, Job: job,
+		LastRun: at.Add(time.Hour), LastJobID: "j1", LastError: "boom"}
+	data, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out berth.Schedule
+	if err := json.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Job == nil || out.Job.Command[0] != "true" || !out.LastRun.Equal(in.LastRun) || out.LastJobID != "j1" ||
+		out.LastError != "boom" {
+		t.Errorf("round trip of %s = %+v", data, out)
+	}
+	// Never run: last_run and last_job_id are "", last_error left out.
+	in.LastRun, in.LastJobID, in.LastError = time.Time{}, "", ""
+	data, _ = json.Marshal(in)
+	var keys map[string]json.RawMessage
+	_ = json.Unmarshal(data, &keys)
+	if string(keys["last_run"]) != `""` || string(keys["last_job_id"]) != `""` || keys["last_error"] != nil {
+		t.Errorf("never run: %s", data)
+	}
+	// Without a job: the seed's keys only, even with stray bookkeeping.
+	in.Job, in.LastRun = nil, at
+	data, _ = json.Marshal(in)
+	keys = nil
+	_ = json.Unmarshal(data, &keys)
+	if len(keys) != 8 || keys["job"] != nil || keys["last_run"] != nil {
+		t.Errorf("display-only entry: %s", data)
+	}
+	if err := json.Unmarshal([]byte(`{"id":"x","last_run":"noon"}`), &out); err == nil {
+		t.Error("a bad last_run decoded")
+	}
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/webhook"
 )
 
 // MaxBody is the largest request body accepted.
@@ -35,6 +36,9 @@ type Server struct {
 	// Swapper runs seed 000's model swaps over the server's catalog; nil:
 	// no catalog, the swap endpoints answer 404.
 	Swapper *arbiter.Swapper
+	// Webhooks manages and delivers the webhook subscriptions; nil: the
+	// webhook endpoints answer 404.
+	Webhooks *webhook.Dispatcher
 
 	ctl   *controller.Controller
 	reads reader // the controller; a standby's store
@@ -90,6 +94,11 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 	s.route("GET /api/swap/{id}", readsCluster, jobReader, s.getSwap)
 	s.route("POST /api/swap/{key}/validate", readsCluster, jobReader, s.validateSwap)
 	s.route("GET /api/v1/catalog", readsCluster, jobReader, s.catalog)
+	s.route("POST /api/v1/webhooks", isAdmin, "admin", s.createWebhook)
+	s.route("GET /api/v1/webhooks", actsOnAllJobs, operators, s.listWebhooks)
+	s.route("DELETE /api/v1/webhooks/{id}", isAdmin, "admin", s.deleteWebhook)
+	s.route("GET /api/v1/webhooks/{id}/deliveries", actsOnAllJobs, operators, s.listDeliveries)
+	s.route("POST /api/v1/deliveries/{id}/redeliver", isAdmin, "admin", s.redeliver)
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -3,8 +3,11 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -157,14 +160,27 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 
 // putSchedule answers POST /api/schedule: registers or updates an entry
 // and answers 200 with the entry stored; 400 naming the field for bad
-// input.
+// input. An entry's job (Berth's extension) is decoded over
+// berth.DefaultJobSpec and checked as POST /api/v1/jobs checks a
+// submission: it runs as the caller unless it names its user, and the
+// secrets it references must exist (400 naming "job." and the field).
 func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
-	var req berth.ScheduleRequest
-	if err := decode(r, &req); err != nil {
+	req, err := decodeScheduleRequest(r)
+	if err == nil && req.Job != nil {
+		err = jobField(submitter(identity(r), req.Job))
+		if err == nil {
+			err = jobField(s.sec.jobSecrets(req.Job))
+		}
+	}
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	if err := s.sec.record(r, "schedule.set", "schedule/"+req.ID, map[string]string{"name": req.Name, "cron": req.Cron}); err != nil {
+	detail := map[string]string{"name": req.Name, "cron": req.Cron}
+	if req.Job != nil {
+		detail["job_user"] = req.Job.User
+	}
+	if err := s.sec.record(r, "schedule.set", "schedule/"+req.ID, detail); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -174,6 +190,46 @@ func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, sc)
+}
+
+// decodeScheduleRequest reads the body of POST /api/schedule. When it has
+// a "job" (not null) the job is decoded over berth.DefaultJobSpec, so that
+// what it leaves out has a submission's defaults. Errors are decode's,
+// fields inside the job named "job." and the JSON name.
+func decodeScheduleRequest(r *http.Request) (berth.ScheduleRequest, error) {
+	var req berth.ScheduleRequest
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	if err != nil {
+		return req, berth.Invalidf("body", "read: %v", err)
+	}
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(body, &keys) == nil { // else decode says what is wrong
+		for k, v := range keys {
+			// encoding/json matches keys case-insensitively.
+			if strings.EqualFold(k, "job") && string(bytes.TrimSpace(v)) != "null" {
+				req.Job = &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+			}
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err := decode(r, &req); err != nil {
+		var e *berth.Error
+		if errors.As(err, &e) && strings.HasPrefix(e.Field, "job.") {
+			e.Field = "job." + jsonPath(strings.TrimPrefix(e.Field, "job."))
+		}
+		return req, err
+	}
+	return req, nil
+}
+
+// jobField names the field of a job's *berth.Error as the field of a
+// schedule entry's job: "job." and the field. Other errors pass unchanged.
+func jobField(err error) error {
+	var e *berth.Error
+	if errors.As(err, &e) && e.Field != "" {
+		return &berth.Error{Code: e.Code, Field: "job." + e.Field, Message: e.Message}
+	}
+	return err
 }
 
 // deleteSchedule answers DELETE /api/schedule/{id}: {"deleted":true}, or

@@ -413,3 +413,77 @@ func TestCoordinationRoles(t *testing.T) {
 		t.Errorf("GET without a token: %d %s", a.status, a.body)
 	}
 }
+
+func TestScheduleJobAPI(t *testing.T) {
+	t.Parallel()
+	s := newSecuredServer(t)
+	body := `{"id":"nightly","name":"Nightly eval","cron":"0 2 * * *",` +
+		`"job":{"name":"eval","command":"python eval.py","resources":{"gpus":1}}}`
+	a := s.call("POST", "/api/schedule", body)
+	entryKeys := sortedKeys("id", "name", "owner", "cron", "next_run", "description", "registered_at", "updated_at",
+		"job", "last_run", "last_job_id")
+	if a.status != 200 || !slices.Equal(a.keys(), entryKeys) || a.str("last_run") != "" || a.str("last_job_id") != "" {
+		t.Fatalf("register with a job: %d %s", a.status, a.body)
+	}
+	var got berth.Schedule
+	if err := json.Unmarshal(a.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	job := got.Job
+	if job == nil || job.Queue != berth.DefaultQueue || job.Kind != berth.KindBatch || job.Priority != berth.DefaultPriority ||
+		job.Nodes != 1 || job.Resources.GPUs != 1 || job.User != "root" || strings.Join(job.Command, " ") != "sh -c python eval.py" {
+		t.Fatalf("stored job %+v: want the defaults filled in and the caller as its user", job)
+	}
+	// GET lists it with its job; a display-only entry keeps the seed's keys.
+	if a := s.call("POST", "/api/schedule", `{"id":"display","name":"Daily Vol","cron":"0 6 * * *","job":null}`); a.status != 200 ||
+		!slices.Equal(a.keys(), sortedKeys("id", "name", "owner", "cron", "next_run", "description", "registered_at", "updated_at")) {
+		t.Fatalf("register with a null job: %d %s", a.status, a.body)
+	}
+	a = s.call("GET", "/api/schedule", "")
+	var list struct {
+		Schedules []map[string]json.RawMessage `json:"schedules"`
+	}
+	if err := json.Unmarshal(a.body, &list); err != nil || len(list.Schedules) != 2 ||
+		len(list.Schedules[0]) != len(entryKeys) || len(list.Schedules[1]) != 8 {
+		t.Fatalf("list: %d %s", a.status, a.body)
+	}
+	// An operator may schedule a job for another user; a user may not
+	// register at all.
+	op := *s
+	op.token = apitest.Token(t, s.sec, "op-1", auth.RoleOperator, "")
+	if a := op.call("POST", "/api/schedule", `{"name":"x","cron":"@daily","job":{"user":"bob","command":"true"}}`); a.status != 200 ||
+		!strings.Contains(string(a.fields["job"]), `"user":"bob"`) {
+		t.Fatalf("operator scheduling for bob: %d %s", a.status, a.body)
+	}
+	user := *s
+	user.token = apitest.Token(t, s.sec, "user-1", auth.RoleUser, "")
+	if a := user.call("POST", "/api/schedule", `{"name":"x","cron":"@daily","job":{"command":"true"}}`); a.status != 403 {
+		t.Fatalf("user scheduling a job: %d %s", a.status, a.body)
+	}
+
+	for _, tc := range []struct {
+		body  string
+		field string
+	}{
+		{`{"name":"x","job":{"command":"true"}}`, "cron"},
+		{`{"name":"x","cron":"0 6 * *","job":{"command":"true"}}`, "cron"},
+		{`{"name":"x","cron":"@daily","job":{}}`, "job.command"},
+		{`{"name":"x","cron":"@daily","job":{"command":""}}`, "job.command"},
+		{`{"name":"x","cron":"@daily","job":{"command":"true","queue":"Q Q"}}`, "job.queue"},
+		{`{"name":"x","cron":"@daily","job":{"command":"true","priority":"high"}}`, "job.priority"},
+		{`{"name":"x","cron":"@daily","job":{"command":"true","resources":{"gpus":-1}}}`, "job.resources.gpus"},
+		{`{"name":"x","cron":"@daily","job":{"command":"true","idempotency_key":"k"}}`, "job.idempotency_key"},
+		{`{"name":"x","cron":"@daily","job":"true"}`, "job"},
+		{`{"name":"x","cron":"@daily","job":{"command":"curl -H {{SECRET:NO_SUCH}}"}}`, "job.command"},
+		{`{"name":"x","cron":"@daily","job":{"command":"true","env":{"T":"{{SECRET:NO_SUCH}}"}}}`, "job.env.T"},
+	} {
+		a := s.call("POST", "/api/schedule", tc.body)
+		if e := a.errorBody(); a.status != 400 || e.Field != tc.field {
+			t.Errorf("POST %s: %d %s, want 400 naming %s", tc.body, a.status, a.body, tc.field)
+		}
+	}
+	a = s.call("GET", "/api/schedule", "")
+	if err := json.Unmarshal(a.body, &list); err != nil || len(list.Schedules) != 3 {
+		t.Fatalf("refused requests registered: %s", a.body)
+	}
+}

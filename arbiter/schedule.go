@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -31,8 +32,10 @@ const (
 
 // Registry is the schedule registry (seed 000 §3): what external
 // schedulers will run on the GPUs and when, registered for display. Berth
-// keeps the entries in the store (they survive a restart) but does not run
-// them. Its methods are safe for concurrent use.
+// keeps the entries in the store (they survive a restart). It does not run
+// them, except an entry that carries a job (Berth's extension), which a
+// Runner submits at the times its cron names. Its methods are safe for
+// concurrent use.
 type Registry struct {
 	// Now is the clock (time.Now by default).
 	Now func() time.Time
@@ -48,8 +51,11 @@ func NewRegistry(s ScheduleStore) *Registry { return &Registry{Now: time.Now, st
 // returns the stored entry. Errors are ECodeInvalid naming the field: an
 // id not matching ^[A-Za-z0-9_.-]{1,64}$, a blank name, a cron expression
 // that is not standard 5-field cron (see ParseCron), a next_run that is
-// not RFC 3339, text over its limit or with control characters; a store
-// failure is returned wrapped.
+// not RFC 3339, text over its limit or with control characters, a job
+// without a cron or that is not a valid submission (the field is "job."
+// and the job's field, e.g. "job.command"); a store failure is returned
+// wrapped. An entry with a job runs from now on: the change of its job or
+// cron starts it afresh, with no run for a time before it.
 func (g *Registry) Put(ctx context.Context, req berth.ScheduleRequest) (*berth.Schedule, error) {
 	if err := ValidateScheduleRequest(&req); err != nil {
 		return nil, err
@@ -60,7 +66,10 @@ func (g *Registry) Put(ctx context.Context, req berth.ScheduleRequest) (*berth.S
 	}
 	now := g.Now().UTC()
 	s := &berth.Schedule{ID: id, Name: req.Name, Owner: req.Owner, Cron: req.Cron, NextRun: req.NextRun,
-		Description: req.Description, RegisteredAt: now, UpdatedAt: now}
+		Description: req.Description, RegisteredAt: now, UpdatedAt: now, Job: req.Job}
+	if req.Job != nil {
+		s.RunFrom = now
+	}
 	stored, err := g.store.PutSchedule(ctx, s)
 	if err != nil {
 		return nil, fmt.Errorf("register schedule: %w", err)
@@ -143,6 +152,29 @@ func ValidateScheduleRequest(req *berth.ScheduleRequest) error {
 		if _, err := berth.ParseSparkTime(req.NextRun); err != nil {
 			return berth.Invalidf("next_run", "%v", err)
 		}
+	}
+	if req.Job != nil {
+		return validateScheduleJob(req)
+	}
+	return nil
+}
+
+// validateScheduleJob checks the job of an entry that carries one: it
+// needs a cron and must be a valid submission, without an idempotency key
+// (each run gets its own). Errors name the job's field under "job.".
+func validateScheduleJob(req *berth.ScheduleRequest) error {
+	if req.Cron == "" {
+		return berth.Invalidf("cron", "is required when the entry has a job: it says when Berth runs it")
+	}
+	if req.Job.IdempotencyKey != "" {
+		return berth.Invalidf("job.idempotency_key", "must be empty: Berth gives each run its own (schedule:ID:UNIX-TIME)")
+	}
+	if err := req.Job.Validate(); err != nil {
+		var e *berth.Error
+		if errors.As(err, &e) && e.Field != "" {
+			return &berth.Error{Code: e.Code, Field: "job." + e.Field, Message: e.Message}
+		}
+		return berth.Invalidf("job", "%v", err)
 	}
 	return nil
 }

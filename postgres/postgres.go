@@ -36,9 +36,10 @@ const migrateLock = 0x626572746D696772
 // Store is a store.Store and a store.ControlWatcher on one PostgreSQL
 // database.
 type Store struct {
-	*sqlstore.Reader      // on pool
-	*sqlstore.Credentials // on pool
-	*sqlstore.Arbiter     // on pool
+	*sqlstore.Reader        // on pool
+	*sqlstore.Credentials   // on pool
+	*sqlstore.Arbiter       // on pool
+	*sqlstore.Subscriptions // on pool
 
 	pool   *pgxpool.Pool
 	config *pgx.ConnConfig // of pool's connections, for the watchers' own
@@ -83,6 +84,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
+	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
 	return s, nil
 }
 

@@ -25,9 +25,10 @@ var migrations embed.FS
 
 // Store is a store.Store on one SQLite file.
 type Store struct {
-	*sqlstore.Reader      // on r
-	*sqlstore.Credentials // on r and w
-	*sqlstore.Arbiter     // on r and w
+	*sqlstore.Reader        // on r
+	*sqlstore.Credentials   // on r and w
+	*sqlstore.Arbiter       // on r and w
+	*sqlstore.Subscriptions // on r and w
 
 	w *sql.DB // one connection: the only writer
 	r *sql.DB // read-only pool
@@ -82,6 +83,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
+	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
 	return s, nil
 }
 

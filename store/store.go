@@ -189,10 +189,49 @@ type Store interface {
 	Schedules(ctx context.Context) ([]*berth.Schedule, error)
 	// DeleteSchedule deletes schedule id; an unknown id is ECodeNotFound.
 	DeleteSchedule(ctx context.Context, id string) error
+	// ClaimScheduleRun sets schedule id's LastRun to scheduled (clearing
+	// LastJobID and LastError) if it is still prev, and reports whether
+	// it did: a compare-and-set, so that of the servers racing for one run
+	// exactly one starts it. An unknown id claims nothing.
+	ClaimScheduleRun(ctx context.Context, id string, scheduled, prev time.Time) (bool, error)
+	// RecordScheduleRun sets schedule id's LastJobID and LastError if its
+	// LastRun is still scheduled; otherwise it changes nothing (no error).
+	RecordScheduleRun(ctx context.Context, id string, scheduled time.Time, jobID, errText string) error
+
+	// Webhook subscriptions and their delivery log are written at once
+	// too, each write in a transaction of its own.
+
+	// CreateWebhook adds w; an id already there is ECodeConflict.
+	CreateWebhook(ctx context.Context, w *berth.Webhook) error
+	// Webhooks returns every webhook, oldest first, with its secret and
+	// SecretSet filled.
+	Webhooks(ctx context.Context) ([]*berth.Webhook, error)
+	// DeleteWebhook deletes webhook id and its deliveries; an unknown id
+	// is ECodeNotFound.
+	DeleteWebhook(ctx context.Context, id string) error
+	// AddDeliveries adds ds, all or none; more than MaxDeliveriesPerAdd is
+	// ECodeInvalid, and an id already stored fails the call.
+	AddDeliveries(ctx context.Context, ds []*berth.Delivery) error
+	// DueDeliveries returns up to limit pending deliveries of existing,
+	// enabled webhooks whose NextAttemptAt is at or before now, soonest
+	// first.
+	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]*berth.Delivery, error)
+	// UpdateDelivery sets the Attempts, State, LastStatus, LastError,
+	// NextAttemptAt and DeliveredAt of the stored delivery d.ID; an
+	// unknown id is ECodeNotFound.
+	UpdateDelivery(ctx context.Context, d *berth.Delivery) error
+	// Deliveries returns up to limit (0: all) of a webhook's deliveries,
+	// newest first; an unknown webhook has none.
+	Deliveries(ctx context.Context, webhookID string, limit int) ([]*berth.Delivery, error)
+	// Delivery returns one delivery; an unknown id is ECodeNotFound.
+	Delivery(ctx context.Context, id string) (*berth.Delivery, error)
 
 	// Close releases the store.
 	Close() error
 }
+
+// MaxDeliveriesPerAdd is the most deliveries one AddDeliveries call adds.
+const MaxDeliveriesPerAdd = 1000
 
 // ControlWatcher is implemented by stores that other programs may write
 // worker controls to directly (PostgreSQL, where a trigger NOTIFYs). The

@@ -3,6 +3,10 @@
 // secret is set, X-Spark-Signature: sha256=<HMAC-SHA256 of the raw body>.
 // Delivery is best-effort and fire-and-forget: one try, a 5 s timeout, no
 // retries; a failure is logged and never reaches the caller.
+//
+// It also delivers Berth's own events to webhook subscriptions
+// (Dispatcher): recorded durably, signed with X-Berth-Signature, retried
+// with backoff, kept in a delivery log and redeliverable.
 package webhook
 
 import (

@@ -65,6 +65,7 @@ var commands = map[string]command{
 	"schedule":  {"register, list or remove the schedules that will use the GPUs (add, list, rm)", runSchedule},
 	"token":     {"manage access tokens (create, list, revoke)", runToken},
 	"secret":    {"manage your secrets (set, list, rm)", runSecret},
+	"webhook":   {"subscribe URLs to events; see deliveries, redeliver (add, list, rm, deliveries, redeliver)", runWebhook},
 	"audit":     {"verify, tail or export the tamper-evident audit log", runAudit},
 	"worker":    {"turn a host's workers on or off (drain, pause, hard stop)", runWorker},
 	"bench":     {"measure throughput and latency on this machine", runBench},

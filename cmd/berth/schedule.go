@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -16,10 +17,12 @@ var scheduleCommands = subcommands{
 The schedule registry (Spark Control's /api/schedule): recurring jobs that
 schedulers outside Berth run on the GPUs, registered so that everyone sees
 what will touch the GPUs and when. Berth displays them; it does not run
-them.
+them, unless an entry carries a job (-f or a command): then Berth submits
+that job itself at every time --cron names (UTC).
 
   berth schedule add --name N [--id ID] [--owner O] [--cron "0 6 * * *"]
                      [--next-run 2026-06-18T06:00:00Z] [--description D]
+                     [-f job.yaml | -- COMMAND ARGS...]
                      registers (or, with a known --id, updates); prints the id
   berth schedule list [-o json]
   berth schedule rm ID
@@ -38,7 +41,7 @@ func runSchedule(ctx context.Context, m *Main, args []string) error {
 }
 
 func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
-	fs := m.flagSet("schedule add", "--name N [--id ID] [--owner O] [--cron EXPR] [--next-run TIME] [--description D]")
+	fs := m.flagSet("schedule add", "--name N [--id ID] [--owner O] [--cron EXPR] [--next-run TIME] [--description D] [-f job.yaml | -- COMMAND ARGS...]")
 	cf := m.addClientFlags(fs, true)
 	var req berth.ScheduleRequest
 	fs.StringVar(&req.Name, "name", "", "what the job is called (required)")
@@ -47,11 +50,35 @@ func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
 	fs.StringVar(&req.Cron, "cron", "", `when it runs, as 5-field cron ("0 6 * * *") or @daily, @hourly, …`)
 	fs.StringVar(&req.NextRun, "next-run", "", "its next run, RFC 3339 (2026-06-18T06:00:00Z)")
 	fs.StringVar(&req.Description, "description", "", "what it does to the GPUs")
-	if err := parseNoArgs(fs, cf, args, "schedule add"); err != nil {
+	file := fs.String("f", "", "a job file (YAML or JSON, as for berth submit; - for stdin) that Berth runs at every --cron time")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
 		return err
 	}
 	if req.Name == "" {
 		return berth.Invalidf("--name", "is required")
+	}
+	if cmd := fs.Args(); *file != "" || len(cmd) > 0 {
+		// A job: Berth runs it on the cron.
+		job := berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+		if *file != "" {
+			stdin := m.Stdin
+			if stdin == nil {
+				stdin = os.Stdin
+			}
+			if err := loadJobFile(*file, stdin, &job); err != nil {
+				return err
+			}
+		}
+		if len(cmd) > 0 {
+			job.Command = cmd
+		}
+		if req.Cron == "" {
+			return berth.Invalidf("--cron", "is required with a job: it says when Berth runs it")
+		}
+		req.Job = &job
 	}
 	s, err := m.client(cf).PutSchedule(ctx, req)
 	if err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -89,5 +91,55 @@ func TestScheduleBadInput(t *testing.T) {
 	}
 	if code, out, _ := c.run("schedule", "help"); code != 0 || !strings.Contains(out, "berth schedule add --name N") {
 		t.Errorf("schedule help: exit %d, %q", code, out)
+	}
+}
+
+func TestScheduleAddJob(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	code, out, errOut := c.run("schedule", "add", "--id", "nightly", "--name", "Nightly eval", "--cron", "0 2 * * *",
+		"--", "python", "eval.py", "--split", "test")
+	if code != 0 || out != "nightly\n" || errOut != "" {
+		t.Fatalf("schedule add -- COMMAND: exit %d, %q, %q", code, out, errOut)
+	}
+	file := filepath.Join(t.TempDir(), "job.yaml")
+	if err := os.WriteFile(file, []byte("name: warm\nqueue: gpu\nresources:\n  gpus: 2\ncommand: [python, warm.py]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := c.run("schedule", "add", "--id", "warm", "--name", "Warm", "--cron", "@hourly", "-f", file); code != 0 || out != "warm\n" {
+		t.Fatalf("schedule add -f: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, _, errOut := c.run("schedule", "add", "--id", "display", "--name", "Display", "--cron", "@daily"); code != 0 {
+		t.Fatalf("schedule add without a job: exit %d, %q", code, errOut)
+	}
+	list := c.listSchedules()
+	if len(list) != 3 || list[0].Job == nil || strings.Join(list[0].Job.Command, " ") != "python eval.py --split test" ||
+		list[0].Job.Queue != berth.DefaultQueue || !list[0].LastRun.IsZero() {
+		t.Fatalf("schedule list -o json = %+v; want nightly's job first", list)
+	}
+	if j := list[1].Job; j == nil || j.Name != "warm" || j.Queue != "gpu" || j.Resources.GPUs != 2 || list[2].Job != nil {
+		t.Fatalf("schedule list -o json = %+v %+v; want warm's job from the file, display without one", list[1], list[2])
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("name: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"schedule", "add", "--name", "n", "--", "true"}, "--cron"},
+		{[]string{"schedule", "add", "--name", "n", "--cron", "@daily", "-f", bad}, "job.command"},
+		{[]string{"schedule", "add", "--name", "n", "--cron", "@daily", "-f", filepath.Join(t.TempDir(), "missing.yaml")}, "-f"},
+		{[]string{"schedule", "add", "--name", "n", "--cron", "@daily", "--", "true", "{{SECRET:NO_SUCH}}"}, "job.command"},
+	} {
+		code, out, errOut := c.run(tc.args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("berth %s: exit %d, %q, %q; want exit 2 naming %s", strings.Join(tc.args, " "), code, out, errOut, tc.want)
+		}
+	}
+	if list := c.listSchedules(); len(list) != 3 {
+		t.Fatalf("bad input registered %+v", list)
 	}
 }

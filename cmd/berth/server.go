@@ -113,6 +113,10 @@ type runningServer struct {
 	route               atomic.Pointer[http.Handler] // the API, or the standby's answers before leading
 	done                chan error
 	lost                <-chan struct{} // closed when leadership is lost; nil without leadership
+	runner              *arbiter.Runner // submits the jobs of schedule entries that carry one
+
+	// webhooks delivers events to the webhook subscriptions.
+	webhooks *webhook.Dispatcher
 }
 
 // ServeHTTP serves with the current route.
@@ -272,7 +276,18 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 		return err
 	}
 	rs.Ctl = ctl
+	rs.webhooks = webhook.NewDispatcher(webhook.DispatcherConfig{Store: rs.store, Events: ctl.Bus(), Log: cfg.Log})
+	if err := rs.webhooks.Start(ctx); err != nil {
+		return err
+	}
+	// Schedules that run jobs: only the leader runs them (claims in the
+	// store keep a stale old leader from running one twice).
+	rs.runner = &arbiter.Runner{Store: rs.store, Submit: ctl.Submit, Log: cfg.Log}
+	if err := rs.runner.Start(ctx); err != nil {
+		return err
+	}
 	apiServer := api.New(ctl, sec.api(rs.Tokens, vault), cfg.Log)
+	apiServer.Webhooks = rs.webhooks
 	if cfg.Catalog != "" {
 		apiServer.Swapper = &arbiter.Swapper{Catalog: models, Cluster: ctl, Lock: arbiter.NewLock(rs.store), Log: cfg.Log,
 			Webhook: webhook.NewSender(cfg.SwapWebhook, []byte(cfg.WebhookSecret), cfg.Log)}
@@ -305,7 +320,11 @@ func (rs *runningServer) Close(ctx context.Context) error {
 	defer cancel()
 	_ = rs.http.Shutdown(ctx)
 	rs.http.Close() // long polls and agent sessions
-	err := rs.Ctl.Stop(ctx)
+	// Webhooks before the controller, whose events they read.
+	hooksErr := rs.webhooks.Stop(ctx)
+	// The schedule runner first: it submits through the controller.
+	err := errors.Join(rs.runner.Stop(ctx), rs.Ctl.Stop(ctx))
+	err = errors.Join(hooksErr, err)
 	return errors.Join(err, rs.sec.audit.Close(), rs.store.Close()) // closing the store gives up leadership
 }
 

@@ -2,8 +2,9 @@ package sqlstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"strings"
+	"time"
 
 	"github.com/berth-dev/berth"
 )
@@ -21,19 +22,7 @@ type Arbiter struct {
 func NewArbiter(r *Reader, exec ExecFunc) *Arbiter { return &Arbiter{r: r, exec: exec} }
 
 // sql rewrites the "?" placeholders of query into the dialect's.
-func (a *Arbiter) sql(query string) string {
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString(a.r.dialect.Placeholder(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func (a *Arbiter) sql(query string) string { return a.r.dialect.rewrite(query) }
 
 const swapLockColumns = `holder, note, token, acquired_at, expires_at`
 
@@ -100,15 +89,31 @@ func (a *Arbiter) DeleteSwapLock(ctx context.Context, token string) (bool, error
 	return n > 0, nil
 }
 
-const scheduleColumns = `id, name, owner, cron, next_run, description, registered_at, updated_at`
+const scheduleColumns = `id, name, owner, cron, next_run, description, registered_at, updated_at, job, run_from,
+	last_run, last_job_id, last_error`
 
 // PutSchedule registers s, or updates the entry of its id in place,
-// keeping that entry's RegisteredAt, and returns the entry stored.
+// keeping that entry's RegisteredAt and run bookkeeping (LastRun,
+// LastJobID, LastError: s's are ignored), and returns the entry stored.
+// An update keeps the entry's RunFrom too unless it changes the job or the
+// cron. A job that cannot be encoded as JSON is an error.
 func (a *Arbiter) PutSchedule(ctx context.Context, s *berth.Schedule) (*berth.Schedule, error) {
-	_, err := a.exec(ctx, a.sql(`INSERT INTO schedules (`+scheduleColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+	job := ""
+	if s.Job != nil {
+		b, err := json.Marshal(s.Job)
+		if err != nil {
+			return nil, fmt.Errorf("put schedule %s: encode job: %w", s.ID, err)
+		}
+		job = string(b)
+	}
+	_, err := a.exec(ctx, a.sql(`INSERT INTO schedules (id, name, owner, cron, next_run, description, registered_at, updated_at, job, run_from)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET name = excluded.name, owner = excluded.owner, cron = excluded.cron,
-			next_run = excluded.next_run, description = excluded.description, updated_at = excluded.updated_at`),
-		s.ID, s.Name, s.Owner, s.Cron, s.NextRun, s.Description, nanos(s.RegisteredAt), nanos(s.UpdatedAt))
+			next_run = excluded.next_run, description = excluded.description, updated_at = excluded.updated_at,
+			job = excluded.job,
+			run_from = CASE WHEN schedules.job <> excluded.job OR schedules.cron <> excluded.cron
+				THEN excluded.run_from ELSE schedules.run_from END`),
+		s.ID, s.Name, s.Owner, s.Cron, s.NextRun, s.Description, nanos(s.RegisteredAt), nanos(s.UpdatedAt), job, nanos(s.RunFrom))
 	if err != nil {
 		return nil, fmt.Errorf("put schedule %s: %w", s.ID, err)
 	}
@@ -143,12 +148,48 @@ func (a *Arbiter) DeleteSchedule(ctx context.Context, id string) error {
 	return nil
 }
 
+// ClaimScheduleRun records that the run of entry id scheduled at
+// scheduled starts, if the entry's LastRun is still prev, clearing its
+// LastJobID and LastError; it reports whether it did. A compare-and-set:
+// of the servers (or runners) that race for one run, exactly one claims
+// it. An unknown id claims nothing.
+func (a *Arbiter) ClaimScheduleRun(ctx context.Context, id string, scheduled, prev time.Time) (bool, error) {
+	n, err := a.exec(ctx, a.sql(`UPDATE schedules SET last_run = ?, last_job_id = '', last_error = '' WHERE id = ? AND last_run = ?`),
+		nanos(scheduled), id, nanos(prev))
+	if err != nil {
+		return false, fmt.Errorf("claim run of schedule %s: %w", id, err)
+	}
+	return n > 0, nil
+}
+
+// RecordScheduleRun records what the run of entry id scheduled at
+// scheduled submitted (jobID) or why it failed (errText), if that run is
+// still the entry's last; otherwise (a later run claimed, the entry
+// deleted) it changes nothing, and that is no error.
+func (a *Arbiter) RecordScheduleRun(ctx context.Context, id string, scheduled time.Time, jobID, errText string) error {
+	_, err := a.exec(ctx, a.sql(`UPDATE schedules SET last_job_id = ?, last_error = ? WHERE id = ? AND last_run = ?`),
+		jobID, errText, id, nanos(scheduled))
+	if err != nil {
+		return fmt.Errorf("record run of schedule %s: %w", id, err)
+	}
+	return nil
+}
+
 func scanSchedule(row scanner) (*berth.Schedule, error) {
 	var s berth.Schedule
-	var registered, updated int64
-	if err := row.Scan(&s.ID, &s.Name, &s.Owner, &s.Cron, &s.NextRun, &s.Description, &registered, &updated); err != nil {
+	var registered, updated, runFrom, lastRun int64
+	var job string
+	if err := row.Scan(&s.ID, &s.Name, &s.Owner, &s.Cron, &s.NextRun, &s.Description, &registered, &updated,
+		&job, &runFrom, &lastRun, &s.LastJobID, &s.LastError); err != nil {
 		return nil, err
 	}
 	s.RegisteredAt, s.UpdatedAt = fromNanos(registered), fromNanos(updated)
+	s.RunFrom, s.LastRun = fromNanos(runFrom), fromNanos(lastRun)
+	if job != "" {
+		s.Job = new(berth.SubmitRequest)
+		if err := json.Unmarshal([]byte(job), s.Job); err != nil {
+			return nil, fmt.Errorf("schedule %s: decode job: %w", s.ID, err)
+		}
+	}
 	return &s, nil
 }

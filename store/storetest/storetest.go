@@ -85,6 +85,9 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"Secrets", testSecrets},
 		{"SwapLock", testSwapLock},
 		{"Schedules", testSchedules},
+		{"Webhooks", testWebhooks},
+		{"Deliveries", testDeliveries},
+		{"ScheduleRuns", testScheduleRuns},
 	}
 	for _, n := range []int{1, 127, 128, 129, 300, 1000} {
 		tests = append(tests, struct {

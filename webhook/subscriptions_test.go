@@ -1,0 +1,577 @@
+package webhook_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/sqlite"
+	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/webhook"
+)
+
+// fakeClock is a clock the test moves.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// hit is one request a hookReceiver got.
+type hit struct {
+	header http.Header
+	body   []byte
+}
+
+// hookReceiver is a webhook receiver on loopback: it records every request
+// and answers the status that status returns for the nth (from 1).
+type hookReceiver struct {
+	url string
+
+	mu     sync.Mutex
+	hits   []hit
+	status func(n int) int
+	hold   chan struct{} // when not nil, requests wait for it to close
+}
+
+func newHookReceiver(t *testing.T, status func(n int) int) *hookReceiver {
+	t.Helper()
+	r := &hookReceiver{status: status}
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.hits = append(r.hits, hit{header: req.Header.Clone(), body: body})
+		n, hold, status := len(r.hits), r.hold, r.status
+		r.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-req.Context().Done():
+			}
+		}
+		code := status(n)
+		w.WriteHeader(code)
+		if code/100 != 2 {
+			io.WriteString(w, "not now")
+		}
+	}))
+	t.Cleanup(hs.Close)
+	r.url = hs.URL
+	return r
+}
+
+// failFirst answers 500 to the first n requests, then 200.
+func failFirst(n int) func(int) int {
+	return func(i int) int {
+		if i <= n {
+			return http.StatusInternalServerError
+		}
+		return http.StatusOK
+	}
+}
+
+func (r *hookReceiver) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.hits)
+}
+
+func (r *hookReceiver) hit(i int) hit {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.hits[i]
+}
+
+func (r *hookReceiver) setStatus(f func(int) int) {
+	r.mu.Lock()
+	r.status = f
+	r.mu.Unlock()
+}
+
+// awaitHits waits until r got n requests.
+func (r *hookReceiver) awaitHits(t *testing.T, n int) {
+	t.Helper()
+	eventually(t, "receiver hit "+strconv.Itoa(n)+" times", func() bool { return r.count() >= n })
+	if got := r.count(); got != n {
+		t.Fatalf("receiver got %d requests, want %d", got, n)
+	}
+}
+
+// stillHits checks r gets no more than n requests over several polls.
+func (r *hookReceiver) stillHits(t *testing.T, n int) {
+	t.Helper()
+	time.Sleep(100 * time.Millisecond) // ten polls
+	if got := r.count(); got != n {
+		t.Fatalf("receiver got %d requests, want still %d", got, n)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// openStore opens the SQLite store at path, closed when t ends.
+func openStore(t *testing.T, path string) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+var t0 = time.Date(2026, 6, 17, 12, 0, 0, 0, time.UTC)
+
+// startDispatcher starts a dispatcher over st and bus with clock clk,
+// polling every 10 ms, stopped when t ends.
+func startDispatcher(t *testing.T, st store.Store, bus webhook.Events, clk *fakeClock, tweak func(*webhook.DispatcherConfig)) *webhook.Dispatcher {
+	t.Helper()
+	cfg := webhook.DispatcherConfig{Store: st, Events: bus, Now: clk.Now, Poll: 10 * time.Millisecond}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	d := webhook.NewDispatcher(cfg)
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	return d
+}
+
+func create(t *testing.T, d *webhook.Dispatcher, req berth.WebhookRequest) *berth.Webhook {
+	t.Helper()
+	w, err := d.Create(context.Background(), req, "alice", nil)
+	if err != nil {
+		t.Fatalf("Create %+v: %v", req, err)
+	}
+	return w
+}
+
+// onlyDelivery returns the one delivery of webhook id.
+func onlyDelivery(t *testing.T, d *webhook.Dispatcher, id string) *berth.Delivery {
+	t.Helper()
+	ds, err := d.Deliveries(context.Background(), id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ds) != 1 {
+		t.Fatalf("webhook %s has %d deliveries, want 1", id, len(ds))
+	}
+	return ds[0]
+}
+
+// awaitDelivery waits until delivery id satisfies cond and returns it.
+func awaitDelivery(t *testing.T, d *webhook.Dispatcher, id, what string, cond func(*berth.Delivery) bool) *berth.Delivery {
+	t.Helper()
+	var dl *berth.Delivery
+	eventually(t, "delivery "+what, func() bool {
+		var err error
+		dl, err = d.Delivery(context.Background(), id)
+		return err == nil && cond(dl)
+	})
+	return dl
+}
+
+func TestBackoff(t *testing.T) {
+	t.Parallel()
+	for n, want := range map[int]time.Duration{0: time.Second, 1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second,
+		8: 128 * time.Second, 10: 512 * time.Second, 11: webhook.MaxBackoff, 64: webhook.MaxBackoff, 1 << 30: webhook.MaxBackoff} {
+		if got := webhook.Backoff(n); got != want {
+			t.Errorf("Backoff(%d) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// TestDispatcherRetriesSignedDeliveryWithBackoff follows one event to a
+// receiver that fails twice: the delivery is signed, the same on each
+// attempt, retried after 1 s and then 2 s of the dispatcher's clock (not
+// before), logged, and redelivered on request.
+func TestDispatcherRetriesSignedDeliveryWithBackoff(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
+	bus := controller.NewBus(64)
+	clk := &fakeClock{now: t0}
+	d := startDispatcher(t, st, bus, clk, nil)
+	rcv := newHookReceiver(t, failFirst(2))
+	other := newHookReceiver(t, failFirst(0))
+	const secret = "shh — ünïcode"
+	jobs := create(t, d, berth.WebhookRequest{URL: rcv.url, Secret: secret, Events: []string{"job."}})
+	services := create(t, d, berth.WebhookRequest{URL: other.url, Events: []string{"service.ready"}})
+	if !jobs.SecretSet || jobs.Secret != secret || services.SecretSet || jobs.CreatedBy != "alice" || !jobs.CreatedAt.Equal(t0) {
+		t.Fatalf("created %+v and %+v", jobs, services)
+	}
+
+	ev := berth.Event{Seq: 1, Time: t0.Add(-time.Minute), Type: controller.EventJobSucceeded, JobID: "J1", State: berth.JobSucceeded}
+	bus.Publish(ev, berth.Event{Seq: 2, Time: t0, Type: controller.EventWorkerLost, Host: "gpu-1"})
+
+	// Attempt 1 fails: put off by 1 s.
+	rcv.awaitHits(t, 1)
+	first := onlyDelivery(t, d, jobs.ID)
+	dl := awaitDelivery(t, d, first.ID, "after attempt 1", func(dl *berth.Delivery) bool { return dl.Attempts == 1 })
+	if dl.State != berth.DeliveryPending || dl.LastStatus != 500 || !strings.Contains(dl.LastError, "500") ||
+		!strings.Contains(dl.LastError, "not now") || !dl.NextAttemptAt.Equal(t0.Add(time.Second)) ||
+		dl.EventSeq != 1 || dl.EventType != "job.succeeded" || dl.WebhookID != jobs.ID || !dl.CreatedAt.Equal(t0) {
+		t.Fatalf("delivery after attempt 1 = %+v", dl)
+	}
+	rcv.stillHits(t, 1)
+	clk.advance(999 * time.Millisecond)
+	rcv.stillHits(t, 1)
+	clk.advance(time.Millisecond)
+
+	// Attempt 2 fails: put off by 2 s more.
+	rcv.awaitHits(t, 2)
+	dl = awaitDelivery(t, d, first.ID, "after attempt 2", func(dl *berth.Delivery) bool { return dl.Attempts == 2 })
+	if dl.State != berth.DeliveryPending || !dl.NextAttemptAt.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("delivery after attempt 2 = %+v", dl)
+	}
+	clk.advance(time.Second)
+	rcv.stillHits(t, 2)
+	clk.advance(time.Second)
+
+	// Attempt 3 succeeds.
+	rcv.awaitHits(t, 3)
+	dl = awaitDelivery(t, d, first.ID, "delivered", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryDelivered })
+	if dl.Attempts != 3 || dl.LastStatus != 200 || dl.LastError != "" || !dl.NextAttemptAt.IsZero() || !dl.DeliveredAt.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("delivered delivery = %+v", dl)
+	}
+	for i := range 3 {
+		h := rcv.hit(i)
+		if string(h.body) != string(dl.Body) {
+			t.Errorf("attempt %d body %s, want the logged %s", i+1, h.body, dl.Body)
+		}
+		if h.header.Get("Content-Type") != "application/json" || h.header.Get(webhook.BerthEventHeader) != "job.succeeded" ||
+			h.header.Get(webhook.BerthDeliveryHeader) != dl.ID {
+			t.Errorf("attempt %d headers %v", i+1, h.header)
+		}
+		if sig := h.header.Get(webhook.BerthSignatureHeader); !webhook.Verify([]byte(secret), h.body, sig) {
+			t.Errorf("attempt %d signature %q does not verify", i+1, sig)
+		}
+	}
+	var p webhook.Payload
+	if err := json.Unmarshal(rcv.hit(0).body, &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Event != "job.succeeded" || p.DeliveryID != dl.ID || !p.Time.Equal(ev.Time) || p.Data.Seq != 1 || p.Data.JobID != "J1" ||
+		p.Data.State != berth.JobSucceeded {
+		t.Errorf("payload = %+v", p)
+	}
+	// The worker event matched no webhook; the unsigned one got nothing.
+	if n := other.count(); n != 0 {
+		t.Errorf("service.ready webhook got %d requests", n)
+	}
+	if ds, _ := d.Deliveries(context.Background(), services.ID, 0); len(ds) != 0 {
+		t.Errorf("service.ready webhook has deliveries %+v", ds)
+	}
+
+	// A service event reaches the other webhook, unsigned.
+	bus.Publish(berth.Event{Seq: 3, Time: t0, Type: controller.EventServiceReady, JobID: "S1"})
+	other.awaitHits(t, 1)
+	if h := other.hit(0); h.header.Get(webhook.BerthSignatureHeader) != "" || h.header.Get(webhook.BerthEventHeader) != "service.ready" {
+		t.Errorf("unsigned webhook got headers %v", h.header)
+	}
+
+	// Redelivery of a delivered one: one more attempt, now.
+	again, err := d.Redeliver(context.Background(), dl.ID)
+	if err != nil || again.State != berth.DeliveryPending || !again.NextAttemptAt.Equal(t0.Add(3*time.Second)) {
+		t.Fatalf("Redeliver = %+v, %v", again, err)
+	}
+	rcv.awaitHits(t, 4)
+	dl = awaitDelivery(t, d, dl.ID, "redelivered", func(dl *berth.Delivery) bool { return dl.Attempts == 4 })
+	if dl.State != berth.DeliveryDelivered || string(rcv.hit(3).body) != string(dl.Body) ||
+		rcv.hit(3).header.Get(webhook.BerthDeliveryHeader) != dl.ID {
+		t.Fatalf("redelivered delivery = %+v", dl)
+	}
+	if _, err := d.Redeliver(context.Background(), "nope"); berth.ErrorCode(err) != berth.ECodeNotFound {
+		t.Errorf("Redeliver of an unknown id: got %v, want not found", err)
+	}
+	if _, err := d.Deliveries(context.Background(), "nope", 0); berth.ErrorCode(err) != berth.ECodeNotFound {
+		t.Errorf("Deliveries of an unknown webhook: got %v, want not found", err)
+	}
+}
+
+// TestDispatcherGivesUpAfterMaxAttempts checks a receiver that always
+// fails gets MaxAttempts attempts, then none, and that a redelivery of
+// the failed delivery gets one more.
+func TestDispatcherGivesUpAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
+	bus := controller.NewBus(64)
+	clk := &fakeClock{now: t0}
+	d := startDispatcher(t, st, bus, clk, func(c *webhook.DispatcherConfig) { c.MaxAttempts = 3 })
+	rcv := newHookReceiver(t, func(int) int { return http.StatusServiceUnavailable })
+	w := create(t, d, berth.WebhookRequest{URL: rcv.url})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventWorkerRegistered, Host: "gpu-1"})
+	for n := 1; n <= 3; n++ {
+		rcv.awaitHits(t, n)
+		clk.advance(webhook.Backoff(n))
+	}
+	dl := awaitDelivery(t, d, onlyDelivery(t, d, w.ID).ID, "failed", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryFailed })
+	if dl.Attempts != 3 || dl.LastStatus != 503 || !dl.NextAttemptAt.IsZero() || !dl.DeliveredAt.IsZero() {
+		t.Fatalf("failed delivery = %+v", dl)
+	}
+	clk.advance(time.Hour)
+	rcv.stillHits(t, 3)
+
+	rcv.setStatus(failFirst(0))
+	if _, err := d.Redeliver(context.Background(), dl.ID); err != nil {
+		t.Fatal(err)
+	}
+	rcv.awaitHits(t, 4)
+	dl = awaitDelivery(t, d, dl.ID, "delivered", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryDelivered })
+	if dl.Attempts != 4 || dl.LastStatus != 200 {
+		t.Fatalf("redelivered delivery = %+v", dl)
+	}
+}
+
+// TestDispatcherTimeout checks an attempt past Timeout fails with no
+// status and is retried.
+func TestDispatcherTimeout(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
+	bus := controller.NewBus(64)
+	clk := &fakeClock{now: t0}
+	d := startDispatcher(t, st, bus, clk, func(c *webhook.DispatcherConfig) { c.Timeout = 50 * time.Millisecond })
+	rcv := newHookReceiver(t, failFirst(0))
+	hold := make(chan struct{})
+	rcv.hold = hold
+	w := create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{"*"}})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "J1"})
+	id := func() string { rcv.awaitHits(t, 1); return onlyDelivery(t, d, w.ID).ID }()
+	dl := awaitDelivery(t, d, id, "timed out", func(dl *berth.Delivery) bool { return dl.Attempts == 1 })
+	if dl.State != berth.DeliveryPending || dl.LastStatus != 0 || !strings.Contains(dl.LastError, "deadline") {
+		t.Fatalf("timed-out delivery = %+v", dl)
+	}
+	close(hold)
+	clk.advance(time.Second)
+	rcv.awaitHits(t, 2)
+	awaitDelivery(t, d, id, "delivered", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryDelivered })
+}
+
+// TestDispatcherRedeliverWhileInFlight checks a redelivery asked for
+// during an attempt is made after it, even though it succeeded.
+func TestDispatcherRedeliverWhileInFlight(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
+	bus := controller.NewBus(64)
+	clk := &fakeClock{now: t0}
+	d := startDispatcher(t, st, bus, clk, nil)
+	rcv := newHookReceiver(t, failFirst(0))
+	hold := make(chan struct{})
+	rcv.hold = hold
+	w := create(t, d, berth.WebhookRequest{URL: rcv.url})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "J1"})
+	rcv.awaitHits(t, 1)
+	id := onlyDelivery(t, d, w.ID).ID
+	if _, err := d.Redeliver(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	rcv.mu.Lock()
+	rcv.hold = nil
+	rcv.mu.Unlock()
+	close(hold)
+	rcv.awaitHits(t, 2)
+	dl := awaitDelivery(t, d, id, "delivered twice", func(dl *berth.Delivery) bool {
+		return dl.Attempts == 2 && dl.State == berth.DeliveryDelivered
+	})
+	if rcv.hit(1).header.Get(webhook.BerthDeliveryHeader) != dl.ID {
+		t.Errorf("second attempt is of another delivery")
+	}
+	rcv.stillHits(t, 2)
+}
+
+// TestDispatcherRestartDeliversPending checks that deliveries recorded
+// before a stop — including those of events published just before it —
+// are delivered by a new Dispatcher over the same SQLite file, with their
+// ids and bodies.
+func TestDispatcherRestartDeliversPending(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus := controller.NewBus(64)
+	clk := &fakeClock{now: t0}
+	d := webhook.NewDispatcher(webhook.DispatcherConfig{Store: st, Events: bus, Now: clk.Now, Poll: 10 * time.Millisecond})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rcv := newHookReceiver(t, func(int) int { return http.StatusBadGateway })
+	w := create(t, d, berth.WebhookRequest{URL: rcv.url, Secret: "k", Events: []string{"job.succeeded", "job.failed"}})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSucceeded, JobID: "J1"})
+	rcv.awaitHits(t, 1)
+	first := onlyDelivery(t, d, w.ID)
+	awaitDelivery(t, d, first.ID, "attempted", func(dl *berth.Delivery) bool { return dl.Attempts == 1 })
+	// Published just before the stop: recorded by it.
+	bus.Publish(berth.Event{Seq: 2, Time: t0, Type: controller.EventJobFailed, JobID: "J2"},
+		berth.Event{Seq: 3, Time: t0, Type: controller.EventJobRunning, JobID: "J3"})
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	ds, err := st.Deliveries(context.Background(), w.ID, 0)
+	if err != nil || len(ds) != 2 || ds[0].EventType != "job.failed" || ds[1].ID != first.ID {
+		t.Fatalf("deliveries after stop = %+v, %v; want job.failed and the first", ds, err)
+	}
+	pending := ds[0]
+	hitsBefore := rcv.count()
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new server: new store handle, new (empty) bus, the receiver up.
+	rcv.setStatus(failFirst(0))
+	st2 := openStore(t, path)
+	clk.advance(time.Second)
+	d2 := startDispatcher(t, st2, controller.NewBus(64), clk, nil)
+	rcv.awaitHits(t, hitsBefore+2)
+	for _, id := range []string{first.ID, pending.ID} {
+		dl := awaitDelivery(t, d2, id, "delivered after restart", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryDelivered })
+		if dl.WebhookID != w.ID {
+			t.Errorf("delivery %+v", dl)
+		}
+	}
+	seen := map[string]bool{}
+	for i := hitsBefore; i < rcv.count(); i++ {
+		h := rcv.hit(i)
+		seen[h.header.Get(webhook.BerthDeliveryHeader)] = true
+		if !webhook.Verify([]byte("k"), h.body, h.header.Get(webhook.BerthSignatureHeader)) {
+			t.Errorf("delivery after restart not signed: %v", h.header)
+		}
+	}
+	if !seen[first.ID] || !seen[pending.ID] {
+		t.Errorf("after restart the receiver got deliveries %v, want %s and %s", seen, first.ID, pending.ID)
+	}
+}
+
+// TestDispatcherCreateDelete checks input validation, that a deleted
+// webhook's log goes and it gets no more deliveries, and that events
+// published before Start are not delivered.
+func TestDispatcherCreateDelete(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
+	bus := controller.NewBus(64)
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "old"})
+	clk := &fakeClock{now: t0}
+	d := startDispatcher(t, st, bus, clk, nil)
+	rcv := newHookReceiver(t, failFirst(0))
+	for _, tc := range []struct {
+		req   berth.WebhookRequest
+		field string
+	}{
+		{berth.WebhookRequest{}, "url"},
+		{berth.WebhookRequest{URL: "ftp://example.com/"}, "url"},
+		{berth.WebhookRequest{URL: "http://"}, "url"},
+		{berth.WebhookRequest{URL: "example.com/hook"}, "url"},
+		{berth.WebhookRequest{URL: rcv.url, Events: []string{"Job."}}, "events"},
+		{berth.WebhookRequest{URL: rcv.url, Events: []string{""}}, "events"},
+		{berth.WebhookRequest{URL: rcv.url, Secret: strings.Repeat("s", berth.MaxWebhookSecret+1)}, "secret"},
+	} {
+		_, err := d.Create(context.Background(), tc.req, "alice", nil)
+		if e, ok := err.(*berth.Error); !ok || e.Code != berth.ECodeInvalid || e.Field != tc.field {
+			t.Errorf("Create %+v: got %v, want invalid %s", tc.req, err, tc.field)
+		}
+	}
+	refused := berth.Errorf(berth.ECodeUnavailable, "audit log down")
+	if _, err := d.Create(context.Background(), berth.WebhookRequest{URL: rcv.url}, "alice",
+		func(*berth.Webhook) error { return refused }); err != refused {
+		t.Errorf("Create with a failing before: got %v", err)
+	}
+	if hooks, _ := d.Webhooks(context.Background()); len(hooks) != 0 {
+		t.Fatalf("webhooks after refused creates: %+v", hooks)
+	}
+
+	w := create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{"job.", "*"}})
+	if len(w.Events) != 0 {
+		t.Errorf("events with * = %v, want none (every event)", w.Events)
+	}
+	bus.Publish(berth.Event{Seq: 2, Time: t0, Type: controller.EventJobSubmitted, JobID: "new"})
+	rcv.awaitHits(t, 1)
+	awaitDelivery(t, d, onlyDelivery(t, d, w.ID).ID, "delivered", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryDelivered })
+	var p webhook.Payload
+	if err := json.Unmarshal(rcv.hit(0).body, &p); err != nil || p.Data.JobID != "new" {
+		t.Errorf("delivered %s, want the event published after Start", rcv.hit(0).body)
+	}
+
+	if err := d.Delete(context.Background(), w.ID, func(*berth.Webhook) error { return refused }); err != refused {
+		t.Errorf("Delete with a failing before: got %v", err)
+	}
+	var deleted *berth.Webhook
+	if err := d.Delete(context.Background(), w.ID, func(h *berth.Webhook) error { deleted = h; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if deleted == nil || deleted.ID != w.ID {
+		t.Errorf("before got %+v", deleted)
+	}
+	if err := d.Delete(context.Background(), w.ID, nil); berth.ErrorCode(err) != berth.ECodeNotFound {
+		t.Errorf("Delete twice: got %v, want not found", err)
+	}
+	if ds, err := st.Deliveries(context.Background(), w.ID, 0); err != nil || len(ds) != 0 {
+		t.Errorf("deliveries of a deleted webhook: %+v, %v", ds, err)
+	}
+	bus.Publish(berth.Event{Seq: 3, Time: t0, Type: controller.EventJobSubmitted, JobID: "after"})
+	rcv.stillHits(t, 1)
+}
+
+// TestDispatcherDoesNotFollowRedirects checks a 3xx answer fails the
+// attempt (a POST turned into a GET elsewhere is no delivery).
+func TestDispatcherDoesNotFollowRedirects(t *testing.T) {
+	t.Parallel()
+	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
+	bus := controller.NewBus(64)
+	clk := &fakeClock{now: t0}
+	d := startDispatcher(t, st, bus, clk, nil)
+	target := newHookReceiver(t, failFirst(0))
+	hs := httptest.NewServer(http.RedirectHandler(target.url, http.StatusFound))
+	t.Cleanup(hs.Close)
+	w := create(t, d, berth.WebhookRequest{URL: hs.URL})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "J1"})
+	var id string
+	eventually(t, "a delivery", func() bool {
+		ds, _ := d.Deliveries(context.Background(), w.ID, 0)
+		if len(ds) == 1 {
+			id = ds[0].ID
+		}
+		return id != ""
+	})
+	dl := awaitDelivery(t, d, id, "attempted", func(dl *berth.Delivery) bool { return dl.Attempts == 1 })
+	if dl.State != berth.DeliveryPending || dl.LastStatus != http.StatusFound {
+		t.Errorf("redirected delivery = %+v", dl)
+	}
+	target.stillHits(t, 0)
+}
