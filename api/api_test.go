@@ -97,6 +97,18 @@ func (s *server) do(method, path, body string) (int, string, []byte) {
 
 func (s *server) doAuth(method, path, body, token string) (int, string, []byte) {
 	s.t.Helper()
+	hdr := http.Header{}
+	if token != "" {
+		hdr.Set("Authorization", "Bearer "+token)
+	}
+	resp, data := s.send(method, path, body, hdr)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), data
+}
+
+// send sends a request with the headers hdr only (a JSON Content-Type
+// when there is a body) and returns the response, its body read.
+func (s *server) send(method, path, body string, hdr http.Header) (*http.Response, []byte) {
+	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	var rd io.Reader
@@ -110,8 +122,8 @@ func (s *server) doAuth(method, path, body, token string) (int, string, []byte) 
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	for k, vs := range hdr {
+		req.Header[k] = vs
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -122,7 +134,7 @@ func (s *server) doAuth(method, path, body, token string) (int, string, []byte) 
 	if err != nil {
 		s.t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), data
+	return resp, data
 }
 
 // submit posts body and requires status want, returning the jobs.

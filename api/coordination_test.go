@@ -1,9 +1,7 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
-	"io"
 	"maps"
 	"net/http"
 	"regexp"
@@ -31,34 +29,14 @@ type answer struct {
 // server's token, and returns the answer, requiring a JSON object.
 func (s *server) call(method, path, body string, headers ...string) answer {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	hdr := http.Header{}
 	if s.token != "" {
-		req.Header.Set("Authorization", "Bearer "+s.token)
+		hdr.Set("Authorization", "Bearer "+s.token)
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
+		hdr.Set(headers[i], headers[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		s.t.Fatal(err)
-	}
+	resp, data := s.send(method, path, body, hdr)
 	a := answer{status: resp.StatusCode, header: resp.Header, body: data}
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		s.t.Fatalf("%s %s: Content-Type %q: %s", method, path, ct, data)

@@ -65,31 +65,7 @@ func (s *secured) as(t *testing.T) *secured {
 // token) and returns the status, the Content-Type and the body.
 func (s *server) doHeader(method, path, body string, hdr http.Header) (int, string, []byte) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
-	if err != nil {
-		s.t.Fatalf("new request: %v", err)
-	}
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, vs := range hdr {
-		req.Header[k] = vs
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		s.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		s.t.Fatalf("%s %s: read body: %v", method, path, err)
-	}
+	resp, data := s.send(method, path, body, hdr)
 	return resp.StatusCode, resp.Header.Get("Content-Type"), data
 }
 
