@@ -576,10 +576,14 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 				case <-at.proc.Done():
 				default:
 					hb.Running = append(hb.Running, id)
+					a.ports.Touch(id) // its ports are in use
 				}
 			}
 		}
 		a.mu.Unlock()
+		if freed, err := a.ports.Reclaim(time.Now()); err != nil || len(freed) > 0 {
+			a.log.Warn("reclaimed service ports of attempts no longer running", "ports", freed, "err", err)
+		}
 		if err := a.send(ctx, wire.TypeHeartbeat, hb); err != nil {
 			return
 		}
