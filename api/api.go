@@ -94,6 +94,8 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 	s.route("GET /api/swap/{id}", readsCluster, jobReader, s.getSwap)
 	s.route("POST /api/swap/{key}/validate", readsCluster, jobReader, s.validateSwap)
 	s.route("GET /api/v1/catalog", readsCluster, jobReader, s.catalog)
+	s.route("PUT /api/v1/catalog/models/{key}", actsOnAllJobs, operators, s.putCatalogModel)
+	s.route("DELETE /api/v1/catalog/models/{key}", actsOnAllJobs, operators, s.deleteCatalogModel)
 	s.route("POST /api/v1/webhooks", isAdmin, "admin", s.createWebhook)
 	s.route("GET /api/v1/webhooks", actsOnAllJobs, operators, s.listWebhooks)
 	s.route("DELETE /api/v1/webhooks/{id}", isAdmin, "admin", s.deleteWebhook)

@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/arbiter"
 )
 
 // The swap endpoints of seed 000: POST /api/swap swaps what a pool of
@@ -75,4 +76,43 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, s.Swapper.Catalog)
+}
+
+func (s *Server) putCatalogModel(w http.ResponseWriter, r *http.Request) {
+	if s.Swapper == nil {
+		writeError(w, berth.Errorf(berth.ECodeNotFound, "no model catalog on this server"))
+		return
+	}
+	var m arbiter.Model
+	if err := decode(r, &m); err != nil {
+		writeError(w, err)
+		return
+	}
+	key := r.PathValue("key")
+	if err := s.sec.record(r, "catalog.model_set", "catalog/"+key, map[string]string{"pool": m.Pool, "template": m.Template}); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.Swapper.Catalog.Put(key, m); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"model_key": key, "model": m})
+}
+
+func (s *Server) deleteCatalogModel(w http.ResponseWriter, r *http.Request) {
+	if s.Swapper == nil {
+		writeError(w, berth.Errorf(berth.ECodeNotFound, "no model catalog on this server"))
+		return
+	}
+	key := r.PathValue("key")
+	if err := s.sec.record(r, "catalog.model_deleted", "catalog/"+key, nil); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.Swapper.Catalog.Delete(key); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

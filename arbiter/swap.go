@@ -1,83 +1,20 @@
 package arbiter
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
-	"github.com/goccy/go-yaml"
-
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/webhook"
 )
-
-// Catalog is what the arbiter can swap a pool of workers to: pools by name
-// (the workers with their labels) and models by key (the service that
-// serves each, and on which pool).
-type Catalog struct {
-	Pools  map[string]Pool  `json:"pools"`
-	Models map[string]Model `json:"models"`
-}
-
-// Pool is a set of workers, by label.
-type Pool struct {
-	Labels map[string]string `json:"labels"`
-}
-
-// Model is one entry of the catalog: a service job (a template with its
-// variables, or a command) and the pool that serves it.
-type Model struct {
-	Pool      string            `json:"pool"`
-	Template  string            `json:"template,omitempty"`
-	Vars      map[string]string `json:"vars,omitempty"`
-	Command   berth.Argv        `json:"command,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	Resources berth.Resources   `json:"resources,omitzero"`
-}
-
-// LoadCatalog reads a catalog file (YAML or JSON); "" is an empty
-// catalog. Errors name the file and the entry.
-func LoadCatalog(path string) (*Catalog, error) {
-	c := &Catalog{Pools: map[string]Pool{}, Models: map[string]Model{}}
-	if path == "" {
-		return c, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("catalog: %w", err)
-	}
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("catalog %s: not valid YAML: %s", path, yaml.FormatError(err, false, false))
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(c); err != nil {
-		return nil, fmt.Errorf("catalog %s: %w", path, err)
-	}
-	for key, m := range c.Models {
-		if ValidScheduleID(key) != nil {
-			return nil, fmt.Errorf("catalog %s: model key %q: must be 1-64 letters, digits, '_', '.' or '-'", path, key)
-		}
-		if _, ok := c.Pools[m.Pool]; !ok {
-			return nil, fmt.Errorf("catalog %s: model %s: pool %q is not in pools", path, key, m.Pool)
-		}
-		if m.Template == "" && len(m.Command) == 0 {
-			return nil, fmt.Errorf("catalog %s: model %s: give a template or a command", path, key)
-		}
-	}
-	return c, nil
-}
 
 // Cluster is what a swap needs of the controller.
 type Cluster interface {
@@ -126,10 +63,9 @@ func (s *Swapper) now() time.Time {
 // catalog and its pool has workers taking work. It touches nothing.
 func (s *Swapper) Validate(ctx context.Context, key string) (*berth.SwapValidation, error) {
 	v := &berth.SwapValidation{ModelKey: key}
-	m, ok := s.Catalog.Models[key]
-	if !ok {
-		return nil, &berth.Error{Code: berth.ECodeNotFound, Field: "model_key",
-			Message: fmt.Sprintf("no model %q in the catalog (have: %v)", key, slices.Sorted(maps.Keys(s.Catalog.Models)))}
+	m, pool, err := s.Catalog.Model(key)
+	if err != nil {
+		return nil, err
 	}
 	v.Pool = m.Pool
 	workers, err := s.Cluster.Workers(ctx)
@@ -137,7 +73,7 @@ func (s *Swapper) Validate(ctx context.Context, key string) (*berth.SwapValidati
 		return nil, err
 	}
 	for _, w := range workers {
-		if poolHas(s.Catalog.Pools[m.Pool], w) && (w.State == berth.WorkerReady || w.State == berth.WorkerBusy) {
+		if poolHas(pool, w) && (w.State == berth.WorkerReady || w.State == berth.WorkerBusy) {
 			v.Workers = append(v.Workers, w.Host)
 		}
 	}
@@ -266,7 +202,10 @@ func (s *Swapper) run(id string) {
 // swap stops what the pool serves and starts the model's service,
 // returning its job id once it is ready.
 func (s *Swapper) swap(ctx context.Context, id string, sw berth.Swap) (string, error) {
-	m := s.Catalog.Models[sw.ModelKey]
+	m, pool, err := s.Catalog.Model(sw.ModelKey)
+	if err != nil {
+		return "", err
+	}
 	name := poolService(sw.Pool)
 	current, err := s.poolServices(ctx, name)
 	if err != nil {
@@ -287,7 +226,7 @@ func (s *Swapper) swap(ctx context.Context, id string, sw berth.Swap) (string, e
 	req := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
 	req.Kind, req.Name, req.User = berth.KindService, name, "arbiter"
 	req.Template, req.Vars, req.Command, req.Env, req.Resources = m.Template, maps.Clone(m.Vars), m.Command, maps.Clone(m.Env), m.Resources
-	req.Constraints.Labels = maps.Clone(s.Catalog.Pools[sw.Pool].Labels)
+	req.Constraints.Labels = maps.Clone(pool.Labels)
 	jobs, err := s.Cluster.Submit(ctx, req)
 	if err != nil {
 		return "", fmt.Errorf("start %s: %w", sw.ModelKey, err)

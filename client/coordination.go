@@ -2,10 +2,12 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/arbiter"
 )
 
 // AcquireSwapLock takes the swap lock for req.Holder, or extends it when
@@ -94,4 +96,22 @@ func (c *Client) GetSwap(ctx context.Context, id string) (*berth.Swap, error) {
 func (c *Client) ValidateSwap(ctx context.Context, key string) (*berth.SwapValidation, error) {
 	var out berth.SwapValidation
 	return &out, c.do(ctx, http.MethodPost, "/api/swap/"+url.PathEscape(key)+"/validate", nil, &out)
+}
+
+// Catalog returns the GPU arbiter's model catalog (GET /api/v1/catalog) as
+// JSON: {"pools": …, "models": …}.
+func (c *Client) Catalog(ctx context.Context) (json.RawMessage, error) {
+	var out json.RawMessage
+	return out, c.do(ctx, http.MethodGet, "/api/v1/catalog", nil, &out)
+}
+
+// PutCatalogModel adds or replaces model key of the catalog; an invalid
+// model is the server's ECodeInvalid error naming the field.
+func (c *Client) PutCatalogModel(ctx context.Context, key string, m arbiter.Model) error {
+	return c.do(ctx, http.MethodPut, "/api/v1/catalog/models/"+url.PathEscape(key), m, nil)
+}
+
+// DeleteCatalogModel removes model key of the catalog.
+func (c *Client) DeleteCatalogModel(ctx context.Context, key string) error {
+	return c.do(ctx, http.MethodDelete, "/api/v1/catalog/models/"+url.PathEscape(key), nil, nil)
 }

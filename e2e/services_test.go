@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/webhook"
 )
 
@@ -272,6 +273,26 @@ models:
 		t.Fatalf("the swap to big stopped %v, want small's service %s", second.Stopped, first.Service)
 	}
 	cl.awaitState(first.Service, 30*time.Second, berth.JobCancelled)
+
+	// The catalog changes through the API, written back to its file.
+	if err := cl.c.PutCatalogModel(ctx, "tiny", arbiter.Model{Pool: "nowhere", Template: "fakellm"}); berth.ErrorCode(err) != berth.ECodeInvalid {
+		t.Fatalf("a model on an unknown pool: %v, want invalid", err)
+	}
+	tiny := arbiter.Model{Pool: "spark", Template: "fakellm", Vars: map[string]string{"MODEL_NAME": "org/tiny"}}
+	if err := cl.c.PutCatalogModel(ctx, "tiny", tiny); err != nil {
+		t.Fatal(err)
+	}
+	if saved, err := arbiter.LoadCatalog(catalog); err != nil {
+		t.Fatal(err)
+	} else if m, _, err := saved.Model("tiny"); err != nil || m.Vars["MODEL_NAME"] != "org/tiny" {
+		t.Fatalf("the catalog file after adding tiny: %+v, %v", m, err)
+	}
+	if err := cl.c.DeleteCatalogModel(ctx, "tiny"); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := cl.c.Catalog(ctx); err != nil || strings.Contains(string(raw), "tiny") || !strings.Contains(string(raw), "org/big") {
+		t.Fatalf("the catalog after deleting tiny: %s, %v", raw, err)
+	}
 	if _, err := cl.c.ReleaseSwapLock(ctx, lock.Token, false); err != nil {
 		t.Fatal(err)
 	}

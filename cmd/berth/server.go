@@ -57,7 +57,7 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.DataDir, "data-dir", ".berth", "directory for the embedded store, keys, audit log and local agents")
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:7070", "address to serve on; beyond loopback, clients need a token or an --allow rule")
 	addSecurityFlags(fs, &cfg.Security)
-	fs.StringVar(&cfg.Catalog, "catalog", "", "the GPU arbiter's model catalog (YAML: pools by labels, models by key); enables /api/swap")
+	fs.StringVar(&cfg.Catalog, "catalog", "", "the GPU arbiter's model catalog file (YAML: pools by labels, models by key); changes made\nthrough the API are written back to it (without it the catalog starts empty and lives in memory)")
 	fs.StringVar(&cfg.SwapWebhook, "swap-webhook", "", "URL POSTed swap_complete or swap_failed after every real swap")
 	fs.StringVar(&cfg.WebhookSecret, "swap-webhook-secret", m.Getenv("BERTH_SWAP_WEBHOOK_SECRET"), "signs the swap webhook's body (X-Spark-Signature) (default $BERTH_SWAP_WEBHOOK_SECRET)")
 	fs.StringVar(&cfg.Templates, "templates", "", "directory of service templates (*.yaml), besides the built-in vllm, jupyterlab and notebook")
@@ -288,10 +288,8 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	}
 	apiServer := api.New(ctl, sec.api(rs.Tokens, vault), cfg.Log)
 	apiServer.Webhooks = rs.webhooks
-	if cfg.Catalog != "" {
-		apiServer.Swapper = &arbiter.Swapper{Catalog: models, Cluster: ctl, Lock: arbiter.NewLock(rs.store), Log: cfg.Log,
-			Webhook: webhook.NewSender(cfg.SwapWebhook, []byte(cfg.WebhookSecret), cfg.Log)}
-	}
+	apiServer.Swapper = &arbiter.Swapper{Catalog: models, Cluster: ctl, Lock: arbiter.NewLock(rs.store), Log: cfg.Log,
+		Webhook: webhook.NewSender(cfg.SwapWebhook, []byte(cfg.WebhookSecret), cfg.Log)}
 	if rs.lost != nil {
 		apiServer.Leader = self
 	}
