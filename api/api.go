@@ -239,9 +239,6 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		err = submitter(identity(r), &req)
 	}
-	if err == nil {
-		err = s.sec.jobSecrets(&req)
-	}
 	if err != nil {
 		writeError(w, err)
 		return

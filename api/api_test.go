@@ -24,6 +24,7 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/sqlite"
+	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -49,8 +50,9 @@ func newSecuredServer(t *testing.T) *server { return startServer(t, "") }
 
 func startServer(t *testing.T, trustLoopback auth.Role) *server {
 	t.Helper()
-	st, ctl := startController(t, t.TempDir())
-	sec := apitest.Security(t, st, trustLoopback)
+	_, ctl, sec := startController(t, t.TempDir(), func(st store.Store) *api.Security {
+		return apitest.Security(t, st, trustLoopback)
+	})
 	hs := httptest.NewServer(api.New(ctl, sec, nil))
 	t.Cleanup(hs.Close)
 	s := &server{t: t, url: hs.URL, ctl: ctl, sec: sec}
@@ -60,9 +62,10 @@ func startServer(t *testing.T, trustLoopback auth.Role) *server {
 	return s
 }
 
-// startController starts a controller on a real SQLite store in dir; both
-// are stopped when t ends.
-func startController(t *testing.T, dir string) (*sqlite.Store, *controller.Controller) {
+// startController starts a controller on a real SQLite store in dir, with
+// the security security makes for that store (its secrets resolved at
+// dispatch); both are stopped when t ends.
+func startController(t *testing.T, dir string, security func(store.Store) *api.Security) (*sqlite.Store, *controller.Controller, *api.Security) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "berth.db"))
@@ -74,7 +77,8 @@ func startController(t *testing.T, dir string) (*sqlite.Store, *controller.Contr
 			t.Errorf("close store: %v", err)
 		}
 	})
-	ctl := controller.New(controller.Config{Store: st})
+	sec := security(st)
+	ctl := controller.New(controller.Config{Store: st, Secrets: sec.Secrets})
 	if err := ctl.Start(ctx); err != nil {
 		t.Fatalf("start controller: %v", err)
 	}
@@ -85,7 +89,7 @@ func startController(t *testing.T, dir string) (*sqlite.Store, *controller.Contr
 			t.Errorf("stop controller: %v", err)
 		}
 	})
-	return st, ctl
+	return st, ctl, sec
 }
 
 // do sends a request with the server's token (if any) and returns the

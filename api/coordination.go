@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/berth-dev/berth/controller"
 	"io"
 	"net/http"
 	"strconv"
@@ -169,7 +170,7 @@ func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 	if err == nil && req.Job != nil {
 		err = jobField(submitter(identity(r), req.Job))
 		if err == nil {
-			err = jobField(s.sec.jobSecrets(req.Job))
+			err = jobField(controller.CheckSecrets(&req.Job.JobSpec, s.sec.Secrets))
 		}
 	}
 	if err != nil {

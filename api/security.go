@@ -200,33 +200,6 @@ func submitter(id auth.Identity, req *berth.SubmitRequest) error {
 	return nil
 }
 
-// jobSecrets checks that every secret j's command, env and workdir
-// reference exists for its user; the error names the first missing one.
-func (sec *Security) jobSecrets(req *berth.SubmitRequest) error {
-	if sec.Secrets == nil {
-		return nil
-	}
-	check := func(field string, texts ...string) error {
-		if missing := sec.Secrets.Missing(req.User, texts...); len(missing) > 0 {
-			return berth.Invalidf(field, "references secret %s, which %s does not have (berth secret set %s)",
-				missing[0], req.User, missing[0])
-		}
-		return nil
-	}
-	if err := check("command", req.Command...); err != nil {
-		return err
-	}
-	if err := check("workdir", req.Workdir); err != nil {
-		return err
-	}
-	for k, v := range req.Env {
-		if err := check("env."+k, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // validIdentityName reports whether name may name an identity (a token's
 // subject, a secret's owner): 1–64 letters, digits and ._@-.
 func validIdentityName(name string) bool {

@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/api/apitest"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/store"
 )
 
 // secured is a server whose handler, database file and audit log the
@@ -40,9 +41,10 @@ type secured struct {
 func startSecured(t *testing.T, trustLoopback auth.Role, allow ...auth.CIDRRule) *secured {
 	t.Helper()
 	dir := t.TempDir()
-	st, ctl := startController(t, dir)
 	auditPath := filepath.Join(t.TempDir(), "audit.log")
-	sec := apitest.SecurityWithAudit(t, st, trustLoopback, auditPath)
+	_, ctl, sec := startController(t, dir, func(st store.Store) *api.Security {
+		return apitest.SecurityWithAudit(t, st, trustLoopback, auditPath)
+	})
 	sec.Ingress.Allow = allow
 	h := api.New(ctl, sec, nil)
 	hs := httptest.NewServer(h)

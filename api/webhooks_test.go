@@ -18,6 +18,7 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/api/apitest"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/webhook"
 )
 
@@ -29,9 +30,10 @@ type hookServer struct {
 
 func startHookServer(t *testing.T) *hookServer {
 	t.Helper()
-	st, ctl := startController(t, t.TempDir())
 	auditPath := filepath.Join(t.TempDir(), "audit.log")
-	sec := apitest.SecurityWithAudit(t, st, "", auditPath)
+	st, ctl, sec := startController(t, t.TempDir(), func(st store.Store) *api.Security {
+		return apitest.SecurityWithAudit(t, st, "", auditPath)
+	})
 	h := api.New(ctl, sec, nil)
 	h.Webhooks = webhook.NewDispatcher(webhook.DispatcherConfig{Store: st, Events: ctl.Bus(), Poll: 10 * time.Millisecond})
 	if err := h.Webhooks.Start(context.Background()); err != nil {

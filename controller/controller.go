@@ -71,6 +71,9 @@ type SecretResolver interface {
 	// agent fails the attempt, naming them). It returns nil when s
 	// references none.
 	Resolve(owner string, s ...string) map[string]string
+	// Missing returns the names texts reference that owner has no secret
+	// for.
+	Missing(owner string, texts ...string) []string
 }
 
 func (c *Config) setDefaults() {

@@ -32,6 +32,9 @@ func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitReques
 	if err := req.Validate(); err != nil {
 		return nil, false, err
 	}
+	if err := CheckSecrets(&req.JobSpec, c.cfg.Secrets); err != nil {
+		return nil, false, err
+	}
 	if key := req.IdempotencyKey; key != "" {
 		prior, err := c.store.JobsByIdempotencyKey(ctx, key)
 		if err != nil {
@@ -72,6 +75,35 @@ func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitReques
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
+}
+
+// CheckSecrets checks that every secret spec's command, env and workdir
+// reference exists for its user; the ECodeInvalid error names the field
+// and the first missing secret (never a value). A nil resolver checks
+// nothing.
+func CheckSecrets(spec *berth.JobSpec, secrets SecretResolver) error {
+	if secrets == nil {
+		return nil
+	}
+	check := func(field string, texts ...string) error {
+		if missing := secrets.Missing(spec.User, texts...); len(missing) > 0 {
+			return berth.Invalidf(field, "references secret %s, which %s does not have (berth secret set %s)",
+				missing[0], spec.User, missing[0])
+		}
+		return nil
+	}
+	if err := check("command", spec.Command...); err != nil {
+		return err
+	}
+	if err := check("workdir", spec.Workdir); err != nil {
+		return err
+	}
+	for k, v := range spec.Env {
+		if err := check("env."+k, v); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // createJobs makes and queues the jobs of a valid request, submitted by
