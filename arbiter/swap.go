@@ -178,7 +178,7 @@ func (s *Swapper) run(id string) {
 	if timeout <= 0 {
 		timeout = 30 * time.Minute
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(berth.WithActor(context.Background(), "swap/"+id), timeout)
 	defer cancel()
 	sw := s.update(id, func(sw *berth.Swap) { sw.State = berth.SwapStateStopping })
 	service, err := s.swap(ctx, id, sw)
