@@ -156,6 +156,15 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	// Everyone sees what is scheduled; a job's spec (its command and env)
+	// only those who may see that user's jobs.
+	if who := identity(r); !seesAllJobs(who) {
+		for _, sc := range list {
+			if sc.Job != nil && sc.Job.User != who.Name {
+				sc.Job = nil
+			}
+		}
+	}
 	writeJSON(w, http.StatusOK, berth.ScheduleList{Schedules: list})
 }
 

@@ -465,3 +465,32 @@ func TestScheduleJobAPI(t *testing.T) {
 		t.Fatalf("refused requests registered: %s", a.body)
 	}
 }
+
+// TestScheduleJobSpecsAreTheirUsers checks that a user listing the
+// schedule registry sees every entry but only its own entries' job specs.
+func TestScheduleJobSpecsAreTheirUsers(t *testing.T) {
+	t.Parallel()
+	s := newSecuredServer(t)
+	for _, body := range []string{
+		`{"id":"bobs","name":"Bob's","cron":"0 6 * * *","job":{"user":"bob","command":["echo","TOKEN=hunter2"]}}`,
+		`{"id":"alices","name":"Alice's","cron":"0 7 * * *","job":{"user":"alice","command":["true"]}}`,
+	} {
+		if a := s.call("POST", "/api/schedule", body); a.status != http.StatusOK {
+			t.Fatalf("register %s: %d %s", body, a.status, a.body)
+		}
+	}
+	alice := apitest.Token(t, s.sec, "alice", auth.RoleUser, "")
+	status, _, data := s.doAuth("GET", "/api/schedule", "", alice)
+	var list berth.ScheduleList
+	if status != http.StatusOK || json.Unmarshal(data, &list) != nil || len(list.Schedules) != 2 {
+		t.Fatalf("alice lists schedules: %d %s", status, data)
+	}
+	for _, sc := range list.Schedules {
+		if (sc.Job != nil) != (sc.ID == "alices") {
+			t.Errorf("alice sees entry %s with job %+v; want only her own entry's job", sc.ID, sc.Job)
+		}
+	}
+	if strings.Contains(string(data), "hunter2") {
+		t.Errorf("alice's listing holds bob's job spec: %s", data)
+	}
+}
