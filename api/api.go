@@ -33,6 +33,10 @@ type Server struct {
 	// Leader, when set, is this server's URL, reported by /healthz: it
 	// leads the servers sharing its store.
 	Leader string
+	// Web, when set, serves every path outside the API (/api/, /metrics,
+	// /healthz): the dashboard, with the requests already admitted but
+	// for LoginPath and StaticPath.
+	Web http.Handler
 	// Swapper runs seed 000's model swaps over the server's catalog; nil:
 	// no catalog, the swap endpoints answer 404.
 	Swapper *arbiter.Swapper
@@ -109,12 +113,25 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 	return s
 }
 
-// ServeHTTP authenticates and routes the request.
+// ServeHTTP authenticates and routes the request: the API, or, for other
+// paths, the dashboard (Web). /healthz, the sign-in page and the
+// dashboard's static files need no authentication.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/healthz" {
-		if r = s.sec.admit(w, r); r == nil {
+	path := r.URL.Path
+	page := s.Web != nil && !strings.HasPrefix(path, "/api/") && path != "/metrics"
+	switch {
+	case path == "/healthz":
+	case page && (path == LoginPath || strings.HasPrefix(path, StaticPath)):
+		s.Web.ServeHTTP(w, r)
+		return
+	default:
+		if r = s.sec.admit(w, r, page); r == nil {
 			return
 		}
+	}
+	if page {
+		s.Web.ServeHTTP(w, r)
+		return
 	}
 	s.mux.ServeHTTP(w, r)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -38,11 +39,23 @@ func identity(r *http.Request) auth.Identity {
 	return id
 }
 
+// IdentityOf returns who makes r, a request the Server admitted (the
+// dashboard's pages use it); the zero Identity for any other request.
+func IdentityOf(r *http.Request) auth.Identity { return identity(r) }
+
+// LoginPath is the dashboard's sign-in page, served without
+// authentication; so are the paths under StaticPath.
+const (
+	LoginPath  = "/login"
+	StaticPath = "/static/"
+)
+
 // admit authenticates r, applies the same-origin guard and the identity's
 // rate limit, and returns r carrying its identity (and, for the
 // controller's events, its name as the actor); or it answers the request
-// itself with 401, 403 or 429 and returns nil.
-func (sec *Security) admit(w http.ResponseWriter, r *http.Request) *http.Request {
+// itself with 401, 403 or 429 and returns nil — for a dashboard page
+// (page), an unauthenticated GET is sent to the sign-in page instead.
+func (sec *Security) admit(w http.ResponseWriter, r *http.Request, page bool) *http.Request {
 	id, err := sec.Ingress.Authenticate(r)
 	if err == nil {
 		err = auth.SameOrigin(r)
@@ -52,6 +65,10 @@ func (sec *Security) admit(w http.ResponseWriter, r *http.Request) *http.Request
 		// tokens is throttled too.
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		if !sec.allow(w, "refused:"+host) {
+			return nil
+		}
+		if page && r.Method == http.MethodGet && berth.ErrorCode(err) == berth.ECodeUnauthorized {
+			http.Redirect(w, r, LoginPath+"?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return nil
 		}
 		writeError(w, err)

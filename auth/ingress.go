@@ -126,6 +126,9 @@ func (in *Ingress) Authenticate(r *http.Request) (Identity, error) {
 	if vals, ok := r.Header["Authorization"]; ok {
 		return in.token(vals)
 	}
+	if c, err := r.Cookie(SessionCookie); err == nil {
+		return in.CheckToken(c.Value) // the dashboard's sign-in: checked as a bearer token
+	}
 	addr, ok := peerAddr(r.RemoteAddr)
 	if !ok {
 		return Identity{}, berth.Errorf(berth.ECodeUnauthorized, MsgAuthRequired)
@@ -141,6 +144,11 @@ func (in *Ingress) Authenticate(r *http.Request) (Identity, error) {
 	return Identity{}, berth.Errorf(berth.ECodeUnauthorized, MsgAuthRequired)
 }
 
+// SessionCookie is the cookie the dashboard keeps a signed-in browser's
+// token in (HttpOnly, SameSite=Strict); Authenticate takes it as a bearer
+// token when a request has no Authorization header.
+const SessionCookie = "berth_token"
+
 func (in *Ingress) token(vals []string) (Identity, error) {
 	if len(vals) != 1 {
 		return Identity{}, berth.Errorf(berth.ECodeUnauthorized, "send exactly one Authorization header")
@@ -150,6 +158,13 @@ func (in *Ingress) token(vals []string) (Identity, error) {
 	if !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return Identity{}, berth.Errorf(berth.ECodeUnauthorized, "the Authorization header must be \"Bearer TOKEN\"")
 	}
+	return in.CheckToken(tok)
+}
+
+// CheckToken returns the identity of a bearer token: its signature,
+// claims and registry record checked as for an Authorization header, with
+// the same errors.
+func (in *Ingress) CheckToken(tok string) (Identity, error) {
 	if in.Keys == nil || in.Tokens == nil {
 		return Identity{}, berth.Errorf(berth.ECodeUnauthorized, "this server does not accept tokens")
 	}
