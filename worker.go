@@ -28,12 +28,21 @@ type GPU struct {
 	Memory Bytes  `json:"memory"`
 }
 
+// GPUStat is a GPU's load as its agent last read it (nvidia-smi), sent
+// with heartbeats.
+type GPUStat struct {
+	Index       int   `json:"index"`
+	Utilization int   `json:"utilization"` // percent
+	MemoryUsed  Bytes `json:"memory_used"`
+}
+
 // Worker is a machine running a berth agent.
 type Worker struct {
 	ID            string            `json:"id"`
 	Host          string            `json:"host"`
 	Queues        []string          `json:"queues,omitempty"` // empty: every queue
 	GPUs          []GPU             `json:"gpus,omitempty"`
+	GPUStats      []GPUStat         `json:"gpu_stats,omitempty"` // the GPUs' load at the last heartbeat
 	CPUs          float64           `json:"cpus"`
 	Memory        Bytes             `json:"memory"`
 	Slots         int               `json:"slots"` // most attempts at once

@@ -117,6 +117,7 @@ type Agent struct {
 	attempts map[string]*attempt
 	out      *wire.Outbox    // the current session's, nil while disconnected
 	faults   map[int]string  // faulty GPUs by index: what is wrong with each
+	gpuStats []berth.GPUStat // the GPUs' load, as nvidia-smi last said
 	models   map[string]bool // the warm models
 	warming  map[string]bool // the models being prewarmed
 
@@ -569,7 +570,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		a.mu.Lock()
-		hb := &wire.Heartbeat{FaultyGPUs: slices.Sorted(maps.Keys(a.faults)), Models: a.modelsLocked()}
+		hb := &wire.Heartbeat{FaultyGPUs: slices.Sorted(maps.Keys(a.faults)), Models: a.modelsLocked(), GPUStats: a.gpuStats}
 		for id, at := range a.attempts {
 			if at.proc != nil {
 				select {
@@ -731,6 +732,11 @@ func (a *Agent) watchGPUs(ctx context.Context) {
 			a.setFaults(faults)
 		case ctx.Err() == nil:
 			a.log.Warn("GPU health check failed; ignored", "err", err)
+		}
+		if stats, err := gpuStats(ctx, a.cfg.NvidiaSMI); err == nil {
+			a.mu.Lock()
+			a.gpuStats = stats
+			a.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():

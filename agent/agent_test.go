@@ -616,11 +616,13 @@ func TestAgentGPUHealth(t *testing.T) {
 		return ok && slices.Equal(hb.FaultyGPUs, []int{1}) && slices.Equal(hb.Running, []string{"on0"})
 	})
 
-	// GPU 1 is back.
+	// GPU 1 is back; the heartbeats carry the GPUs' load.
 	smi.set("gpus", "0, GPU-aaaa, 0\n1, GPU-bbbb, 0\n")
-	fs.await("a heartbeat with no faulty GPU after the first", func(m wire.Message) bool {
+	smi.set("stats", "0, 57, 1024\n1, [N/A], 0\n")
+	fs.await("a heartbeat with no faulty GPU after the first, with GPU 0's load", func(m wire.Message) bool {
 		hb, ok := m.Body.(*wire.Heartbeat)
-		return ok && len(hb.FaultyGPUs) == 0 && slices.Equal(hb.Running, []string{"on0"})
+		return ok && len(hb.FaultyGPUs) == 0 && slices.Equal(hb.Running, []string{"on0"}) &&
+			slices.Equal(hb.GPUStats, []berth.GPUStat{{Index: 0, Utilization: 57, MemoryUsed: 1 << 30}})
 	})
 	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "on0", Reason: "cancelled by erin"})
 	checkResult(t, fs.result("on0"), berth.AttemptCancelled, "", nil, "cancelled by erin")

@@ -25,6 +25,9 @@ var (
 	gpuQuery = smiQuery{"gpu", []string{"index", "uuid", "name", "memory.total"}}
 	// healthQuery is what the GPU health check asks.
 	healthQuery = smiQuery{"gpu", []string{"index", "uuid", "ecc.errors.uncorrected.volatile.total"}}
+	// statsQuery is what the GPU health check asks for the dashboard's
+	// load figures.
+	statsQuery = smiQuery{"gpu", []string{"index", "utilization.gpu", "memory.used"}}
 	// appsQuery is what a hard stop asks to confirm GPU memory was released.
 	appsQuery = smiQuery{"compute-apps", []string{"gpu_uuid", "pid", "used_memory"}}
 )

@@ -82,6 +82,25 @@ func (h *gpuHealth) fault(uuid string, f []string) string {
 	return ""
 }
 
+// gpuStats asks nvidia-smi for each GPU's utilization and memory in use;
+// rows it cannot read ("[N/A]") are left out.
+func gpuStats(ctx context.Context, nvidiaSMI string) ([]berth.GPUStat, error) {
+	rows, err := statsQuery.run(ctx, nvidiaSMI)
+	if err != nil {
+		return nil, err
+	}
+	var stats []berth.GPUStat
+	for _, r := range rows {
+		idx, err1 := strconv.Atoi(r.fields[0])
+		util, err2 := strconv.Atoi(r.fields[1])
+		mib, err3 := strconv.ParseInt(r.fields[2], 10, 64)
+		if err1 == nil && err2 == nil && err3 == nil {
+			stats = append(stats, berth.GPUStat{Index: idx, Utilization: util, MemoryUsed: berth.Bytes(mib << 20)})
+		}
+	}
+	return stats, nil
+}
+
 // smiError reports whether a field of nvidia-smi's output reports an error
 // rather than a value: "ERR!", or a bracketed message other than those
 // saying the value is not available.

@@ -30,6 +30,7 @@ func newStateSMI(t *testing.T) *stateSMI {
 if [ -e '` + dir + `/fail' ]; then cat '` + dir + `/fail' >&2; exit 9; fi
 case "$*" in
 "` + strings.Join(healthQuery.args(), " ") + `") exec cat '` + dir + `/gpus' ;;
+"` + strings.Join(statsQuery.args(), " ") + `") exec cat '` + dir + `/stats' ;;
 "` + strings.Join(appsQuery.args(), " ") + `") exec cat '` + dir + `/apps' ;;
 esac
 echo "fake nvidia-smi: unexpected arguments: $*" >&2
@@ -44,6 +45,7 @@ exit 64
 		t.Fatal(err)
 	}
 	s.set("apps", "")
+	s.set("stats", "")
 	return s
 }
 

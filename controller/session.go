@@ -268,6 +268,7 @@ func (c *Controller) workerCopy(ws *workerState) *berth.Worker {
 func (c *Controller) onHeartbeat(s *session, m *wire.Heartbeat) {
 	ws := s.worker
 	ws.w.LastHeartbeat = c.now().UTC()
+	ws.w.GPUStats = m.GPUStats
 	c.renewEndpoints(ws, ws.w.LastHeartbeat)
 	if !slices.Equal(ws.faulty, m.FaultyGPUs) {
 		ws.faulty = slices.Clone(m.FaultyGPUs)

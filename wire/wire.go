@@ -178,6 +178,9 @@ type Heartbeat struct {
 	Running    []string `json:"running,omitempty"`
 	FaultyGPUs []int    `json:"faulty_gpus,omitempty"`
 	Models     []string `json:"models,omitempty"`
+	// GPUStats is the GPUs' load as nvidia-smi last read it (none for
+	// declared GPUs).
+	GPUStats []berth.GPUStat `json:"gpu_stats,omitempty"`
 }
 
 // ReadyForWork tells the server the agent can take assignments.
