@@ -75,7 +75,13 @@ type Metrics struct {
 	Workers    map[berth.WorkerState]int
 	// CapacityGPUs counts the GPUs of workers that take work: parked,
 	// disconnected and lost workers and faulty GPUs are not capacity.
-	CapacityGPUs   int
+	CapacityGPUs int
+	// GPUsInUse counts, by worker id, the GPUs its active attempts hold
+	// (workers holding none are absent).
+	GPUsInUse map[string]int
+	// OldestPending is, by queue, when its oldest pending job was
+	// submitted (the dashboard's longest wait).
+	OldestPending  map[string]time.Time
 	PlaceLatency   Histogram
 	StartLatency   Histogram
 	ScheduleLength Histogram
@@ -83,11 +89,15 @@ type Metrics struct {
 
 // Metrics returns the current counters.
 func (c *Controller) Metrics(ctx context.Context) (*Metrics, error) {
-	m := &Metrics{QueueDepth: map[string]int{}, Jobs: map[berth.JobState]int{}, Workers: map[berth.WorkerState]int{}}
+	m := &Metrics{QueueDepth: map[string]int{}, Jobs: map[berth.JobState]int{}, Workers: map[berth.WorkerState]int{},
+		GPUsInUse: map[string]int{}, OldestPending: map[string]time.Time{}}
 	err := c.do(ctx, func() {
 		for _, js := range c.jobs {
-			if js.job.State == berth.JobPending {
-				m.QueueDepth[js.job.Queue]++
+			if j := js.job; j.State == berth.JobPending {
+				m.QueueDepth[j.Queue]++
+				if t, ok := m.OldestPending[j.Queue]; !ok || j.CreatedAt.Before(t) {
+					m.OldestPending[j.Queue] = j.CreatedAt
+				}
 			}
 		}
 		for st, n := range c.stats.jobs {
@@ -97,6 +107,13 @@ func (c *Controller) Metrics(ctx context.Context) (*Metrics, error) {
 			m.Workers[c.observedState(ws)]++
 			if !ws.sched.Off {
 				m.CapacityGPUs += len(ws.w.GPUs) - len(ws.faulty)
+			}
+			n := 0
+			for _, as := range ws.attempts {
+				n += len(as.a.GPUs)
+			}
+			if n > 0 {
+				m.GPUsInUse[ws.w.ID] = n
 			}
 		}
 		m.PlaceLatency = c.stats.placed.snapshot()

@@ -99,9 +99,10 @@ func (sc *securityConfig) serverTLS(dataDir string, hosts []string) (cfg *tls.Co
 
 // security is a server's admission, keys and audit log.
 type security struct {
-	keys  *auth.Keys
-	audit *audit.Log
-	cfg   *securityConfig
+	keys      *auth.Keys
+	audit     *audit.Log
+	auditPath string // the audit log's file, for the dashboard
+	cfg       *securityConfig
 }
 
 // openSecurity loads (or creates) the master key and opens the audit log.
@@ -121,7 +122,7 @@ func openSecurity(dataDir string, sc *securityConfig) (*security, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &security{keys: keys, audit: log, cfg: sc}, nil
+	return &security{keys: keys, audit: log, auditPath: auditLog, cfg: sc}, nil
 }
 
 // api returns the API's security over registry reg and vault v (nil on a

@@ -25,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/service"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/web"
 	"github.com/berth-dev/berth/webhook"
 )
 
@@ -117,6 +118,8 @@ type runningServer struct {
 
 	// webhooks delivers events to the webhook subscriptions.
 	webhooks *webhook.Dispatcher
+	// dashboard serves the web pages and samples the cluster for them.
+	dashboard *web.Handler
 }
 
 // ServeHTTP serves with the current route.
@@ -286,8 +289,14 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	if err := rs.runner.Start(ctx); err != nil {
 		return err
 	}
-	apiServer := api.New(ctl, sec.api(rs.Tokens, vault), cfg.Log)
+	apiSec := sec.api(rs.Tokens, vault)
+	apiServer := api.New(ctl, apiSec, cfg.Log)
 	apiServer.Webhooks = rs.webhooks
+	// The dashboard, at /; its sampler runs until Close.
+	rs.dashboard = web.New(web.Config{Ctl: ctl, Store: rs.store, CheckToken: apiSec.Ingress.CheckToken,
+		AuditPath: sec.auditPath, Limiter: apiSec.Limiter, Log: cfg.Log})
+	rs.dashboard.Start(context.Background())
+	apiServer.Web = rs.dashboard
 	apiServer.Swapper = &arbiter.Swapper{Catalog: models, Cluster: ctl, Lock: arbiter.NewLock(rs.store), Log: cfg.Log,
 		Webhook: webhook.NewSender(cfg.SwapWebhook, []byte(cfg.WebhookSecret), cfg.Log)}
 	if rs.lost != nil {
@@ -318,6 +327,9 @@ func (rs *runningServer) Close(ctx context.Context) error {
 	defer cancel()
 	_ = rs.http.Shutdown(ctx)
 	rs.http.Close() // long polls and agent sessions
+	if rs.dashboard != nil {
+		rs.dashboard.Stop()
+	}
 	// Webhooks before the controller, whose events they read.
 	hooksErr := rs.webhooks.Stop(ctx)
 	// The schedule runner first: it submits through the controller.

@@ -1,0 +1,196 @@
+package web
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/store"
+)
+
+// jobsData is a page of the job list.
+type jobsData struct {
+	Jobs       []*berth.Job
+	State      string
+	Queue      string
+	User       string
+	States     []berth.JobState
+	UserLocked bool   // a user sees its own jobs only
+	Cursor     string // this page starts after this id; "" for the first page
+	Next       string // the next (older) page's URL; "" for the last page
+	First      string // the first page's URL, on later pages
+}
+
+var jobStates = []berth.JobState{berth.JobPending, berth.JobRunning, berth.JobSucceeded, berth.JobFailed, berth.JobCancelled}
+
+// jobs lists jobs newest first, JobsPerPage at a time, filtered by state,
+// queue and user; a user sees its own jobs only (asking for another's is
+// 403, as on GET /api/v1/jobs).
+func (h *Handler) jobs(r *http.Request) (string, any, error) {
+	q := r.URL.Query()
+	d := &jobsData{State: q.Get("state"), Queue: q.Get("queue"), User: q.Get("user"), Cursor: q.Get("cursor"), States: jobStates}
+	f := store.JobFilter{Queue: d.Queue, User: d.User, Before: d.Cursor, Limit: JobsPerPage + 1}
+	if who := api.IdentityOf(r); !seesAllJobs(who) {
+		if d.User != "" && d.User != who.Name {
+			return "", nil, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only list its own jobs", who.Name, who.Role)
+		}
+		f.User, d.UserLocked = who.Name, true
+	}
+	if d.State != "" {
+		st, err := berth.ParseJobState(d.State)
+		if err != nil {
+			return "", nil, err
+		}
+		f.States = []berth.JobState{st}
+	}
+	if d.Queue != "" && !berth.ValidQueue(d.Queue) {
+		return "", nil, berth.Invalidf("queue", "%q is not a queue name (lower-case letters, digits, '_' and '-')", d.Queue)
+	}
+	list, err := h.cfg.Ctl.Jobs(r.Context(), f)
+	if err != nil {
+		return "", nil, err
+	}
+	d.Jobs = list
+	link := func(cursor string) string {
+		v := url.Values{}
+		for k, val := range map[string]string{"state": d.State, "queue": d.Queue, "user": d.User, "cursor": cursor} {
+			if val != "" && !(k == "user" && d.UserLocked) {
+				v.Set(k, val)
+			}
+		}
+		if len(v) == 0 {
+			return "/jobs"
+		}
+		return "/jobs?" + v.Encode()
+	}
+	if len(list) > JobsPerPage {
+		d.Jobs = list[:JobsPerPage]
+		d.Next = link(d.Jobs[JobsPerPage-1].ID)
+	}
+	if d.Cursor != "" {
+		d.First = link("")
+	}
+	return "", d, nil
+}
+
+// jobData is the job page.
+type jobData struct {
+	Job       *berth.JobDetail
+	Spec      string // the spec to resubmit, as JSON
+	Waited    string // how long it waited, or has been waiting, to start
+	Ran       string // how long it ran, or has been running
+	CanCancel bool
+	CanSubmit bool
+	Service   bool
+}
+
+// job shows one job: its spec, timeline, attempts and (in the browser)
+// its output; another user's job is 403 for a user.
+func (h *Handler) job(r *http.Request) (string, any, error) {
+	d, err := h.ownJob(r, r.PathValue("id"))
+	if err != nil {
+		return "", nil, err
+	}
+	who := api.IdentityOf(r)
+	j := d.Job
+	now := h.cfg.Now()
+	v := &jobData{Job: d, Service: j.Kind == berth.KindService,
+		CanCancel: !j.State.Terminal() && canSubmit(who) && (actsOnAll(who) || j.User == who.Name),
+		CanSubmit: canSubmit(who) && (actsOnAll(who) || j.User == who.Name)}
+	switch {
+	case !j.StartedAt.IsZero():
+		v.Waited = formatDuration(j.StartedAt.Sub(j.CreatedAt))
+		end := j.FinishedAt
+		if end.IsZero() {
+			end = now
+		}
+		v.Ran = formatDuration(end.Sub(j.StartedAt))
+	case !j.State.Terminal():
+		v.Waited = formatDuration(now.Sub(j.CreatedAt))
+	}
+	if v.CanSubmit {
+		spec := j.JobSpec
+		spec.IdempotencyKey = "" // a resubmission is a new job
+		data, err := json.Marshal(spec)
+		if err != nil {
+			return "", nil, fmt.Errorf("encode job spec: %w", err)
+		}
+		v.Spec = string(data)
+	}
+	title := "Job " + j.ID
+	if j.Name != "" {
+		title = "Job " + j.Name + " (" + j.ID + ")"
+	}
+	return title, v, nil
+}
+
+// ownJob reads job id and checks that the request's identity may see it.
+func (h *Handler) ownJob(r *http.Request, id string) (*berth.JobDetail, error) {
+	d, err := h.cfg.Ctl.Job(r.Context(), id)
+	if err != nil {
+		return nil, err
+	}
+	if who := api.IdentityOf(r); !seesAllJobs(who) && d.User != who.Name {
+		return nil, berth.Errorf(berth.ECodeForbidden, "job %s belongs to another user; %s (role %s) may only see its own jobs", id, who.Name, who.Role)
+	}
+	return d, nil
+}
+
+// logReadSize is how much output one store read returns.
+const logReadSize = 256 << 10
+
+// logFile answers GET /jobs/{id}/log.txt: the job's output as stored so
+// far, every attempt in order (each introduced by a header line when
+// there are several), as a download. Errors before the first byte are
+// plain-text answers with the status of their code (403, 404); a store
+// failure midway ends the download short.
+func (h *Handler) logFile(w http.ResponseWriter, r *http.Request) {
+	who := api.IdentityOf(r)
+	if !isPerson(who) {
+		http.Error(w, fmt.Sprintf("%s (role %s) may not read the dashboard", who.Name, who.Role), http.StatusForbidden)
+		return
+	}
+	d, err := h.ownJob(r, r.PathValue("id"))
+	if err != nil {
+		http.Error(w, err.Error(), api.Status(berth.ErrorCode(err)))
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", d.ID+".log"))
+	ctx := r.Context()
+	for i, a := range d.AttemptList {
+		if len(d.AttemptList) > 1 {
+			fmt.Fprintf(w, "==> attempt %d of %d on %s (%s) <==\n", i+1, len(d.AttemptList), a.Host, a.ID)
+		}
+		for offset := int64(0); ; {
+			data, err := h.cfg.Store.Logs(ctx, a.ID, offset, logReadSize)
+			if err != nil {
+				h.cfg.Log.Warn("dashboard log download", "job", d.ID, "attempt", a.ID, "err", err)
+				return
+			}
+			if len(data) == 0 {
+				break
+			}
+			if _, err := w.Write(data); err != nil {
+				return
+			}
+			offset += int64(len(data))
+		}
+	}
+}
+
+// durationOf is how long an attempt ran (or has been running at now).
+func durationOf(a *berth.Attempt, now time.Time) string {
+	if a.StartedAt.IsZero() {
+		return ""
+	}
+	end := a.FinishedAt
+	if end.IsZero() {
+		end = now
+	}
+	return formatDuration(end.Sub(a.StartedAt))
+}

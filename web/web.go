@@ -1,0 +1,467 @@
+// Package web serves Berth's dashboard: server-rendered HTML pages over the
+// controller and the store (overview, jobs, workers, services, schedules,
+// events, audit), a sign-in page that keeps a token in a cookie, and a
+// little embedded JavaScript that streams logs, calls the JSON API for
+// actions and keeps each page live from the server-sent events. It runs
+// behind api.Server, which authenticates every request but the sign-in
+// page and the static files before passing it here.
+package web
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/api"
+	"github.com/berth-dev/berth/arbiter"
+	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/store"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Config is what a dashboard reads and how.
+type Config struct {
+	// Ctl is the controller whose cluster the pages show.
+	Ctl *controller.Controller
+	// Store is Ctl's store (Ctl.Store()), read for job lists, logs, the
+	// swap lock, the schedule registry and the worker controls.
+	Store store.Store
+	// CheckToken validates a token typed on the sign-in page
+	// ((*auth.Ingress).CheckToken); nil: no token is accepted.
+	CheckToken func(string) (auth.Identity, error)
+	// AuditPath is the audit log's file, for the admins' audit page; "":
+	// none.
+	AuditPath string
+	// Limiter, when set, bounds sign-in attempts per client address (under
+	// the key the API uses for refused requests, "refused:" + address).
+	Limiter *auth.Limiter
+	// SampleEvery is how often the sampler records capacity and queue
+	// depth for the overview's plots; 0: every 30 s.
+	SampleEvery time.Duration
+	// Now is the clock; nil: time.Now.
+	Now func() time.Time
+	// Log gets the failures of the sampler and of rendering; nil: none.
+	Log *slog.Logger
+}
+
+// DefaultSampleEvery is how often the sampler records when
+// Config.SampleEvery is 0; the ring keeps SampleWindow of samples.
+const (
+	DefaultSampleEvery = 30 * time.Second
+	SampleWindow       = 24 * time.Hour
+)
+
+// JobsPerPage is how many jobs a page of /jobs lists.
+const JobsPerPage = 50
+
+// Handler serves the dashboard (an http.Handler). It is safe for
+// concurrent use.
+type Handler struct {
+	cfg     Config
+	mux     *http.ServeMux
+	pages   map[string]*template.Template
+	login   *template.Template
+	samples *ring
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New returns the dashboard for cfg. It panics if the embedded templates
+// do not parse (a build defect, caught by the tests). Start its sampler
+// with Start.
+func New(cfg Config) *Handler {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = DefaultSampleEvery
+	}
+	if cfg.Store == nil && cfg.Ctl != nil {
+		cfg.Store = cfg.Ctl.Store()
+	}
+	h := &Handler{cfg: cfg, mux: http.NewServeMux(), samples: newRing(int(SampleWindow / cfg.SampleEvery))}
+	h.parseTemplates()
+	static, err := fs.Sub(staticFS, "static")
+	if err != nil {
+		panic(err)
+	}
+	files := http.StripPrefix(api.StaticPath, http.FileServerFS(static))
+	h.mux.Handle("GET "+api.StaticPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache") // revalidated: the binary's build may change them
+		files.ServeHTTP(w, r)
+	}))
+	h.mux.HandleFunc("GET "+api.LoginPath, h.loginForm)
+	h.mux.HandleFunc("POST "+api.LoginPath, h.loginSubmit)
+	h.mux.HandleFunc("POST /logout", h.logout)
+	h.mux.HandleFunc("GET /{$}", h.page("overview", "Overview", isPerson, h.overview))
+	h.mux.HandleFunc("GET /jobs", h.page("jobs", "Jobs", isPerson, h.jobs))
+	h.mux.HandleFunc("GET /jobs/{id}", h.page("job", "Jobs", isPerson, h.job))
+	h.mux.HandleFunc("GET /jobs/{id}/log.txt", h.logFile)
+	h.mux.HandleFunc("GET /workers", h.page("workers", "Workers", isPerson, h.workers))
+	h.mux.HandleFunc("GET /services", h.page("services", "Services", isPerson, h.services))
+	h.mux.HandleFunc("GET /schedules", h.page("schedules", "Schedules", isPerson, h.schedules))
+	h.mux.HandleFunc("GET /events", h.page("events", "Events", isPerson, h.events))
+	h.mux.HandleFunc("GET /audit", h.page("audit", "Audit", isAdmin, h.audit))
+	h.mux.HandleFunc("/", h.page("error", "", isPerson, func(r *http.Request) (string, any, error) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			return "", nil, berth.Errorf(berth.ECodeNotFound, "no such page: %s %s (the dashboard's pages are read with GET; actions go through /api/)", r.Method, r.URL.Path)
+		}
+		return "", nil, berth.Errorf(berth.ECodeNotFound, "no such page: %s", r.URL.Path)
+	}))
+	return h
+}
+
+// ServeHTTP serves a dashboard page, the sign-in page or a static file,
+// with headers that keep the pages from being framed or running scripts
+// from anywhere but /static/.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	hdr.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Referrer-Policy", "same-origin")
+	h.mux.ServeHTTP(w, r)
+}
+
+// Start starts the sampler: it records the cluster's busy GPUs, capacity,
+// queue depth and finished jobs now and every SampleEvery until ctx ends
+// or Stop. Starting a started Handler does nothing.
+func (h *Handler) Start(ctx context.Context) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cancel != nil {
+		return
+	}
+	ctx, h.cancel = context.WithCancel(ctx)
+	h.done = make(chan struct{})
+	go func() {
+		defer close(h.done)
+		t := time.NewTicker(h.cfg.SampleEvery)
+		defer t.Stop()
+		for {
+			if err := h.sample(ctx); err != nil && ctx.Err() == nil {
+				h.cfg.Log.Warn("dashboard sampler", "err", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// Stop stops the sampler and waits for it to end; it does nothing when
+// the sampler is not running.
+func (h *Handler) Stop() {
+	h.mu.Lock()
+	cancel, done := h.cancel, h.done
+	h.cancel, h.done = nil, nil
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// The roles' rights, as api/security.go grants them.
+
+func isPerson(id auth.Identity) bool {
+	switch id.Role {
+	case auth.RoleViewer, auth.RoleUser, auth.RoleOperator, auth.RoleAdmin:
+		return true
+	}
+	return false
+}
+
+func seesAllJobs(id auth.Identity) bool {
+	return id.Role == auth.RoleViewer || id.Role.AtLeast(auth.RoleOperator)
+}
+
+func actsOnAll(id auth.Identity) bool { return id.Role.AtLeast(auth.RoleOperator) }
+
+func canSubmit(id auth.Identity) bool {
+	return id.Role == auth.RoleUser || id.Role == auth.RolePeer || id.Role.AtLeast(auth.RoleOperator)
+}
+
+func isAdmin(id auth.Identity) bool { return id.Role == auth.RoleAdmin }
+
+// eventTypes are the server-sent events a page listens for (EventSource
+// needs each named); the pages also refresh on a timer for anything else.
+var eventTypes = []string{
+	controller.EventJobSubmitted, controller.EventJobRunning, controller.EventJobRequeued,
+	controller.EventJobPreempted, controller.EventJobSucceeded, controller.EventJobFailed,
+	controller.EventJobCancelled, controller.EventQuotaExceeded, controller.EventQuotaSet,
+	controller.EventQuotaDeleted, controller.EventWorkerRegistered, controller.EventWorkerLost,
+	controller.EventWorkerDisconnects, controller.EventWorkerControl, controller.EventServiceReady,
+	controller.EventServiceUnready, controller.EventServiceFailed, "missed",
+}
+
+// view is what the layout renders around a page's main section.
+type view struct {
+	Title      string
+	Nav        string // the navigation entry of the page
+	Who        auth.Identity
+	SignedIn   bool // by the sign-in cookie: sign-out is offered
+	Operator   bool // acts on every job, worker and the swap lock
+	Admin      bool
+	SeesAll    bool // sees every user's jobs
+	Lock       berth.SwapLockState
+	LockError  string
+	Error      string // the page failed: why
+	Status     int
+	EventTypes string
+	After      string // the events page: replay events after this seq
+	Data       any
+}
+
+// navEntry is one link of the navigation.
+type navEntry struct{ Name, Href string }
+
+// nav lists the navigation for who.
+func nav(who auth.Identity) []navEntry {
+	out := []navEntry{{"Overview", "/"}, {"Jobs", "/jobs"}, {"Workers", "/workers"}, {"Services", "/services"},
+		{"Schedules", "/schedules"}, {"Events", "/events"}}
+	if isAdmin(who) {
+		out = append(out, navEntry{"Audit", "/audit"})
+	}
+	return out
+}
+
+// page returns the handler of a page: it checks who may see it (403
+// otherwise), reads the swap lock for the banner, calls fn for the page's
+// data and renders the page — or, with ?fragment=main, only the inner
+// HTML of its <main>, for the live refresh. fn's errors render as an
+// error page with the status of their code; fn may set the title.
+func (h *Handler) page(name, navName string, allow func(auth.Identity) bool, fn func(r *http.Request) (title string, data any, err error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		who := api.IdentityOf(r)
+		v := &view{Title: navName, Nav: navName, Who: who, SignedIn: who.Via == auth.ViaToken, Operator: actsOnAll(who),
+			Admin: isAdmin(who), SeesAll: seesAllJobs(who), EventTypes: strings.Join(eventTypes, " "), Status: http.StatusOK}
+		var err error
+		if !allow(who) {
+			need := "a person's role (viewer, user, operator or admin)"
+			if isPerson(who) {
+				need = "the admin role"
+			}
+			err = berth.Errorf(berth.ECodeForbidden, "%s (role %s) may not see %s: that needs %s", who.Name, who.Role, r.URL.Path, need)
+		} else {
+			var title string
+			title, v.Data, err = fn(r)
+			if title != "" {
+				v.Title = title
+			}
+		}
+		tpl := h.pages[name]
+		if err != nil {
+			v.Status = api.Status(berth.ErrorCode(err))
+			var be *berth.Error
+			if errors.As(err, &be) {
+				v.Error = be.Error()
+			} else {
+				h.cfg.Log.Error("dashboard page", "path", r.URL.Path, "err", err)
+				v.Error = err.Error()
+			}
+			v.Title = http.StatusText(v.Status)
+			tpl = h.pages["error"]
+		}
+		if isPerson(who) {
+			lock := arbiter.NewLock(h.cfg.Store)
+			lock.Now = h.cfg.Now
+			if v.Lock, err = lock.Status(r.Context()); err != nil {
+				v.LockError = err.Error()
+			}
+		}
+		h.render(w, r, tpl, v)
+	}
+}
+
+// render writes v through tpl: the whole page, or with ?fragment=main the
+// "main" template only.
+func (h *Handler) render(w http.ResponseWriter, r *http.Request, tpl *template.Template, v *view) {
+	entry := "layout"
+	if r.URL.Query().Get("fragment") == "main" {
+		entry = "main"
+	}
+	var buf strings.Builder
+	if err := tpl.ExecuteTemplate(&buf, entry, v); err != nil {
+		h.cfg.Log.Error("render dashboard page", "path", r.URL.Path, "err", err)
+		http.Error(w, "render page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(v.Status)
+	_, _ = w.Write([]byte(buf.String()))
+}
+
+// parseTemplates parses the layout with each page.
+func (h *Handler) parseTemplates() {
+	base := template.Must(template.New("").Funcs(h.funcs()).ParseFS(templateFS, "templates/layout.html"))
+	h.pages = map[string]*template.Template{}
+	for _, name := range []string{"overview", "jobs", "job", "workers", "services", "schedules", "events", "audit", "error"} {
+		h.pages[name] = template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html"))
+	}
+	h.login = template.Must(template.New("").Funcs(h.funcs()).ParseFS(templateFS, "templates/login.html"))
+}
+
+// funcs are the templates' helpers.
+func (h *Handler) funcs() template.FuncMap {
+	return template.FuncMap{
+		"nav":   nav,
+		"ts":    formatTime,
+		"iso":   func(t time.Time) string { return isoTime(t) },
+		"ago":   func(t time.Time) string { return ago(h.cfg.Now(), t) },
+		"since": func(t time.Time) string { return formatDuration(h.cfg.Now().Sub(t)) },
+		"ran":   func(a *berth.Attempt) string { return durationOf(a, h.cfg.Now()) },
+		"bdur":  func(d berth.Duration) string { return time.Duration(d).String() },
+		"secs":  func(n int64) string { return formatDuration(time.Duration(n) * time.Second) },
+		"exit": func(p *int) string {
+			if p == nil {
+				return ""
+			}
+			return fmt.Sprint(*p)
+		},
+		"join":  strings.Join,
+		"cmd":   commandLine,
+		"gpus":  gpuSummary,
+		"ints":  formatInts,
+		"until": func(t time.Time) string { return until(h.cfg.Now(), t) },
+	}
+}
+
+// formatTime is t in UTC to the second, "" for the zero time.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// isoTime is t as RFC 3339 for a <time datetime>, "" for the zero time.
+func isoTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// ago says how long before now t was ("3m 20s ago"); "" for the zero time.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := now.Sub(t)
+	if d < 0 {
+		return "in " + formatDuration(-d)
+	}
+	return formatDuration(d) + " ago"
+}
+
+// until says how long after now t is ("in 5m"); "" for the zero time.
+func until(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := t.Sub(now)
+	if d < 0 {
+		return formatDuration(-d) + " ago"
+	}
+	return "in " + formatDuration(d)
+}
+
+// formatDuration is d to the second in at most two units, leaving out a
+// second unit of zero: "45s", "3m 20s", "10m", "2h 5m", "6h", "3d 4h".
+func formatDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	if d < 0 {
+		d = -d
+	}
+	s := int64(d / time.Second)
+	two := func(a int64, au string, b int64, bu string) string {
+		if b == 0 {
+			return fmt.Sprintf("%d%s", a, au)
+		}
+		return fmt.Sprintf("%d%s %d%s", a, au, b, bu)
+	}
+	switch {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return two(s/60, "m", s%60, "s")
+	case s < 86400:
+		return two(s/3600, "h", s%3600/60, "m")
+	}
+	return two(s/86400, "d", s%86400/3600, "h")
+}
+
+// commandLine shows a command as typed: a shell command's script, or the
+// arguments with those that need it quoted.
+func commandLine(argv berth.Argv) string {
+	if len(argv) == 3 && argv[0] == "sh" && argv[1] == "-c" {
+		return argv[2]
+	}
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		parts[i] = a
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`;&|<>()*?[]{}#~") {
+			parts[i] = strconv.Quote(a)
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// gpuSummary groups a worker's GPUs by model and memory: "4× H100 80GiB".
+func gpuSummary(gpus []berth.GPU) string {
+	if len(gpus) == 0 {
+		return "none"
+	}
+	type kind struct {
+		model string
+		mem   berth.Bytes
+	}
+	var order []kind
+	count := map[kind]int{}
+	for _, g := range gpus {
+		k := kind{g.Model, g.Memory}
+		if count[k] == 0 {
+			order = append(order, k)
+		}
+		count[k]++
+	}
+	parts := make([]string, len(order))
+	for i, k := range order {
+		parts[i] = fmt.Sprintf("%d× %s %s", count[k], k.model, k.mem)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// formatInts is a list of GPU indexes: "0,1,3".
+func formatInts(list []int) string {
+	parts := make([]string, len(list))
+	for i, n := range list {
+		parts[i] = fmt.Sprint(n)
+	}
+	return strings.Join(parts, ",")
+}
