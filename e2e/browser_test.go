@@ -74,7 +74,7 @@ func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Act
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	var png []byte
-	run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(&png, 90))
+	run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(&png, 100))
 	dirs := []string{t.TempDir()}
 	if d := os.Getenv("BERTH_ARTIFACTS"); d != "" {
 		dirs[0] = d
