@@ -175,3 +175,11 @@ func TestCapacity(t *testing.T) {
 		t.Errorf("total = %+v, want %+v", total, wantTotal)
 	}
 }
+
+func TestGPULoad(t *testing.T) {
+	t.Parallel()
+	got := gpuLoad([]berth.GPUStat{{Index: 0, Utilization: 57, MemoryUsed: 1 << 30}, {Index: 1, Utilization: 3}})
+	if want := "GPU 0: 57%, 1GiB used; GPU 1: 3%, 0 used"; got != want {
+		t.Errorf("gpuLoad = %q, want %q", got, want)
+	}
+}

@@ -346,6 +346,7 @@ func (h *Handler) funcs() template.FuncMap {
 		"join":  strings.Join,
 		"cmd":   commandLine,
 		"gpus":  gpuSummary,
+		"load":  gpuLoad,
 		"ints":  formatInts,
 		"until": func(t time.Time) string { return until(h.cfg.Now(), t) },
 	}
@@ -433,6 +434,16 @@ func commandLine(argv berth.Argv) string {
 }
 
 // gpuSummary groups a worker's GPUs by model and memory: "4× H100 80GiB".
+// gpuLoad says each GPU's utilization and memory in use, as its agent
+// last read them: "GPU 0: 57%, 1GiB used; GPU 1: 3%, 0 used".
+func gpuLoad(stats []berth.GPUStat) string {
+	parts := make([]string, len(stats))
+	for i, s := range stats {
+		parts[i] = fmt.Sprintf("GPU %d: %d%%, %s used", s.Index, s.Utilization, s.MemoryUsed)
+	}
+	return strings.Join(parts, "; ")
+}
+
 func gpuSummary(gpus []berth.GPU) string {
 	if len(gpus) == 0 {
 		return "none"
