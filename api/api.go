@@ -118,7 +118,7 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 // dashboard's static files need no authentication.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
-	page := s.Web != nil && !strings.HasPrefix(path, "/api/") && path != "/metrics"
+	page := s.Web != nil && !strings.HasPrefix(path, "/api/") && path != "/metrics" && path != "/healthz"
 	switch {
 	case path == "/healthz":
 	case page && (path == LoginPath || strings.HasPrefix(path, StaticPath)):

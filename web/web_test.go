@@ -538,3 +538,22 @@ func TestWorkersAndCapacity(t *testing.T) {
 		t.Errorf("gpu row with the queue off = %q, want no workers taking work, 0 GPUs, 4 off", got)
 	}
 }
+
+// TestAPIPathsAreNotPages checks that the paths outside the dashboard stay
+// the API's when the dashboard is on: /healthz answers its JSON unsigned,
+// /metrics and /api/… their own.
+func TestAPIPathsAreNotPages(t *testing.T) {
+	t.Parallel()
+	d := newDash(t, "", web.Config{})
+	for path, want := range map[string]string{
+		"/healthz":        `"status":"ok"`,
+		"/api/v1/workers": `"error"`, // 401 JSON, not a sign-in page
+		"/metrics":        `"error"`,
+		"/api/v1/no-such": `"error"`,
+	} {
+		status, body := d.get(path, "")
+		if !strings.Contains(body, want) || strings.Contains(body, "<html") {
+			t.Errorf("GET %s: %d %.200s; want the API's answer (%s)", path, status, body, want)
+		}
+	}
+}
