@@ -154,9 +154,10 @@ func (h *Handler) Start(ctx context.Context) {
 		return
 	}
 	ctx, h.cancel = context.WithCancel(ctx)
-	h.done = make(chan struct{})
+	done := make(chan struct{})
+	h.done = done
 	go func() {
-		defer close(h.done)
+		defer close(done)
 		t := time.NewTicker(h.cfg.SampleEvery)
 		defer t.Stop()
 		for {
