@@ -20,6 +20,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/arbiter"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/webhook"
@@ -66,45 +67,45 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 		submitter = "user, operator, admin or peer"
 		operators = "operator or admin"
 	)
-	s.route("GET /metrics", seesAllJobs, "viewer, operator or admin", s.metrics)
-	s.route("POST /api/v1/jobs", canSubmit, submitter, s.submit)
+	s.route("GET /metrics", auth.Identity.SeesAllJobs, "viewer, operator or admin", s.metrics)
+	s.route("POST /api/v1/jobs", auth.Identity.CanSubmit, submitter, s.submit)
 	s.route("GET /api/v1/jobs", readsJobs, jobReader, s.listJobs)
 	s.route("GET /api/v1/jobs/{id}", readsJobs, jobReader, s.getJob)
-	s.route("POST /api/v1/jobs/{id}/cancel", canSubmit, submitter, s.cancel)
+	s.route("POST /api/v1/jobs/{id}/cancel", auth.Identity.CanSubmit, submitter, s.cancel)
 	s.route("GET /api/v1/jobs/{id}/logs", readsJobs, jobReader, s.logs)
 	s.route("POST /api/v1/wait", readsJobs, jobReader, s.wait)
 	s.route("GET /api/v1/workers", readsCluster, jobReader, s.workers)
 	s.route("GET /api/v1/workers/{host}/control", readsCluster, jobReader, s.getControl)
-	s.route("PUT /api/v1/workers/{host}/control", actsOnAllJobs, operators, s.putControl)
+	s.route("PUT /api/v1/workers/{host}/control", auth.Identity.ActsOnAllJobs, operators, s.putControl)
 	s.route("GET /api/v1/quotas", readsCluster, jobReader, s.listQuotas)
-	s.route("PUT /api/v1/quotas/{id}", actsOnAllJobs, operators, s.putQuota)
-	s.route("DELETE /api/v1/quotas/{id}", actsOnAllJobs, operators, s.deleteQuota)
-	s.route("GET /api/v1/events", isPerson, people, s.events)
+	s.route("PUT /api/v1/quotas/{id}", auth.Identity.ActsOnAllJobs, operators, s.putQuota)
+	s.route("DELETE /api/v1/quotas/{id}", auth.Identity.ActsOnAllJobs, operators, s.deleteQuota)
+	s.route("GET /api/v1/events", auth.Identity.IsPerson, people, s.events)
 	s.route("GET /api/v1/services", readsJobs, jobReader, s.services)
 	s.route("GET /api/v1/endpoints", readsJobs, jobReader, s.endpoints)
-	s.route("POST /api/v1/tokens", isAdmin, "admin", s.createToken)
-	s.route("GET /api/v1/tokens", isAdmin, "admin", s.listTokens)
-	s.route("DELETE /api/v1/tokens/{id}", isAdmin, "admin", s.revokeToken)
-	s.route("PUT /api/v1/secrets/{name}", canSubmit, submitter, s.putSecret)
-	s.route("GET /api/v1/secrets", canSubmit, submitter, s.listSecrets)
-	s.route("DELETE /api/v1/secrets/{name}", canSubmit, submitter, s.deleteSecret)
+	s.route("POST /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.createToken)
+	s.route("GET /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.listTokens)
+	s.route("DELETE /api/v1/tokens/{id}", auth.Identity.IsAdmin, "admin", s.revokeToken)
+	s.route("PUT /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitter, s.putSecret)
+	s.route("GET /api/v1/secrets", auth.Identity.CanSubmit, submitter, s.listSecrets)
+	s.route("DELETE /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitter, s.deleteSecret)
 	s.route("GET /api/swap/lock", readsCluster, jobReader, s.getSwapLock)
-	s.route("POST /api/swap/lock", actsOnAllJobs, operators, s.acquireSwapLock)
-	s.route("DELETE /api/swap/lock", actsOnAllJobs, operators, s.releaseSwapLock)
+	s.route("POST /api/swap/lock", auth.Identity.ActsOnAllJobs, operators, s.acquireSwapLock)
+	s.route("DELETE /api/swap/lock", auth.Identity.ActsOnAllJobs, operators, s.releaseSwapLock)
 	s.route("GET /api/schedule", readsCluster, jobReader, s.listSchedules)
-	s.route("POST /api/schedule", actsOnAllJobs, operators, s.putSchedule)
-	s.route("DELETE /api/schedule/{id}", actsOnAllJobs, operators, s.deleteSchedule)
-	s.route("POST /api/swap", actsOnAllJobs, operators, s.startSwap)
+	s.route("POST /api/schedule", auth.Identity.ActsOnAllJobs, operators, s.putSchedule)
+	s.route("DELETE /api/schedule/{id}", auth.Identity.ActsOnAllJobs, operators, s.deleteSchedule)
+	s.route("POST /api/swap", auth.Identity.ActsOnAllJobs, operators, s.startSwap)
 	s.route("GET /api/swap/{id}", readsCluster, jobReader, s.getSwap)
 	s.route("POST /api/swap/{key}/validate", readsCluster, jobReader, s.validateSwap)
 	s.route("GET /api/v1/catalog", readsCluster, jobReader, s.catalog)
-	s.route("PUT /api/v1/catalog/models/{key}", actsOnAllJobs, operators, s.putCatalogModel)
-	s.route("DELETE /api/v1/catalog/models/{key}", actsOnAllJobs, operators, s.deleteCatalogModel)
-	s.route("POST /api/v1/webhooks", isAdmin, "admin", s.createWebhook)
-	s.route("GET /api/v1/webhooks", actsOnAllJobs, operators, s.listWebhooks)
-	s.route("DELETE /api/v1/webhooks/{id}", isAdmin, "admin", s.deleteWebhook)
-	s.route("GET /api/v1/webhooks/{id}/deliveries", actsOnAllJobs, operators, s.listDeliveries)
-	s.route("POST /api/v1/deliveries/{id}/redeliver", isAdmin, "admin", s.redeliver)
+	s.route("PUT /api/v1/catalog/models/{key}", auth.Identity.ActsOnAllJobs, operators, s.putCatalogModel)
+	s.route("DELETE /api/v1/catalog/models/{key}", auth.Identity.ActsOnAllJobs, operators, s.deleteCatalogModel)
+	s.route("POST /api/v1/webhooks", auth.Identity.IsAdmin, "admin", s.createWebhook)
+	s.route("GET /api/v1/webhooks", auth.Identity.ActsOnAllJobs, operators, s.listWebhooks)
+	s.route("DELETE /api/v1/webhooks/{id}", auth.Identity.IsAdmin, "admin", s.deleteWebhook)
+	s.route("GET /api/v1/webhooks/{id}/deliveries", auth.Identity.ActsOnAllJobs, operators, s.listDeliveries)
+	s.route("POST /api/v1/deliveries/{id}/redeliver", auth.Identity.IsAdmin, "admin", s.redeliver)
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -275,7 +276,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.JobFilter{Queue: q.Get("queue"), User: q.Get("user"), Before: q.Get("cursor"), Limit: 100}
-	if who := identity(r); !seesAllJobs(who) {
+	if who := identity(r); !who.SeesAllJobs() {
 		if f.User != "" && f.User != who.Name {
 			writeError(w, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only list its own jobs", who.Name, who.Role))
 			return
@@ -352,7 +353,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 		writeError(w, berth.Invalidf("ids", "name at least one job id, or set all"))
 		return
 	}
-	if who := identity(r); !seesAllJobs(who) {
+	if who := identity(r); !who.SeesAllJobs() {
 		if req.All {
 			writeError(w, &berth.Error{Code: berth.ECodeForbidden, Field: "all",
 				Message: fmt.Sprintf("waiting for all jobs covers every user's; %s (role %s) may wait for its own, by id", who.Name, who.Role)})
@@ -441,7 +442,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // and those about no job and no other user.
 func (s *Server) eventFilter(r *http.Request) func(berth.Event) bool {
 	who := identity(r)
-	if seesAllJobs(who) {
+	if who.SeesAllJobs() {
 		return func(berth.Event) bool { return true }
 	}
 	owned := map[string]bool{} // job id → the user's

@@ -158,7 +158,7 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 	}
 	// Everyone sees what is scheduled; a job's spec (its command and env)
 	// only those who may see that user's jobs.
-	if who := identity(r); !seesAllJobs(who) {
+	if who := identity(r); !who.SeesAllJobs() {
 		for _, sc := range list {
 			if sc.Job != nil && sc.Job.User != who.Name {
 				sc.Job = nil

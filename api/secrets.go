@@ -43,7 +43,7 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 	owner := r.URL.Query().Get("owner")
-	if owner == "*" && isAdmin(identity(r)) {
+	if owner == "*" && identity(r).IsAdmin() {
 		owner = "" // every owner's
 	} else {
 		var err error

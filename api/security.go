@@ -105,29 +105,9 @@ func (sec *Security) allow(w http.ResponseWriter, key string) bool {
 // for any host (local agents under loopback trust); an agent credential
 // speaks it for its own host only, and a join token only joins.
 
-func isPerson(id auth.Identity) bool {
-	switch id.Role {
-	case auth.RoleViewer, auth.RoleUser, auth.RoleOperator, auth.RoleAdmin:
-		return true
-	}
-	return false
-}
+func readsJobs(id auth.Identity) bool { return id.SeesAllJobs() || id.CanSubmit() }
 
-func seesAllJobs(id auth.Identity) bool {
-	return id.Role == auth.RoleViewer || id.Role.AtLeast(auth.RoleOperator)
-}
-
-func actsOnAllJobs(id auth.Identity) bool { return id.Role.AtLeast(auth.RoleOperator) }
-
-func canSubmit(id auth.Identity) bool {
-	return id.Role == auth.RoleUser || id.Role == auth.RolePeer || id.Role.AtLeast(auth.RoleOperator)
-}
-
-func readsJobs(id auth.Identity) bool { return seesAllJobs(id) || canSubmit(id) }
-
-func readsCluster(id auth.Identity) bool { return isPerson(id) || id.Role == auth.RolePeer }
-
-func isAdmin(id auth.Identity) bool { return id.Role == auth.RoleAdmin }
+func readsCluster(id auth.Identity) bool { return id.IsPerson() || id.Role == auth.RolePeer }
 
 func isJoinToken(id auth.Identity) bool { return id.Role == auth.RoleAgent && id.Worker == "" }
 
@@ -166,9 +146,9 @@ func (s *Server) ownJob(r *http.Request, id string, act bool) (*berth.JobDetail,
 		return nil, err
 	}
 	who := identity(r)
-	mayAll := seesAllJobs(who)
+	mayAll := who.SeesAllJobs()
 	if act {
-		mayAll = actsOnAllJobs(who)
+		mayAll = who.ActsOnAllJobs()
 	}
 	if err := checkOwner(who, j.Job, mayAll); err != nil {
 		return nil, err
@@ -193,7 +173,7 @@ func secretOwner(r *http.Request, owner string) (string, error) {
 	if owner == "" || owner == id.Name {
 		return id.Name, nil
 	}
-	if !isAdmin(id) {
+	if !id.IsAdmin() {
 		return "", berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only manage its own secrets", id.Name, id.Role)
 	}
 	if !validIdentityName(owner) {
@@ -210,7 +190,7 @@ func submitter(id auth.Identity, req *berth.SubmitRequest) error {
 		req.User = id.Name
 		return nil
 	}
-	if req.User != id.Name && !actsOnAllJobs(id) {
+	if req.User != id.Name && !id.ActsOnAllJobs() {
 		return &berth.Error{Code: berth.ECodeForbidden, Field: "user",
 			Message: fmt.Sprintf("%s (role %s) may only submit jobs as itself, not as %s", id.Name, id.Role, req.User)}
 	}

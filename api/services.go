@@ -13,7 +13,7 @@ func (s *Server) services(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if who := identity(r); !seesAllJobs(who) {
+	if who := identity(r); !who.SeesAllJobs() {
 		list = slices.DeleteFunc(list, func(svc *berth.Service) bool { return svc.User != who.Name })
 	}
 	if list == nil {
@@ -28,7 +28,7 @@ func (s *Server) endpoints(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if who := identity(r); !seesAllJobs(who) {
+	if who := identity(r); !who.SeesAllJobs() {
 		list = slices.DeleteFunc(list, func(e *berth.Endpoint) bool { return e.User != who.Name })
 	}
 	if list == nil {

@@ -318,3 +318,33 @@ func (l *Limiter) sweep(now time.Time) {
 		}
 	}
 }
+
+// The rights of an identity's role (api and web enforce them; see
+// docs/security.md). People are viewers, users, operators and admins.
+
+// IsPerson reports whether id is a person: viewer, user, operator or
+// admin.
+func (id Identity) IsPerson() bool {
+	switch id.Role {
+	case RoleViewer, RoleUser, RoleOperator, RoleAdmin:
+		return true
+	}
+	return false
+}
+
+// SeesAllJobs reports whether id reads every user's jobs (viewers,
+// operators, admins), not only its own.
+func (id Identity) SeesAllJobs() bool { return id.Role == RoleViewer || id.Role.AtLeast(RoleOperator) }
+
+// ActsOnAllJobs reports whether id acts on every job, worker and quota
+// (operators, admins).
+func (id Identity) ActsOnAllJobs() bool { return id.Role.AtLeast(RoleOperator) }
+
+// CanSubmit reports whether id submits jobs (users, peers, operators,
+// admins).
+func (id Identity) CanSubmit() bool {
+	return id.Role == RoleUser || id.Role == RolePeer || id.Role.AtLeast(RoleOperator)
+}
+
+// IsAdmin reports whether id is an admin.
+func (id Identity) IsAdmin() bool { return id.Role == RoleAdmin }

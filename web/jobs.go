@@ -34,7 +34,7 @@ func (h *Handler) jobs(r *http.Request) (string, any, error) {
 	q := r.URL.Query()
 	d := &jobsData{State: q.Get("state"), Queue: q.Get("queue"), User: q.Get("user"), Cursor: q.Get("cursor"), States: jobStates}
 	f := store.JobFilter{Queue: d.Queue, User: d.User, Before: d.Cursor, Limit: JobsPerPage + 1}
-	if who := api.IdentityOf(r); !seesAllJobs(who) {
+	if who := api.IdentityOf(r); !who.SeesAllJobs() {
 		if d.User != "" && d.User != who.Name {
 			return "", nil, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only list its own jobs", who.Name, who.Role)
 		}
@@ -99,8 +99,8 @@ func (h *Handler) job(r *http.Request) (string, any, error) {
 	j := d.Job
 	now := h.cfg.Now()
 	v := &jobData{Job: d, Service: j.Kind == berth.KindService,
-		CanCancel: !j.State.Terminal() && canSubmit(who) && (actsOnAll(who) || j.User == who.Name),
-		CanSubmit: canSubmit(who) && (actsOnAll(who) || j.User == who.Name)}
+		CanCancel: !j.State.Terminal() && who.CanSubmit() && (who.ActsOnAllJobs() || j.User == who.Name),
+		CanSubmit: who.CanSubmit() && (who.ActsOnAllJobs() || j.User == who.Name)}
 	switch {
 	case !j.StartedAt.IsZero():
 		v.Waited = formatDuration(j.StartedAt.Sub(j.CreatedAt))
@@ -134,7 +134,7 @@ func (h *Handler) ownJob(r *http.Request, id string) (*berth.JobDetail, error) {
 	if err != nil {
 		return nil, err
 	}
-	if who := api.IdentityOf(r); !seesAllJobs(who) && d.User != who.Name {
+	if who := api.IdentityOf(r); !who.SeesAllJobs() && d.User != who.Name {
 		return nil, berth.Errorf(berth.ECodeForbidden, "job %s belongs to another user; %s (role %s) may only see its own jobs", id, who.Name, who.Role)
 	}
 	return d, nil
@@ -150,7 +150,7 @@ const logReadSize = 256 << 10
 // failure midway ends the download short.
 func (h *Handler) logFile(w http.ResponseWriter, r *http.Request) {
 	who := api.IdentityOf(r)
-	if !isPerson(who) {
+	if !who.IsPerson() {
 		http.Error(w, fmt.Sprintf("%s (role %s) may not read the dashboard", who.Name, who.Role), http.StatusForbidden)
 		return
 	}

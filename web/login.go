@@ -70,7 +70,7 @@ func (h *Handler) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id, err := h.checkToken(tok)
-	if err == nil && !isPerson(id) {
+	if err == nil && !id.IsPerson() {
 		err = berth.Errorf(berth.ECodeUnauthorized, "a %s token cannot sign in to the dashboard: it needs a viewer, user, operator or admin token", id.Role)
 	}
 	if err != nil {

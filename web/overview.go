@@ -61,7 +61,7 @@ func (h *Handler) overview(r *http.Request) (string, any, error) {
 		return "", nil, err
 	}
 	who := api.IdentityOf(r)
-	d := &overviewData{QueuesVisible: seesAllJobs(who), Ranges: []string{"1h", "6h", "24h"}, Range: "6h",
+	d := &overviewData{QueuesVisible: who.SeesAllJobs(), Ranges: []string{"1h", "6h", "24h"}, Range: "6h",
 		SampleEvery: formatDuration(h.cfg.SampleEvery), SamplesKept: formatDuration(SampleWindow)}
 	if v := r.URL.Query().Get("range"); v != "" {
 		if _, ok := plotRanges[v]; !ok {

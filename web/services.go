@@ -37,7 +37,7 @@ func (h *Handler) services(r *http.Request) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if who := api.IdentityOf(r); !seesAllJobs(who) {
+	if who := api.IdentityOf(r); !who.SeesAllJobs() {
 		list = slices.DeleteFunc(list, func(s *berth.Service) bool { return s.User != who.Name })
 		eps = slices.DeleteFunc(eps, func(e *berth.Endpoint) bool { return e.User != who.Name })
 	}
@@ -66,7 +66,7 @@ func (h *Handler) schedules(r *http.Request) (string, any, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	if who := api.IdentityOf(r); !seesAllJobs(who) {
+	if who := api.IdentityOf(r); !who.SeesAllJobs() {
 		for _, sc := range list {
 			if sc.Job != nil && sc.Job.User != who.Name {
 				sc.Job = nil

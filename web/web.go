@@ -114,16 +114,16 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET "+api.LoginPath, h.loginForm)
 	h.mux.HandleFunc("POST "+api.LoginPath, h.loginSubmit)
 	h.mux.HandleFunc("POST /logout", h.logout)
-	h.mux.HandleFunc("GET /{$}", h.page("overview", "Overview", isPerson, h.overview))
-	h.mux.HandleFunc("GET /jobs", h.page("jobs", "Jobs", isPerson, h.jobs))
-	h.mux.HandleFunc("GET /jobs/{id}", h.page("job", "Jobs", isPerson, h.job))
+	h.mux.HandleFunc("GET /{$}", h.page("overview", "Overview", auth.Identity.IsPerson, h.overview))
+	h.mux.HandleFunc("GET /jobs", h.page("jobs", "Jobs", auth.Identity.IsPerson, h.jobs))
+	h.mux.HandleFunc("GET /jobs/{id}", h.page("job", "Jobs", auth.Identity.IsPerson, h.job))
 	h.mux.HandleFunc("GET /jobs/{id}/log.txt", h.logFile)
-	h.mux.HandleFunc("GET /workers", h.page("workers", "Workers", isPerson, h.workers))
-	h.mux.HandleFunc("GET /services", h.page("services", "Services", isPerson, h.services))
-	h.mux.HandleFunc("GET /schedules", h.page("schedules", "Schedules", isPerson, h.schedules))
-	h.mux.HandleFunc("GET /events", h.page("events", "Events", isPerson, h.events))
-	h.mux.HandleFunc("GET /audit", h.page("audit", "Audit", isAdmin, h.audit))
-	h.mux.HandleFunc("/", h.page("error", "", isPerson, func(r *http.Request) (string, any, error) {
+	h.mux.HandleFunc("GET /workers", h.page("workers", "Workers", auth.Identity.IsPerson, h.workers))
+	h.mux.HandleFunc("GET /services", h.page("services", "Services", auth.Identity.IsPerson, h.services))
+	h.mux.HandleFunc("GET /schedules", h.page("schedules", "Schedules", auth.Identity.IsPerson, h.schedules))
+	h.mux.HandleFunc("GET /events", h.page("events", "Events", auth.Identity.IsPerson, h.events))
+	h.mux.HandleFunc("GET /audit", h.page("audit", "Audit", auth.Identity.IsAdmin, h.audit))
+	h.mux.HandleFunc("/", h.page("error", "", auth.Identity.IsPerson, func(r *http.Request) (string, any, error) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return "", nil, berth.Errorf(berth.ECodeNotFound, "no such page: %s %s (the dashboard's pages are read with GET; actions go through /api/)", r.Method, r.URL.Path)
 		}
@@ -186,28 +186,6 @@ func (h *Handler) Stop() {
 	}
 }
 
-// The roles' rights, as api/security.go grants them.
-
-func isPerson(id auth.Identity) bool {
-	switch id.Role {
-	case auth.RoleViewer, auth.RoleUser, auth.RoleOperator, auth.RoleAdmin:
-		return true
-	}
-	return false
-}
-
-func seesAllJobs(id auth.Identity) bool {
-	return id.Role == auth.RoleViewer || id.Role.AtLeast(auth.RoleOperator)
-}
-
-func actsOnAll(id auth.Identity) bool { return id.Role.AtLeast(auth.RoleOperator) }
-
-func canSubmit(id auth.Identity) bool {
-	return id.Role == auth.RoleUser || id.Role == auth.RolePeer || id.Role.AtLeast(auth.RoleOperator)
-}
-
-func isAdmin(id auth.Identity) bool { return id.Role == auth.RoleAdmin }
-
 // eventTypes are the server-sent events a page listens for (EventSource
 // needs each named); the pages also refresh on a timer for anything else.
 var eventTypes = []string{
@@ -244,7 +222,7 @@ type navEntry struct{ Name, Href string }
 func nav(who auth.Identity) []navEntry {
 	out := []navEntry{{"Overview", "/"}, {"Jobs", "/jobs"}, {"Workers", "/workers"}, {"Services", "/services"},
 		{"Schedules", "/schedules"}, {"Events", "/events"}}
-	if isAdmin(who) {
+	if who.IsAdmin() {
 		out = append(out, navEntry{"Audit", "/audit"})
 	}
 	return out
@@ -258,12 +236,12 @@ func nav(who auth.Identity) []navEntry {
 func (h *Handler) page(name, navName string, allow func(auth.Identity) bool, fn func(r *http.Request) (title string, data any, err error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		who := api.IdentityOf(r)
-		v := &view{Title: navName, Nav: navName, Who: who, SignedIn: who.Via == auth.ViaToken, Operator: actsOnAll(who),
-			Admin: isAdmin(who), SeesAll: seesAllJobs(who), EventTypes: strings.Join(eventTypes, " "), Status: http.StatusOK}
+		v := &view{Title: navName, Nav: navName, Who: who, SignedIn: who.Via == auth.ViaToken, Operator: who.ActsOnAllJobs(),
+			Admin: who.IsAdmin(), SeesAll: who.SeesAllJobs(), EventTypes: strings.Join(eventTypes, " "), Status: http.StatusOK}
 		var err error
 		if !allow(who) {
 			need := "a person's role (viewer, user, operator or admin)"
-			if isPerson(who) {
+			if who.IsPerson() {
 				need = "the admin role"
 			}
 			err = berth.Errorf(berth.ECodeForbidden, "%s (role %s) may not see %s: that needs %s", who.Name, who.Role, r.URL.Path, need)
@@ -287,7 +265,7 @@ func (h *Handler) page(name, navName string, allow func(auth.Identity) bool, fn 
 			v.Title = http.StatusText(v.Status)
 			tpl = h.pages["error"]
 		}
-		if isPerson(who) {
+		if who.IsPerson() {
 			lock := arbiter.NewLock(h.cfg.Store)
 			lock.Now = h.cfg.Now
 			if v.Lock, err = lock.Status(r.Context()); err != nil {

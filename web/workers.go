@@ -48,7 +48,7 @@ func (h *Handler) workers(r *http.Request) (string, any, error) {
 	for _, c := range controls {
 		byHost[c.Host] = append(byHost[c.Host], c)
 	}
-	d := &workersData{Policies: []string{berth.StopDrain, berth.StopPause, berth.StopHard}, Operator: actsOnAll(api.IdentityOf(r))}
+	d := &workersData{Policies: []string{berth.StopDrain, berth.StopPause, berth.StopHard}, Operator: api.IdentityOf(r).ActsOnAllJobs()}
 	// A worker serving every queue may have any queue turned off: offer
 	// those that other workers name, and the default queue.
 	every := []string{berth.DefaultQueue}
