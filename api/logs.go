@@ -15,14 +15,16 @@ const logReadSize = 256 << 10
 // streaming until the job ends.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	follow := false
-	if v := r.URL.Query().Get("follow"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, berth.Invalidf("follow", "must be true or false"))
-			return
+	var follow, download bool
+	for name, dst := range map[string]*bool{"follow": &follow, "download": &download} {
+		if v := r.URL.Query().Get(name); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				writeError(w, berth.Invalidf(name, "must be true or false"))
+				return
+			}
+			*dst = b
 		}
-		follow = b
 	}
 	ctx := r.Context()
 	st := s.ctl.Store()
@@ -31,6 +33,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if download { // a browser saves it as a file
+		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", id+".log"))
+	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	flusher, _ := w.(http.Flusher)
 	var (

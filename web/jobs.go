@@ -140,48 +140,6 @@ func (h *Handler) ownJob(r *http.Request, id string) (*berth.JobDetail, error) {
 	return d, nil
 }
 
-// logReadSize is how much output one store read returns.
-const logReadSize = 256 << 10
-
-// logFile answers GET /jobs/{id}/log.txt: the job's output as stored so
-// far, every attempt in order (each introduced by a header line when
-// there are several), as a download. Errors before the first byte are
-// plain-text answers with the status of their code (403, 404); a store
-// failure midway ends the download short.
-func (h *Handler) logFile(w http.ResponseWriter, r *http.Request) {
-	who := api.IdentityOf(r)
-	if !who.IsPerson() {
-		http.Error(w, fmt.Sprintf("%s (role %s) may not read the dashboard", who.Name, who.Role), http.StatusForbidden)
-		return
-	}
-	d, err := h.ownJob(r, r.PathValue("id"))
-	if err != nil {
-		http.Error(w, err.Error(), api.Status(berth.ErrorCode(err)))
-		return
-	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", d.ID+".log"))
-	ctx := r.Context()
-	for i, a := range d.AttemptList {
-		if len(d.AttemptList) > 1 {
-			fmt.Fprintf(w, "==> attempt %d of %d on %s (%s) <==\n", i+1, len(d.AttemptList), a.Host, a.ID)
-		}
-		for offset := int64(0); ; {
-			data, err := h.cfg.Store.Logs(ctx, a.ID, offset, logReadSize)
-			if err != nil {
-				h.cfg.Log.Warn("dashboard log download", "job", d.ID, "attempt", a.ID, "err", err)
-				return
-			}
-			if len(data) == 0 {
-				break
-			}
-			if _, err := w.Write(data); err != nil {
-				return
-			}
-			offset += int64(len(data))
-		}
-	}
-}
 
 // durationOf is how long an attempt ran (or has been running at now).
 func durationOf(a *berth.Attempt, now time.Time) string {

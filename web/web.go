@@ -117,7 +117,6 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /{$}", h.page("overview", "Overview", auth.Identity.IsPerson, h.overview))
 	h.mux.HandleFunc("GET /jobs", h.page("jobs", "Jobs", auth.Identity.IsPerson, h.jobs))
 	h.mux.HandleFunc("GET /jobs/{id}", h.page("job", "Jobs", auth.Identity.IsPerson, h.job))
-	h.mux.HandleFunc("GET /jobs/{id}/log.txt", h.logFile)
 	h.mux.HandleFunc("GET /workers", h.page("workers", "Workers", auth.Identity.IsPerson, h.workers))
 	h.mux.HandleFunc("GET /services", h.page("services", "Services", auth.Identity.IsPerson, h.services))
 	h.mux.HandleFunc("GET /schedules", h.page("schedules", "Schedules", auth.Identity.IsPerson, h.schedules))

@@ -224,7 +224,7 @@ func TestPagesRender(t *testing.T) {
 
 	body = d.page("/jobs/"+a.ID, admin)
 	wantIn(t, "job page", body, "train-a", "pending", "alice", "2 GPUs", `data-action="cancel"`, `data-action="resubmit"`,
-		`data-src="/api/v1/jobs/`+a.ID+`/logs?follow=true"`, `/jobs/`+a.ID+`/log.txt`, "No attempt yet", "Submitted")
+		`data-src="/api/v1/jobs/`+a.ID+`/logs?follow=true"`, `/api/v1/jobs/`+a.ID+`/logs?download=true`, "No attempt yet", "Submitted")
 	if status, _ := d.get("/jobs/01NOSUCHJOB0000000000000000", admin); status != http.StatusNotFound {
 		t.Errorf("unknown job: %d, want 404", status)
 	}
@@ -256,7 +256,7 @@ func TestUsersSeeOnlyTheirJobs(t *testing.T) {
 	body := d.page("/jobs", alice)
 	wantIn(t, "alice's jobs", body, mine.ID, "Your jobs only")
 	wantNotIn(t, "alice's jobs", body, theirs.ID, `<a href="/audit">`)
-	for _, path := range []string{"/jobs?user=bob", "/jobs/" + theirs.ID, "/jobs/" + theirs.ID + "/log.txt"} {
+	for _, path := range []string{"/jobs?user=bob", "/jobs/" + theirs.ID, "/api/v1/jobs/" + theirs.ID + "/logs?download=true"} {
 		if status, body := d.get(path, alice); status != http.StatusForbidden {
 			t.Errorf("alice GET %s: %d, want 403:\n%s", path, status, body)
 		}
@@ -519,8 +519,8 @@ func TestWorkersAndCapacity(t *testing.T) {
 	body = d.page("/jobs/"+waits.ID, admin)
 	wantIn(t, "pending job", body, "waiting: ", "Waiting for")
 
-	d.eventually(ctx, "/jobs/"+run.ID+"/log.txt", admin, regexp.MustCompile("epoch 1 loss 0.5"))
-	resp := d.do("GET", "/jobs/"+run.ID+"/log.txt", admin, nil, nil)
+	d.eventually(ctx, "/api/v1/jobs/"+run.ID+"/logs?download=true", admin, regexp.MustCompile("epoch 1 loss 0.5"))
+	resp := d.do("GET", "/api/v1/jobs/"+run.ID+"/logs?download=true", admin, nil, nil)
 	resp.Body.Close()
 	if cd := resp.Header.Get("Content-Disposition"); cd != fmt.Sprintf("attachment; filename=%q", run.ID+".log") {
 		t.Errorf("log download Content-Disposition = %q", cd)
