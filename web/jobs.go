@@ -140,7 +140,6 @@ func (h *Handler) ownJob(r *http.Request, id string) (*berth.JobDetail, error) {
 	return d, nil
 }
 
-
 // durationOf is how long an attempt ran (or has been running at now).
 func durationOf(a *berth.Attempt, now time.Time) string {
 	if a.StartedAt.IsZero() {
