@@ -36,6 +36,7 @@ type overviewData struct {
 	Ranges        []string
 	Range         string
 	BusyPlot      template.HTML
+	UtilPlot      template.HTML // mean utilization of the GPUs that report it; none for declared GPUs
 	DepthPlot     template.HTML
 	SampleEvery   string
 	SamplesKept   string
@@ -78,6 +79,9 @@ func (h *Handler) overview(r *http.Request) (string, any, error) {
 	samples := h.samples.since(now.Add(-plotRanges[d.Range]))
 	from := now.Add(-plotRanges[d.Range])
 	d.BusyPlot = plot("plot-busy", "Busy GPUs", "GPUs", samples, func(s sample) int { return s.Busy }, from, now)
+	if reported := slices.DeleteFunc(slices.Clone(samples), func(s sample) bool { return s.Util < 0 }); len(reported) > 0 {
+		d.UtilPlot = plot("plot-util", "GPU utilization", "%", reported, func(s sample) int { return s.Util }, from, now)
+	}
 	if d.QueuesVisible {
 		for _, st := range []berth.JobState{berth.JobPending, berth.JobRunning, berth.JobSucceeded, berth.JobFailed, berth.JobCancelled} {
 			d.Jobs = append(d.Jobs, stateCount{string(st), m.Jobs[st]})

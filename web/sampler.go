@@ -20,6 +20,9 @@ type sample struct {
 	Capacity int // GPUs of the workers that take work
 	Depth    int // pending jobs, every queue
 	Finished int // jobs that ever ended (succeeded, failed, cancelled)
+	// Util is the mean utilization, in percent, of the GPUs whose agents
+	// report their load (nvidia-smi); -1 when none does (declared GPUs).
+	Util int
 }
 
 // ring keeps the newest samples, a fixed number at most. It is safe for
@@ -85,8 +88,24 @@ func (h *Handler) sample(ctx context.Context) error {
 	for _, n := range m.QueueDepth {
 		depth += n
 	}
-	h.samples.add(sample{Time: h.cfg.Now(), Busy: total.Busy, Capacity: total.GPUs, Depth: depth, Finished: finished(m.Jobs)})
+	h.samples.add(sample{Time: h.cfg.Now(), Busy: total.Busy, Capacity: total.GPUs, Depth: depth, Finished: finished(m.Jobs),
+		Util: meanUtilization(workers)})
 	return nil
+}
+
+// meanUtilization is the mean utilization, in percent, of every GPU whose
+// agent reported its load at its last heartbeat; -1 when none did.
+func meanUtilization(workers []*berth.Worker) int {
+	sum, n := 0, 0
+	for _, w := range workers {
+		for _, s := range w.GPUStats {
+			sum, n = sum+s.Utilization, n+1
+		}
+	}
+	if n == 0 {
+		return -1
+	}
+	return sum / n
 }
 
 // throughput is the jobs finished per minute over the window before now,

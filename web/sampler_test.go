@@ -183,3 +183,18 @@ func TestGPULoad(t *testing.T) {
 		t.Errorf("gpuLoad = %q, want %q", got, want)
 	}
 }
+
+func TestMeanUtilization(t *testing.T) {
+	t.Parallel()
+	if got := meanUtilization([]*berth.Worker{{}, {}}); got != -1 {
+		t.Errorf("with no GPU reporting its load: %d, want -1", got)
+	}
+	workers := []*berth.Worker{
+		{GPUStats: []berth.GPUStat{{Index: 0, Utilization: 90}, {Index: 1, Utilization: 30}}},
+		{}, // declared GPUs: none reported
+		{GPUStats: []berth.GPUStat{{Index: 0, Utilization: 0}}},
+	}
+	if got := meanUtilization(workers); got != 40 {
+		t.Errorf("mean utilization = %d, want 40", got)
+	}
+}
