@@ -13,27 +13,9 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
+
+	"github.com/berth-dev/berth/internal/fakeclock"
 )
-
-// fakeClock is a settable clock safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 func noneBound(int) bool { return false }
 
@@ -102,7 +84,7 @@ func TestPortAllocatorSkipsBoundPorts(t *testing.T) {
 
 func TestPortAllocatorReclaim(t *testing.T) {
 	t.Parallel()
-	clock := newFakeClock()
+	clock := fakeclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	a := newTestPorts(t, PortConfig{Lo: 20000, Hi: 20009, Bound: noneBound, Now: clock.Now})
 	pa, _ := a.Allocate("a")
 	pb, _ := a.Allocate("b")
@@ -259,7 +241,7 @@ func TestPortAllocatorProperty(t *testing.T) {
 		run++
 		const lo, hi = 20000, 20005
 		const ttl = 10 * time.Minute
-		clock := newFakeClock()
+		clock := fakeclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 		var boundMu sync.Mutex
 		bound := map[int]bool{}
 		cfg := PortConfig{

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/fakeclock"
 )
 
 // vllmMarkers are vLLM's startup markers (shared/reference/vast-and-vllm.md).
@@ -97,14 +99,14 @@ func (r *reports) last() ServiceStatus {
 type stepProber struct {
 	*Prober
 	t       *testing.T
-	clock   *fakeClock
+	clock   *fakeclock.Clock
 	log     string
 	reports *reports
 }
 
 func newStepProber(t *testing.T, spec ReadinessSpec, port int) *stepProber {
 	t.Helper()
-	sp := &stepProber{t: t, clock: newFakeClock(), log: filepath.Join(t.TempDir(), "out.log"), reports: &reports{}}
+	sp := &stepProber{t: t, clock: fakeclock.New(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)), log: filepath.Join(t.TempDir(), "out.log"), reports: &reports{}}
 	p, err := NewProber(ProberConfig{
 		Spec: spec, Port: port, LogPath: sp.log,
 		Now: sp.clock.Now, Report: sp.reports.add, ProbeTimeout: 2 * time.Second,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/fakeclock"
 )
 
 // fakeRegistry knows every token except the revoked ones.
@@ -238,27 +239,9 @@ func TestSameOrigin(t *testing.T) {
 	}
 }
 
-// fakeClock is a settable clock, safe for concurrent use.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func TestLimiter(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: testNow}
+	clock := fakeclock.New(testNow)
 	l := NewLimiter(2, 3, clock.Now) // 2 per second, bursts of 3
 
 	for i := range 3 {
@@ -302,7 +285,7 @@ func TestLimiter(t *testing.T) {
 
 func TestLimiterDropsIdleBuckets(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: testNow}
+	clock := fakeclock.New(testNow)
 	l := NewLimiter(1, 5, clock.Now)
 	for i := range 100 {
 		l.Allow(string(rune('a'+i%26)) + string(rune('A'+i/26)))
@@ -332,7 +315,7 @@ func TestLimiterUnlimitedAndConcurrent(t *testing.T) {
 		t.Error("nil Limiter must allow")
 	}
 
-	clock := &fakeClock{t: testNow}
+	clock := fakeclock.New(testNow)
 	l := NewLimiter(1, 10, clock.Now)
 	var mu sync.Mutex
 	allowed := 0

@@ -15,28 +15,11 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/internal/fakeclock"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/webhook"
 )
-
-// fakeClock is a clock the test moves.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // hit is one request a hookReceiver got.
 type hit struct {
@@ -153,7 +136,7 @@ var t0 = time.Date(2026, 6, 17, 12, 0, 0, 0, time.UTC)
 
 // startDispatcher starts a dispatcher over st and bus with clock clk,
 // polling every 10 ms, stopped when t ends.
-func startDispatcher(t *testing.T, st store.Store, bus webhook.Events, clk *fakeClock, tweak func(*webhook.DispatcherConfig)) *webhook.Dispatcher {
+func startDispatcher(t *testing.T, st store.Store, bus webhook.Events, clk *fakeclock.Clock, tweak func(*webhook.DispatcherConfig)) *webhook.Dispatcher {
 	t.Helper()
 	cfg := webhook.DispatcherConfig{Store: st, Events: bus, Now: clk.Now, Poll: 10 * time.Millisecond}
 	if tweak != nil {
@@ -223,7 +206,7 @@ func TestDispatcherRetriesSignedDeliveryWithBackoff(t *testing.T) {
 	t.Parallel()
 	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
 	bus := controller.NewBus(64)
-	clk := &fakeClock{now: t0}
+	clk := fakeclock.New(t0)
 	d := startDispatcher(t, st, bus, clk, nil)
 	rcv := newHookReceiver(t, failFirst(2))
 	other := newHookReceiver(t, failFirst(0))
@@ -247,9 +230,9 @@ func TestDispatcherRetriesSignedDeliveryWithBackoff(t *testing.T) {
 		t.Fatalf("delivery after attempt 1 = %+v", dl)
 	}
 	rcv.stillHits(t, 1)
-	clk.advance(999 * time.Millisecond)
+	clk.Advance(999 * time.Millisecond)
 	rcv.stillHits(t, 1)
-	clk.advance(time.Millisecond)
+	clk.Advance(time.Millisecond)
 
 	// Attempt 2 fails: put off by 2 s more.
 	rcv.awaitHits(t, 2)
@@ -257,9 +240,9 @@ func TestDispatcherRetriesSignedDeliveryWithBackoff(t *testing.T) {
 	if dl.State != berth.DeliveryPending || !dl.NextAttemptAt.Equal(t0.Add(3*time.Second)) {
 		t.Fatalf("delivery after attempt 2 = %+v", dl)
 	}
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	rcv.stillHits(t, 2)
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 
 	// Attempt 3 succeeds.
 	rcv.awaitHits(t, 3)
@@ -329,20 +312,20 @@ func TestDispatcherGivesUpAfterMaxAttempts(t *testing.T) {
 	t.Parallel()
 	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
 	bus := controller.NewBus(64)
-	clk := &fakeClock{now: t0}
+	clk := fakeclock.New(t0)
 	d := startDispatcher(t, st, bus, clk, func(c *webhook.DispatcherConfig) { c.MaxAttempts = 3 })
 	rcv := newHookReceiver(t, func(int) int { return http.StatusServiceUnavailable })
 	w := create(t, d, berth.WebhookRequest{URL: rcv.url})
 	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventWorkerRegistered, Host: "gpu-1"})
 	for n := 1; n <= 3; n++ {
 		rcv.awaitHits(t, n)
-		clk.advance(webhook.Backoff(n))
+		clk.Advance(webhook.Backoff(n))
 	}
 	dl := awaitDelivery(t, d, onlyDelivery(t, d, w.ID).ID, "failed", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryFailed })
 	if dl.Attempts != 3 || dl.LastStatus != 503 || !dl.NextAttemptAt.IsZero() || !dl.DeliveredAt.IsZero() {
 		t.Fatalf("failed delivery = %+v", dl)
 	}
-	clk.advance(time.Hour)
+	clk.Advance(time.Hour)
 	rcv.stillHits(t, 3)
 
 	rcv.setStatus(failFirst(0))
@@ -362,7 +345,7 @@ func TestDispatcherTimeout(t *testing.T) {
 	t.Parallel()
 	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
 	bus := controller.NewBus(64)
-	clk := &fakeClock{now: t0}
+	clk := fakeclock.New(t0)
 	d := startDispatcher(t, st, bus, clk, func(c *webhook.DispatcherConfig) { c.Timeout = 50 * time.Millisecond })
 	rcv := newHookReceiver(t, failFirst(0))
 	hold := make(chan struct{})
@@ -375,7 +358,7 @@ func TestDispatcherTimeout(t *testing.T) {
 		t.Fatalf("timed-out delivery = %+v", dl)
 	}
 	close(hold)
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	rcv.awaitHits(t, 2)
 	awaitDelivery(t, d, id, "delivered", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryDelivered })
 }
@@ -386,7 +369,7 @@ func TestDispatcherRedeliverWhileInFlight(t *testing.T) {
 	t.Parallel()
 	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
 	bus := controller.NewBus(64)
-	clk := &fakeClock{now: t0}
+	clk := fakeclock.New(t0)
 	d := startDispatcher(t, st, bus, clk, nil)
 	rcv := newHookReceiver(t, failFirst(0))
 	hold := make(chan struct{})
@@ -424,7 +407,7 @@ func TestDispatcherRestartDeliversPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	bus := controller.NewBus(64)
-	clk := &fakeClock{now: t0}
+	clk := fakeclock.New(t0)
 	d := webhook.NewDispatcher(webhook.DispatcherConfig{Store: st, Events: bus, Now: clk.Now, Poll: 10 * time.Millisecond})
 	if err := d.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -457,7 +440,7 @@ func TestDispatcherRestartDeliversPending(t *testing.T) {
 	// A new server: new store handle, new (empty) bus, the receiver up.
 	rcv.setStatus(failFirst(0))
 	st2 := openStore(t, path)
-	clk.advance(time.Second)
+	clk.Advance(time.Second)
 	d2 := startDispatcher(t, st2, controller.NewBus(64), clk, nil)
 	rcv.awaitHits(t, hitsBefore+2)
 	for _, id := range []string{first.ID, pending.ID} {
@@ -487,7 +470,7 @@ func TestDispatcherCreateDelete(t *testing.T) {
 	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
 	bus := controller.NewBus(64)
 	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "old"})
-	clk := &fakeClock{now: t0}
+	clk := fakeclock.New(t0)
 	d := startDispatcher(t, st, bus, clk, nil)
 	rcv := newHookReceiver(t, failFirst(0))
 	for _, tc := range []struct {
@@ -554,7 +537,7 @@ func TestDispatcherDoesNotFollowRedirects(t *testing.T) {
 	t.Parallel()
 	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
 	bus := controller.NewBus(64)
-	clk := &fakeClock{now: t0}
+	clk := fakeclock.New(t0)
 	d := startDispatcher(t, st, bus, clk, nil)
 	target := newHookReceiver(t, failFirst(0))
 	hs := httptest.NewServer(http.RedirectHandler(target.url, http.StatusFound))
