@@ -98,7 +98,7 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 			fmt.Fprintln(m.Stderr, "berth: demo job:", err)
 		}
 	}
-	fmt.Fprintf(m.Stdout, "\nReady. In another terminal:\n  export BERTH_SERVER=%s\n  berth submit -- echo hello\n  berth jobs\n  berth workers\nCtrl-C stops the server and agents.\n", rs.URL)
+	fmt.Fprintf(m.Stdout, "\nReady. The dashboard is at %s/ — in another terminal:\n  export BERTH_SERVER=%s\n  berth submit -- echo hello\n  berth jobs\n  berth workers\nCtrl-C stops the server and agents.\n", rs.URL, rs.URL)
 	err = rs.serve(ctx)
 	stopAgents()
 	wg.Wait()
