@@ -126,14 +126,5 @@ func safeNext(next string) string {
 }
 
 func (h *Handler) renderLogin(w http.ResponseWriter, v *loginView) {
-	var buf strings.Builder
-	if err := h.login.ExecuteTemplate(&buf, "login", v); err != nil {
-		h.cfg.Log.Error("render sign-in page", "err", err)
-		http.Error(w, "render page: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(v.Status)
-	_, _ = w.Write([]byte(buf.String()))
+	h.write(w, h.login, "login", v, v.Status)
 }

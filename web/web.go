@@ -282,15 +282,21 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, tpl *template.T
 	if r.URL.Query().Get("fragment") == "main" {
 		entry = "main"
 	}
+	h.write(w, tpl, entry, v, v.Status)
+}
+
+// write renders template entry of tpl with v and, once it rendered
+// whole, sends it with status (a failed render is a 500, logged).
+func (h *Handler) write(w http.ResponseWriter, tpl *template.Template, entry string, v any, status int) {
 	var buf strings.Builder
 	if err := tpl.ExecuteTemplate(&buf, entry, v); err != nil {
-		h.cfg.Log.Error("render dashboard page", "path", r.URL.Path, "err", err)
+		h.cfg.Log.Error("render dashboard page", "template", entry, "err", err)
 		http.Error(w, "render page: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(v.Status)
+	w.WriteHeader(status)
 	_, _ = w.Write([]byte(buf.String()))
 }
 

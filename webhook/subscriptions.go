@@ -239,15 +239,7 @@ func (d *Dispatcher) Stop(ctx context.Context) error {
 		d.cancel()
 		<-drained
 	}
-	for {
-		select {
-		case id := <-d.done:
-			d.finished(id)
-			continue
-		default:
-		}
-		break
-	}
+	d.reapFinished()
 	d.cancel()
 	return err
 }
@@ -555,18 +547,22 @@ func (d *Dispatcher) finished(id string) {
 	}
 }
 
-// startDue starts an attempt of each due delivery not in flight, while
-// fewer than MaxInFlight run.
-func (d *Dispatcher) startDue() {
-	for { // first the attempts that ended meanwhile
+// reapFinished records the attempts that have ended, without waiting.
+func (d *Dispatcher) reapFinished() {
+	for {
 		select {
 		case id := <-d.done:
 			d.finished(id)
-			continue
 		default:
+			return
 		}
-		break
 	}
+}
+
+// startDue starts an attempt of each due delivery not in flight, while
+// fewer than MaxInFlight run.
+func (d *Dispatcher) startDue() {
+	d.reapFinished() // first the attempts that ended meanwhile
 	d.mu.Lock()
 	running := len(d.inflight)
 	d.mu.Unlock()
