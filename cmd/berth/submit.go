@@ -17,11 +17,31 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// multiFlag collects a repeatable flag.
-type multiFlag []string
+// keyValueFlag collects a repeatable KEY=VALUE flag.
+type keyValueFlag struct {
+	pairs [][2]string
+}
 
-func (f *multiFlag) String() string     { return strings.Join(*f, ",") }
-func (f *multiFlag) Set(v string) error { *f = append(*f, v); return nil }
+func (f *keyValueFlag) String() string { return "" }
+
+func (f *keyValueFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok {
+		return fmt.Errorf("%q is not KEY=VALUE", v)
+	}
+	f.pairs = append(f.pairs, [2]string{k, val})
+	return nil
+}
+
+// into adds the pairs to *m, making it when needed.
+func (f *keyValueFlag) into(m *map[string]string) {
+	for _, kv := range f.pairs {
+		if *m == nil {
+			*m = map[string]string{}
+		}
+		(*m)[kv[0]] = kv[1]
+	}
+}
 
 // loadJobFile reads a YAML (or JSON) job file into req, rejecting unknown
 // fields with the field's name.
@@ -71,7 +91,7 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	fs := m.flagSet(command, "[flags] [-- COMMAND ARGS...]")
 	cf := m.addClientFlags(fs, true)
 	template := fs.String("template", "", "run from a template: vllm, jupyterlab, notebook or one of the server's --templates")
-	var vars multiFlag
+	var vars keyValueFlag
 	fs.Var(&vars, "var", "KEY=VALUE template variable, e.g. MODEL_NAME=Qwen/Qwen2-7B-Instruct (repeatable)")
 	file := fs.String("f", "", "job file (YAML or JSON; - for stdin); flags override its fields")
 	name := fs.String("name", "", "job name")
@@ -95,7 +115,7 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	user := fs.String("user", "", "user the job runs for (quotas and fair share count it)")
 	idem := fs.String("idempotency-key", "", "a repeat with the same key returns the first submission's jobs")
 	wait := fs.Bool("wait", false, "wait for the jobs to end; exit 0 only if all succeeded")
-	var env multiFlag
+	var env keyValueFlag
 	fs.Var(&env, "env", "KEY=VALUE environment variable (repeatable)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -121,16 +141,7 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	if set["template"] {
 		req.Template = *template
 	}
-	for _, kv := range vars {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return berth.Invalidf("--var", "%q is not KEY=VALUE", kv)
-		}
-		if req.Vars == nil {
-			req.Vars = map[string]string{}
-		}
-		req.Vars[k] = v
-	}
+	vars.into(&req.Vars)
 	if set["queue"] {
 		req.Queue = *queue
 	}
@@ -196,16 +207,7 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 		}
 		req.Constraints.Labels = l
 	}
-	for _, kv := range env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return berth.Invalidf("--env", "%q is not KEY=VALUE", kv)
-		}
-		if req.Env == nil {
-			req.Env = map[string]string{}
-		}
-		req.Env[k] = v
-	}
+	env.into(&req.Env)
 	if set["workdir"] {
 		req.Workdir = *workdir
 	} else if req.Workdir == "" {
