@@ -10,18 +10,13 @@ import (
 func runCancel(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("cancel", "ID...")
 	cf := m.addClientFlags(fs, false)
-	if err := parse(fs, args); err != nil {
+	ids, err := parseIDs(fs, cf, args, "give at least one job id")
+	if err != nil {
 		return err
-	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		return berth.Invalidf("id", "give at least one job id")
 	}
 	c := m.client(cf)
 	failed := 0
-	for _, id := range fs.Args() {
+	for _, id := range ids {
 		j, err := c.Cancel(ctx, id)
 		if err != nil {
 			fmt.Fprintf(m.Stderr, "berth: %s: %v\n", id, err)

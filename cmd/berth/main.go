@@ -200,6 +200,22 @@ func parseNoArgs(fs *flag.FlagSet, cf *clientFlags, args []string, command strin
 	return nil
 }
 
+// parseIDs parses the flags of a command that takes one or more ids,
+// checks its client flags and returns the ids; none is an error saying
+// hint.
+func parseIDs(fs *flag.FlagSet, cf *clientFlags, args []string, hint string) ([]string, error) {
+	if err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	if err := cf.check(); err != nil {
+		return nil, err
+	}
+	if fs.NArg() == 0 {
+		return nil, berth.Invalidf("id", "%s", hint)
+	}
+	return fs.Args(), nil
+}
+
 // parseOneArg parses the flags of a command that takes one argument, what
 // (flags may also follow it), checks its client flags and returns the
 // argument.

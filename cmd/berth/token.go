@@ -103,17 +103,12 @@ func runTokenList(ctx context.Context, m *Main, args []string) error {
 func runTokenRevoke(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("token revoke", "[flags] ID...")
 	cf := m.addClientFlags(fs, false)
-	if err := parse(fs, args); err != nil {
+	ids, err := parseIDs(fs, cf, args, "give the ids of the tokens to revoke (berth token list)")
+	if err != nil {
 		return err
-	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		return berth.Invalidf("id", "give the ids of the tokens to revoke (berth token list)")
 	}
 	c := m.client(cf)
-	for _, id := range fs.Args() {
+	for _, id := range ids {
 		tok, err := c.RevokeToken(ctx, id)
 		if err != nil {
 			return err
