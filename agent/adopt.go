@@ -43,11 +43,7 @@ func (a *Agent) saveServiceRecord(m *wire.JobAssign, port int) error {
 	if err := os.MkdirAll(a.servicesDir(), 0o700); err != nil {
 		return err
 	}
-	path := filepath.Join(a.servicesDir(), m.AttemptID+".json")
-	if err := os.WriteFile(path+".tmp", data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(path+".tmp", path)
+	return replaceFile(filepath.Join(a.servicesDir(), m.AttemptID+".json"), data, 0o600)
 }
 
 // dropServiceRecord removes an ended attempt's record, if any.

@@ -46,13 +46,7 @@ func (a *Agent) join(ctx context.Context) error {
 // SaveCredential saves an agent's credential in its data dir, mode 0600,
 // where New finds it.
 func SaveCredential(dataDir, token string) error {
-	path := filepath.Join(dataDir, credentialFile)
-	tmp := path + ".tmp"
-	err := os.WriteFile(tmp, []byte(token+"\n"), 0o600)
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
+	if err := replaceFile(filepath.Join(dataDir, credentialFile), []byte(token+"\n"), 0o600); err != nil {
 		return fmt.Errorf("agent: save credential: %w", err)
 	}
 	return nil

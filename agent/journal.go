@@ -85,6 +85,21 @@ func (j *GroupJournal) appendLocked(line string) error {
 	return nil
 }
 
+// replaceFile writes data to path atomically: to a temporary file beside
+// it, renamed over path, so that a reader (or an agent started after a
+// crash) sees the old file or the new one, never half of one.
+func replaceFile(path string, data []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, perm); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
 // compactLocked rewrites the journal with the live entries only, replacing
 // the old file atomically.
 func (j *GroupJournal) compactLocked() error {
@@ -92,11 +107,7 @@ func (j *GroupJournal) compactLocked() error {
 	for id, pgid := range j.live {
 		b.WriteString("start " + id + " " + strconv.Itoa(pgid) + "\n")
 	}
-	tmp := j.path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return fmt.Errorf("group journal: compact: %w", err)
-	}
-	if err := os.Rename(tmp, j.path); err != nil {
+	if err := replaceFile(j.path, []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("group journal: compact: %w", err)
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o644)

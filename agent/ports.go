@@ -329,15 +329,7 @@ func (a *PortAllocator) saveLocked() error {
 	if err != nil {
 		return err
 	}
-	tmp := a.path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, a.path); err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	return nil
+	return replaceFile(a.path, data, 0o644)
 }
 
 func leasePorts(leases []PortLease) []int {
