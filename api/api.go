@@ -61,23 +61,15 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 	}
 	s := &Server{ctl: ctl, reads: ctl, sec: sec, log: log, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
-	const (
-		people    = "viewer, user, operator or admin"
-		jobReader = "viewer, user, operator, admin or peer"
-		submitter = "user, operator, admin or peer"
-		operators = "operator or admin"
-	)
+	s.readRoutes()
 	s.route("GET /metrics", auth.Identity.SeesAllJobs, "viewer, operator or admin", s.metrics)
-	s.route("POST /api/v1/jobs", auth.Identity.CanSubmit, submitter, s.submit)
-	s.route("GET /api/v1/jobs", readsJobs, jobReader, s.listJobs)
-	s.route("GET /api/v1/jobs/{id}", readsJobs, jobReader, s.getJob)
-	s.route("POST /api/v1/jobs/{id}/cancel", auth.Identity.CanSubmit, submitter, s.cancel)
+	s.route("POST /api/v1/jobs", auth.Identity.CanSubmit, submitters, s.submit)
+	s.route("POST /api/v1/jobs/{id}/cancel", auth.Identity.CanSubmit, submitters, s.cancel)
 	s.route("GET /api/v1/jobs/{id}/logs", readsJobs, jobReader, s.logs)
 	s.route("POST /api/v1/wait", readsJobs, jobReader, s.wait)
 	s.route("GET /api/v1/workers", readsCluster, jobReader, s.workers)
 	s.route("GET /api/v1/workers/{host}/control", readsCluster, jobReader, s.getControl)
 	s.route("PUT /api/v1/workers/{host}/control", auth.Identity.ActsOnAllJobs, operators, s.putControl)
-	s.route("GET /api/v1/quotas", readsCluster, jobReader, s.listQuotas)
 	s.route("PUT /api/v1/quotas/{id}", auth.Identity.ActsOnAllJobs, operators, s.putQuota)
 	s.route("DELETE /api/v1/quotas/{id}", auth.Identity.ActsOnAllJobs, operators, s.deleteQuota)
 	s.route("GET /api/v1/events", auth.Identity.IsPerson, people, s.events)
@@ -86,9 +78,9 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 	s.route("POST /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.createToken)
 	s.route("GET /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.listTokens)
 	s.route("DELETE /api/v1/tokens/{id}", auth.Identity.IsAdmin, "admin", s.revokeToken)
-	s.route("PUT /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitter, s.putSecret)
-	s.route("GET /api/v1/secrets", auth.Identity.CanSubmit, submitter, s.listSecrets)
-	s.route("DELETE /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitter, s.deleteSecret)
+	s.route("PUT /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitters, s.putSecret)
+	s.route("GET /api/v1/secrets", auth.Identity.CanSubmit, submitters, s.listSecrets)
+	s.route("DELETE /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitters, s.deleteSecret)
 	s.route("GET /api/swap/lock", readsCluster, jobReader, s.getSwapLock)
 	s.route("POST /api/swap/lock", auth.Identity.ActsOnAllJobs, operators, s.acquireSwapLock)
 	s.route("DELETE /api/swap/lock", auth.Identity.ActsOnAllJobs, operators, s.releaseSwapLock)
@@ -112,6 +104,22 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 		writeError(w, berth.Errorf(berth.ECodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return s
+}
+
+// Who may call a route, as its 403 says.
+const (
+	people     = "viewer, user, operator or admin"
+	jobReader  = "viewer, user, operator, admin or peer"
+	submitters = "user, operator, admin or peer"
+	operators  = "operator or admin"
+)
+
+// readRoutes registers the reads a standby answers from the store too:
+// job listings, jobs and quota rules.
+func (s *Server) readRoutes() {
+	s.route("GET /api/v1/jobs", readsJobs, jobReader, s.listJobs)
+	s.route("GET /api/v1/jobs/{id}", readsJobs, jobReader, s.getJob)
+	s.route("GET /api/v1/quotas", readsCluster, jobReader, s.listQuotas)
 }
 
 // ServeHTTP authenticates and routes the request: the API, or, for other

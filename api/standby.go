@@ -46,9 +46,7 @@ func (r storeReads) Job(ctx context.Context, id string) (*berth.JobDetail, error
 // X-Forwarded-For, so the leader admits it by its token only.
 func Standby(st store.Store, leader func(context.Context) (string, error), self string, sec *Security) http.Handler {
 	s := &Server{reads: storeReads{st}, sec: sec, log: slog.New(slog.DiscardHandler), mux: http.NewServeMux()}
-	s.route("GET /api/v1/jobs", readsJobs, "viewer, user, operator, admin or peer", s.listJobs)
-	s.route("GET /api/v1/jobs/{id}", readsJobs, "viewer, user, operator, admin or peer", s.getJob)
-	s.route("GET /api/v1/quotas", readsCluster, "viewer, user, operator, admin or peer", s.listQuotas)
+	s.readRoutes()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		lead, err := leader(r.Context())
 		if err != nil {
