@@ -46,7 +46,6 @@ type Swapper struct {
 	mu    sync.Mutex
 	swaps map[string]*berth.Swap
 	busy  map[string]string // pool → the swap running there
-	runs  sync.WaitGroup
 }
 
 // poolService is the name of the service a pool's swaps run.
@@ -133,7 +132,6 @@ func (s *Swapper) Start(ctx context.Context, key, token, who string, dryRun bool
 	}
 	s.swaps[sw.ID], s.busy[sw.Pool] = sw, sw.ID
 	c := *sw
-	s.runs.Add(1)
 	go s.run(sw.ID)
 	return &c, nil
 }
@@ -150,18 +148,6 @@ func (s *Swapper) Get(id string) (*berth.Swap, error) {
 	return &c, nil
 }
 
-// Wait waits for the running swaps to end, or ctx.
-func (s *Swapper) Wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { s.runs.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // update changes swap id under the lock.
 func (s *Swapper) update(id string, fn func(*berth.Swap)) berth.Swap {
 	s.mu.Lock()
@@ -173,7 +159,6 @@ func (s *Swapper) update(id string, fn func(*berth.Swap)) berth.Swap {
 // run carries out swap id: stop the pool's services, start the model's,
 // wait until it is ready, then fire the webhook, outside the swap's state.
 func (s *Swapper) run(id string) {
-	defer s.runs.Done()
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = 30 * time.Minute
