@@ -48,6 +48,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		q.Add("_pragma", "journal_mode(WAL)")
 		q.Add("_pragma", "synchronous(FULL)")
 		q.Add("_pragma", "foreign_keys(OFF)")
+		q.Add("_pragma", "temp_store(MEMORY)")
 		if extra != "" {
 			q.Add("_pragma", extra)
 		}
@@ -138,6 +139,7 @@ func (s *Store) prepared(ctx context.Context, queries []string) ([]*sql.Stmt, er
 
 // Write applies b in one transaction and returns once it is fsynced.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
+	b = b.Deduplicated()
 	ops, err := planBatch(b)
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
@@ -160,9 +162,9 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 		if err != nil {
 			return fmt.Errorf("write: %s: %w", op.what, err)
 		}
-		if op.mustUpdate {
-			if n, _ := res.RowsAffected(); n != 1 {
-				return fmt.Errorf("write: %s: no such job", op.what)
+		if op.mustUpdate > 0 {
+			if n, _ := res.RowsAffected(); n != int64(op.mustUpdate) {
+				return fmt.Errorf("write: %s: %w", op.what, missingJob(ctx, tx, b.JobUpdates))
 			}
 		}
 	}
@@ -172,17 +174,34 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 	return nil
 }
 
+// missingJob names the first job of updates that has no row, seen from tx.
+func missingJob(ctx context.Context, tx *sql.Tx, updates []store.JobUpdate) error {
+	for _, u := range updates {
+		var found string
+		err := tx.QueryRowContext(ctx, `SELECT id FROM jobs WHERE id = ?`, u.ID).Scan(&found)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("no such job %s", u.ID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return errors.New("a job updated twice")
+}
+
 // writeOp is one statement of a batch.
 type writeOp struct {
 	what       string // for errors
 	query      string
 	args       []any
-	mustUpdate bool // an update that must hit exactly one row
+	mustUpdate int // rows an update of jobs must hit: one per job
 }
 
 const (
 	insertJobs     = `INSERT INTO jobs (` + sqlstore.JobColumns + `) VALUES `
-	updateJob      = `UPDATE jobs SET state = ?2, reason = ?3, exit_code = ?4, attempts = ?5, started_at = ?6, finished_at = ?7 WHERE id = ?1`
+	updateJobsHead = `WITH v (` + sqlstore.JobUpdateColumns + `) AS (VALUES `
+	updateJobsTail = `) UPDATE jobs SET state = v.state, reason = v.reason, exit_code = v.exit_code, attempts = v.attempts,
+		started_at = v.started_at, finished_at = v.finished_at FROM v WHERE jobs.id = v.id`
 	upsertAttempts = `INSERT INTO attempts (` + sqlstore.AttemptColumns + `) VALUES `
 	upsertWorkers  = `INSERT INTO workers (` + sqlstore.WorkerColumns + `) VALUES `
 	upsertQuotas   = `INSERT INTO quota_rules (` + sqlstore.QuotaColumns + `) VALUES `
@@ -193,9 +212,8 @@ const (
 	insertEvents   = `INSERT INTO events (` + sqlstore.EventColumns + `) VALUES `
 )
 
-// planBatch turns b into statements in the order Batch documents. Within a
-// multi-row upsert, SQLite applies the rows in order, so a later write of
-// the same id wins.
+// planBatch turns b, deduplicated, into statements in the order Batch
+// documents. Each list is written as few multi-row statements.
 func planBatch(b *store.Batch) ([]writeOp, error) {
 	var ops []writeOp
 	var err error
@@ -205,9 +223,11 @@ func planBatch(b *store.Batch) ([]writeOp, error) {
 		}
 	}
 	rows("insert jobs", insertJobs, len(b.Jobs), "", func(i int) ([]any, error) { return sqlstore.JobRow(b.Jobs[i]) })
-	for i := range b.JobUpdates {
-		u := &b.JobUpdates[i]
-		ops = append(ops, writeOp{what: "update job " + u.ID, query: updateJob, mustUpdate: true, args: sqlstore.JobUpdateRow(u)})
+	first := len(ops)
+	rows("update jobs", updateJobsHead, len(b.JobUpdates), updateJobsTail,
+		func(i int) ([]any, error) { return sqlstore.JobUpdateRow(&b.JobUpdates[i]), nil })
+	for i := first; i < len(ops); i++ {
+		ops[i].mustUpdate = min(rowsPerInsert, len(b.JobUpdates)-(i-first)*rowsPerInsert)
 	}
 	rows("upsert attempts", upsertAttempts, len(b.Attempts), sqlstore.AttemptUpsert,
 		func(i int) ([]any, error) { return sqlstore.AttemptRow(b.Attempts[i]) })

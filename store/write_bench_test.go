@@ -52,3 +52,45 @@ func BenchmarkWriteJobs(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkJobLifecycle writes what the controller writes for 1,000 jobs
+// from submit to success, in three batches: the new jobs; their attempts
+// assigned and the jobs running; the attempts and jobs succeeded. ns/job is
+// the store's share of a trivial job's cost.
+//
+//	go test ./store -run '^$' -bench JobLifecycle -benchtime 100x
+func BenchmarkJobLifecycle(b *testing.B) {
+	const jobs = 1000
+	for _, d := range drivers {
+		b.Run(d.name, func(b *testing.B) {
+			s := d.open(b)
+			var gen berth.IDGen
+			now := time.Now().UTC()
+			zero := 0
+			for b.Loop() {
+				var created, assigned, ended store.Batch
+				for range jobs {
+					j := &berth.Job{ID: gen.New(now), JobSpec: berth.JobSpec{Name: "job", User: "alice", Queue: "gpu",
+						Kind: berth.KindBatch, Priority: 100, Nodes: 1, Command: berth.Argv{"true"}},
+						State: berth.JobPending, CreatedAt: now}
+					created.Jobs = append(created.Jobs, j)
+					a := &berth.Attempt{ID: gen.New(now), JobID: j.ID, WorkerID: "w-01JQ8Z5C2V3K4M5N6P7Q8R9S0T", Host: "gpu-1",
+						GPUs: []int{0}, State: berth.AttemptAssigned, CreatedAt: now}
+					assigned.Attempts = append(assigned.Attempts, a)
+					assigned.JobUpdates = append(assigned.JobUpdates, store.JobUpdate{ID: j.ID, State: berth.JobRunning, Attempts: 1, StartedAt: now})
+					done := *a
+					done.State, done.ExitCode, done.StartedAt, done.FinishedAt = berth.AttemptSucceeded, &zero, now, now
+					ended.Attempts = append(ended.Attempts, &done)
+					ended.JobUpdates = append(ended.JobUpdates, store.JobUpdate{ID: j.ID, State: berth.JobSucceeded, ExitCode: &zero,
+						Attempts: 1, StartedAt: now, FinishedAt: now})
+				}
+				for _, batch := range []*store.Batch{&created, &assigned, &ended} {
+					if err := s.Write(b.Context(), batch); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*jobs), "ns/job")
+		})
+	}
+}

@@ -45,26 +45,68 @@ type Envelope struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 }
 
+// kind is what the package knows of one message type: the start of its
+// envelope as AppendFrame writes it, and a new payload to decode into.
+type kind struct {
+	name string
+	head []byte // {"type":"NAME","payload":
+	new  func() any
+}
+
+// kinds are the message types, by name.
+var kinds = func() map[string]kind {
+	news := map[string]func() any{
+		TypeRegister:      func() any { return &Register{} },
+		TypeHeartbeat:     func() any { return &Heartbeat{} },
+		TypeReadyForWork:  func() any { return &ReadyForWork{} },
+		TypeJobAccepted:   func() any { return &JobAccepted{} },
+		TypeJobResult:     func() any { return &JobResult{} },
+		TypeLog:           func() any { return &Log{} },
+		TypeProgress:      func() any { return &Progress{} },
+		TypeServiceStatus: func() any { return &ServiceStatus{} },
+		TypeControl:       func() any { return &Control{} },
+		TypeJobAssign:     func() any { return &JobAssign{} },
+		TypeJobCancel:     func() any { return &JobCancel{} },
+		TypeNoWork:        func() any { return &NoWork{} },
+		TypeAck:           func() any { return &Ack{} },
+		TypePrewarmHint:   func() any { return &PrewarmHint{} },
+	}
+	m := make(map[string]kind, len(news))
+	for name, fn := range news {
+		m[name] = kind{name: name, head: []byte(envelopeHead + name + envelopeMid), new: fn}
+	}
+	return m
+}()
+
+// The envelope as AppendFrame writes it: envelopeHead, the type,
+// envelopeMid, the payload, "}". Message type names need no escaping.
+const (
+	envelopeHead = `{"type":"`
+	envelopeMid  = `","payload":`
+)
+
 // Encode returns the frame of one message.
 func Encode(typ string, payload any) ([]byte, error) {
 	return AppendFrame(nil, typ, payload)
 }
 
 // AppendFrame appends the envelope of one message to frame, on a line of
-// its own after any envelopes already there.
+// its own after any envelopes already there. An unknown type is an error.
 func AppendFrame(frame []byte, typ string, payload any) ([]byte, error) {
-	p, err := json.Marshal(payload)
-	if err != nil {
-		return frame, fmt.Errorf("encode %s: %w", typ, err)
+	k, ok := kinds[typ]
+	if !ok {
+		return frame, fmt.Errorf("encode %s: unknown message type", typ)
 	}
-	env, err := json.Marshal(Envelope{Type: typ, Payload: p})
+	p, err := json.Marshal(payload)
 	if err != nil {
 		return frame, fmt.Errorf("encode %s: %w", typ, err)
 	}
 	if len(frame) > 0 {
 		frame = append(frame, '\n')
 	}
-	return append(frame, env...), nil
+	frame = append(frame, k.head...)
+	frame = append(frame, p...)
+	return append(frame, '}'), nil
 }
 
 // Message is one decoded envelope: its type and a pointer to the payload
@@ -103,50 +145,54 @@ func DecodeFrame(frame []byte) ([]Message, error) {
 // Decode parses a frame of one envelope into its type and payload value (a
 // pointer to the struct for that type). Unknown types and malformed
 // payloads are errors.
+//
+// An envelope spelled as AppendFrame writes it is decoded in one pass over
+// its payload; any other spelling of the same JSON (keys in another order,
+// spaces, escapes, extra keys) is parsed in full, with the same result.
 func Decode(frame []byte) (string, any, error) {
+	if k, payload, ok := splitEnvelope(frame); ok {
+		v := k.new()
+		if json.Unmarshal(payload, v) == nil {
+			return k.name, v, nil
+		}
+	}
+	return decodeEnvelope(frame)
+}
+
+// decodeEnvelope is Decode for any spelling of an envelope.
+func decodeEnvelope(frame []byte) (string, any, error) {
 	var env Envelope
 	if err := json.Unmarshal(frame, &env); err != nil {
 		return "", nil, fmt.Errorf("decode frame: %w", err)
 	}
-	var v any
-	switch env.Type {
-	case TypeRegister:
-		v = &Register{}
-	case TypeHeartbeat:
-		v = &Heartbeat{}
-	case TypeReadyForWork:
-		v = &ReadyForWork{}
-	case TypeJobAccepted:
-		v = &JobAccepted{}
-	case TypeJobResult:
-		v = &JobResult{}
-	case TypeLog:
-		v = &Log{}
-	case TypeProgress:
-		v = &Progress{}
-	case TypeServiceStatus:
-		v = &ServiceStatus{}
-	case TypeControl:
-		v = &Control{}
-	case TypeJobAssign:
-		v = &JobAssign{}
-	case TypeJobCancel:
-		v = &JobCancel{}
-	case TypeNoWork:
-		v = &NoWork{}
-	case TypeAck:
-		v = &Ack{}
-	case TypePrewarmHint:
-		v = &PrewarmHint{}
-	default:
+	k, ok := kinds[env.Type]
+	if !ok {
 		return "", nil, fmt.Errorf("decode frame: unknown message type %q", env.Type)
 	}
+	v := k.new()
 	if len(env.Payload) > 0 {
 		if err := json.Unmarshal(env.Payload, v); err != nil {
 			return "", nil, fmt.Errorf("decode %s: %w", env.Type, err)
 		}
 	}
-	return env.Type, v, nil
+	return k.name, v, nil
+}
+
+// splitEnvelope returns the kind and the payload of an envelope spelled
+// exactly as AppendFrame writes it, and false for any other frame. The
+// payload is not checked: a frame whose payload does not decode alone
+// (say `{"type":"ack","payload":{},"x":1}`) is left to the full parse.
+func splitEnvelope(frame []byte) (kind, []byte, bool) {
+	rest, ok := bytes.CutPrefix(frame, []byte(envelopeHead))
+	if !ok || len(rest) == 0 || rest[len(rest)-1] != '}' {
+		return kind{}, nil, false
+	}
+	name, rest, ok := bytes.Cut(rest, []byte(envelopeMid))
+	if !ok {
+		return kind{}, nil, false
+	}
+	k, ok := kinds[string(name)]
+	return k, rest[:len(rest)-1], ok
 }
 
 // Register is the first message of a session. Running lists the attempts

@@ -12,6 +12,8 @@ import (
 // FuzzDecodeFrame feeds arbitrary frames to DecodeFrame. Properties:
 //
 //   - nothing panics;
+//   - Decode of each line agrees with the full parse of its envelope
+//     (decodeEnvelope), whatever its spelling;
 //   - an error returns no message, and success returns one message per
 //     non-blank line, each a non-nil pointer that Decode of that line
 //     agrees with;
@@ -72,11 +74,23 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"type":"register","payload":{"queues":[],"labels":{},"memory":"80GiB","gpus":[{"memory":"1.5KiB"}]}}`,
 		`{"type":"log","payload":{"data":"","offset":-1}}` + "\n\n" + `{"type":"no_work"}`,
 		`{"type":"ack","payload":null}` + "\n" + `{"type":"job_result","payload":{"state":"x","exit_code":null}}`,
+		`{"type":"ack","payload":{},"of":"x"}`,
+		`{"type":"ack","payload":{"of":"a"} }`,
+		`{"type":"ack","payload":{"of":"a"}}}`,
+		`{"type":"ack\u0020","payload":{}}`,
+		`{"type":"ack","payload":{"of":"a"},"payload":{"of":"b"}}`,
 	} {
 		f.Add([]byte(seed))
 	}
 
 	f.Fuzz(func(t *testing.T, frame []byte) {
+		for _, line := range bytes.Split(frame, []byte("\n")) {
+			typ, body, err := Decode(line)
+			wantTyp, wantBody, wantErr := decodeEnvelope(line)
+			if (err == nil) != (wantErr == nil) || typ != wantTyp || !reflect.DeepEqual(body, wantBody) {
+				t.Fatalf("Decode(%q) = %s, %#v, %v; the full parse gives %s, %#v, %v", line, typ, body, err, wantTyp, wantBody, wantErr)
+			}
+		}
 		got, err := DecodeFrame(frame)
 		if err != nil {
 			if got != nil {
