@@ -107,6 +107,7 @@ type Agent struct {
 	log      *slog.Logger
 	workerID string
 	attDir   string
+	logs     *LogFiles // spare log files for new attempts
 	groups   *GroupJournal
 	ports    *PortAllocator
 	adopted  []adoption // services a previous agent left running, followed once Run starts
@@ -234,6 +235,9 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	if a.groups, err = OpenGroupJournal(journal); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if a.logs, err = OpenLogFiles(filepath.Join(cfg.DataDir, "spare-logs"), max(cfg.Slots, 1)); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	for _, ad := range a.adopted {
@@ -638,7 +642,7 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 					at.file = nil
 				}
 				at.mu.Unlock()
-				at.removeFiles()
+				a.removeFiles(at)
 			}
 		}
 	case *wire.NoWork:
@@ -647,10 +651,10 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 	}
 }
 
-// removeFiles deletes the attempt's log and, if Start made it, its
-// scratch directory.
-func (at *attempt) removeFiles() {
-	_ = os.Remove(at.log)
+// removeFiles recycles the attempt's log and deletes, if Start made it,
+// its scratch directory.
+func (a *Agent) removeFiles(at *attempt) {
+	a.logs.Recycle(at.log)
 	if at.scratch {
 		_ = os.RemoveAll(at.dir)
 	}
@@ -789,7 +793,7 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	} else if proc, err = a.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
 		ArrayIndex: m.ArrayIndex, Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log,
-		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups,
+		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups, Logs: a.logs,
 		ProgressURL: a.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}); err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	}
