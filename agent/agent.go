@@ -912,10 +912,13 @@ const chunkSize = 64 << 10
 
 // shipLocked sends the output from at.sent to the end of the file.
 func (a *Agent) shipLocked(ctx context.Context, at *attempt) error {
+	if _, never := at.proc.(*doneProcess); never {
+		return nil // it ended before it began: no output to look for
+	}
 	if at.file == nil {
 		f, err := os.Open(at.log)
 		if errors.Is(err, os.ErrNotExist) {
-			return nil // no output file (start failed, or the no-op executor)
+			return nil // no output file yet
 		}
 		if err != nil {
 			return err

@@ -237,7 +237,7 @@ func planBatch(b *store.Batch) ([]statement, error) {
 	add("insert jobs", insertJobs, len(b.Jobs), func(i int) ([]any, error) { return sqlstore.JobRow(b.Jobs[i]) })
 	add("update jobs", updateJobs, len(b.JobUpdates),
 		func(i int) ([]any, error) { return sqlstore.JobUpdateRow(&b.JobUpdates[i]), nil })
-	add("upsert attempts", upsertAttempts, len(b.Attempts), func(i int) ([]any, error) { return sqlstore.AttemptRow(b.Attempts[i]) })
+	add("upsert attempts", upsertAttempts, len(b.Attempts), func(i int) ([]any, error) { return sqlstore.AttemptRow(b.Attempts[i]), nil })
 	add("upsert workers", upsertWorkers, len(b.Workers), func(i int) ([]any, error) { return sqlstore.WorkerRow(b.Workers[i]) })
 	add("upsert quota rules", upsertQuotas, len(b.Quotas), func(i int) ([]any, error) { return sqlstore.QuotaRow(b.Quotas[i]), nil })
 	add("delete quota rules", deleteQuotas, len(b.QuotaDeletes), func(i int) ([]any, error) { return []any{b.QuotaDeletes[i]}, nil })

@@ -34,7 +34,7 @@ type Store struct {
 	r *sql.DB // read-only pool
 
 	stmtMu sync.Mutex
-	stmts  map[string]*sql.Stmt // prepared on w, by query: parsed once
+	stmts  map[shape]*sql.Stmt // prepared on w: each shape parsed once
 }
 
 var _ store.Store = (*Store)(nil)
@@ -77,7 +77,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	r.SetMaxIdleConns(8)
-	s := &Store{w: w, r: r, stmts: map[string]*sql.Stmt{}}
+	s := &Store{w: w, r: r, stmts: map[shape]*sql.Stmt{}}
 	s.Reader = sqlstore.NewReader(s.query, sqlstore.Dialect{
 		Placeholder: func(int) string { return "?" },
 		ControlTime: "updated_at",
@@ -115,22 +115,22 @@ func (r sqlRows) Close() { r.Rows.Close() }
 // Close closes both connection pools.
 func (s *Store) Close() error { return errors.Join(s.r.Close(), s.w.Close()) }
 
-// prepared returns the statements for queries, in their order, preparing
-// on the writer connection those not seen before. Write's queries are few
-// shapes, so each is parsed once. It must run outside a transaction: the writer has
-// one connection, which a transaction holds.
-func (s *Store) prepared(ctx context.Context, queries []string) ([]*sql.Stmt, error) {
+// prepared returns the statements of ops, in their order, preparing on
+// the writer connection the shapes not seen before. Write's statements are
+// few shapes, so each is built and parsed once. It must run outside a
+// transaction: the writer has one connection, which a transaction holds.
+func (s *Store) prepared(ctx context.Context, ops []writeOp) ([]*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
-	stmts := make([]*sql.Stmt, len(queries))
-	for i, q := range queries {
-		st := s.stmts[q]
+	stmts := make([]*sql.Stmt, len(ops))
+	for i, op := range ops {
+		st := s.stmts[op.shape]
 		if st == nil {
 			var err error
-			if st, err = s.w.PrepareContext(ctx, q); err != nil {
+			if st, err = s.w.PrepareContext(ctx, op.shape.query()); err != nil {
 				return nil, err
 			}
-			s.stmts[q] = st
+			s.stmts[op.shape] = st
 		}
 		stmts[i] = st
 	}
@@ -144,11 +144,7 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
-	queries := make([]string, len(ops))
-	for i, op := range ops {
-		queries[i] = op.query
-	}
-	stmts, err := s.prepared(ctx, queries)
+	stmts, err := s.prepared(ctx, ops)
 	if err != nil {
 		return fmt.Errorf("write: prepare: %w", err)
 	}
@@ -192,9 +188,25 @@ func missingJob(ctx context.Context, tx *sql.Tx, updates []store.JobUpdate) erro
 // writeOp is one statement of a batch.
 type writeOp struct {
 	what       string // for errors
-	query      string
+	shape      shape
 	args       []any
 	mustUpdate int // rows an update of jobs must hit: one per job
+}
+
+// shape is the form of a statement: head, then rows tuples of width
+// placeholders (none when rows is 0), then tail.
+type shape struct {
+	head, tail  string
+	rows, width int
+}
+
+// query returns the statement's SQL.
+func (s shape) query() string {
+	if s.rows == 0 {
+		return s.head + s.tail
+	}
+	tuple := "(" + strings.Repeat("?, ", s.width-1) + "?)"
+	return s.head + strings.Repeat(tuple+", ", s.rows-1) + tuple + s.tail
 }
 
 const (
@@ -227,50 +239,55 @@ func planBatch(b *store.Batch) ([]writeOp, error) {
 	rows("update jobs", updateJobsHead, len(b.JobUpdates), updateJobsTail,
 		func(i int) ([]any, error) { return sqlstore.JobUpdateRow(&b.JobUpdates[i]), nil })
 	for i := first; i < len(ops); i++ {
-		ops[i].mustUpdate = min(rowsPerInsert, len(b.JobUpdates)-(i-first)*rowsPerInsert)
+		ops[i].mustUpdate = ops[i].shape.rows
 	}
 	rows("upsert attempts", upsertAttempts, len(b.Attempts), sqlstore.AttemptUpsert,
-		func(i int) ([]any, error) { return sqlstore.AttemptRow(b.Attempts[i]) })
+		func(i int) ([]any, error) { return sqlstore.AttemptRow(b.Attempts[i]), nil })
 	rows("upsert workers", upsertWorkers, len(b.Workers), sqlstore.WorkerUpsert,
 		func(i int) ([]any, error) { return sqlstore.WorkerRow(b.Workers[i]) })
 	rows("upsert quota rules", upsertQuotas, len(b.Quotas), sqlstore.QuotaUpsert,
 		func(i int) ([]any, error) { return sqlstore.QuotaRow(b.Quotas[i]), nil })
 	for _, id := range b.QuotaDeletes {
-		ops = append(ops, writeOp{what: "delete quota rule " + id, query: deleteQuota, args: []any{id}})
+		ops = append(ops, writeOp{what: "delete quota rule " + id, shape: shape{head: deleteQuota}, args: []any{id}})
 	}
 	rows("upsert worker controls", upsertControls, len(b.Controls), sqlstore.ControlUpsert,
 		func(i int) ([]any, error) { return sqlstore.ControlRow(b.Controls[i]), nil })
 	for _, p := range b.Progress {
-		ops = append(ops, writeOp{what: "set progress of attempt " + p.AttemptID, query: updateProgress,
+		ops = append(ops, writeOp{what: "set progress of attempt " + p.AttemptID, shape: shape{head: updateProgress},
 			args: []any{p.Progress, p.AttemptID}})
 	}
 	rows("append logs", insertLogs, len(b.Logs), "", func(i int) ([]any, error) { return sqlstore.LogRow(&b.Logs[i]), nil })
 	rows("insert events", insertEvents, len(b.Events), "", func(i int) ([]any, error) { return sqlstore.EventRow(b.Events[i]) })
 	if query, args, ok := sqlstore.PruneEvents(b.Events); ok {
-		ops = append(ops, writeOp{what: "prune events", query: query, args: args})
+		ops = append(ops, writeOp{what: "prune events", shape: shape{head: query}, args: args})
 	}
 	return ops, err
 }
 
-// rowsPerInsert is how many rows one multi-row INSERT carries: far fewer
-// statements for large batches, well under SQLite's 32,766 parameters.
+// rowsPerInsert is how many rows one multi-row statement carries: far
+// fewer statements for large batches, well under SQLite's 32,766
+// parameters.
 const rowsPerInsert = 128
 
-// insertRows appends to ops the inserts of n rows, rowsPerInsert at a
-// time, with row returning the values of row i.
+// insertRows appends to ops the statements writing n rows, rowsPerInsert
+// at a time, with row returning the values of row i.
 func insertRows(ops []writeOp, what, head string, n int, tail string, row func(i int) ([]any, error)) ([]writeOp, error) {
 	for start := 0; start < n; start += rowsPerInsert {
 		var args []any
-		var tuples []string
+		width := 0
 		for i := start; i < min(start+rowsPerInsert, n); i++ {
 			values, err := row(i)
 			if err != nil {
 				return nil, err
 			}
+			if args == nil {
+				width = len(values)
+				args = make([]any, 0, width*min(rowsPerInsert, n-start))
+			}
 			args = append(args, values...)
-			tuples = append(tuples, "("+strings.Repeat("?, ", len(values)-1)+"?)")
 		}
-		ops = append(ops, writeOp{what: what, args: args, query: head + strings.Join(tuples, ", ") + tail})
+		ops = append(ops, writeOp{what: what, args: args,
+			shape: shape{head: head, tail: tail, rows: min(rowsPerInsert, n-start), width: width}})
 	}
 	return ops, nil
 }

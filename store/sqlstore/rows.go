@@ -71,15 +71,27 @@ func JobUpdateRow(u *store.JobUpdate) []any {
 	return []any{u.ID, string(u.State), u.Reason, nullInt(u.ExitCode), u.Attempts, nanos(u.StartedAt), nanos(u.FinishedAt)}
 }
 
-// AttemptRow returns the values of a's row, in AttemptColumns order. It
-// fails if the GPUs cannot be encoded.
-func AttemptRow(a *berth.Attempt) ([]any, error) {
-	gpus, err := json.Marshal(a.GPUs)
-	if err != nil {
-		return nil, fmt.Errorf("encode attempt %s: %w", a.ID, err)
+// AttemptRow returns the values of a's row, in AttemptColumns order.
+func AttemptRow(a *berth.Attempt) []any {
+	return []any{a.ID, a.JobID, a.TaskIndex, a.WorkerID, a.Host, gpuList(a.GPUs), string(a.State), nullInt(a.ExitCode), a.Reason,
+		nanos(a.CreatedAt), nanos(a.StartedAt), nanos(a.FinishedAt), a.Port, a.Progress, a.ServicePort, a.Phase, a.FailureClass}
+}
+
+// gpuList returns GPU indexes as JSON, as encoding/json writes them: null
+// for none, [0,2] for two.
+func gpuList(gpus []int) string {
+	if gpus == nil {
+		return "null"
 	}
-	return []any{a.ID, a.JobID, a.TaskIndex, a.WorkerID, a.Host, string(gpus), string(a.State), nullInt(a.ExitCode), a.Reason,
-		nanos(a.CreatedAt), nanos(a.StartedAt), nanos(a.FinishedAt), a.Port, a.Progress, a.ServicePort, a.Phase, a.FailureClass}, nil
+	b := make([]byte, 0, 2+3*len(gpus))
+	b = append(b, '[')
+	for i, g := range gpus {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(g), 10)
+	}
+	return string(append(b, ']'))
 }
 
 // WorkerRow returns the values of w's row, in WorkerColumns order. It fails
