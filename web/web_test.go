@@ -496,7 +496,10 @@ func TestWorkersAndCapacity(t *testing.T) {
 	ag.send(ctx, wire.TypeLog, &wire.Log{AttemptID: as.AttemptID, Data: []byte("epoch 1 loss 0.5\n")})
 	waits := d.submit("bob", "too-big", "gpu", 8) // no worker has 8 GPUs
 
-	body := d.eventually(ctx, "/", admin, regexp.MustCompile(`data-queue="gpu"(?s:.*?)<td class="num">2</td><td class="num">2</td>`))
+	// A placed job's GPUs are busy at once, but it leaves the queue only once
+	// its assignment is durable: wait for both.
+	body := d.eventually(ctx, "/", admin, regexp.MustCompile(
+		`data-queue="gpu"(?s:.*?)<td class="num">2</td><td class="num">2</td><td class="num">0</td>\s*<td class="num"><a [^>]*>1</a>`))
 	if got := cells(row(t, body, `data-queue="gpu"`)); strings.Join(got[:7], "|") != "gpu|1|4|2|2|0|1" {
 		t.Errorf("gpu row = %q, want 1 worker, 4 GPUs, 2 busy, 2 free, 0 off, 1 pending", got)
 	}
