@@ -55,8 +55,11 @@ func BenchmarkWriteJobs(b *testing.B) {
 
 // BenchmarkJobLifecycle writes what the controller writes for 1,000 jobs
 // from submit to success, in three batches: the new jobs; their attempts
-// assigned and the jobs running; the attempts and jobs succeeded. ns/job is
-// the store's share of a trivial job's cost.
+// assigned and the jobs running; the attempts and jobs succeeded. (The
+// controller writes at least that many: a job's running state lands with
+// its assignment or its end when the agent's acceptance shares their group
+// commit, in a batch of its own otherwise.) ns/job is the store's share of
+// a trivial job's cost.
 //
 //	go test ./store -run '^$' -bench JobLifecycle -benchtime 100x
 func BenchmarkJobLifecycle(b *testing.B) {

@@ -497,7 +497,7 @@ func TestWorkersAndCapacity(t *testing.T) {
 	waits := d.submit("bob", "too-big", "gpu", 8) // no worker has 8 GPUs
 
 	// A placed job's GPUs are busy at once, but it leaves the queue only once
-	// its assignment is durable: wait for both.
+	// the agent's acceptance is handled: wait for both.
 	body := d.eventually(ctx, "/", admin, regexp.MustCompile(
 		`data-queue="gpu"(?s:.*?)<td class="num">2</td><td class="num">2</td><td class="num">0</td>\s*<td class="num"><a [^>]*>1</a>`))
 	if got := cells(row(t, body, `data-queue="gpu"`)); strings.Join(got[:7], "|") != "gpu|1|4|2|2|0|1" {
