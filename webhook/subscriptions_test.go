@@ -317,11 +317,16 @@ func TestDispatcherGivesUpAfterMaxAttempts(t *testing.T) {
 	rcv := newHookReceiver(t, func(int) int { return http.StatusServiceUnavailable })
 	w := create(t, d, berth.WebhookRequest{URL: rcv.url})
 	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventWorkerRegistered, Host: "gpu-1"})
-	for n := 1; n <= 3; n++ {
-		rcv.awaitHits(t, n)
+	rcv.awaitHits(t, 1)
+	id := onlyDelivery(t, d, w.ID).ID
+	for n := 1; n < 3; n++ {
+		// The retry is due Backoff(n) after the attempt is recorded: advance
+		// the clock only then.
+		awaitDelivery(t, d, id, "after attempt "+strconv.Itoa(n), func(dl *berth.Delivery) bool { return dl.Attempts == n })
 		clk.Advance(webhook.Backoff(n))
+		rcv.awaitHits(t, n+1)
 	}
-	dl := awaitDelivery(t, d, onlyDelivery(t, d, w.ID).ID, "failed", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryFailed })
+	dl := awaitDelivery(t, d, id, "failed", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryFailed })
 	if dl.Attempts != 3 || dl.LastStatus != 503 || !dl.NextAttemptAt.IsZero() || !dl.DeliveredAt.IsZero() {
 		t.Fatalf("failed delivery = %+v", dl)
 	}
