@@ -200,7 +200,15 @@ type Store interface {
 
 	// Webhook subscriptions and their delivery log are written at once
 	// too, each write in a transaction of its own.
+	WebhookStore
 
+	// Close releases the store.
+	Close() error
+}
+
+// WebhookStore is the part of a Store that keeps webhook subscriptions and
+// their delivery log (package webhook's Dispatcher needs no more).
+type WebhookStore interface {
 	// CreateWebhook adds w; an id already there is ECodeConflict.
 	CreateWebhook(ctx context.Context, w *berth.Webhook) error
 	// Webhooks returns every webhook, oldest first, with its secret and
@@ -225,9 +233,6 @@ type Store interface {
 	Deliveries(ctx context.Context, webhookID string, limit int) ([]*berth.Delivery, error)
 	// Delivery returns one delivery; an unknown id is ECodeNotFound.
 	Delivery(ctx context.Context, id string) (*berth.Delivery, error)
-
-	// Close releases the store.
-	Close() error
 }
 
 // MaxDeliveriesPerAdd is the most deliveries one AddDeliveries call adds.

@@ -68,19 +68,8 @@ type Payload struct {
 }
 
 // Store is where a Dispatcher keeps webhooks and their deliveries; every
-// store.Store is one. Its methods have store.Store's contracts.
-type Store interface {
-	CreateWebhook(ctx context.Context, w *berth.Webhook) error
-	Webhooks(ctx context.Context) ([]*berth.Webhook, error)
-	DeleteWebhook(ctx context.Context, id string) error
-	AddDeliveries(ctx context.Context, ds []*berth.Delivery) error
-	DueDeliveries(ctx context.Context, now time.Time, limit int) ([]*berth.Delivery, error)
-	UpdateDelivery(ctx context.Context, d *berth.Delivery) error
-	Deliveries(ctx context.Context, webhookID string, limit int) ([]*berth.Delivery, error)
-	Delivery(ctx context.Context, id string) (*berth.Delivery, error)
-}
-
-var _ Store = store.Store(nil)
+// store.Store is one.
+type Store = store.WebhookStore
 
 // Events is the stream a Dispatcher reads; *controller.Bus is one.
 type Events interface {
