@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"sync"
 )
 
@@ -97,10 +98,7 @@ func (c *Committer) writePending() {
 		if len(group) == 0 {
 			return
 		}
-		merged := group[0].batch
-		for _, g := range group[1:] {
-			merged.Append(g.batch)
-		}
+		merged := merge(group)
 		if c.err == nil && !merged.Empty() {
 			merged.Compact()
 			if c.Prepare != nil {
@@ -114,4 +112,29 @@ func (c *Committer) writePending() {
 			g.done(c.err)
 		}
 	}
+}
+
+// merge returns the batches of group as one, in order (see Batch.Append).
+// It reuses the first batch, growing its busiest lists once to their
+// merged length rather than step by step.
+func merge(group []commit) *Batch {
+	merged := group[0].batch
+	if len(group) == 1 {
+		return merged
+	}
+	var jobs, updates, attempts, audit int
+	for _, g := range group[1:] {
+		jobs += len(g.batch.Jobs)
+		updates += len(g.batch.JobUpdates)
+		attempts += len(g.batch.Attempts)
+		audit += len(g.batch.Audit)
+	}
+	merged.Jobs = slices.Grow(merged.Jobs, jobs)
+	merged.JobUpdates = slices.Grow(merged.JobUpdates, updates)
+	merged.Attempts = slices.Grow(merged.Attempts, attempts)
+	merged.Audit = slices.Grow(merged.Audit, audit)
+	for _, g := range group[1:] {
+		merged.Append(g.batch)
+	}
+	return merged
 }
