@@ -8,6 +8,12 @@ type SubmitResponse struct {
 	Jobs []*Job `json:"jobs"`
 }
 
+// SubmitIDsResponse is the body of POST /api/v1/jobs?ids_only=true: the
+// ids of the jobs SubmitResponse would carry, in the same order.
+type SubmitIDsResponse struct {
+	IDs []string `json:"ids"`
+}
+
 // JobList is the body of GET /api/v1/jobs. NextCursor, when set, is the
 // cursor query parameter of the next page.
 type JobList struct {

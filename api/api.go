@@ -261,7 +261,10 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	req := berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
-	err := decode(r, &req)
+	idsOnly, err := boolQuery(r, "ids_only")
+	if err == nil {
+		err = decode(r, &req)
+	}
 	if err == nil {
 		err = submitter(identity(r), &req)
 	}
@@ -278,7 +281,29 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	if replayed {
 		status = http.StatusOK // the jobs of an earlier request with this idempotency key
 	}
+	if idsOnly { // a large array's answer without every job in full
+		ids := make([]string, len(jobs))
+		for i, j := range jobs {
+			ids[i] = j.ID
+		}
+		writeJSON(w, status, berth.SubmitIDsResponse{IDs: ids})
+		return
+	}
 	writeJSON(w, status, berth.SubmitResponse{Jobs: jobs})
+}
+
+// boolQuery returns r's query parameter name as a bool, false when it is
+// absent; any value but true or false is an invalid-field error.
+func boolQuery(r *http.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, berth.Invalidf(name, "must be true or false, not %q", v)
+	}
+	return b, nil
 }
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {

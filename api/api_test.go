@@ -310,6 +310,54 @@ func TestSubmitArray(t *testing.T) {
 	}
 }
 
+func TestSubmitIDsOnly(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	body := `{"command":["true"],"array":5,"idempotency_key":"ids-1"}`
+	status, ctype, data := s.do("POST", "/api/v1/jobs?ids_only=maybe", body)
+	checkError(t, status, ctype, data, http.StatusBadRequest, berth.ECodeInvalid, "ids_only")
+	if n := s.count(); n != 0 {
+		t.Fatalf("store holds %d jobs after a bad ids_only, want 0", n)
+	}
+	status, _, data = s.do("POST", "/api/v1/jobs?ids_only=true", body)
+	if status != http.StatusCreated {
+		t.Fatalf("status %d, want 201: %s", status, data)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil || len(raw) != 1 || raw["ids"] == nil {
+		t.Fatalf("answer %s, want only ids", data)
+	}
+	var got berth.SubmitIDsResponse
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.IDs) != 5 {
+		t.Fatalf("%d ids, want 5: %s", len(got.IDs), data)
+	}
+	for i, id := range got.IDs {
+		status, _, data := s.do("GET", "/api/v1/jobs/"+id, "")
+		var j berth.JobDetail
+		if status != http.StatusOK || json.Unmarshal(data, &j) != nil || j.Job == nil {
+			t.Fatalf("job %s: status %d: %s", id, status, data)
+		}
+		if j.ArrayIndex == nil || *j.ArrayIndex != i {
+			t.Errorf("ids[%d] is job %s with array_index %v, want %d", i, id, j.ArrayIndex, i)
+		}
+	}
+	// A repeat answers the first submission's ids, in full or as ids.
+	status, _, data = s.do("POST", "/api/v1/jobs?ids_only=true", body)
+	var again berth.SubmitIDsResponse
+	if status != http.StatusOK || json.Unmarshal(data, &again) != nil || !slices.Equal(again.IDs, got.IDs) {
+		t.Errorf("repeat: status %d, %s; want 200 with %v", status, data, got.IDs)
+	}
+	if full := s.submit(body, http.StatusOK); !slices.Equal(ids(full), got.IDs) {
+		t.Errorf("repeat in full returned %v, want %v", ids(full), got.IDs)
+	}
+	if n := s.count(); n != 5 {
+		t.Errorf("store holds %d jobs, want 5", n)
+	}
+}
+
 func TestSubmitIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)

@@ -128,13 +128,10 @@ func writeHeld(w http.ResponseWriter, st berth.SwapLockState, err error) {
 // "released":…}; 403 when the lock is held and the token is missing or
 // wrong.
 func (s *Server) releaseSwapLock(w http.ResponseWriter, r *http.Request) {
-	force := false
-	if v := r.URL.Query().Get("force"); v != "" {
-		var err error
-		if force, err = strconv.ParseBool(v); err != nil {
-			writeError(w, berth.Invalidf("force", "must be true or false, not %q", v))
-			return
-		}
+	force, err := boolQuery(r, "force")
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	if err := s.sec.record(r, "swap_lock.release", "swap_lock", map[string]string{"force": strconv.FormatBool(force)}); err != nil {
 		writeError(w, err)

@@ -3,9 +3,6 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"strconv"
-
-	"github.com/berth-dev/berth"
 )
 
 const logReadSize = 256 << 10
@@ -15,16 +12,15 @@ const logReadSize = 256 << 10
 // streaming until the job ends.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var follow, download bool
-	for name, dst := range map[string]*bool{"follow": &follow, "download": &download} {
-		if v := r.URL.Query().Get(name); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				writeError(w, berth.Invalidf(name, "must be true or false"))
-				return
-			}
-			*dst = b
-		}
+	follow, err := boolQuery(r, "follow")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	download, err := boolQuery(r, "download")
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	ctx := r.Context()
 	st := s.ctl.Store()

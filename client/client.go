@@ -174,14 +174,29 @@ func idempotent(method string, in any) bool {
 // again to another: the server answers a repeated key with the jobs of
 // the first submission.
 func (c *Client) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
+	var out berth.SubmitResponse
+	err := c.do(ctx, http.MethodPost, "/api/v1/jobs", c.keyed(req), &out)
+	return out.Jobs, err
+}
+
+// SubmitIDs queues a job or an array like Submit and returns only the new
+// jobs' ids: the answer to a large array is a fraction of the size.
+func (c *Client) SubmitIDs(ctx context.Context, req *berth.SubmitRequest) ([]string, error) {
+	var out berth.SubmitIDsResponse
+	err := c.do(ctx, http.MethodPost, "/api/v1/jobs?ids_only=true", c.keyed(req), &out)
+	return out.IDs, err
+}
+
+// keyed returns req with an idempotency key when it has none and there is
+// more than one server to try, so that a retry on another server cannot
+// submit twice.
+func (c *Client) keyed(req *berth.SubmitRequest) *berth.SubmitRequest {
 	if req.IdempotencyKey == "" && len(c.servers.urls) > 1 {
 		keyed := *req
 		keyed.IdempotencyKey = rand.Text()
-		req = &keyed
+		return &keyed
 	}
-	var out berth.SubmitResponse
-	err := c.do(ctx, http.MethodPost, "/api/v1/jobs", req, &out)
-	return out.Jobs, err
+	return req
 }
 
 // ListOptions filter a job listing. Limit 0 lists every job.

@@ -154,19 +154,14 @@ func benchThroughput(ctx context.Context, c *client.Client, n int, dir string) (
 	req := trueJob(dir)
 	req.Array = n
 	start := time.Now()
-	jobs, err := c.Submit(ctx, req)
+	ids, err := c.SubmitIDs(ctx, req)
 	if err != nil {
 		return 0, err
 	}
 	// Wait in chunks so that each request stays under the body limit.
 	var failures []string
-	for start := 0; start < len(jobs); start += waitChunk {
-		chunk := jobs[start:min(start+waitChunk, len(jobs))]
-		ids := make([]string, len(chunk))
-		for i, j := range chunk {
-			ids[i] = j.ID
-		}
-		res, err := c.Wait(ctx, ids, false, 0)
+	for start := 0; start < len(ids); start += waitChunk {
+		res, err := c.Wait(ctx, ids[start:min(start+waitChunk, len(ids))], false, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -189,14 +184,14 @@ func benchLatency(ctx context.Context, c *client.Client, n int, dir string) (flo
 	lat := make([]float64, 0, n)
 	for i := 0; i < n; i++ {
 		start := time.Now()
-		jobs, err := c.Submit(ctx, trueJob(dir))
+		ids, err := c.SubmitIDs(ctx, trueJob(dir))
 		if err != nil {
 			return 0, 0, err
 		}
-		if _, err := c.Wait(ctx, []string{jobs[0].ID}, false, 0); err != nil {
+		if _, err := c.Wait(ctx, ids, false, 0); err != nil {
 			return 0, 0, err
 		}
-		d, err := c.Job(ctx, jobs[0].ID)
+		d, err := c.Job(ctx, ids[0])
 		if err != nil {
 			return 0, 0, err
 		}

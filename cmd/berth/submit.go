@@ -225,19 +225,23 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 		return err
 	}
 	c := m.client(cf)
-	jobs, err := c.Submit(ctx, &req)
-	if err != nil {
-		return err
-	}
-	ids := make([]string, len(jobs))
-	for i, j := range jobs {
-		ids[i] = j.ID
-	}
+	var ids []string
 	if cf.output == "json" {
+		jobs, err := c.Submit(ctx, &req)
+		if err != nil {
+			return err
+		}
 		if err := printJSON(m.Stdout, jobs); err != nil {
 			return err
 		}
+		for _, j := range jobs {
+			ids = append(ids, j.ID)
+		}
 	} else {
+		var err error
+		if ids, err = c.SubmitIDs(ctx, &req); err != nil {
+			return err
+		}
 		fmt.Fprintln(m.Stdout, strings.Join(ids, "\n"))
 	}
 	if !*wait {
