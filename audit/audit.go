@@ -99,6 +99,7 @@ type Log struct {
 	cpSeq  uint64 // of the last checkpoint
 	err    error  // sticky: set when a write or sync failed
 	closed bool
+	buf    []byte // the encoding buffer, kept for the next append
 }
 
 // Open opens the audit log at path for appending, creating it (mode 0600,
@@ -188,6 +189,15 @@ func (l *Log) resume() error {
 // still durable and Append returns nil, but the Log is broken and later
 // calls return the error. Append on a closed Log returns ErrClosed.
 func (l *Log) Append(entries ...Entry) error {
+	return l.append(len(entries), func(i int) *Entry { return &entries[i] })
+}
+
+// maxKeptBuffer caps the encoding buffer a Log keeps between appends.
+const maxKeptBuffer = 1 << 20
+
+// append does Append's work for n entries, entry(i) returning the i-th;
+// the entry is read before the next call of entry.
+func (l *Log) append(n int, entry func(i int) *Entry) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -196,12 +206,18 @@ func (l *Log) Append(entries ...Entry) error {
 	if l.err != nil {
 		return l.err
 	}
-	if len(entries) == 0 {
+	if n == 0 {
 		return nil
 	}
-	var buf []byte
+	buf := l.buf[:0]
+	defer func() {
+		if cap(buf) <= maxKeptBuffer {
+			l.buf = buf[:0]
+		}
+	}()
 	seq, hash := l.seq, l.hash
-	for i, e := range entries {
+	for i := range n {
+		e := entry(i)
 		if e.Action == "" {
 			return fmt.Errorf("audit: append: entry %d has no action", i)
 		}

@@ -25,7 +25,8 @@ func appendRecord(buf []byte, r *Record) []byte {
 	}
 	if len(r.Fields) > 0 {
 		buf = append(buf, `,"fields":{`...)
-		keys := make([]string, 0, len(r.Fields))
+		var room [16]string // a record's fields fit, without an allocation
+		keys := room[:0]
 		for k := range r.Fields {
 			keys = append(keys, k)
 		}
@@ -46,6 +47,15 @@ func appendRecord(buf []byte, r *Record) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// plain says which ASCII bytes a JSON string holds as they are: all but
+// control characters, the quote, the backslash and the HTML-unsafe <, >, &.
+var plain = func() (set [utf8.RuneSelf]bool) {
+	for b := byte(0x20); b < utf8.RuneSelf; b++ {
+		set[b] = b != '"' && b != '\\' && b != '<' && b != '>' && b != '&'
+	}
+	return set
+}()
+
 // appendString appends s as a JSON string the way encoding/json does:
 // HTML-safe escapes, U+2028 and U+2029 escaped, invalid UTF-8 replaced
 // with U+FFFD.
@@ -54,7 +64,7 @@ func appendString(buf []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		if b := s[i]; b < utf8.RuneSelf {
-			if b >= 0x20 && b != '"' && b != '\\' && b != '<' && b != '>' && b != '&' {
+			if plain[b] {
 				i++
 				continue
 			}

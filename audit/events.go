@@ -11,18 +11,27 @@ import (
 // returns once they are durable, as Append does (it is the controller's
 // Auditor).
 func (l *Log) RecordEvents(events []berth.Event) error {
-	entries := make([]Entry, len(events))
-	for i := range events {
-		entries[i] = FromEvent(&events[i])
-	}
-	return l.Append(entries...)
+	en := Entry{Fields: map[string]string{}} // reused: one event at a time
+	return l.append(len(events), func(i int) *Entry {
+		fromEvent(&en, &events[i])
+		return &en
+	})
 }
 
 // FromEvent returns the audit entry of a controller event: its type is
 // the action, the job, worker or quota rule it is about the target, and
 // its other fields the entry's fields.
 func FromEvent(e *berth.Event) Entry {
-	en := Entry{Time: e.Time, Action: e.Type, Actor: e.Actor, Fields: map[string]string{}}
+	en := Entry{Fields: map[string]string{}}
+	fromEvent(&en, e)
+	return en
+}
+
+// fromEvent sets en to FromEvent(e), reusing en's Fields map.
+func fromEvent(en *Entry, e *berth.Event) {
+	fields := en.Fields
+	clear(fields)
+	*en = Entry{Time: e.Time, Action: e.Type, Actor: e.Actor, Fields: fields}
 	switch {
 	case e.JobID != "":
 		en.Target = "job/" + e.JobID
@@ -53,5 +62,4 @@ func FromEvent(e *berth.Event) Entry {
 		set("requested", strconv.Itoa(e.Requested))
 		set("limit", strconv.Itoa(e.Limit))
 	}
-	return en
 }

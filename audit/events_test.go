@@ -1,0 +1,96 @@
+package audit
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+)
+
+// TestRecordEventsIsAppendOfFromEvent holds RecordEvents, which reuses one
+// entry for every event, to what appending each event's FromEvent writes:
+// no field of one event may carry over into the next record.
+func TestRecordEventsIsAppendOfFromEvent(t *testing.T) {
+	events := append(lifecycleEvents(20),
+		berth.Event{Time: time.Unix(1, 0), Type: "quota.set", Quota: "user:alice", Limits: "gpus<=8", Actor: "root"},
+		berth.Event{Time: time.Unix(2, 0), Type: "job.held", JobID: "01KAZ5C2V3K4M5N6P7Q8R9HELD", Requested: 2, Limit: 8},
+		berth.Event{Time: time.Unix(3, 0), Type: "worker.lost", Host: "gpu-2"})
+	logs := make([]string, 2)
+	for i := range logs {
+		logs[i] = filepath.Join(t.TempDir(), "audit.log")
+		l, err := Open(logs[i], Options{Now: clock()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			err = l.RecordEvents(events)
+		} else {
+			entries := make([]Entry, len(events))
+			for j := range events {
+				entries[j] = FromEvent(&events[j])
+			}
+			err = l.Append(entries...)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(logs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(logs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(want, []byte("\n")); n != len(events) {
+		t.Fatalf("%d records appended, want %d", n, len(events))
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("RecordEvents wrote\n%s\nwant\n%s", got, want)
+	}
+}
+
+// BenchmarkRecordEvents appends what the controller's group commit hands
+// the log for 250 trivial jobs: each job submitted, assigned, running and
+// succeeded, 1,000 events in one call.
+//
+//	go test ./audit -run '^$' -bench RecordEvents
+func BenchmarkRecordEvents(b *testing.B) {
+	l, err := Open(filepath.Join(b.TempDir(), "audit.log"), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	events := lifecycleEvents(250)
+	for b.Loop() {
+		if err := l.RecordEvents(events); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(events)), "ns/record")
+}
+
+// lifecycleEvents returns the events of jobs trivial jobs from submit to
+// success, as the controller emits them.
+func lifecycleEvents(jobs int) []berth.Event {
+	at := time.Date(2026, 11, 23, 10, 0, 0, 123456789, time.UTC)
+	var events []berth.Event
+	for i := range jobs {
+		job := fmt.Sprintf("01KAZ5C2V3K4M5N6P7Q8R9%05d", i)
+		worker, host := "01KAZ5C2V3K4M5N6P7Q8R9W000", "gpu-1"
+		events = append(events,
+			berth.Event{Seq: uint64(4*i + 1), Time: at, Type: "job.submitted", JobID: job, State: berth.JobPending, User: "alice", Queue: "default"},
+			berth.Event{Time: at, Type: "job.assigned", JobID: job, WorkerID: worker, Host: host, Attempts: []string{job + "a"}},
+			berth.Event{Seq: uint64(4*i + 3), Time: at, Type: "job.running", JobID: job, State: berth.JobRunning, WorkerID: worker, Host: host},
+			berth.Event{Seq: uint64(4*i + 4), Time: at, Type: "job.succeeded", JobID: job, State: berth.JobSucceeded, WorkerID: worker, Host: host, Reason: "exit 0"})
+	}
+	return events
+}
