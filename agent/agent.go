@@ -654,6 +654,9 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 // removeFiles recycles the attempt's log and deletes, if Start made it,
 // its scratch directory.
 func (a *Agent) removeFiles(at *attempt) {
+	if p, ok := at.proc.(*doneProcess); ok && p.noFiles {
+		return
+	}
 	a.logs.Recycle(at.log)
 	if at.scratch {
 		_ = os.RemoveAll(at.dir)

@@ -570,7 +570,7 @@ var _ Executor = NoopExecutor{}
 
 // Start returns a Process that has already succeeded; it never errors.
 func (NoopExecutor) Start(context.Context, Spec) (Process, error) {
-	p := &doneProcess{}
+	p := &doneProcess{noFiles: true}
 	p.exit = Exit{State: berth.AttemptSucceeded, ExitCode: &p.code}
 	return p, nil
 }
@@ -584,8 +584,9 @@ var closed = func() chan struct{} {
 
 // doneProcess is a Process that had ended when it was returned.
 type doneProcess struct {
-	exit Exit
-	code int
+	exit    Exit
+	code    int
+	noFiles bool // no log file or working directory was made for it
 }
 
 func doneWith(ex Exit) *doneProcess { return &doneProcess{exit: ex} }

@@ -189,6 +189,7 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	if err != nil {
 		return nil, err
 	}
+	keepHeapFloor(heapFloor)
 	rs := &runningServer{store: st, done: make(chan error, 1)}
 	if err := rs.start(ctx, cfg, sched, host); err != nil {
 		rs.release()

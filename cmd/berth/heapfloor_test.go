@@ -1,0 +1,108 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(heapFloorChildEnv) != "" {
+		os.Exit(heapFloorChild())
+	}
+	os.Exit(m.Run())
+}
+
+func TestGCPercentFor(t *testing.T) {
+	const mib = 1 << 20
+	for _, tt := range []struct {
+		live, floor uint64
+		want        int
+	}{
+		{0, 256 * mib, 6300}, // before the first collection
+		{1 * mib, 256 * mib, 6300},
+		{4 * mib, 256 * mib, 6300},
+		{64 * mib, 256 * mib, 300},
+		{100 * mib, 256 * mib, 156},
+		{128 * mib, 256 * mib, 100},
+		{1024 * mib, 256 * mib, 100},
+	} {
+		if got := gcPercentFor(tt.live, tt.floor); got != tt.want {
+			t.Errorf("gcPercentFor(%d MiB, %d MiB) = %d, want %d", tt.live/mib, tt.floor/mib, got, tt.want)
+		}
+	}
+}
+
+// TestKeepHeapFloor runs keepHeapFloor in child processes (it changes the
+// whole process's collector): with a small live heap it raises GOGC, once
+// the live heap passes half the floor it sets it back to 100, and it
+// leaves a GOGC from the environment alone.
+func TestKeepHeapFloor(t *testing.T) {
+	t.Parallel()
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GOMEMLIMIT=")
+	})
+	for _, tt := range []struct {
+		name, gogc, want string
+	}{
+		{"tuned", "", "raised, then 100"},
+		{"GOGC set", "50", "50"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(env, heapFloorChildEnv+"=1")
+			if tt.gogc != "" {
+				cmd.Env = append(cmd.Env, "GOGC="+tt.gogc)
+			}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("child: %v: %s", err, out)
+			}
+			if got := strings.TrimSpace(string(out)); got != tt.want {
+				t.Errorf("child says %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+const heapFloorChildEnv = "BERTH_TEST_HEAP_FLOOR_CHILD"
+
+// heapFloorChild is the child of TestKeepHeapFloor: it keeps a 64 MiB
+// floor and prints GOGC as keepHeapFloor left it ("raised" above 100).
+// When raised, it then holds 48 MiB live and prints GOGC once a
+// collection's cleanup has changed it, or as it is after 10 s of
+// collections.
+func heapFloorChild() int {
+	keepHeapFloor(64 << 20)
+	first := gcPercent()
+	if first <= 100 {
+		fmt.Println(first)
+		return 0
+	}
+	held := make([]byte, 48<<20)
+	for i := range held {
+		held[i] = byte(i)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for gcPercent() == first && time.Now().Before(deadline) {
+		runtime.GC()
+		runtime.Gosched()
+	}
+	runtime.KeepAlive(held)
+	fmt.Printf("raised, then %d\n", gcPercent())
+	return 0
+}
+
+// gcPercent returns the collector's GOGC now.
+func gcPercent() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
+}
