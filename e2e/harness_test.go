@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/client"
 )
 
@@ -122,11 +124,26 @@ func start(t *testing.T, name string, args ...string) *proc {
 	}()
 	t.Cleanup(func() {
 		p.kill()
+		killLeftJobs(t, args)
 		if t.Failed() {
 			t.Logf("--- output of %s ---\n%s", name, p.out)
 		}
 	})
 	return p
+}
+
+// killLeftJobs kills the jobs still running that an agent started with
+// args left behind when it was killed (jobs outlive their agent by
+// design, as they do an agent's restart), so that no test leaves
+// processes running after it.
+func killLeftJobs(t *testing.T, args []string) {
+	i := slices.Index(args, "--data-dir")
+	if len(args) == 0 || args[0] != "agent" || i < 0 || i+1 >= len(args) {
+		return
+	}
+	if _, err := agent.KillStale(filepath.Join(args[i+1], "groups")); err != nil {
+		t.Errorf("killing the jobs agent %s left: %v", args[i+1], err)
+	}
 }
 
 func (p *proc) kill() {
