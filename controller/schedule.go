@@ -57,7 +57,7 @@ func (c *Controller) schedule() {
 	s := c.snapshot()
 	plan := scheduler.Schedule(c.queue, s)
 	if n := len(plan.Assignments); n > 0 {
-		b := &store.Batch{Attempts: make([]*berth.Attempt, 0, n), JobUpdates: make([]store.JobUpdate, 0, n)}
+		b := &store.Batch{Attempts: make([]*berth.Attempt, 0, n)}
 		for i := 0; i < n; {
 			k := i + 1
 			for k < n && plan.Assignments[k].Task == plan.Assignments[i].Task {
@@ -146,7 +146,6 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 		s := ws.sess
 		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
 	}
-	b.JobUpdates = append(b.JobUpdates, js.update())
 	c.stats.placed.observe(now.Sub(j.CreatedAt))
 	if j.Model != "" {
 		c.prewarm(j, now)

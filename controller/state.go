@@ -49,10 +49,19 @@ func (js *jobState) active(fn func(*attemptState)) {
 
 func (js *jobState) cancelRequested() bool { return js.job.Reason == ReasonCancelRequested }
 
+// update returns the job's row as it is to be stored. A job placed but
+// not yet started (pending, with assigned attempts) is stored without the
+// attempt it is making: its assignment writes the attempts only, and the
+// job's row counts it once an agent accepts (markRunning), which keeps one
+// row write off every assignment. rebuild counts it back in.
 func (js *jobState) update() store.JobUpdate {
 	j := js.job
+	attempts := j.Attempts
+	if j.State == berth.JobPending && js.placed() {
+		attempts--
+	}
 	return store.JobUpdate{ID: j.ID, State: j.State, Reason: j.Reason, ExitCode: j.ExitCode,
-		Attempts: j.Attempts, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt}
+		Attempts: attempts, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt}
 }
 
 type attemptState struct {
@@ -254,7 +263,12 @@ func (c *Controller) rebuild(a *store.Active) {
 	for _, js := range c.jobs {
 		if !js.placed() {
 			queued = append(queued, js)
-		} else if js.live < max(js.job.Nodes, 1) {
+			continue
+		}
+		if js.job.State == berth.JobPending {
+			js.job.Attempts++ // assigned, not yet started: its row leaves it out (see update)
+		}
+		if js.live < max(js.job.Nodes, 1) {
 			// A member of this gang ended before the restart: the gang
 			// ends too. Its agents stop the others when they register.
 			js.failure = &memberEnd{state: berth.AttemptLost, reason: "another member of the gang ended while the server restarted"}

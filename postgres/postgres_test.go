@@ -441,3 +441,58 @@ func TestWriteStoresTextPostgreSQLCannotHold(t *testing.T) {
 		t.Errorf("LoadActive: events %+v, %v; want one with reason %q", active.Events, err, "bad \uFFFD\x00 bytes")
 	}
 }
+
+// TestAssignedAttemptsMigration runs migration 0010 on rows as an earlier
+// Berth wrote them, counting an attempt from its assignment: it takes the
+// attempt an assigned job is making out of that job's row, as Berth now
+// writes it, and leaves every other count alone.
+func TestAssignedAttemptsMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	s := openAt(t, url)
+	defer s.Close()
+	conn := connect(t, url)
+	migration, err := os.ReadFile("migrations/0010_assigned_attempts.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	b := &store.Batch{}
+	for _, row := range []struct {
+		job          berth.JobState
+		attempts     int
+		attemptState berth.AttemptState // of its one attempt, "" for none
+	}{
+		{berth.JobPending, 2, berth.AttemptAssigned},
+		{berth.JobPending, 1, berth.AttemptLost},
+		{berth.JobRunning, 1, berth.AttemptRunning},
+		{berth.JobPending, 0, ""},
+		{berth.JobSucceeded, 1, berth.AttemptSucceeded},
+	} {
+		id := "j-" + strconv.Itoa(len(b.Jobs))
+		b.Jobs = append(b.Jobs, &berth.Job{ID: id, JobSpec: berth.JobSpec{Queue: "gpu", User: "ada", Command: berth.Argv{"true"}},
+			State: row.job, Attempts: row.attempts, CreatedAt: now})
+		if row.attemptState != "" {
+			b.Attempts = append(b.Attempts, &berth.Attempt{ID: "a-" + id, JobID: id, WorkerID: "w1", Host: "gpu-1", State: row.attemptState,
+				CreatedAt: now})
+		}
+	}
+	if err := s.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, string(migration)); err != nil {
+		t.Fatalf("migration 0010: %v", err)
+	}
+	var got []int
+	for _, j := range b.Jobs {
+		stored, err := s.Job(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, stored.Attempts)
+	}
+	if want := []int{1, 1, 1, 0, 1}; !slices.Equal(got, want) {
+		t.Errorf("attempts of the jobs after migration 0010 = %v, want %v", got, want)
+	}
+}

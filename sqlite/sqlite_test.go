@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -194,18 +195,15 @@ func TestOpenNotADatabase(t *testing.T) {
 	}
 }
 
-// TestUpgradeFrom0003 opens a database that has migrations up to 0003 and
-// rows written then: the store upgrades it, keeps the rows (with no
-// progress) and takes worker controls, progress and events.
-func TestUpgradeFrom0003(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "berth.db")
+// migrateTo creates the database at path with the migrations up to
+// version only, as an older Berth left it, and returns it open.
+func migrateTo(t *testing.T, path string, version int) *sql.DB {
+	t.Helper()
 	versions, names := migrationVersions(t)
 	old := fstest.MapFS{}
 	for i, v := range versions {
-		if v > 3 {
-			continue
+		if v > version {
+			break
 		}
 		data, err := os.ReadFile(filepath.Join("migrations", names[i]))
 		if err != nil {
@@ -214,12 +212,75 @@ func TestUpgradeFrom0003(t *testing.T) {
 		old["migrations/"+names[i]] = &fstest.MapFile{Data: data}
 	}
 	db := openRaw(t, path)
-	if err := store.Migrate(ctx, db, old, "migrations"); err != nil {
-		t.Fatalf("Migrate to 0003: %v", err)
+	if err := store.Migrate(t.Context(), db, old, "migrations"); err != nil {
+		t.Fatalf("Migrate to %04d: %v", version, err)
 	}
-	if got := appliedVersions(t, db); !slices.Equal(got, []int{1, 2, 3}) {
-		t.Fatalf("schema_migrations at 0003 = %v, want [1 2 3]", got)
+	if got := appliedVersions(t, db); !slices.Equal(got, versions[:len(old)]) || got[len(got)-1] != version {
+		t.Fatalf("schema_migrations at %04d = %v", version, got)
 	}
+	return db
+}
+
+// TestUpgradeFrom0010 opens a database whose job rows count an attempt
+// from its assignment: the upgrade takes the attempt an assigned job is
+// making out of its row, as Berth now writes it, and leaves every other
+// count alone.
+func TestUpgradeFrom0010(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	db := migrateTo(t, path, 10)
+	for _, row := range []struct {
+		job, state   string
+		attempts     int
+		attemptState string // of its one attempt, "" for none
+	}{
+		{"j-assigned", "pending", 2, "assigned"},
+		{"j-requeued", "pending", 1, "lost"},
+		{"j-running", "running", 1, "running"},
+		{"j-queued", "pending", 0, ""},
+		{"j-done", "succeeded", 1, "succeeded"},
+	} {
+		if _, err := db.ExecContext(ctx, `INSERT INTO jobs (id, queue, user_name, spec, state, reason, attempts, created_at, started_at,
+			finished_at) VALUES (?, 'gpu', 'ada', '{}', ?, '', ?, 1, 0, 0)`, row.job, row.state, row.attempts); err != nil {
+			t.Fatal(err)
+		}
+		if row.attemptState == "" {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, `INSERT INTO attempts (id, job_id, task_index, worker_id, host, gpus, state, reason, created_at,
+			started_at, finished_at) VALUES (?, ?, 0, 'w1', 'gpu-1', '[0]', ?, '', 1, 0, 0)`, "a-"+row.job, row.job, row.attemptState); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := openAt(t, path)
+	defer s.Close()
+	got := map[string]int{}
+	for _, id := range []string{"j-assigned", "j-requeued", "j-running", "j-queued", "j-done"} {
+		j, err := s.Job(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[id] = j.Attempts
+	}
+	want := map[string]int{"j-assigned": 1, "j-requeued": 1, "j-running": 1, "j-queued": 0, "j-done": 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("attempts after the upgrade = %v, want %v", got, want)
+	}
+}
+
+// TestUpgradeFrom0003 opens a database that has migrations up to 0003 and
+// rows written then: the store upgrades it, keeps the rows (with no
+// progress) and takes worker controls, progress and events.
+func TestUpgradeFrom0003(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	versions, _ := migrationVersions(t)
+	db := migrateTo(t, path, 3)
 	at := time.Date(2025, 3, 14, 15, 9, 26, 535897932, time.UTC)
 	if _, err := db.ExecContext(ctx, `INSERT INTO attempts (id, job_id, task_index, worker_id, host, gpus, state, exit_code,
 		reason, created_at, started_at, finished_at, port) VALUES ('a1', 'j1', 0, 'w1', 'gpu-1', '[0,1]', 'running', NULL, '', ?, ?, 0, 29500)`,
