@@ -151,6 +151,11 @@ func DecodeFrame(frame []byte) ([]Message, error) {
 // spaces, escapes, extra keys) is parsed in full, with the same result.
 func Decode(frame []byte) (string, any, error) {
 	if k, payload, ok := splitEnvelope(frame); ok {
+		if fast := fastDecoders[k.name]; fast != nil {
+			if v, ok := fast(payload); ok {
+				return k.name, v, nil
+			}
+		}
 		v := k.new()
 		if json.Unmarshal(payload, v) == nil {
 			return k.name, v, nil

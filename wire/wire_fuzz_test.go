@@ -79,6 +79,10 @@ func FuzzDecodeFrame(f *testing.F) {
 		`{"type":"ack","payload":{"of":"a"}}}`,
 		`{"type":"ack\u0020","payload":{}}`,
 		`{"type":"ack","payload":{"of":"a"},"payload":{"of":"b"}}`,
+		`{"type":"job_accepted","payload":{"attempt_id":"a\"\\\/\b\f\n\r\t\u0041\u00e9\u003c"}}`,
+		`{"type":"job_result","payload":{"exit_code":-0,"log_size":-9223372036854775808,"state":""}}`,
+		`{"type":"job_assign","payload":{"env":{},"command":[],"gpus":[],"array_index":0,"secrets":{"a":"b","c":"d"}}}`,
+		`{"type":"ack","payload":{"keep":[""],"resend":false,"lease":-1}}`,
 	} {
 		f.Add([]byte(seed))
 	}
