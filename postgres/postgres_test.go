@@ -44,6 +44,16 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	return conn
 }
 
+// openWithConn opens the store on a new database, and a connection to it
+// outside Berth; both are closed when t ends.
+func openWithConn(t *testing.T) (*postgres.Store, *pgx.Conn) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	s := openAt(t, url)
+	t.Cleanup(func() { s.Close() })
+	return s, connect(t, url)
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, func(t *testing.T) store.Store {
@@ -345,10 +355,7 @@ func TestWatchControlsEndsWithStore(t *testing.T) {
 func TestWorkerControlsSchema(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := pgtest.NewDatabase(t)
-	s := openAt(t, url)
-	defer s.Close()
-	conn := connect(t, url)
+	s, conn := openWithConn(t)
 
 	for _, bad := range []struct{ host, queue, desired, policy string }{
 		{"spark", "gpu", "maybe", "hard"},
@@ -449,10 +456,7 @@ func TestWriteStoresTextPostgreSQLCannotHold(t *testing.T) {
 func TestAssignedAttemptsMigration(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	url := pgtest.NewDatabase(t)
-	s := openAt(t, url)
-	defer s.Close()
-	conn := connect(t, url)
+	s, conn := openWithConn(t)
 	migration, err := os.ReadFile("migrations/0010_assigned_attempts.sql")
 	if err != nil {
 		t.Fatal(err)
