@@ -154,6 +154,14 @@ func startDispatcher(t *testing.T, st store.Store, bus webhook.Events, clk *fake
 	return d
 }
 
+// newDispatcher starts a dispatcher, as startDispatcher does, on a new
+// SQLite store, with its own event bus and clock.
+func newDispatcher(t *testing.T, tweak func(*webhook.DispatcherConfig)) (*webhook.Dispatcher, *controller.Bus, *fakeclock.Clock) {
+	t.Helper()
+	bus, clk := controller.NewBus(64), fakeclock.New(t0)
+	return startDispatcher(t, openStore(t, filepath.Join(t.TempDir(), "berth.db")), bus, clk, tweak), bus, clk
+}
+
 func create(t *testing.T, d *webhook.Dispatcher, req berth.WebhookRequest) *berth.Webhook {
 	t.Helper()
 	w, err := d.Create(context.Background(), req, "alice", nil)
@@ -204,10 +212,7 @@ func TestBackoff(t *testing.T) {
 // before), logged, and redelivered on request.
 func TestDispatcherRetriesSignedDeliveryWithBackoff(t *testing.T) {
 	t.Parallel()
-	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
-	bus := controller.NewBus(64)
-	clk := fakeclock.New(t0)
-	d := startDispatcher(t, st, bus, clk, nil)
+	d, bus, clk := newDispatcher(t, nil)
 	rcv := newHookReceiver(t, failFirst(2))
 	other := newHookReceiver(t, failFirst(0))
 	const secret = "shh — ünïcode"
@@ -310,10 +315,7 @@ func TestDispatcherRetriesSignedDeliveryWithBackoff(t *testing.T) {
 // the failed delivery gets one more.
 func TestDispatcherGivesUpAfterMaxAttempts(t *testing.T) {
 	t.Parallel()
-	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
-	bus := controller.NewBus(64)
-	clk := fakeclock.New(t0)
-	d := startDispatcher(t, st, bus, clk, func(c *webhook.DispatcherConfig) { c.MaxAttempts = 3 })
+	d, bus, clk := newDispatcher(t, func(c *webhook.DispatcherConfig) { c.MaxAttempts = 3 })
 	rcv := newHookReceiver(t, func(int) int { return http.StatusServiceUnavailable })
 	w := create(t, d, berth.WebhookRequest{URL: rcv.url})
 	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventWorkerRegistered, Host: "gpu-1"})
@@ -348,10 +350,7 @@ func TestDispatcherGivesUpAfterMaxAttempts(t *testing.T) {
 // status and is retried.
 func TestDispatcherTimeout(t *testing.T) {
 	t.Parallel()
-	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
-	bus := controller.NewBus(64)
-	clk := fakeclock.New(t0)
-	d := startDispatcher(t, st, bus, clk, func(c *webhook.DispatcherConfig) { c.Timeout = 50 * time.Millisecond })
+	d, bus, clk := newDispatcher(t, func(c *webhook.DispatcherConfig) { c.Timeout = 50 * time.Millisecond })
 	rcv := newHookReceiver(t, failFirst(0))
 	hold := make(chan struct{})
 	rcv.hold = hold
@@ -372,10 +371,7 @@ func TestDispatcherTimeout(t *testing.T) {
 // during an attempt is made after it, even though it succeeded.
 func TestDispatcherRedeliverWhileInFlight(t *testing.T) {
 	t.Parallel()
-	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
-	bus := controller.NewBus(64)
-	clk := fakeclock.New(t0)
-	d := startDispatcher(t, st, bus, clk, nil)
+	d, bus, _ := newDispatcher(t, nil)
 	rcv := newHookReceiver(t, failFirst(0))
 	hold := make(chan struct{})
 	rcv.hold = hold
@@ -540,10 +536,7 @@ func TestDispatcherCreateDelete(t *testing.T) {
 // attempt (a POST turned into a GET elsewhere is no delivery).
 func TestDispatcherDoesNotFollowRedirects(t *testing.T) {
 	t.Parallel()
-	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
-	bus := controller.NewBus(64)
-	clk := fakeclock.New(t0)
-	d := startDispatcher(t, st, bus, clk, nil)
+	d, bus, _ := newDispatcher(t, nil)
 	target := newHookReceiver(t, failFirst(0))
 	hs := httptest.NewServer(http.RedirectHandler(target.url, http.StatusFound))
 	t.Cleanup(hs.Close)
