@@ -27,13 +27,9 @@ func (c *cli) runEnv(env map[string]string, args ...string) (int, string, string
 
 func (c *cli) lockStatus() berth.SwapLockState {
 	c.t.Helper()
-	code, out, errOut := c.run("lock", "status", "-o", "json")
-	var st berth.SwapLockState
-	if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
-		c.t.Fatalf("lock status -o json: exit %d, %q, %q", code, out, errOut)
-	}
+	st := runJSON[berth.SwapLockState](c, "lock", "status", "-o", "json")
 	if st.Token != "" {
-		c.t.Fatalf("lock status shows the token: %q", out)
+		c.t.Fatalf("lock status shows the token: %q", st.Token)
 	}
 	return st
 }

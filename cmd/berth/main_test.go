@@ -45,17 +45,32 @@ func (c *cli) run(args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
-func (c *cli) listJobs() []berth.Job {
+// runJSON runs a command that prints JSON (args ask for -o json) and
+// returns what it printed, decoded; a failed command or other output fails
+// the test.
+func runJSON[T any](c *cli, args ...string) T {
 	c.t.Helper()
-	code, out, errOut := c.run("jobs", "-o", "json", "--limit", "0")
-	if code != 0 {
-		c.t.Fatalf("jobs: exit %d: %s", code, errOut)
+	code, out, errOut := c.run(args...)
+	var v T
+	if err := json.Unmarshal([]byte(out), &v); code != 0 || err != nil {
+		c.t.Fatalf("berth %s: exit %d, %q, %q; want JSON: %v", strings.Join(args, " "), code, out, errOut, err)
 	}
-	var jobs []berth.Job
-	if err := json.Unmarshal([]byte(out), &jobs); err != nil {
-		c.t.Fatalf("jobs -o json printed %q: %v", out, err)
+	return v
+}
+
+// listJSON is runJSON for a listing: the output must be a JSON array,
+// empty or not, never null.
+func listJSON[T any](c *cli, args ...string) []T {
+	c.t.Helper()
+	list := runJSON[[]T](c, args...)
+	if list == nil {
+		c.t.Fatalf("berth %s printed null, want a JSON array", strings.Join(args, " "))
 	}
-	return jobs
+	return list
+}
+
+func (c *cli) listJobs() []berth.Job {
+	return listJSON[berth.Job](c, "jobs", "-o", "json", "--limit", "0")
 }
 
 func TestSubmitPrintsOneIDPerJob(t *testing.T) {

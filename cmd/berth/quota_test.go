@@ -9,16 +9,7 @@ import (
 )
 
 func (c *cli) listQuotas() []berth.QuotaRule {
-	c.t.Helper()
-	code, out, errOut := c.run("quota", "list", "-o", "json")
-	if code != 0 {
-		c.t.Fatalf("quota list: exit %d: %s", code, errOut)
-	}
-	var rules []berth.QuotaRule
-	if err := json.Unmarshal([]byte(out), &rules); err != nil || rules == nil {
-		c.t.Fatalf("quota list -o json printed %q, want a JSON array: %v", out, err)
-	}
-	return rules
+	return listJSON[berth.QuotaRule](c, "quota", "list", "-o", "json")
 }
 
 func TestQuotaSetListRm(t *testing.T) {

@@ -12,13 +12,7 @@ import (
 )
 
 func (c *cli) listSchedules() []berth.Schedule {
-	c.t.Helper()
-	code, out, errOut := c.run("schedule", "list", "-o", "json")
-	var list []berth.Schedule
-	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || list == nil {
-		c.t.Fatalf("schedule list -o json: exit %d, %q, %q; want a JSON array", code, out, errOut)
-	}
-	return list
+	return listJSON[berth.Schedule](c, "schedule", "list", "-o", "json")
 }
 
 func TestScheduleAddListRm(t *testing.T) {

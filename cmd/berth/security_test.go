@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,18 +25,7 @@ func (c *cli) runIn(stdin string, args ...string) (int, string, string) {
 	return m.Run(context.Background(), args), out.String(), errOut.String()
 }
 
-func (c *cli) tokens() []berth.Token {
-	c.t.Helper()
-	code, out, errOut := c.run("token", "list", "-o", "json")
-	if code != 0 {
-		c.t.Fatalf("token list: exit %d: %s", code, errOut)
-	}
-	var list []berth.Token
-	if err := json.Unmarshal([]byte(out), &list); err != nil {
-		c.t.Fatalf("token list -o json printed %q: %v", out, err)
-	}
-	return list
-}
+func (c *cli) tokens() []berth.Token { return listJSON[berth.Token](c, "token", "list", "-o", "json") }
 
 func TestTokenCommands(t *testing.T) {
 	t.Parallel()
