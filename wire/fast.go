@@ -9,17 +9,18 @@ import (
 // The messages of every job's path (job_assign, job_accepted, job_result
 // and the ack of a result) are decoded here without reflection when their
 // payload is spelled as encoding/json writes it: one object, no spaces,
-// known keys each once, strings of ASCII, integers, and no null. Anything else (an unknown or repeated key, a
-// nested object, a character beyond ASCII, a fraction) makes a fast decoder give up, and
-// Decode falls back to encoding/json, so the result is always the one
-// encoding/json gives; FuzzDecodeFrame holds the two to that.
+// known keys each once, strings of ASCII, integers, and no null. Anything
+// else (an unknown or repeated key, a nested object, a character beyond
+// ASCII, a fraction) makes a fast decoder give up, and Decode falls back
+// to encoding/json, so the result is always the one encoding/json gives;
+// FuzzDecodeFrame holds the two to that.
 
 // fastDecoders are the fast decoders, by message type.
 var fastDecoders = map[string]func([]byte) (any, bool){
 	TypeJobAccepted: func(p []byte) (any, bool) {
 		m := &JobAccepted{}
-		return m, decodeObject(p, func(d *scan, key string) bool {
-			switch key {
+		return m, decodeObject(p, func(d *scan, key []byte) bool {
+			switch string(key) {
 			case "attempt_id":
 				return d.str(&m.AttemptID)
 			}
@@ -28,8 +29,8 @@ var fastDecoders = map[string]func([]byte) (any, bool){
 	},
 	TypeJobResult: func(p []byte) (any, bool) {
 		m := &JobResult{}
-		return m, decodeObject(p, func(d *scan, key string) bool {
-			switch key {
+		return m, decodeObject(p, func(d *scan, key []byte) bool {
+			switch string(key) {
 			case "attempt_id":
 				return d.str(&m.AttemptID)
 			case "state":
@@ -50,8 +51,8 @@ var fastDecoders = map[string]func([]byte) (any, bool){
 	},
 	TypeAck: func(p []byte) (any, bool) {
 		m := &Ack{}
-		return m, decodeObject(p, func(d *scan, key string) bool {
-			switch key {
+		return m, decodeObject(p, func(d *scan, key []byte) bool {
+			switch string(key) {
 			case "of":
 				return d.str(&m.Of)
 			case "attempt_id":
@@ -76,8 +77,8 @@ var fastDecoders = map[string]func([]byte) (any, bool){
 	},
 	TypeJobAssign: func(p []byte) (any, bool) {
 		m := &JobAssign{}
-		return m, decodeObject(p, func(d *scan, key string) bool {
-			switch key {
+		return m, decodeObject(p, func(d *scan, key []byte) bool {
+			switch string(key) {
 			case "attempt_id":
 				return d.str(&m.AttemptID)
 			case "job_id":
@@ -123,12 +124,12 @@ type scan struct {
 // decodeObject reads p as one object, handing each key to field, which
 // reads its value. It reports false if p is not an object as encoding/json
 // writes it, if a key repeats, or if field gives up on one.
-func decodeObject(p []byte, field func(d *scan, key string) bool) bool {
+func decodeObject(p []byte, field func(d *scan, key []byte) bool) bool {
 	d := &scan{b: p}
-	var seen [16]string
+	var seen [16][]byte
 	n := 0
-	return d.object(func(key string) bool {
-		if n == len(seen) || slices.Contains(seen[:n], key) {
+	return d.object(func(key []byte) bool {
+		if n == len(seen) || slices.ContainsFunc(seen[:n], func(k []byte) bool { return bytes.Equal(k, key) }) {
 			return false
 		}
 		seen[n] = key
@@ -137,9 +138,9 @@ func decodeObject(p []byte, field func(d *scan, key string) bool) bool {
 	}) && d.i == len(p)
 }
 
-// object reads an object, handing each key to field, which reads its
-// value.
-func (d *scan) object(field func(key string) bool) bool {
+// object reads an object, handing each key (plain ASCII, no escapes) to
+// field, which reads its value.
+func (d *scan) object(field func(key []byte) bool) bool {
 	if !d.byte('{') {
 		return false
 	}
@@ -147,8 +148,8 @@ func (d *scan) object(field func(key string) bool) bool {
 		return true
 	}
 	for {
-		var key string
-		if !d.str(&key) || !d.byte(':') || !field(key) {
+		key, ok := d.plain()
+		if !ok || !d.byte(':') || !field(key) {
 			return false
 		}
 		if d.byte('}') {
@@ -158,6 +159,24 @@ func (d *scan) object(field func(key string) bool) bool {
 			return false
 		}
 	}
+}
+
+// plain reads a string of printable ASCII without escapes, returning its
+// bytes in the payload.
+func (d *scan) plain() ([]byte, bool) {
+	if !d.byte('"') {
+		return nil, false
+	}
+	for start := d.i; d.i < len(d.b); d.i++ {
+		switch c := d.b[d.i]; {
+		case c == '"':
+			d.i++
+			return d.b[start : d.i-1], true
+		case c < 0x20 || c >= 0x7f || c == '\\':
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // byte consumes c if it is next.
@@ -357,12 +376,12 @@ func (d *scan) ints(v *[]int) bool {
 func (d *scan) strMap(v *map[string]string) bool {
 	m := map[string]string{}
 	*v = m
-	return d.object(func(key string) bool {
+	return d.object(func(key []byte) bool {
 		var s string
-		if _, dup := m[key]; dup || !d.str(&s) {
+		if _, dup := m[string(key)]; dup || !d.str(&s) {
 			return false
 		}
-		m[key] = s
+		m[string(key)] = s
 		return true
 	})
 }

@@ -52,6 +52,7 @@ func TestFastDecodersGiveUp(t *testing.T) {
 	for _, tt := range []struct{ typ, payload string }{
 		{TypeJobAccepted, `{"attempt_id":"a\u00e9"}`},              // an escape beyond ASCII
 		{TypeJobAccepted, `{"attempt_id":"é"}`},                    // not ASCII
+		{TypeJobAccepted, `{"attempt\u005fid":"a1"}`},              // an escape in a key
 		{TypeJobAccepted, `{"Attempt_ID":"a1"}`},                   // another case of a key
 		{TypeJobAccepted, `{"attempt_id":"a1","x":1}`},             // an unknown key
 		{TypeJobAccepted, `{"attempt_id":"a1","attempt_id":"a2"}`}, // a repeated key
