@@ -22,15 +22,6 @@ const (
 	maxRestartDelay = 5 * time.Minute
 )
 
-// restartDelay is the wait before restart n (1, 2, …) of a service: 1 s,
-// doubling, at most maxRestartDelay.
-func restartDelay(n int) time.Duration {
-	if n > 10 {
-		return maxRestartDelay
-	}
-	return min(time.Second<<max(n-1, 0), maxRestartDelay)
-}
-
 // restartService handles the end of a service's attempt last (f is how it
 // failed, nil when it exited 0: a service runs until stopped). Within its
 // retries the service is requeued after a doubling backoff; past them it
@@ -53,7 +44,7 @@ func (c *Controller) restartService(js *jobState, f *memberEnd, last *berth.Atte
 		c.finishJob(js, berth.JobFailed, code, fmt.Sprintf("service ended %d times in a row (limit %d); last: %s", j.Attempts, j.Retries, how), now)
 		return
 	}
-	delay := restartDelay(j.Attempts)
+	delay := berth.DoublingDelay(j.Attempts, maxRestartDelay)
 	js.restartAt = now.Add(delay)
 	if js.task != nil {
 		js.task.Front = false

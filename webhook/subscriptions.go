@@ -49,15 +49,7 @@ const maxErrorText = 1000
 
 // Backoff returns the wait after failed attempt n (1, 2, …) before the
 // next: 1 s, doubling, at most MaxBackoff.
-func Backoff(n int) time.Duration {
-	if n < 1 {
-		n = 1
-	}
-	if n > 20 {
-		return MaxBackoff
-	}
-	return min(time.Second<<(n-1), MaxBackoff)
-}
+func Backoff(n int) time.Duration { return berth.DoublingDelay(n, MaxBackoff) }
 
 // Payload is the JSON body of a delivery.
 type Payload struct {
