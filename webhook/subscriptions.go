@@ -1,11 +1,9 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -627,23 +625,14 @@ func (d *Dispatcher) attempt(dl *berth.Delivery) {
 func (d *Dispatcher) post(w *berth.Webhook, dl *berth.Delivery) (int, error) {
 	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(dl.Body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "berth-webhook")
-	req.Header.Set(BerthEventHeader, dl.EventType)
-	req.Header.Set(BerthDeliveryHeader, dl.ID)
+	header := map[string]string{"User-Agent": "berth-webhook", BerthEventHeader: dl.EventType, BerthDeliveryHeader: dl.ID}
 	if w.Secret != "" {
-		req.Header.Set(BerthSignatureHeader, Sign([]byte(w.Secret), dl.Body))
+		header[BerthSignatureHeader] = Sign([]byte(w.Secret), dl.Body)
 	}
-	resp, err := d.cfg.Client.Do(req)
+	resp, answer, err := post(ctx, d.cfg.Client, w.URL, dl.Body, header)
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 != 2 {
 		msg := fmt.Sprintf("answered %s", resp.Status)
 		if text := strings.TrimSpace(string(answer)); text != "" {

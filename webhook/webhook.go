@@ -153,25 +153,39 @@ func (s *Sender) Send(ctx context.Context, event string, payload any) error {
 
 // post sends one signed request with body.
 func (s *Sender) post(ctx context.Context, event string, body []byte) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL, bytes.NewReader(body))
-	if err != nil {
-		return fmt.Errorf("webhook %s: %w", event, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(EventHeader, event)
+	header := map[string]string{EventHeader: event}
 	if len(s.Secret) > 0 {
-		req.Header.Set(SignatureHeader, Sign(s.Secret, body))
+		header[SignatureHeader] = Sign(s.Secret, body)
 	}
-	resp, err := s.Client.Do(req)
+	resp, _, err := post(ctx, s.Client, s.URL, body, header)
 	if err != nil {
 		return fmt.Errorf("webhook %s: %w", event, err)
 	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("webhook %s: %s answered %s", event, s.URL, resp.Status)
 	}
 	return nil
+}
+
+// post sends body to url as a JSON POST with header's fields set, and
+// returns the answer (its body closed) and up to 64 KiB of that body; err
+// is a request or transport error. Both kinds of webhook deliver with it.
+func post(ctx context.Context, client *http.Client, url string, body []byte, header map[string]string) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return resp, answer, nil
 }
 
 // done ends one delivery Fire started.
