@@ -1,15 +1,13 @@
 package arbiter
 
 import (
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"slices"
 	"sync"
-
-	"github.com/goccy/go-yaml"
 
 	"github.com/berth-dev/berth"
 )
@@ -60,14 +58,8 @@ func LoadCatalog(path string) (*Catalog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("catalog: %w", err)
 	}
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, fmt.Errorf("catalog %s: not valid YAML: %s", path, yaml.FormatError(err, false, false))
-	}
 	var f catalogFile
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
+	if err := berth.DecodeYAML(data, &f); err != nil && !errors.Is(err, berth.ErrEmptyYAML) { // an empty file is an empty catalog
 		return nil, fmt.Errorf("catalog %s: %w", path, err)
 	}
 	if f.Pools != nil {

@@ -1,16 +1,12 @@
 package service
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/berth-dev/berth"
-	"github.com/goccy/go-yaml"
 )
 
 // LoadDir returns the built-in templates plus the user templates in dir: one
@@ -61,22 +57,9 @@ func loadFile(path, name string) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return nil, berth.Invalidf("", "not valid YAML: %s", yaml.FormatError(err, false, false))
-	}
-	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-		return nil, berth.Invalidf("", "empty file")
-	}
 	t := &Template{}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(t); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return nil, berth.Invalidf(te.Field, "must be %s", te.Type)
-		}
-		return nil, berth.Invalidf("", "%s", strings.TrimPrefix(err.Error(), "json: "))
+	if err := berth.DecodeYAML(data, t); err != nil {
+		return nil, err
 	}
 	if t.Name == "" {
 		t.Name = name

@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bytes"
+	"cmp"
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
-
-	"github.com/goccy/go-yaml"
 
 	"github.com/berth-dev/berth"
 )
@@ -56,21 +52,9 @@ func loadJobFile(path string, stdin io.Reader, req *berth.SubmitRequest) error {
 	if err != nil {
 		return berth.Invalidf("-f", "%v", err)
 	}
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return berth.Invalidf("-f", "%s is not valid YAML: %s", path, yaml.FormatError(err, false, false))
-	}
-	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
-		return berth.Invalidf("-f", "%s is empty", path)
-	}
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(req); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return berth.Invalidf(te.Field, "in %s: must be %s", path, te.Type)
-		}
-		return berth.Invalidf("-f", "in %s: %v", path, strings.TrimPrefix(err.Error(), "json: "))
+	if err := berth.DecodeYAML(data, req); err != nil {
+		e := err.(*berth.Error)
+		return berth.Invalidf(cmp.Or(e.Field, "-f"), "in %s: %s", path, e.Message)
 	}
 	return nil
 }
