@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store"
@@ -368,14 +367,7 @@ func (c *Controller) onProgress(s *session, m *wire.Progress) {
 	if as == nil {
 		return // fenced
 	}
-	p := strings.ToValidUTF8(strings.ReplaceAll(m.Progress, "\x00", ""), "\uFFFD")
-	if len(p) > maxProgress {
-		cut := maxProgress
-		for cut > 0 && !utf8.RuneStart(p[cut]) {
-			cut--
-		}
-		p = p[:cut]
-	}
+	p := berth.Truncate(strings.ToValidUTF8(strings.ReplaceAll(m.Progress, "\x00", ""), "\uFFFD"), maxProgress)
 	if p == as.a.Progress {
 		return
 	}

@@ -650,9 +650,5 @@ func errorText(err error) string {
 	if len(s) <= maxErrorText {
 		return s
 	}
-	cut := maxErrorText
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
+	return berth.Truncate(s, maxErrorText) + "…"
 }

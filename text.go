@@ -1,0 +1,15 @@
+package berth
+
+import "unicode/utf8"
+
+// Truncate returns s cut to at most n bytes, at the start of a rune, so
+// that no UTF-8 sequence is split.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
