@@ -46,11 +46,13 @@ type Envelope struct {
 }
 
 // kind is what the package knows of one message type: the start of its
-// envelope as AppendFrame writes it, and a new payload to decode into.
+// envelope as AppendFrame writes it, a new payload to decode into, and
+// its fast decoder if it has one (fast.go).
 type kind struct {
 	name string
 	head []byte // {"type":"NAME","payload":
 	new  func() any
+	fast func([]byte) (any, bool)
 }
 
 // kinds are the message types, by name.
@@ -73,7 +75,7 @@ var kinds = func() map[string]kind {
 	}
 	m := make(map[string]kind, len(news))
 	for name, fn := range news {
-		m[name] = kind{name: name, head: []byte(envelopeHead + name + envelopeMid), new: fn}
+		m[name] = kind{name: name, head: []byte(envelopeHead + name + envelopeMid), new: fn, fast: fastDecoders[name]}
 	}
 	return m
 }()
@@ -151,8 +153,8 @@ func DecodeFrame(frame []byte) ([]Message, error) {
 // spaces, escapes, extra keys) is parsed in full, with the same result.
 func Decode(frame []byte) (string, any, error) {
 	if k, payload, ok := splitEnvelope(frame); ok {
-		if fast := fastDecoders[k.name]; fast != nil {
-			if v, ok := fast(payload); ok {
+		if k.fast != nil {
+			if v, ok := k.fast(payload); ok {
 				return k.name, v, nil
 			}
 		}
