@@ -307,11 +307,11 @@ func (d *Dispatcher) Delivery(ctx context.Context, id string) (*berth.Delivery, 
 }
 
 // Redeliver queues delivery id, in any state, for an attempt now, and
-// returns it as queued. The attempt counts like any other: a delivery
-// that had used up its attempts gets this one, and fails again if it
-// fails. A delivery being attempted right now is queued again once that
-// attempt ends. An unknown id is ECodeNotFound; a store error is
-// returned.
+// returns it as queued (pending, due now). The attempt counts like any
+// other: a delivery that had used up its attempts gets this one, and
+// fails again if it fails. A delivery being attempted right now is
+// stored as queued once that attempt ends; the answer shows it queued
+// already. An unknown id is ECodeNotFound; a store error is returned.
 func (d *Dispatcher) Redeliver(ctx context.Context, id string) (*berth.Delivery, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -321,6 +321,7 @@ func (d *Dispatcher) Redeliver(ctx context.Context, id string) (*berth.Delivery,
 	}
 	if _, busy := d.inflight[id]; busy {
 		d.inflight[id] = true // the loop queues it when the attempt ends
+		dl.State, dl.NextAttemptAt = berth.DeliveryPending, d.cfg.Now().UTC()
 		return dl, nil
 	}
 	if err := d.requeue(ctx, dl); err != nil {

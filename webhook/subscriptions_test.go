@@ -379,8 +379,8 @@ func TestDispatcherRedeliverWhileInFlight(t *testing.T) {
 	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "J1"})
 	rcv.awaitHits(t, 1)
 	id := onlyDelivery(t, d, w.ID).ID
-	if _, err := d.Redeliver(context.Background(), id); err != nil {
-		t.Fatal(err)
+	if queued, err := d.Redeliver(context.Background(), id); err != nil || queued.State != berth.DeliveryPending {
+		t.Fatalf("Redeliver during the attempt = %+v, %v; want it queued", queued, err)
 	}
 	rcv.mu.Lock()
 	rcv.hold = nil
@@ -393,6 +393,55 @@ func TestDispatcherRedeliverWhileInFlight(t *testing.T) {
 	if rcv.hit(1).header.Get(webhook.BerthDeliveryHeader) != dl.ID {
 		t.Errorf("second attempt is of another delivery")
 	}
+	rcv.stillHits(t, 2)
+}
+
+// heldOutcome is a store whose first write of a delivered outcome
+// returns only when release is closed, after signalling written: the
+// attempt is then recorded but not yet over.
+type heldOutcome struct {
+	store.Store
+	once             sync.Once
+	written, release chan struct{}
+}
+
+func (h *heldOutcome) UpdateDelivery(ctx context.Context, dl *berth.Delivery) error {
+	err := h.Store.UpdateDelivery(ctx, dl)
+	if dl.State == berth.DeliveryDelivered {
+		h.once.Do(func() {
+			close(h.written)
+			<-h.release
+		})
+	}
+	return err
+}
+
+// TestDispatcherRedeliverAfterOutcomeWritten checks a redelivery asked
+// for once an attempt's success is stored, but before the attempt is
+// over, answers the delivery as queued and is made.
+func TestDispatcherRedeliverAfterOutcomeWritten(t *testing.T) {
+	t.Parallel()
+	st := &heldOutcome{Store: openStore(t, filepath.Join(t.TempDir(), "berth.db")),
+		written: make(chan struct{}), release: make(chan struct{})}
+	bus, clk := controller.NewBus(64), fakeclock.New(t0)
+	d := startDispatcher(t, st, bus, clk, nil)
+	rcv := newHookReceiver(t, failFirst(0))
+	w := create(t, d, berth.WebhookRequest{URL: rcv.url})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "J1"})
+	<-st.written
+	id := onlyDelivery(t, d, w.ID).ID
+	queued, err := d.Redeliver(context.Background(), id)
+	close(st.release)
+	if err != nil {
+		t.Fatalf("Redeliver after the outcome was written: %v; want it pending, due now", err)
+	}
+	if queued.State != berth.DeliveryPending || queued.NextAttemptAt.IsZero() {
+		t.Fatalf("Redeliver after the outcome was written = state %s, due %v; want pending, due now", queued.State, queued.NextAttemptAt)
+	}
+	rcv.awaitHits(t, 2)
+	awaitDelivery(t, d, id, "delivered twice", func(dl *berth.Delivery) bool {
+		return dl.Attempts == 2 && dl.State == berth.DeliveryDelivered
+	})
 	rcv.stillHits(t, 2)
 }
 
