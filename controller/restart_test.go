@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
@@ -33,9 +34,10 @@ func (p *pipeConn) Read(ctx context.Context) ([]byte, error) {
 	}
 }
 
+// Write sends a copy of frame: the server reuses its buffer.
 func (p *pipeConn) Write(ctx context.Context, frame []byte) error {
 	select {
-	case p.toAgent <- frame:
+	case p.toAgent <- bytes.Clone(frame):
 		return nil
 	case <-p.closed:
 		return errors.New("closed")

@@ -17,7 +17,8 @@ import (
 type Conn interface {
 	// Read returns the next frame.
 	Read(ctx context.Context) ([]byte, error)
-	// Write sends one frame.
+	// Write sends one frame. The caller may reuse frame once Write
+	// returns.
 	Write(ctx context.Context, frame []byte) error
 	// Close ends the connection, telling the peer why.
 	Close(reason string) error
