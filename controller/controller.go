@@ -42,7 +42,7 @@ type Config struct {
 	// SQLite).
 	StoreEvents bool
 	// Audit, when set, gets every event before the change it describes is
-	// written; an error stops the controller (see Failed), as a store
+	// committed; an error stops the controller (see Failed), as a store
 	// error does: no change goes unrecorded.
 	Audit Auditor
 	// Expand, when set, fills a submitted spec from its template and
@@ -151,8 +151,9 @@ type Controller struct {
 	logNotify chan struct{}
 }
 
-// newCommitter returns the store's committer, which appends each batch's
-// audit records first when cfg.Audit is set.
+// newCommitter returns the store's committer, which, when cfg.Audit is
+// set, appends each batch's audit records while the store makes the
+// batch's changes, and lets it commit them only after.
 func newCommitter(cfg Config) *store.Committer {
 	c := store.NewCommitter(cfg.Store)
 	if cfg.Audit != nil {

@@ -144,6 +144,11 @@ func (s *Store) Close() error {
 // stored as valid UTF-8 without NUL bytes, which PostgreSQL's text cannot
 // hold: invalid bytes and NULs become U+FFFD.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
+	if b.BeforeCommit != nil { // before the pipeline, which ends in the commit
+		if err := b.BeforeCommit(); err != nil {
+			return err
+		}
+	}
 	stmts, err := planBatch(b.Deduplicated())
 	if err != nil {
 		return fmt.Errorf("write: %w", err)

@@ -164,6 +164,11 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 			}
 		}
 	}
+	if b.BeforeCommit != nil {
+		if err := b.BeforeCommit(); err != nil {
+			return err
+		}
+	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("write: commit: %w", err)
 	}

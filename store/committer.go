@@ -14,10 +14,14 @@ import (
 // A failed write is sticky: that batch and every later one get the error,
 // because later batches may build on the lost writes.
 type Committer struct {
-	// Prepare, when set, runs on each merged batch before it is written;
-	// its error fails the batch like a store error. The controller appends
-	// the batch's audit records there, so that they are durable no later
-	// than the changes they describe. Set it before Start.
+	// Prepare, when set, runs on each merged batch, on its own goroutine
+	// while the store makes the batch's changes; the store commits them
+	// only once Prepare has returned nil (Batch.BeforeCommit). Its error
+	// fails the batch like a store error, and nothing of the batch is
+	// written. The controller appends the batch's audit records there, so
+	// that they are durable no later than the changes they describe, at
+	// the cost of neither waiting for the other. Prepare must only read
+	// the batch. Set it before Start.
 	Prepare func(*Batch) error
 
 	store Store
@@ -101,17 +105,36 @@ func (c *Committer) writePending() {
 		merged := merge(group)
 		if c.err == nil && !merged.Empty() {
 			merged.Compact()
-			if c.Prepare != nil {
-				c.err = c.Prepare(merged)
-			}
-			if c.err == nil {
-				c.err = c.store.Write(context.Background(), merged)
-			}
+			c.err = c.write(merged)
 		}
 		for _, g := range group {
 			g.done(c.err)
 		}
 	}
+}
+
+// write writes b, with Prepare running alongside: the store commits b
+// only once Prepare has returned nil. Prepare's error comes first.
+func (c *Committer) write(b *Batch) error {
+	if c.Prepare == nil {
+		return c.store.Write(context.Background(), b)
+	}
+	prepared := make(chan error, 1)
+	var prepareErr error
+	waited := false
+	b.BeforeCommit = func() error {
+		prepareErr, waited = <-prepared, true
+		return prepareErr
+	}
+	go func() { prepared <- c.Prepare(b) }()
+	err := c.store.Write(context.Background(), b)
+	if !waited { // the write failed first
+		prepareErr = <-prepared
+	}
+	if prepareErr != nil {
+		return prepareErr
+	}
+	return err
 }
 
 // merge returns the batches of group as one, in order (see Batch.Append).

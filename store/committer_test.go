@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store"
@@ -232,18 +233,7 @@ func TestCommitterErrorIsSticky(t *testing.T) {
 		c.Start()
 		defer c.Stop()
 
-		commit := func(b *store.Batch) error {
-			t.Helper()
-			ch := make(chan error, 1)
-			c.Commit(b, func(err error) { ch <- err })
-			select {
-			case err := <-ch:
-				return err
-			case <-ctx.Done():
-				t.Fatal("callback did not run")
-				return nil
-			}
-		}
+		commit := func(b *store.Batch) error { return commitAndWait(t, c, b) }
 		good := newJob()
 		if err := commit(&store.Batch{Jobs: []*berth.Job{good}}); err != nil {
 			t.Fatalf("first commit: %v", err)
@@ -272,6 +262,114 @@ func TestCommitterErrorIsSticky(t *testing.T) {
 		}
 		if _, err := r.Store.Job(ctx, good.ID); err != nil {
 			t.Errorf("job %s committed before the failure: %v", good.ID, err)
+		}
+	})
+}
+
+// commitAndWait commits b and returns the error its callback gets.
+func commitAndWait(t *testing.T, c *store.Committer, b *store.Batch) error {
+	t.Helper()
+	ch := make(chan error, 1)
+	c.Commit(b, func(err error) { ch <- err })
+	select {
+	case err := <-ch:
+		return err
+	case <-t.Context().Done():
+		t.Fatal("callback did not run")
+		return nil
+	}
+}
+
+// TestCommitterPrepareRunsAlongsideWrite checks that Prepare runs while
+// the store writes the batch, and that the batch is committed only once
+// Prepare has returned.
+func TestCommitterPrepareRunsAlongsideWrite(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		ctx := t.Context()
+		r := newRecorder(open(t))
+		r.hold, r.entered = make(chan struct{}), make(chan struct{})
+		close(r.hold) // the first Write only signals that it has begun
+		c := store.NewCommitter(r)
+		release, prepared := make(chan struct{}), make(chan []berth.Event, 1)
+		c.Prepare = func(b *store.Batch) error {
+			<-release
+			prepared <- b.Audit
+			return nil
+		}
+		c.Start()
+		defer c.Stop()
+
+		j := newJob()
+		audit := []berth.Event{{Type: "job.submitted", JobID: j.ID}}
+		res := newResults(1)
+		c.Commit(&store.Batch{Jobs: []*berth.Job{j}, Audit: audit}, res.done(0))
+		select {
+		case <-r.entered: // the Write began while Prepare is held
+		case <-time.After(10 * time.Second):
+			close(release) // lets Stop end
+			t.Fatal("the store's Write waited for Prepare")
+		}
+		if _, err := r.Store.Job(ctx, j.ID); berth.ErrorCode(err) != berth.ECodeNotFound {
+			t.Fatalf("job readable before Prepare returned: %v", err)
+		}
+		if _, ok := res.get(0); ok {
+			t.Fatal("callback ran before Prepare returned")
+		}
+		close(release)
+		res.wait(t)
+		if err, _ := res.get(0); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		if got := <-prepared; len(got) != 1 || got[0].JobID != j.ID {
+			t.Errorf("Prepare got audit events %+v, want the batch's", got)
+		}
+		if _, err := r.Store.Job(ctx, j.ID); err != nil {
+			t.Errorf("job after the commit: %v", err)
+		}
+	})
+}
+
+// TestCommitterPrepareErrorWritesNothing checks that a batch whose
+// Prepare fails is not committed, though the store made its changes, and
+// that the failure is sticky.
+func TestCommitterPrepareErrorWritesNothing(t *testing.T) {
+	t.Parallel()
+	onEachDriver(t, func(t *testing.T, open func(t *testing.T) store.Store) {
+		ctx := t.Context()
+		st := open(t)
+		c := store.NewCommitter(st)
+		errAudit := errors.New("audit log full")
+		fail := false
+		c.Prepare = func(*store.Batch) error {
+			if fail {
+				return errAudit
+			}
+			return nil
+		}
+		c.Start()
+		defer c.Stop()
+
+		good := newJob()
+		if err := commitAndWait(t, c, &store.Batch{Jobs: []*berth.Job{good}}); err != nil {
+			t.Fatalf("first commit: %v", err)
+		}
+		fail = true // the writer goroutine reads it after this commit is queued
+		lost, later := newJob(), newJob()
+		update := store.JobUpdate{ID: good.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base}
+		if err := commitAndWait(t, c, &store.Batch{Jobs: []*berth.Job{lost}, JobUpdates: []store.JobUpdate{update}}); !errors.Is(err, errAudit) {
+			t.Fatalf("commit with a failing Prepare: %v, want %v", err, errAudit)
+		}
+		if err := commitAndWait(t, c, &store.Batch{Jobs: []*berth.Job{later}}); !errors.Is(err, errAudit) {
+			t.Errorf("commit after the failure: %v, want %v", err, errAudit)
+		}
+		for _, id := range []string{lost.ID, later.ID} {
+			if _, err := st.Job(ctx, id); berth.ErrorCode(err) != berth.ECodeNotFound {
+				t.Errorf("job %s of a failed commit: %v, want not found", id, err)
+			}
+		}
+		if got, err := st.Job(ctx, good.ID); err != nil || got.State != berth.JobPending {
+			t.Errorf("job of the first commit = %+v, %v; want it stored and still pending", got, err)
 		}
 	})
 }

@@ -33,8 +33,12 @@ type Batch struct {
 	Logs         []LogChunk
 	Events       []*berth.Event // each with a new Seq, higher than any stored
 	// Audit is the events to append to the audit log before the batch is
-	// written (see Committer.Prepare); stores do not write them.
+	// committed (see Committer.Prepare); stores do not write them.
 	Audit []berth.Event
+	// BeforeCommit, when set, runs before the batch's changes are
+	// committed: after they are made, or before, as the store finds
+	// cheaper. Its error aborts the write and leaves nothing written.
+	BeforeCommit func() error
 }
 
 // KeptEvents is how many of the newest events a store keeps at least;
