@@ -37,6 +37,8 @@ type Main struct {
 	Stdout io.Writer
 	Stderr io.Writer
 	Getenv func(string) string
+
+	savedTokenOf string // the server whose saved token this run sends, if any
 }
 
 // command is one subcommand: it parses its own flags from args and runs.
@@ -121,7 +123,12 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	}
 	var be *berth.Error
 	if errors.As(err, &be) {
-		fmt.Fprintf(m.Stderr, "berth: %s (%s)\n", be.Error(), be.Code)
+		hint := ""
+		if be.Code == berth.ECodeUnauthorized && m.savedTokenOf != "" {
+			hint = fmt.Sprintf("; the token sent is the one saved for %s in %s (berth up saves one): "+
+				"if another server runs there now, delete that entry or set BERTH_TOKEN", m.savedTokenOf, m.credentialsPath())
+		}
+		fmt.Fprintf(m.Stderr, "berth: %s (%s)%s\n", be.Error(), be.Code, hint)
 		return exitUsage
 	}
 	fmt.Fprintln(m.Stderr, "berth:", err)
@@ -295,9 +302,13 @@ func (m *Main) token(cf *clientFlags) string {
 // and the CA the flags name, else the one saved.
 func (m *Main) client(cf *clientFlags) *client.Client {
 	tlsConfig := cf.tls
-	saved, ok := m.savedServers()[client.ParseServers(cf.server).URLs()[0]]
+	url := client.ParseServers(cf.server).URLs()[0]
+	saved, ok := m.savedServers()[url]
 	if ok && tlsConfig == nil {
 		tlsConfig, _ = auth.ClientConfig(saved.CA, saved.Fingerprint) // a bad saved CA fails the request instead
+	}
+	if m.Getenv("BERTH_TOKEN") == "" && saved.Token != "" {
+		m.savedTokenOf = url
 	}
 	return client.New(cf.server, m.token(cf), tlsConfig)
 }

@@ -73,6 +73,50 @@ func (c *cli) listJobs() []berth.Job {
 	return listJSON[berth.Job](c, "jobs", "-o", "json", "--limit", "0")
 }
 
+// TestRefusedSavedTokenSaysWhereItComesFrom checks that when a server
+// refuses the token berth up saved for its address (another server runs
+// there now), the one error line names the credentials file and the way
+// out; a refused $BERTH_TOKEN gets no such hint.
+func TestRefusedSavedTokenSaysWhereItComesFrom(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	other := t.TempDir() // a server gone since, which issued the saved token
+	rs, err := startServer(context.Background(), &serverConfig{DataDir: other, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.Close(context.Background())
+	stale, err := os.ReadFile(filepath.Join(other, adminTokenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := filepath.Join(t.TempDir(), "credentials.json")
+	saved, _ := json.Marshal(map[string]savedServer{c.url: {Token: strings.TrimSpace(string(stale))}})
+	if err := os.WriteFile(creds, saved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(env map[string]string) (int, string) {
+		var out, errOut bytes.Buffer
+		m := &Main{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string { return env[k] }}
+		return m.Run(context.Background(), []string{"jobs"}), errOut.String()
+	}
+	env := map[string]string{"BERTH_SERVER": c.url, "BERTH_CREDENTIALS": creds}
+	code, errOut := run(env)
+	if code == 0 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "(unauthorized)") ||
+		!strings.Contains(errOut, c.url+" in "+creds) || !strings.Contains(errOut, "BERTH_TOKEN") {
+		t.Errorf("with a stale saved token: exit %d, %q; want one line naming %s and BERTH_TOKEN", code, errOut, creds)
+	}
+	env["BERTH_TOKEN"] = strings.TrimSpace(string(stale))
+	if code, errOut := run(env); code == 0 || !strings.Contains(errOut, "(unauthorized)") || strings.Contains(errOut, creds) {
+		t.Errorf("with a stale BERTH_TOKEN: exit %d, %q; want unauthorized, without the saved-token hint", code, errOut)
+	}
+	delete(env, "BERTH_TOKEN")
+	env["BERTH_CREDENTIALS"] = filepath.Join(t.TempDir(), "none.json") // nothing saved: a local client
+	if code, errOut := run(env); code != 0 {
+		t.Errorf("with no token on loopback: exit %d, %q", code, errOut)
+	}
+}
+
 func TestSubmitPrintsOneIDPerJob(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
