@@ -320,8 +320,8 @@ func (d *Dispatcher) Redeliver(ctx context.Context, id string) (*berth.Delivery,
 		return nil, err
 	}
 	if _, busy := d.inflight[id]; busy {
-		d.inflight[id] = true // the loop queues it when the attempt ends
-		dl.State, dl.NextAttemptAt = berth.DeliveryPending, d.cfg.Now().UTC()
+		d.inflight[id] = true // the loop stores it queued when the attempt ends
+		d.queue(dl)
 		return dl, nil
 	}
 	if err := d.requeue(ctx, dl); err != nil {
@@ -331,9 +331,14 @@ func (d *Dispatcher) Redeliver(ctx context.Context, id string) (*berth.Delivery,
 	return dl, nil
 }
 
+// queue sets dl pending, due now.
+func (d *Dispatcher) queue(dl *berth.Delivery) {
+	dl.State, dl.NextAttemptAt = berth.DeliveryPending, d.cfg.Now().UTC()
+}
+
 // requeue stores dl as pending, due now.
 func (d *Dispatcher) requeue(ctx context.Context, dl *berth.Delivery) error {
-	dl.State, dl.NextAttemptAt = berth.DeliveryPending, d.cfg.Now().UTC()
+	d.queue(dl)
 	if err := d.cfg.Store.UpdateDelivery(ctx, dl); err != nil {
 		return fmt.Errorf("redeliver %s: %w", dl.ID, err)
 	}

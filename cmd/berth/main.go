@@ -289,12 +289,18 @@ func (m *Main) defaultUser(cf *clientFlags) string {
 }
 
 // token is the token a client of cf's server sends: $BERTH_TOKEN, else the
-// one saved for that server.
+// one saved for that server, whose URL it then notes for the hint on a
+// refused token.
 func (m *Main) token(cf *clientFlags) string {
 	if t := m.Getenv("BERTH_TOKEN"); t != "" {
 		return t
 	}
-	return m.savedServers()[client.ParseServers(cf.server).URLs()[0]].Token
+	url := client.ParseServers(cf.server).URLs()[0]
+	t := m.savedServers()[url].Token
+	if t != "" {
+		m.savedTokenOf = url
+	}
+	return t
 }
 
 // client returns a client of the flags' server, with the token of
@@ -302,13 +308,9 @@ func (m *Main) token(cf *clientFlags) string {
 // and the CA the flags name, else the one saved.
 func (m *Main) client(cf *clientFlags) *client.Client {
 	tlsConfig := cf.tls
-	url := client.ParseServers(cf.server).URLs()[0]
-	saved, ok := m.savedServers()[url]
+	saved, ok := m.savedServers()[client.ParseServers(cf.server).URLs()[0]]
 	if ok && tlsConfig == nil {
 		tlsConfig, _ = auth.ClientConfig(saved.CA, saved.Fingerprint) // a bad saved CA fails the request instead
-	}
-	if m.Getenv("BERTH_TOKEN") == "" && saved.Token != "" {
-		m.savedTokenOf = url
 	}
 	return client.New(cf.server, m.token(cf), tlsConfig)
 }
