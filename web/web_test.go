@@ -513,7 +513,11 @@ func TestWorkersAndCapacity(t *testing.T) {
 	wantIn(t, "worker row", cells(r)[6], "2")
 	wantNotIn(t, "viewer's workers", d.page("/workers", viewer), `<form class="control"`)
 
-	body = d.page("/jobs/"+run.ID, admin)
+	// The job page reads the store, where the attempt is running once the
+	// acceptance's group commit is durable, a little after the overview,
+	// which reads the controller, shows it: wait for it.
+	body = d.eventually(ctx, "/jobs/"+run.ID, admin, regexp.MustCompile(
+		`data-attempt="`+as.AttemptID+`">(?:[^<]|<[^/]|</[^t]|</t[^r])*?state-running`))
 	a := cells(row(t, body, `data-attempt="`+as.AttemptID+`"`))
 	if a[2] != "h1" || a[3] != "0,1" || a[4] != "running" {
 		t.Errorf("attempt row = %q, want on h1, GPUs 0,1, running", a)
