@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -18,34 +19,53 @@ func (c *Controller) Job(ctx context.Context, id string) (*berth.JobDetail, erro
 	if err != nil {
 		return nil, err
 	}
-	if j := d.Job; j.State == berth.JobPending {
-		var reason string
-		if err := c.do(ctx, func() { reason = c.explain(id) }); err != nil {
-			return nil, err
-		}
-		if reason != "" {
-			j.Reason = reason
-		}
+	if err := c.explainPending(ctx, []*berth.Job{d.Job}); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
 
-// explain says why a queued job waits; "" when it is not queued.
-func (c *Controller) explain(id string) string {
-	js := c.jobs[id]
-	if js == nil || js.task == nil || js.placed() {
-		return ""
+// Jobs lists jobs from the store, newest first; as in Job, a pending job's
+// Reason says why it waits.
+func (c *Controller) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, error) {
+	jobs, err := c.store.Jobs(ctx, f)
+	if err != nil {
+		return nil, err
 	}
-	reason := c.queue.Reason(js.task, c.snapshot()).Message
-	if js.job.Reason != "" {
-		reason += "; " + js.job.Reason
-	}
-	return reason
+	return jobs, c.explainPending(ctx, jobs)
 }
 
-// Jobs lists jobs from the store, newest first.
-func (c *Controller) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, error) {
-	return c.store.Jobs(ctx, f)
+// explainPending sets the Reason of each queued job of jobs to why the
+// scheduler has not placed it, in one round of the controller loop.
+func (c *Controller) explainPending(ctx context.Context, jobs []*berth.Job) error {
+	var pending []*berth.Job
+	for _, j := range jobs {
+		if j.State == berth.JobPending {
+			pending = append(pending, j)
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	return c.do(ctx, func() {
+		var tasks []*scheduler.Task
+		var queued []*berth.Job
+		for _, j := range pending {
+			if js := c.jobs[j.ID]; js != nil && js.task != nil && !js.placed() {
+				tasks, queued = append(tasks, js.task), append(queued, j)
+			}
+		}
+		if len(tasks) == 0 {
+			return
+		}
+		for i, r := range c.queue.Reasons(tasks, c.snapshot()) {
+			j := queued[i]
+			if why := c.jobs[j.ID].job.Reason; why != "" {
+				r.Message += "; " + why
+			}
+			j.Reason = r.Message
+		}
+	})
 }
 
 // Workers returns every known worker with its observed state, the desired

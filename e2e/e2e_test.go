@@ -88,6 +88,14 @@ func TestGPUsAreGivenToJobs(t *testing.T) {
 	if d.State != berth.JobPending || !strings.Contains(d.Reason, "no worker has 3 GPUs") {
 		t.Fatalf("job needing 3 GPUs: state %s reason %q", d.State, d.Reason)
 	}
+	// The listing says so too, as squeue's REASON column does.
+	list, err := cl.c.Jobs(context.Background(), client.ListOptions{States: []berth.JobState{berth.JobPending}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Jobs) != 1 || list.Jobs[0].ID != j.ID || list.Jobs[0].Reason != d.Reason {
+		t.Fatalf("pending listing = %+v, want job %s with reason %q", list.Jobs, j.ID, d.Reason)
+	}
 }
 
 func TestCancelKillsTheWholeProcessGroup(t *testing.T) {

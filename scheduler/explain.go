@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/berth-dev/berth"
@@ -124,9 +125,9 @@ func staticReason(groups []group, t *Task) Reason {
 	case labelsOK < need:
 		return workersWith(labelsOK, "the required labels")
 	case gpuOK < need:
-		return workersWith(gpuOK, fmt.Sprintf("%d GPUs%s", r.GPUs, gpuDesc(r)))
+		return workersWith(gpuOK, count(float64(r.GPUs), "GPU")+gpuDesc(r))
 	case cpuOK < need:
-		return workersWith(cpuOK, fmt.Sprintf("%g CPUs", r.CPUs))
+		return workersWith(cpuOK, count(r.CPUs, "CPU"))
 	case memOK < need:
 		return workersWith(memOK, r.Memory.String()+" of memory")
 	case on < need:
@@ -135,30 +136,46 @@ func staticReason(groups []group, t *Task) Reason {
 	return Reason{}
 }
 
-// Explain says why t is pending on the snapshot's workers: no worker could
-// ever take it (and which requirement fails), they are off, or it waits for
-// capacity behind the tasks ahead of it.
-func Explain(q *Queue, t *Task, s *Snapshot) Reason {
+// ExplainAll says why each of ts is pending on the snapshot's workers: no
+// worker could ever take it (and which requirement fails), they are off, or
+// it waits for capacity behind the tasks ahead of it. It walks the queue's
+// order once for all of them.
+func ExplainAll(q *Queue, ts []*Task, s *Snapshot) []Reason {
 	groups := make([]group, len(s.Workers))
 	for i, w := range s.Workers {
 		groups[i] = group{w: w, n: 1, on: onCount(w)}
 	}
-	if r := staticReason(groups, t); r.Code != "" {
-		return r
+	out := make([]Reason, len(ts))
+	behind := map[*Task]int{} // index in ts of each task that waits for capacity
+	for i, t := range ts {
+		if out[i] = staticReason(groups, t); out[i].Code == "" {
+			out[i] = capacityReason(t)
+			behind[t] = i
+		}
 	}
 	ahead := 0
 	q.Ordered(s.Now, func(o *Task) bool {
-		if o == t {
+		if len(behind) == 0 {
 			return false
+		}
+		if i, ok := behind[o]; ok {
+			if ahead > 0 {
+				out[i].Message += " (" + count(float64(ahead), "job") + " ahead in order)"
+			}
+			delete(behind, o)
 		}
 		ahead++
 		return true
 	})
-	r := capacityReason(t)
-	if ahead > 0 {
-		r.Message += fmt.Sprintf(" (%d jobs ahead in order)", ahead)
+	return out
+}
+
+// count writes n of noun: "1 GPU", "2 GPUs", "0.5 CPUs".
+func count(n float64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
 	}
-	return r
+	return strconv.FormatFloat(n, 'g', -1, 64) + " " + noun + "s"
 }
 
 func gpuDesc(r *berth.Resources) string {

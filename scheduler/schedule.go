@@ -260,12 +260,27 @@ func (p *pass) place(t *Task) bool {
 	return true
 }
 
-// Reason returns why t is pending: what the last pass that examined it
-// found, or, if the last pass stopped before t (the cluster was full),
-// what Explain finds now.
-func (q *Queue) Reason(t *Task, s *Snapshot) Reason {
-	if t.reasonPass == q.pass && t.Reason.Code != "" {
-		return t.Reason
+// Reasons returns why each of ts is pending: what the last pass that
+// examined it found, or, if the last pass stopped before it (the cluster
+// was full), what ExplainAll finds now.
+func (q *Queue) Reasons(ts []*Task, s *Snapshot) []Reason {
+	out := make([]Reason, len(ts))
+	var unexamined []*Task
+	for i, t := range ts {
+		if t.reasonPass == q.pass && t.Reason.Code != "" {
+			out[i] = t.Reason
+		} else {
+			unexamined = append(unexamined, t)
+		}
 	}
-	return Explain(q, t, s)
+	if len(unexamined) == 0 {
+		return out
+	}
+	explained := ExplainAll(q, unexamined, s)
+	for i := range out {
+		if out[i].Code == "" {
+			out[i], explained = explained[0], explained[1:]
+		}
+	}
+	return out
 }

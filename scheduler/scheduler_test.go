@@ -134,7 +134,7 @@ func TestFeasibility(t *testing.T) {
 			t.Errorf("%s: placed = %v, want %v", tt.name, got, tt.fits)
 		}
 		if !tt.fits {
-			if reason := Explain(q, tk, &Snapshot{Now: t0, Workers: []*Worker{w}}); reason.Code != ReasonUnfit {
+			if reason := ExplainAll(q, []*Task{tk}, &Snapshot{Now: t0, Workers: []*Worker{w}})[0]; reason.Code != ReasonUnfit {
 				t.Errorf("%s: Explain = %q, want the failing requirement", tt.name, reason)
 			}
 		}
@@ -171,8 +171,43 @@ func TestOffWorkersGetNothing(t *testing.T) {
 	if plan := Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{w}}); len(plan.Assignments) != 0 {
 		t.Fatalf("placed on an off worker: %+v", plan.Assignments)
 	}
-	if r := Explain(q, tk, &Snapshot{Now: t0, Workers: []*Worker{w}}); r.Code != ReasonOff {
+	if r := ExplainAll(q, []*Task{tk}, &Snapshot{Now: t0, Workers: []*Worker{w}})[0]; r.Code != ReasonOff {
 		t.Fatalf("Explain = %q", r)
+	}
+}
+
+// TestReasonsExplainEachTaskAsAlone asks in one call why several queued
+// tasks wait, none examined by a pass: each answer is what asking for that
+// task alone gives, in the order asked.
+func TestReasonsExplainEachTaskAsAlone(t *testing.T) {
+	t.Parallel()
+	w := worker("w", gpus(2, "H100", 80<<30))
+	w.GPUUsed[0], w.GPUUsed[1] = true, true
+	q := NewQueue(DefaultConfig())
+	a, b, c, d := task("a", 100, t0, 2), task("b", 100, t0.Add(time.Second), 1),
+		task("c", 100, t0.Add(2*time.Second), 3), task("d", 100, t0.Add(3*time.Second), 1)
+	for _, tk := range []*Task{a, b, c, d} {
+		q.Push(tk)
+	}
+	s := &Snapshot{Now: t0.Add(time.Minute), Workers: []*Worker{w}}
+	got := q.Reasons([]*Task{d, b, c, a}, s)
+	want := []string{
+		"waiting for free resources (3 jobs ahead in order)",
+		"waiting for free resources (1 job ahead in order)",
+		"no worker has 3 GPUs",
+		"waiting for free resources",
+	}
+	for i, tk := range []*Task{d, b, c, a} {
+		if got[i].Message != want[i] {
+			t.Errorf("reason of %s = %q, want %q", tk.JobID, got[i].Message, want[i])
+		}
+		if alone := q.Reasons([]*Task{tk}, s)[0]; alone != got[i] {
+			t.Errorf("reason of %s alone = %q, among others %q", tk.JobID, alone, got[i])
+		}
+	}
+	none := worker("cpu-only", nil)
+	if r := q.Reasons([]*Task{b}, &Snapshot{Now: t0, Workers: []*Worker{none}})[0]; r.Message != "no worker has 1 GPU" {
+		t.Errorf("one GPU on a worker with none: %q", r.Message)
 	}
 }
 
