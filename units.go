@@ -25,8 +25,8 @@ var byteUnits = []struct {
 
 // ParseBytes parses "80GiB", "512M", "1024". Units are case-sensitive as
 // written above; a bare number is bytes. It errors on anything else.
-func ParseBytes(s string) (Bytes, error) {
-	s = strings.TrimSpace(s)
+func ParseBytes(given string) (Bytes, error) {
+	s := strings.TrimSpace(given)
 	mult := int64(1)
 	for _, u := range byteUnits {
 		if strings.HasSuffix(s, u.suffix) {
@@ -36,7 +36,7 @@ func ParseBytes(s string) (Bytes, error) {
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	if err != nil || f < 0 || f*float64(mult) > 1<<62 {
-		return 0, fmt.Errorf("%q is not a size such as 80GiB or 512MiB", s)
+		return 0, fmt.Errorf("%q is not a size such as 80GiB or 512MiB", given)
 	}
 	return Bytes(f * float64(mult)), nil
 }
@@ -63,14 +63,14 @@ func (b *Bytes) UnmarshalJSON(data []byte) error {
 		}
 		v, err := ParseBytes(s)
 		if err != nil {
-			return err
+			return rejectValue[Bytes](err.Error())
 		}
 		*b = v
 		return nil
 	}
 	var n int64
 	if err := json.Unmarshal(data, &n); err != nil {
-		return fmt.Errorf("want a size such as 80GiB or a number of bytes")
+		return rejectValue[Bytes]("must be a size such as 80GiB or a number of bytes")
 	}
 	*b = Bytes(n)
 	return nil
@@ -94,14 +94,14 @@ func (d *Duration) UnmarshalJSON(data []byte) error {
 		}
 		v, err := ParseDuration(s)
 		if err != nil {
-			return err
+			return rejectValue[Duration](err.Error())
 		}
 		*d = Duration(v)
 		return nil
 	}
 	var secs float64
 	if err := json.Unmarshal(data, &secs); err != nil {
-		return fmt.Errorf("want a duration such as 90s or a number of seconds")
+		return rejectValue[Duration]("must be a duration such as 90s or a number of seconds")
 	}
 	*d = Duration(secs * float64(time.Second))
 	return nil
@@ -138,7 +138,7 @@ func (a *Argv) UnmarshalJSON(data []byte) error {
 	}
 	var list []string
 	if err := json.Unmarshal(data, &list); err != nil {
-		return fmt.Errorf("want a list of strings or one shell command string")
+		return rejectValue[Argv]("must be a list of strings or one shell command string")
 	}
 	*a = list
 	return nil

@@ -17,9 +17,14 @@ func TestDecodeYAML(t *testing.T) {
 		doc, field, part string
 	}{
 		{"command: [unclosed\n", "", "not valid YAML"},
-		{"comand: [x]\n", "", `unknown field "comand"`},
-		{"command: [x]\narray: many\n", "array", "must be int"},
-		{"[1, 2]\n", "", "must be"},
+		{"comand: [x]\n", "comand", `unknown field "comand"`},
+		{"command: [x]\narray: many\n", "array", "must be a whole number"},
+		{"command: [x]\npriority: high\n", "priority", "must be a whole number"}, // a field of the embedded JobSpec
+		{"command: [x]\nresources: {memory: -5GiB}\n", "resources.memory", `"-5GiB" is not a size`},
+		{"command: [x]\nresources: {memory: [1]}\n", "resources.memory", "must be a size such as 80GiB"},
+		{"command: [x]\nmax_runtime: soon\n", "max_runtime", `"soon" is not a duration such as 90s`},
+		{"command: {run: x}\n", "command", "must be a list of strings or one shell command string"},
+		{"[1, 2]\n", "", "must be an object"},
 	} {
 		var req SubmitRequest
 		err := DecodeYAML([]byte(tt.doc), &req)

@@ -4,7 +4,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -197,54 +196,13 @@ func decode(r *http.Request, v any) error {
 	if len(body) > MaxBody {
 		return berth.Invalidf("body", "larger than %d bytes", MaxBody)
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
-	}
-	// Only JSON whitespace may follow; dec.More would miss a stray ] or }.
-	if len(bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n")) > 0 {
-		return berth.Invalidf("body", "trailing data after the JSON object")
+	if err := berth.DecodeJSON(body, v); err != nil {
+		if e, ok := err.(*berth.Error); ok && e.Field == "" {
+			e.Field = "body"
+		}
+		return err
 	}
 	return nil
-}
-
-func jsonError(err error) error {
-	var typeErr *json.UnmarshalTypeError
-	var syntaxErr *json.SyntaxError
-	switch {
-	case errors.As(err, &typeErr):
-		field := jsonPath(typeErr.Field)
-		if field == "" {
-			field = "body" // the whole body has the wrong type, e.g. an array
-		}
-		return berth.Invalidf(field, "must be %s", typeErr.Type)
-	case errors.As(err, &syntaxErr):
-		return berth.Invalidf("body", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		if field == "" { // the key ""
-			return berth.Invalidf("body", `unknown field ""`)
-		}
-		return berth.Invalidf(field, "unknown field")
-	case errors.Is(err, io.EOF):
-		return berth.Invalidf("body", "empty; want a JSON object")
-	}
-	return berth.Invalidf("body", "%v", err)
-}
-
-// jsonPath turns an UnmarshalTypeError's field path into the JSON name of
-// the field: encoding/json puts the Go name of an embedded struct first
-// ("JobSpec.priority" for SubmitRequest), which users never write. JSON
-// field names here are all lower case.
-func jsonPath(field string) string {
-	for {
-		head, rest, ok := strings.Cut(field, ".")
-		if !ok || head == "" || head[0] < 'A' || head[0] > 'Z' {
-			return field
-		}
-		field = rest
-	}
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

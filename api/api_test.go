@@ -432,6 +432,10 @@ func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
 		{"relative workdir", `{"command":["true"],"workdir":"tmp"}`, 400, "workdir"},
 		{"negative retries", `{"command":["true"],"retries":-1}`, 400, "retries"},
 		{"bad name", `{"command":["true"],"name":"-x"}`, 400, "name"},
+		{"negative memory", `{"command":["true"],"resources":{"memory":"-5GiB"}}`, 400, "resources.memory"},
+		{"memory as list", `{"command":["true"],"resources":{"memory":[1]}}`, 400, "resources.memory"},
+		{"max_runtime not a duration", `{"command":["true"],"max_runtime":"soon"}`, 400, "max_runtime"},
+		{"command as object", `{"command":{"run":"x"}}`, 400, "command"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

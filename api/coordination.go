@@ -201,8 +201,8 @@ func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 
 // decodeScheduleRequest reads the body of POST /api/schedule. When it has
 // a "job" (not null) the job is decoded over berth.DefaultJobSpec, so that
-// what it leaves out has a submission's defaults. Errors are decode's,
-// fields inside the job named "job." and the JSON name.
+// what it leaves out has a submission's defaults. Errors are decode's
+// (fields inside the job are "job." and the JSON name).
 func decodeScheduleRequest(r *http.Request) (berth.ScheduleRequest, error) {
 	var req berth.ScheduleRequest
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
@@ -219,14 +219,7 @@ func decodeScheduleRequest(r *http.Request) (berth.ScheduleRequest, error) {
 		}
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err := decode(r, &req); err != nil {
-		var e *berth.Error
-		if errors.As(err, &e) && strings.HasPrefix(e.Field, "job.") {
-			e.Field = "job." + jsonPath(strings.TrimPrefix(e.Field, "job."))
-		}
-		return req, err
-	}
-	return req, nil
+	return req, decode(r, &req)
 }
 
 // jobField names the field of a job's *berth.Error as the field of a

@@ -461,9 +461,9 @@ func TestLoadDirErrors(t *testing.T) {
 	}{
 		{"bad YAML", map[string]string{"a.yaml": "command: [unclosed\n"}, "a.yaml", "", "not valid YAML"},
 		{"empty file", map[string]string{"a.yaml": ""}, "a.yaml", "", "empty"},
-		{"unknown field", map[string]string{"a.yaml": "comand: [x]\n"}, "a.yaml", "", `unknown field "comand"`},
-		{"wrong type", map[string]string{"a.yaml": "command: [x]\nport: yes please\n"}, "a.yaml", "port", "bool"},
-		{"bad duration", map[string]string{"a.yaml": "command: [x]\nreadiness: {stall: soon}\n"}, "a.yaml", "", "not a duration"},
+		{"unknown field", map[string]string{"a.yaml": "comand: [x]\n"}, "a.yaml", "comand", `unknown field "comand"`},
+		{"wrong type", map[string]string{"a.yaml": "command: [x]\nport: yes please\n"}, "a.yaml", "port", "must be true or false"},
+		{"bad duration", map[string]string{"a.yaml": "command: [x]\nreadiness: {stall: soon}\n"}, "a.yaml", "readiness.stall", `"soon" is not a duration`},
 		{"invalid probe", map[string]string{"a.yaml": "command: [x, '{{SERVICE_PORT}}']\nport: true\nreadiness: {probe: {kind: udp}}\n"},
 			"a.yaml", "readiness.probe.kind", "udp"},
 		{"undeclared variable", map[string]string{"bad.yml": "command: [x, '{{MODEL}}']\n"}, "bad.yml", "command", "{{MODEL}}"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -27,19 +28,15 @@ type agentFlags struct {
 	modelCache  string
 }
 
-func (m *Main) addAgentFlags(fs interface {
-	StringVar(*string, string, string, string)
-	IntVar(*int, string, int, string)
-	DurationVar(*time.Duration, string, time.Duration, string)
-}, af *agentFlags) {
+func (m *Main) addAgentFlags(fs *flag.FlagSet, af *agentFlags) {
 	fs.StringVar(&af.gpus, "gpus", "", "declare GPUs instead of discovering them with nvidia-smi, e.g. 4xH100:80GiB (0 for none);\ndeclared GPUs are not health-checked")
 	fs.IntVar(&af.slots, "slots", 16, "most attempts this worker runs at once")
 	fs.StringVar(&af.queues, "queues", "", "comma-separated queues to serve (default: every queue)")
 	fs.StringVar(&af.labels, "labels", "", "comma-separated KEY=VALUE labels jobs can select")
-	fs.DurationVar(&af.healthEvery, "health-every", 30*time.Second, "how often nvidia-smi checks the discovered GPUs (1s to 24h); attempts on a GPU\nthat disappears or reports an Xid or ECC fault are stopped (exit code 78)")
+	durationVar(fs, &af.healthEvery, "health-every", 30*time.Second, "how often (a `duration`, 1s to 24h) nvidia-smi checks the discovered GPUs; attempts on a GPU\nthat disappears or reports an Xid or ECC fault are stopped (exit code 78)")
 	fs.StringVar(&af.models, "models", "", "comma-separated models already warm here (weights cached); jobs for them are placed here\npreferably")
 	fs.StringVar(&af.prewarm, "prewarm", "", "command (run with sh -c) that loads a model the server expects jobs for, with {model}\nreplaced by its name, shell-quoted, e.g. 'huggingface-cli download {model}'; the model is warm\nhere once it exits 0 (default: prewarm hints are ignored)")
-	fs.DurationVar(&af.prewarmFor, "prewarm-timeout", 30*time.Minute, "how long a --prewarm command may run (1s to 24h)")
+	durationVar(fs, &af.prewarmFor, "prewarm-timeout", 30*time.Minute, "how long a --prewarm command may run (a `duration`, 1s to 24h)")
 	fs.StringVar(&af.ports, "ports", "8000-9000", "LOW-HIGH: the ports services get ({{SERVICE_PORT}})")
 	fs.StringVar(&af.modelCache, "model-cache", "", "where services keep model weights ({{MODEL_CACHE}}; default DATA-DIR/models)")
 }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -13,7 +14,9 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/auth"
@@ -148,27 +151,104 @@ func (m *Main) usage() {
 	fmt.Fprintln(m.Stdout, "\nThe server is --server, else $BERTH_SERVER, else http://127.0.0.1:7070 (a comma-separated list fails over); the token is $BERTH_TOKEN.\nRun berth COMMAND -h for a command's flags.")
 }
 
-// flagSet returns a FlagSet that reports errors to m.Stderr.
+// flagSet returns a FlagSet whose -h prints the command's usage to
+// m.Stderr; parse reports its errors.
 func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 	fs := flag.NewFlagSet("berth "+name, flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(m.Stderr, "Usage: berth %s %s\n\nFlags:\n", name, usage)
+		fmt.Fprintf(fs.Output(), "Usage: berth %s %s\n\nFlags:\n", name, usage)
 		fs.PrintDefaults()
 	}
 	return fs
 }
 
-// parse parses flags; a flag error is printed by the FlagSet and returned
-// as an exit status 2 without a second message.
+// parse parses flags. -h prints the usage and returns flag.ErrHelp; a bad
+// flag is an invalid *berth.Error naming it, printed as one line rather
+// than the flag package's report (its error, then the whole usage).
 func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return &exitError{code: exitUsage}
+	out := fs.Output()
+	var report bytes.Buffer
+	fs.SetOutput(&report)
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		_, _ = report.WriteTo(out) // only the usage
+		return err
 	}
+	return flagError(fs, err)
+}
+
+// flagError turns the flag package's error for fs into one naming the
+// flag, with the way to the command's flags.
+func flagError(fs *flag.FlagSet, err error) error {
+	msg := err.Error()
+	field, why := "", msg
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
+		field, why = flagName(name), "no such flag"
+	} else if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
+		field, why = flagName(name), "needs a value"
+	} else if rest, ok := strings.CutPrefix(msg, "invalid boolean value "); ok {
+		value, name, _ := strings.Cut(rest, " for ")
+		name, _, _ = strings.Cut(name, ": ")
+		field, why = flagName(name), "must be true or false, not "+value
+	} else if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
+		value, rest, _ := strings.Cut(rest, " for flag ")
+		name, inner, _ := strings.Cut(rest, ": ")
+		field, why = flagName(name), inner
+		if fl := fs.Lookup(strings.TrimLeft(name, "-")); fl != nil && (inner == "parse error" || inner == "value out of range") {
+			why = mustBe(fl.Value) + ", not " + value
+		}
+	}
+	return berth.Invalidf(field, "%s; %s -h lists the flags", why, fs.Name())
+}
+
+// flagName writes a flag as Berth's errors do: -f, --memory.
+func flagName(name string) string {
+	name = strings.TrimLeft(name, "-")
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
+}
+
+// mustBe says what a value of a flag of the flag package's own kinds is.
+func mustBe(v flag.Value) string {
+	if g, ok := v.(flag.Getter); ok {
+		switch g.Get().(type) {
+		case int, int64, uint, uint64:
+			return "must be a whole number"
+		case float64:
+			return "must be a number"
+		}
+	}
+	return "not a valid value"
+}
+
+// durationValue is a duration flag that takes what job files do: "90s",
+// "1h30m", "30d" (berth.ParseDuration, whose error says what it wants).
+type durationValue time.Duration
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+
+func (d *durationValue) Set(s string) error {
+	v, err := berth.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = durationValue(v)
 	return nil
+}
+
+// durationVar defines a duration flag like flag.DurationVar but with
+// durationValue's syntax. The flag's usage should name its kind as
+// `duration` for -h.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var((*durationValue)(p), name, usage)
 }
 
 // parseInterspersed parses flags given before, between or after the

@@ -207,6 +207,17 @@ func TestBadInputFailsWithOneLineAndStoresNothing(t *testing.T) {
 		{[]string{"jobs", "--state", "sleeping"}, "state"},
 		{[]string{"cancel", "01NOSUCHJOB"}, "no job"}, // a line per failed id, then a summary
 		{[]string{"frobnicate"}, "unknown command"},
+		// Flag errors name the flag and what it takes, in one line.
+		{[]string{"submit", "--max-runtime", "soon", "--", "true"}, `--max-runtime: "soon" is not a duration such as 90s`},
+		{[]string{"submit", "--nope", "--", "true"}, "--nope: no such flag; berth submit -h lists the flags"},
+		{[]string{"submit", "--wait=maybe", "--", "true"}, `--wait: must be true or false, not "maybe"`},
+		{[]string{"submit", "--cpus", "many", "--", "true"}, `--cpus: must be a number, not "many"`},
+		{[]string{"submit", "-f"}, "-f: needs a value"},
+		{[]string{"jobs", "--limit", "x"}, `--limit: must be a whole number, not "x"`},
+		{[]string{"wait", "--all", "--timeout", "forever"}, `--timeout: "forever" is not a duration`},
+		{[]string{"submit", "-f", write("memory.yaml", "command: [\"true\"]\nresources: {memory: -5GiB}\n")},
+			`resources.memory: in ` + filepath.Join(dir, "memory.yaml") + `: "-5GiB" is not a size`},
+		{[]string{"submit", "-f", write("priority.yaml", "command: [\"true\"]\npriority: high\n")}, "priority: in "},
 	} {
 		code, out, errOut := c.run(tc.args...)
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")

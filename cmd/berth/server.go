@@ -62,16 +62,16 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.SwapWebhook, "swap-webhook", "", "URL POSTed swap_complete or swap_failed after every real swap")
 	fs.StringVar(&cfg.WebhookSecret, "swap-webhook-secret", m.Getenv("BERTH_SWAP_WEBHOOK_SECRET"), "signs the swap webhook's body (X-Spark-Signature) (default $BERTH_SWAP_WEBHOOK_SECRET)")
 	fs.StringVar(&cfg.Templates, "templates", "", "directory of service templates (*.yaml), besides the built-in vllm, jupyterlab and notebook")
-	fs.DurationVar(&cfg.Lease, "lease", 30*time.Second, "how long an agent may be unheard before it self-fences and its attempts are lost")
-	fs.DurationVar(&cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval")
-	fs.DurationVar(&cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long an agent has to accept an assignment before it is withdrawn")
-	fs.DurationVar(&cfg.Grace, "grace", 10*time.Second, "how long a stopped attempt gets between SIGTERM and SIGKILL")
+	durationVar(fs, &cfg.Lease, "lease", 30*time.Second, "how long (a `duration`) an agent may be unheard before it self-fences and its attempts are lost")
+	durationVar(fs, &cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval (a `duration`)")
+	durationVar(fs, &cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long (a `duration`) an agent has to accept an assignment before it is withdrawn")
+	durationVar(fs, &cfg.Grace, "grace", 10*time.Second, "how long (a `duration`) a stopped attempt gets between SIGTERM and SIGKILL")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "URL clients and agents reach this server at, told to them by standbys (default http://LISTEN-ADDRESS)")
-	fs.DurationVar(&cfg.ControlPoll, "control-poll", 5*time.Second, "how often worker controls are read back from the store (picks up plain-SQL writes)")
+	durationVar(fs, &cfg.ControlPoll, "control-poll", 5*time.Second, "how often (a `duration`) worker controls are read back from the store (picks up plain-SQL writes)")
 	def := scheduler.DefaultConfig()
 	fs.StringVar(&cfg.Policy, "policy", "berth", "scheduling policy: "+strings.Join(scheduler.PolicyNames(), ", "))
-	fs.DurationVar(&cfg.ReserveAfter, "reserve-after", def.ReserveAfter, "how long a job that does not fit waits before it reserves workers (0: never)")
-	fs.DurationVar(&cfg.PreemptAfter, "preempt-min-runtime", def.PreemptMinRuntime, "how long an attempt runs before a higher-priority job may preempt it")
+	durationVar(fs, &cfg.ReserveAfter, "reserve-after", def.ReserveAfter, "how long (a `duration`) a job that does not fit waits before it reserves workers (0: never)")
+	durationVar(fs, &cfg.PreemptAfter, "preempt-min-runtime", def.PreemptMinRuntime, "how long (a `duration`) an attempt runs before a higher-priority job may preempt it")
 }
 
 // schedulerConfig returns the policy the flags chose; nil (the default

@@ -89,8 +89,9 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	priority := fs.Int("priority", -1, "priority 0-1000 (default 100)")
 	array := fs.Int("array", 0, "submit N copies; each gets BERTH_ARRAY_INDEX 0..N-1")
 	retries := fs.Int("retries", -1, "times a failed or lost attempt is retried")
-	maxRuntime := fs.Duration("max-runtime", 0, "kill the job after this long, e.g. 2h (exit code 75)")
-	stallTimeout := fs.Duration("stall-timeout", 0, "kill the job when it writes no output and reports no progress for this long (exit code 76)")
+	var maxRuntime, stallTimeout time.Duration
+	durationVar(fs, &maxRuntime, "max-runtime", 0, "kill the job after this long, a `duration` such as 2h or 3d (exit code 75)")
+	durationVar(fs, &stallTimeout, "stall-timeout", 0, "kill the job when it writes no output and reports no progress for this long, a `duration` (exit code 76)")
 	workdir := fs.String("workdir", "", "working directory on the worker (default: the current directory)")
 	host := fs.String("host", "", "run only on the worker with this host label")
 	labels := fs.String("labels", "", "comma-separated KEY=VALUE worker labels required")
@@ -151,10 +152,10 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 		req.Retries = *retries
 	}
 	if set["max-runtime"] {
-		req.MaxRuntime = berth.Duration(*maxRuntime)
+		req.MaxRuntime = berth.Duration(maxRuntime)
 	}
 	if set["stall-timeout"] {
-		req.StallTimeout = berth.Duration(*stallTimeout)
+		req.StallTimeout = berth.Duration(stallTimeout)
 	}
 	if set["host"] {
 		req.Constraints.Host = *host

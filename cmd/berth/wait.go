@@ -14,7 +14,8 @@ func runWait(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("wait", "ID... | --all [--timeout D]")
 	cf := m.addClientFlags(fs, false)
 	all := fs.Bool("all", false, "wait for every job active now")
-	timeout := fs.Duration("timeout", 0, "give up after this long (exit 124); 0 waits forever")
+	var timeout time.Duration
+	durationVar(fs, &timeout, "timeout", 0, "give up after this long, a `duration` (exit 124); 0 waits forever")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -24,10 +25,10 @@ func runWait(ctx context.Context, m *Main, args []string) error {
 	if *all == (fs.NArg() > 0) {
 		return berth.Invalidf("id", "give job ids or --all, not both and not neither")
 	}
-	if *timeout < 0 {
+	if timeout < 0 {
 		return berth.Invalidf("--timeout", "must not be negative")
 	}
-	return m.waitFor(ctx, m.client(cf), fs.Args(), *all, *timeout)
+	return m.waitFor(ctx, m.client(cf), fs.Args(), *all, timeout)
 }
 
 // waitFor waits and reports: exit 0 when every job succeeded, 1 when any
