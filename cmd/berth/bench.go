@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
@@ -24,10 +26,14 @@ type BenchResult struct {
 	Agents            int     `json:"agents"`
 	CPUs              int     `json:"cpus"`
 	ProcessJobsPerSec float64 `json:"process_jobs_per_sec,omitempty"`
-	NoopJobsPerSec    float64 `json:"noop_jobs_per_sec,omitempty"`
-	LatencySamples    int     `json:"latency_samples,omitempty"`
-	StartP50Ms        float64 `json:"start_p50_ms,omitempty"`
-	StartP99Ms        float64 `json:"start_p99_ms,omitempty"`
+	// BareStartsPerSec is how many true processes this machine starts a
+	// second with nothing else running: what ProcessJobsPerSec is measured
+	// against.
+	BareStartsPerSec float64 `json:"bare_starts_per_sec,omitempty"`
+	NoopJobsPerSec   float64 `json:"noop_jobs_per_sec,omitempty"`
+	LatencySamples   int     `json:"latency_samples,omitempty"`
+	StartP50Ms       float64 `json:"start_p50_ms,omitempty"`
+	StartP99Ms       float64 `json:"start_p99_ms,omitempty"`
 }
 
 func runBench(ctx context.Context, m *Main, args []string) error {
@@ -40,17 +46,22 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	agents := fs.Int("agents", 2, "local agents")
 	slots := fs.Int("slots", 32, "slots per agent for real processes")
 	samples := fs.Int("latency", 200, "jobs for the submit → process-started latency run (one at a time)")
+	bare := fs.Int("bare", 2000, "true processes started without Berth, as many at once as the agents' slots, for\nthe real processes' reference (0: none)")
 	output := fs.String("o", "table", "output: table or json")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	storeURL := fs.String("store", "", "store to run on: a postgres:// URL of an empty database (default: a fresh SQLite file)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	for _, c := range []struct {
+		flag     string
+		n, limit int
+	}{{"--jobs", *jobs, berth.MaxArray}, {"--noop-jobs", *noopJobs, berth.MaxArray}, {"--latency", *samples, 100_000}, {"--bare", *bare, 1_000_000}} {
+		if c.n < 0 || c.n > c.limit {
+			return berth.Invalidf(c.flag, "must be between 0 and %d", c.limit)
+		}
+	}
 	switch {
-	case *jobs < 0 || *noopJobs < 0 || *samples < 0:
-		return berth.Invalidf("--jobs", "counts must not be negative")
-	case *jobs > berth.MaxArray || *noopJobs > berth.MaxArray:
-		return berth.Invalidf("--jobs", "at most %d", berth.MaxArray)
 	case *agents < 1 || *agents > 64:
 		return berth.Invalidf("--agents", "must be between 1 and 64")
 	case *slots < 1:
@@ -84,6 +95,13 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 			return err
 		}
 	}
+	if *bare > 0 {
+		rate, err := benchBareStarts(ctx, *bare, *agents**slots)
+		if err != nil {
+			return err
+		}
+		res.BareStartsPerSec = rate
+	}
 	if *noopJobs > 0 {
 		err := withBenchCluster(ctx, *storeURL, *agents, 1024, agent.NoopExecutor{}, func(c *client.Client, dir string) error {
 			rate, err := benchThroughput(ctx, c, *noopJobs, dir)
@@ -100,6 +118,13 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	fmt.Fprintf(m.Stdout, "berth bench: %d agents on %d CPUs, %s store\n", res.Agents, res.CPUs, res.Store)
 	if res.ProcessJobsPerSec > 0 {
 		fmt.Fprintf(m.Stdout, "  real processes: %d jobs, %.0f jobs/s submit → all succeeded\n", *jobs, res.ProcessJobsPerSec)
+	}
+	if res.BareStartsPerSec > 0 {
+		fmt.Fprintf(m.Stdout, "  bare process starts: %d true processes, %.0f/s without Berth", *bare, res.BareStartsPerSec)
+		if res.ProcessJobsPerSec > 0 {
+			fmt.Fprintf(m.Stdout, " (real processes reached %.0f %% of it)", 100*res.ProcessJobsPerSec/res.BareStartsPerSec)
+		}
+		fmt.Fprintln(m.Stdout)
 	}
 	if res.NoopJobsPerSec > 0 {
 		fmt.Fprintf(m.Stdout, "  no-op executor: %d jobs, %.0f jobs/s submit → all succeeded\n", *noopJobs, res.NoopJobsPerSec)
@@ -202,6 +227,39 @@ func benchLatency(ctx context.Context, c *client.Client, n int, dir string) (flo
 	}
 	sort.Float64s(lat)
 	return percentile(lat, 0.50), percentile(lat, 0.99), nil
+}
+
+// benchBareStarts starts n true processes, at most parallel at once, as
+// a loop that does nothing else would, and returns processes/s: the most
+// any executor could reach on this machine.
+func benchBareStarts(ctx context.Context, n, parallel int) (float64, error) {
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failed error
+	next := make(chan struct{})
+	for range min(parallel, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range next {
+				if err := exec.CommandContext(ctx, "true").Run(); err != nil {
+					mu.Lock()
+					failed = cmp.Or(failed, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for range n {
+		next <- struct{}{}
+	}
+	close(next)
+	wg.Wait()
+	if failed != nil {
+		return 0, fmt.Errorf("bare process starts: %w", failed)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }
 
 func percentile(sorted []float64, p float64) float64 {

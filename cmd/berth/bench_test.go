@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestBenchReportsEveryFigure runs a small berth bench end to end: its own
+// server and agents, real true processes, the no-op executor, the latency
+// run and the bare starts. It checks that every figure is measured and
+// consistent; how fast they are is for docs/performance.md, not a test.
+func TestBenchReportsEveryFigure(t *testing.T) {
+	t.Parallel()
+	c := &cli{t: t}
+	res := runJSON[BenchResult](c, "bench", "--jobs", "30", "--noop-jobs", "200", "--latency", "5", "--bare", "10",
+		"--agents", "1", "--slots", "4", "-o", "json")
+	if res.Store != "SQLite" || res.Jobs != 30 || res.Agents != 1 || res.CPUs < 1 {
+		t.Errorf("bench describes its run as %+v", res)
+	}
+	if res.ProcessJobsPerSec <= 0 || res.NoopJobsPerSec <= 0 || res.BareStartsPerSec <= 0 {
+		t.Errorf("throughputs: real %v, no-op %v, bare starts %v jobs/s; want all measured",
+			res.ProcessJobsPerSec, res.NoopJobsPerSec, res.BareStartsPerSec)
+	}
+	if res.LatencySamples != 5 || res.StartP50Ms <= 0 || res.StartP99Ms < res.StartP50Ms {
+		t.Errorf("latency: %d samples, p50 %v ms, p99 %v ms", res.LatencySamples, res.StartP50Ms, res.StartP99Ms)
+	}
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	t.Parallel()
+	c := &cli{t: t}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bare", "-1"}, "--bare: must be between 0 and 1000000"},
+		{[]string{"--noop-jobs", "100001"}, "--noop-jobs: must be between 0 and 100000"},
+		{[]string{"--latency", "-3"}, "--latency: must be between 0"},
+		{[]string{"--agents", "0"}, "--agents: must be between 1 and 64"},
+		{[]string{"-o", "yaml"}, "-o: must be table or json"},
+	} {
+		code, out, errOut := c.run(append([]string{"bench"}, tc.args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("bench %s: exit %d, stdout %q, stderr %q; want 2 and one line with %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
