@@ -200,7 +200,7 @@ func flagError(fs *flag.FlagSet, err error) error {
 		name, inner, _ := strings.Cut(rest, ": ")
 		field, why = flagName(name), inner
 		if fl := fs.Lookup(strings.TrimLeft(name, "-")); fl != nil && (inner == "parse error" || inner == "value out of range") {
-			why = mustBe(fl.Value) + ", not " + value
+			why = badValue(fl.Value, value)
 		}
 	}
 	return berth.Invalidf(field, "%s; %s -h lists the flags", why, fs.Name())
@@ -215,17 +215,18 @@ func flagName(name string) string {
 	return "--" + name
 }
 
-// mustBe says what a value of a flag of the flag package's own kinds is.
-func mustBe(v flag.Value) string {
+// badValue says why quoted, a value the flag package could not parse, is
+// no value for a flag of v's kind.
+func badValue(v flag.Value, quoted string) string {
 	if g, ok := v.(flag.Getter); ok {
 		switch g.Get().(type) {
 		case int, int64, uint, uint64:
-			return "must be a whole number"
+			return "must be a whole number, not " + quoted
 		case float64:
-			return "must be a number"
+			return "must be a number, not " + quoted
 		}
 	}
-	return "not a valid value"
+	return quoted + " is not a valid value"
 }
 
 // durationValue is a duration flag that takes what job files do: "90s",
