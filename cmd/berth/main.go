@@ -199,8 +199,10 @@ func flagError(fs *flag.FlagSet, err error) error {
 		value, rest, _ := strings.Cut(rest, " for flag ")
 		name, inner, _ := strings.Cut(rest, ": ")
 		field, why = flagName(name), inner
-		if fl := fs.Lookup(strings.TrimLeft(name, "-")); fl != nil && (inner == "parse error" || inner == "value out of range") {
+		if fl := fs.Lookup(strings.TrimLeft(name, "-")); fl != nil && inner == "parse error" {
 			why = badValue(fl.Value, value)
+		} else if inner == "value out of range" {
+			why = value + " is out of range"
 		}
 	}
 	return berth.Invalidf(field, "%s; %s -h lists the flags", why, fs.Name())

@@ -214,6 +214,7 @@ func TestBadInputFailsWithOneLineAndStoresNothing(t *testing.T) {
 		{[]string{"submit", "--cpus", "many", "--", "true"}, `--cpus: must be a number, not "many"`},
 		{[]string{"submit", "-f"}, "-f: needs a value"},
 		{[]string{"jobs", "--limit", "x"}, `--limit: must be a whole number, not "x"`},
+		{[]string{"jobs", "--limit", "99999999999999999999"}, `--limit: "99999999999999999999" is out of range`},
 		{[]string{"wait", "--all", "--timeout", "forever"}, `--timeout: "forever" is not a duration`},
 		{[]string{"submit", "-f", write("memory.yaml", "command: [\"true\"]\nresources: {memory: -5GiB}\n")},
 			`resources.memory: in ` + filepath.Join(dir, "memory.yaml") + `: "-5GiB" is not a size`},
