@@ -13,3 +13,12 @@ func Truncate(s string, n int) string {
 	}
 	return s[:n]
 }
+
+// Clip returns s, or when it is longer than n bytes, s cut as Truncate
+// does with "…" after it, to show a long text shortened.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return Truncate(s, n) + "…"
+}

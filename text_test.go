@@ -23,3 +23,21 @@ func TestTruncate(t *testing.T) {
 		}
 	}
 }
+
+func TestClip(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exact", 5, "exact"},
+		{"longer", 4, "long…"},
+		{"héllo", 2, "h…"}, // not split inside é
+	} {
+		if got := Clip(tt.s, tt.n); got != tt.want {
+			t.Errorf("Clip(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
+		}
+	}
+}

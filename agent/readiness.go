@@ -441,7 +441,7 @@ func (p *Prober) scanLine(line string) string {
 		for i, f := range p.fatal {
 			if strings.Contains(lower, f.Substring) {
 				p.fatalSeen = &p.spec.Fatal[i]
-				p.fatalLine = clipText(strings.TrimSpace(line), 300)
+				p.fatalLine = berth.Clip(strings.TrimSpace(line), 300)
 				break
 			}
 		}
@@ -536,14 +536,7 @@ func bodyNote(body []byte) string {
 	if b == "" {
 		return ""
 	}
-	return ": " + clipText(b, 200)
-}
-
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return berth.Truncate(s, n) + "…"
+	return ": " + berth.Clip(b, 200)
 }
 
 // shortDuration writes d without zero trailing units: 2m, 1m30s, 500ms.

@@ -154,14 +154,7 @@ func Detect(path string, data []byte) (string, error) {
 	case strings.Contains(header, ":"):
 		return FormatBerth, nil // YAML without the extension
 	}
-	return "", loadErr(path, 1, "", "cannot tell the format from the header %q; name it with --format", truncate(header, 60))
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return "", loadErr(path, 1, "", "cannot tell the format from the header %q; name it with --format", berth.Clip(header, 60))
 }
 
 // csvFile reads a CSV file with a header row, giving each field by column

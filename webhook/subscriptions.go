@@ -652,9 +652,5 @@ func (d *Dispatcher) post(w *berth.Webhook, dl *berth.Delivery) (int, error) {
 // errorText is err's message, shortened to maxErrorText bytes on a rune
 // boundary.
 func errorText(err error) string {
-	s := strings.ToValidUTF8(err.Error(), "?")
-	if len(s) <= maxErrorText {
-		return s
-	}
-	return berth.Truncate(s, maxErrorText) + "…"
+	return berth.Clip(strings.ToValidUTF8(err.Error(), "?"), maxErrorText)
 }
