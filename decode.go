@@ -34,8 +34,10 @@ func decodeError(err error) error {
 	switch {
 	case errors.As(err, &typeErr):
 		field := jsonPath(typeErr.Field)
+		// encoding/json makes no UnmarshalTypeError for a type with its
+		// own UnmarshalJSON: one for such a type is rejectValue's.
 		if reflect.PointerTo(typeErr.Type).Implements(unmarshaler) {
-			return Invalidf(field, "%s", typeErr.Value) // from rejectValue
+			return Invalidf(field, "%s", typeErr.Value)
 		}
 		return Invalidf(field, "must be %s", kindOf(typeErr.Type))
 	case errors.As(err, &syntaxErr):

@@ -49,21 +49,22 @@ func (c *Controller) explainPending(ctx context.Context, jobs []*berth.Job) erro
 	}
 	return c.do(ctx, func() {
 		var tasks []*scheduler.Task
-		var queued []*berth.Job
+		var queued []*berth.Job // the job of pending whose task is tasks[i]
 		for _, j := range pending {
 			if js := c.jobs[j.ID]; js != nil && js.task != nil && !js.placed() {
 				tasks, queued = append(tasks, js.task), append(queued, j)
+				j.Reason = js.job.Reason // what the controller adds, e.g. a restart's backoff
 			}
 		}
 		if len(tasks) == 0 {
 			return
 		}
 		for i, r := range c.queue.Reasons(tasks, c.snapshot()) {
-			j := queued[i]
-			if why := c.jobs[j.ID].job.Reason; why != "" {
-				r.Message += "; " + why
+			if j := queued[i]; j.Reason != "" {
+				j.Reason = r.Message + "; " + j.Reason
+			} else {
+				j.Reason = r.Message
 			}
-			j.Reason = r.Message
 		}
 	})
 }
