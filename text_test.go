@@ -2,42 +2,27 @@ package berth
 
 import "testing"
 
-func TestTruncate(t *testing.T) {
+func TestTruncateAndClip(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		s    string
-		n    int
-		want string
+		s                  string
+		n                  int
+		truncated, clipped string
 	}{
-		{"short", 10, "short"},
-		{"exact", 5, "exact"},
-		{"longer", 4, "long"},
-		{"héllo", 2, "h"}, // é is 2 bytes, at 1–2: not split
-		{"héllo", 3, "hé"},
-		{"日本", 4, "日"},
-		{"日本", 2, ""},
-		{"x", 0, ""},
+		{"short", 10, "short", "short"},
+		{"exact", 5, "exact", "exact"},
+		{"longer", 4, "long", "long…"},
+		{"héllo", 2, "h", "h…"}, // é is 2 bytes, at 1–2: not split
+		{"héllo", 3, "hé", "hé…"},
+		{"日本", 4, "日", "日…"},
+		{"日本", 2, "", "…"},
+		{"x", 0, "", "…"},
 	} {
-		if got := Truncate(tt.s, tt.n); got != tt.want {
-			t.Errorf("Truncate(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
+		if got := Truncate(tt.s, tt.n); got != tt.truncated {
+			t.Errorf("Truncate(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.truncated)
 		}
-	}
-}
-
-func TestClip(t *testing.T) {
-	t.Parallel()
-	for _, tt := range []struct {
-		s    string
-		n    int
-		want string
-	}{
-		{"short", 10, "short"},
-		{"exact", 5, "exact"},
-		{"longer", 4, "long…"},
-		{"héllo", 2, "h…"}, // not split inside é
-	} {
-		if got := Clip(tt.s, tt.n); got != tt.want {
-			t.Errorf("Clip(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
+		if got := Clip(tt.s, tt.n); got != tt.clipped {
+			t.Errorf("Clip(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.clipped)
 		}
 	}
 }
