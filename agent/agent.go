@@ -107,7 +107,7 @@ type Agent struct {
 	log      *slog.Logger
 	workerID string
 	attDir   string
-	logs     *LogFiles // spare log files for new attempts
+	logs     *LogFiles // where attempts' log files come from and go back to
 	groups   *GroupJournal
 	ports    *PortAllocator
 	adopted  []adoption // services a previous agent left running, followed once Run starts
@@ -237,7 +237,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.groups, err = OpenGroupJournal(journal); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	if a.logs, err = OpenLogFiles(filepath.Join(cfg.DataDir, "spare-logs"), max(cfg.Slots, 1)); err != nil {
+	if a.logs, err = OpenLogFiles(filepath.Join(cfg.DataDir, "logs"), max(cfg.Slots, 1)); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	for _, ad := range a.adopted {
@@ -651,13 +651,13 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 	}
 }
 
-// removeFiles recycles the attempt's log and deletes, if Start made it,
+// removeFiles releases the attempt's log and deletes, if Start made it,
 // its scratch directory.
 func (a *Agent) removeFiles(at *attempt) {
 	if p, ok := at.proc.(*doneProcess); ok && p.noFiles {
 		return
 	}
-	a.logs.Recycle(at.log)
+	a.logs.Release(at.log)
 	if at.scratch {
 		_ = os.RemoveAll(at.dir)
 	}
@@ -783,7 +783,11 @@ func (a *Agent) setFaults(faults map[int]string) {
 
 func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	dir := filepath.Join(a.attDir, m.AttemptID)
-	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: dir + ".log",
+	log := dir + ".log" // where a restarted agent finds the output of a service it adopts
+	if !adoptable(m) {
+		log = a.logs.Take()
+	}
+	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: log,
 		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: secretRedactor(m)}
 	run, err := expandSecrets(m)
 	var svc *serviceRun
@@ -796,7 +800,7 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	} else if proc, err = a.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
 		ArrayIndex: m.ArrayIndex, Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log,
-		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups, Logs: a.logs,
+		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups,
 		ProgressURL: a.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}); err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	}
@@ -808,9 +812,12 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 		}
 	}
 	a.mu.Lock()
-	if _, dup := a.attempts[m.AttemptID]; dup {
+	if orig, dup := a.attempts[m.AttemptID]; dup {
 		a.mu.Unlock()
 		proc.Kill("", "")
+		if at.log != orig.log { // a file of its own: give it back once the process is gone
+			go func() { <-proc.Done(); a.logs.Release(at.log) }()
+		}
 		return
 	}
 	a.attempts[m.AttemptID] = at
@@ -919,6 +926,10 @@ func (a *Agent) shipLocked(ctx context.Context, at *attempt) error {
 		return nil // it ended before it began: no output to look for
 	}
 	if at.file == nil {
+		// Most short jobs print nothing: look before opening.
+		if info, err := os.Stat(at.log); err == nil && info.Size() <= at.sent {
+			return nil
+		}
 		f, err := os.Open(at.log)
 		if errors.Is(err, os.ErrNotExist) {
 			return nil // no output file yet

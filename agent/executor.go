@@ -32,7 +32,6 @@ type Spec struct {
 	Dir              string            // the attempt's scratch directory, created by Start only when Workdir is empty
 	LogPath          string            // combined stdout+stderr file, created or appended to by Start; its directory must exist
 	Groups           *GroupJournal     // where the process group is recorded while it lives; nil: nowhere
-	Logs             *LogFiles         // where LogPath is made from when it is new; nil: created
 	GPUs             []int             // CUDA_VISIBLE_DEVICES; empty: "" so the job sees no GPU
 	MaxRuntime       time.Duration     // 0: none; past it the attempt is stopped with cause budget
 	StallTimeout     time.Duration     // 0: none; with no output and no progress for this long the attempt is stopped with cause stall
@@ -121,7 +120,7 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 			return nil, fmt.Errorf("attempt dir: %w", err)
 		}
 	}
-	logf, err := s.Logs.Open(s.LogPath)
+	logf, err := os.OpenFile(s.LogPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}

@@ -6,16 +6,6 @@ import (
 	"testing"
 )
 
-// readFile returns the content of path, failing the test if it cannot.
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // spares lists the files kept in dir.
 func spares(t *testing.T, dir string) []string {
 	t.Helper()
@@ -30,18 +20,17 @@ func spares(t *testing.T, dir string) []string {
 	return names
 }
 
-func TestLogFilesRecycleEmptiesAndReusesFiles(t *testing.T) {
+func TestLogFilesKeepEmptyFilesAndDeleteOutput(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	spareDir := filepath.Join(root, "spare")
-	l, err := OpenLogFiles(spareDir, 2)
+	dir := filepath.Join(root, "logs")
+	l, err := OpenLogFiles(dir, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	write := func(name, text string) string {
+	write := func(path, text string) {
 		t.Helper()
-		path := filepath.Join(root, name)
-		f, err := l.Open(path)
+		f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,78 +38,82 @@ func TestLogFilesRecycleEmptiesAndReusesFiles(t *testing.T) {
 		if _, err := f.WriteString(text); err != nil {
 			t.Fatal(err)
 		}
-		return path
 	}
-	a, b, c := write("a.log", "output of a\n"), write("b.log", "output of b\n"), write("c.log", "output of c\n")
-	for _, p := range []string{a, b, c} {
-		l.Recycle(p)
-		if _, err := os.Stat(p); !os.IsNotExist(err) {
-			t.Fatalf("%s still exists after Recycle (err %v)", p, err)
+	taken := map[string]bool{}
+	take := func() string {
+		t.Helper()
+		p := l.Take()
+		if filepath.Dir(p) != dir {
+			t.Fatalf("Take = %s, want a path in %s", p, dir)
 		}
-	}
-	if got := spares(t, spareDir); len(got) != 2 {
-		t.Fatalf("kept %v, want 2 files (keep = 2)", got)
-	}
-	for _, name := range spares(t, spareDir) {
-		if got := readFile(t, filepath.Join(spareDir, name)); got != "" {
-			t.Fatalf("kept file %s holds %q, want it empty", name, got)
+		if taken[p] {
+			t.Fatalf("Take = %s again while it is in use", p)
 		}
+		taken[p] = true
+		return p
+	}
+	quiet1, quiet2, quiet3, loud := take(), take(), take(), take()
+	for _, p := range []string{quiet1, quiet2, quiet3} {
+		write(p, "")
+	}
+	write(loud, "output\n")
+	for _, p := range []string{loud, quiet1, quiet2, quiet3} {
+		l.Release(p)
+		delete(taken, p)
+	}
+	if _, err := os.Stat(loud); !os.IsNotExist(err) {
+		t.Fatalf("%s, which held output, still exists after Release (err %v)", loud, err)
+	}
+	if got := spares(t, dir); len(got) != 2 {
+		t.Fatalf("kept %v, want 2 empty files (keep = 2)", got)
 	}
 
-	// The next attempts start from the kept files, empty.
-	d := write("d.log", "d")
-	if got := readFile(t, d); got != "d" {
-		t.Fatalf("d.log = %q, want only its own output", got)
+	// The next attempts get the kept files, then new names.
+	again1, again2, fresh := take(), take(), take()
+	if again1 == again2 || (again1 != quiet1 && again1 != quiet2) || (again2 != quiet1 && again2 != quiet2) {
+		t.Fatalf("Take after releases = %s, %s; want the kept %s and %s", again1, again2, quiet1, quiet2)
 	}
-	if got := spares(t, spareDir); len(got) != 1 {
-		t.Fatalf("kept %v after one Open, want 1 file", got)
-	}
-
-	// An existing log is appended to, never replaced by a kept file.
-	if got := readFile(t, write("d.log", "+more")); got != "d+more" {
-		t.Fatalf("d.log = %q, want d+more", got)
-	}
-	if got := spares(t, spareDir); len(got) != 1 {
-		t.Fatalf("kept %v after an Open of an existing log, want the 1 file still kept", got)
+	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+		t.Fatalf("Take with none kept = %s, which exists (err %v); want a new name", fresh, err)
 	}
 
-	l.Recycle(filepath.Join(root, "never-created.log")) // no output file: nothing to do
+	outside := filepath.Join(root, "service.log") // an adopted service's log
+	write(outside, "")
+	l.Release(outside)
+	if _, err := os.Stat(outside); !os.IsNotExist(err) {
+		t.Fatalf("%s, outside the directory, still exists after Release (err %v)", outside, err)
+	}
+	l.Release(fresh) // never created: nothing to do
 }
 
 func TestOpenLogFilesTakesEmptyFilesLeftBehind(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	spareDir := filepath.Join(root, "spare")
-	if err := os.MkdirAll(filepath.Join(spareDir, "a-directory"), 0o755); err != nil {
+	dir := filepath.Join(t.TempDir(), "logs")
+	if err := os.MkdirAll(filepath.Join(dir, "a-directory"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, text := range map[string]string{"3": "", "7": "", "9": "", "5": "left over output"} {
-		if err := os.WriteFile(filepath.Join(spareDir, name), []byte(text), 0o644); err != nil {
+	for name, text := range map[string]string{"3": "", "7": "", "9": "", "12": "left over output"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l, err := OpenLogFiles(spareDir, 2)
+	l, err := OpenLogFiles(dir, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := spares(t, spareDir); len(got) != 2 {
-		t.Fatalf("after open, %s holds %v; want 2 empty files (not the directory, the non-empty file or a third)", spareDir, got)
+	if got := spares(t, dir); len(got) != 2 {
+		t.Fatalf("after open, %s holds %v; want 2 empty files (not the directory, the file with output or a third)", dir, got)
 	}
-	path := filepath.Join(root, "x.log")
-	f, err := l.Open(path)
-	if err != nil {
-		t.Fatal(err)
+	kept := map[string]bool{}
+	for _, name := range spares(t, dir) {
+		kept[filepath.Join(dir, name)] = true
 	}
-	f.Close()
-	l.Recycle(path) // under a new name, not over a kept one
-	if got := spares(t, spareDir); len(got) != 2 {
-		t.Fatalf("after a recycle, %s holds %v; want 2 files", spareDir, got)
+	for range 2 {
+		if p := l.Take(); !kept[p] {
+			t.Fatalf("Take = %s, want one of the kept %v", p, kept)
+		}
 	}
-
-	var none *LogFiles // no spares: Open creates
-	f, err = none.Open(filepath.Join(root, "y.log"))
-	if err != nil {
-		t.Fatal(err)
+	if p, want := l.Take(), filepath.Join(dir, "13"); p != want {
+		t.Fatalf("Take with none kept = %s, want %s (past every name left behind)", p, want)
 	}
-	f.Close()
 }
