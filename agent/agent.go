@@ -137,6 +137,7 @@ type attempt struct {
 	dir      string
 	scratch  bool // dir was made as the working directory
 	log      string
+	logStart int64 // where its output begins in log
 	queue    string
 	gpus     []int
 	token    string         // the secret of its progress URL
@@ -783,11 +784,11 @@ func (a *Agent) setFaults(faults map[int]string) {
 
 func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	dir := filepath.Join(a.attDir, m.AttemptID)
-	log := dir + ".log" // where a restarted agent finds the output of a service it adopts
-	if !adoptable(m) {
-		log = a.logs.Take()
+	log, logStart := dir+".log", int64(0) // a service's own file, where a restarted agent finds it and readiness reads it
+	if m.Service == nil {
+		log, logStart = a.logs.Take()
 	}
-	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: log,
+	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: log, logStart: logStart,
 		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: secretRedactor(m)}
 	run, err := expandSecrets(m)
 	var svc *serviceRun
@@ -920,14 +921,15 @@ func (a *Agent) sendProgress(ctx context.Context, at *attempt) error {
 
 const chunkSize = 64 << 10
 
-// shipLocked sends the output from at.sent to the end of the file.
+// shipLocked sends the output from at.sent (counted from at.logStart) to
+// the end of the file.
 func (a *Agent) shipLocked(ctx context.Context, at *attempt) error {
 	if _, never := at.proc.(*doneProcess); never {
 		return nil // it ended before it began: no output to look for
 	}
 	if at.file == nil {
 		// Most short jobs print nothing: look before opening.
-		if info, err := os.Stat(at.log); err == nil && info.Size() <= at.sent {
+		if info, err := os.Stat(at.log); err == nil && info.Size()-at.logStart <= at.sent {
 			return nil
 		}
 		f, err := os.Open(at.log)
@@ -945,13 +947,13 @@ func (a *Agent) shipLocked(ctx context.Context, at *attempt) error {
 		if err != nil {
 			return err
 		}
-		if info.Size() <= at.sent {
+		if info.Size()-at.logStart <= at.sent {
 			return nil
 		}
 		if buf == nil {
 			buf = make([]byte, chunkSize)
 		}
-		n, err := at.file.ReadAt(buf, at.sent)
+		n, err := at.file.ReadAt(buf, at.logStart+at.sent)
 		if n > 0 {
 			at.scan(buf[:n])
 			final := at.result != nil && errors.Is(err, io.EOF) // the whole output is read

@@ -714,3 +714,31 @@ func TestAgentSecrets(t *testing.T) {
 		}
 	}
 }
+
+func TestAgentAttemptsShareALogFileApart(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	a, _ := startAgent(t, fs, func(c *Config) { c.Slots = 1 })
+	for _, id := range []string{"first", "second"} {
+		fs.assign(&wire.JobAssign{AttemptID: id, Command: []string{"echo", id}})
+		checkResult(t, fs.result(id), berth.AttemptSucceeded, "", intp(0), "")
+		fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckResult, AttemptID: id}) // done with the file: the next attempt takes it
+	}
+	for _, id := range []string{"first", "second"} {
+		var shipped strings.Builder
+		for _, m := range fs.sent(func(m wire.Message) bool { l, ok := m.Body.(*wire.Log); return ok && l.AttemptID == id }) {
+			l := m.Body.(*wire.Log)
+			if l.Offset != int64(shipped.Len()) {
+				t.Fatalf("%s: a chunk at offset %d after %d bytes", id, l.Offset, shipped.Len())
+			}
+			shipped.Write(l.Data)
+		}
+		if got := shipped.String(); got != id+"\n" {
+			t.Errorf("%s shipped %q, want only its own output", id, got)
+		}
+	}
+	dir := filepath.Join(a.cfg.DataDir, "logs")
+	if names := spares(t, dir); len(names) != 1 || readFile(t, filepath.Join(dir, names[0])) != "first\nsecond\n" {
+		t.Errorf("%s holds %v; want one file the second attempt appended to", dir, names)
+	}
+}

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -20,7 +22,7 @@ func spares(t *testing.T, dir string) []string {
 	return names
 }
 
-func TestLogFilesKeepEmptyFilesAndDeleteOutput(t *testing.T) {
+func TestLogFilesKeepFilesForAttemptsToAppendTo(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	dir := filepath.Join(root, "logs")
@@ -39,81 +41,105 @@ func TestLogFilesKeepEmptyFilesAndDeleteOutput(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	taken := map[string]bool{}
-	take := func() string {
+	take := func() (string, int64) {
 		t.Helper()
-		p := l.Take()
+		p, start := l.Take()
 		if filepath.Dir(p) != dir {
 			t.Fatalf("Take = %s, want a path in %s", p, dir)
 		}
-		if taken[p] {
-			t.Fatalf("Take = %s again while it is in use", p)
+		return p, start
+	}
+	var paths []string
+	for i, text := range []string{"first\n", "", "third\n"} {
+		p, start := take()
+		if start != 0 || slices.Contains(paths, p) {
+			t.Fatalf("Take %d with none kept = %s at %d; want a new name at 0 (taken before: %v)", i, p, start, paths)
 		}
-		taken[p] = true
-		return p
+		write(p, text)
+		paths = append(paths, p)
 	}
-	quiet1, quiet2, quiet3, loud := take(), take(), take(), take()
-	for _, p := range []string{quiet1, quiet2, quiet3} {
-		write(p, "")
-	}
-	write(loud, "output\n")
-	for _, p := range []string{loud, quiet1, quiet2, quiet3} {
+	for _, p := range paths {
 		l.Release(p)
-		delete(taken, p)
-	}
-	if _, err := os.Stat(loud); !os.IsNotExist(err) {
-		t.Fatalf("%s, which held output, still exists after Release (err %v)", loud, err)
 	}
 	if got := spares(t, dir); len(got) != 2 {
-		t.Fatalf("kept %v, want 2 empty files (keep = 2)", got)
+		t.Fatalf("kept %v, want 2 files (keep = 2)", got)
+	}
+	if _, err := os.Stat(paths[2]); !os.IsNotExist(err) {
+		t.Fatalf("%s, released past keep, still exists (err %v)", paths[2], err)
 	}
 
-	// The next attempts get the kept files, then new names.
-	again1, again2, fresh := take(), take(), take()
-	if again1 == again2 || (again1 != quiet1 && again1 != quiet2) || (again2 != quiet1 && again2 != quiet2) {
-		t.Fatalf("Take after releases = %s, %s; want the kept %s and %s", again1, again2, quiet1, quiet2)
+	// The next attempts append to the kept files, each from the end.
+	for _, want := range []struct {
+		path  string
+		start int64
+	}{{paths[1], 0}, {paths[0], int64(len("first\n"))}} {
+		if p, start := take(); p != want.path || start != want.start {
+			t.Fatalf("Take = %s at %d, want the kept %s at %d", p, start, want.path, want.start)
+		}
 	}
-	if _, err := os.Stat(fresh); !os.IsNotExist(err) {
-		t.Fatalf("Take with none kept = %s, which exists (err %v); want a new name", fresh, err)
+	if p, start := take(); slices.Contains(paths, p) || start != 0 {
+		t.Fatalf("Take with none kept = %s at %d, want a new name at 0", p, start)
 	}
 
-	outside := filepath.Join(root, "service.log") // an adopted service's log
+	// A file grown to MaxKeptLog, or outside the directory, is deleted.
+	if err := os.Truncate(paths[0], MaxKeptLog); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(root, "service.log")
 	write(outside, "")
-	l.Release(outside)
-	if _, err := os.Stat(outside); !os.IsNotExist(err) {
-		t.Fatalf("%s, outside the directory, still exists after Release (err %v)", outside, err)
+	for _, p := range []string{paths[0], outside} {
+		l.Release(p)
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("%s still exists after Release (err %v)", p, err)
+		}
 	}
-	l.Release(fresh) // never created: nothing to do
+	l.Release(filepath.Join(dir, "never-created")) // nothing to do
 }
 
-func TestOpenLogFilesTakesEmptyFilesLeftBehind(t *testing.T) {
+func TestOpenLogFilesTakesFilesLeftBehind(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "logs")
 	if err := os.MkdirAll(filepath.Join(dir, "a-directory"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for name, text := range map[string]string{"3": "", "7": "", "9": "", "12": "left over output"} {
+	for name, text := range map[string]string{"3": "", "7": "old output"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+	big := filepath.Join(dir, "12")
+	if err := os.WriteFile(big, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(big, MaxKeptLog); err != nil {
+		t.Fatal(err)
 	}
 	l, err := OpenLogFiles(dir, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := spares(t, dir); len(got) != 2 {
-		t.Fatalf("after open, %s holds %v; want 2 empty files (not the directory, the file with output or a third)", dir, got)
+	if got := spares(t, dir); !slices.Equal(got, []string{"3", "7"}) {
+		t.Fatalf("after open, %s holds %v; want [3 7] (not the directory or the full file)", dir, got)
 	}
-	kept := map[string]bool{}
-	for _, name := range spares(t, dir) {
-		kept[filepath.Join(dir, name)] = true
-	}
+	starts := map[string]int64{}
 	for range 2 {
-		if p := l.Take(); !kept[p] {
-			t.Fatalf("Take = %s, want one of the kept %v", p, kept)
-		}
+		p, start := l.Take()
+		starts[filepath.Base(p)] = start
 	}
-	if p, want := l.Take(), filepath.Join(dir, "13"); p != want {
-		t.Fatalf("Take with none kept = %s, want %s (past every name left behind)", p, want)
+	if want := map[string]int64{"3": 0, "7": int64(len("old output"))}; !maps.Equal(starts, want) {
+		t.Fatalf("Take twice = %v, want the kept files at their ends %v", starts, want)
 	}
+	if p, start := l.Take(); p != filepath.Join(dir, "13") || start != 0 {
+		t.Fatalf("Take with none kept = %s at %d, want %s at 0 (past every name left behind)", p, start, filepath.Join(dir, "13"))
+	}
+}
+
+// readFile returns the content of path, failing the test if it cannot.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
