@@ -784,8 +784,12 @@ func (a *Agent) setFaults(faults map[int]string) {
 
 func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	dir := filepath.Join(a.attDir, m.AttemptID)
-	log, logStart := dir+".log", int64(0) // a service's own file, where a restarted agent finds it and readiness reads it
-	if m.Service == nil {
+	// A batch attempt appends to a kept file. A service has its own (a
+	// restarted agent finds it by its name; readiness reads it), and so
+	// has an attempt with secrets, deleted once shipped: their values are
+	// on the worker's disk only while it runs.
+	log, logStart := dir+".log", int64(0)
+	if m.Service == nil && len(m.Secrets) == 0 {
 		log, logStart = a.logs.Take()
 	}
 	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: log, logStart: logStart,

@@ -680,13 +680,21 @@ func TestAgentSecrets(t *testing.T) {
 	fs.assign(&wire.JobAssign{AttemptID: "s1", Secrets: secrets, Env: map[string]string{"K": "{{SECRET:KEY}}"},
 		Command: []string{"sh", "-c", `mkfifo next; echo hello, the key follows; printf 'key=%s' "${K%????}"; read x <next; printf '%s\n' "${K#"${K%????}"}"; ` +
 			`echo "BERTH_PROGRESS 0.5 $K"; echo arg={{SECRET:KEY}}; exit 3`}})
-	fs.output("s1", "hello") // shipped while the start of the value is held back
+	fs.output("s1", "hello")                    // shipped while the start of the value is held back
+	ownLog := filepath.Join(a.attDir, "s1.log") // not a kept file other attempts append to
+	if _, err := os.Stat(ownLog); err != nil {
+		t.Fatalf("an attempt with secrets writes %s: %v", ownLog, err)
+	}
 	if err := os.WriteFile(filepath.Join(a.attDir, "s1", "next"), []byte("go\n"), 0); err != nil {
 		t.Fatal(err)
 	}
 	checkResult(t, fs.result("s1"), berth.AttemptFailed, "", intp(3), "exit code 3")
+	fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckResult, AttemptID: "s1"})
 	// A command whose program is the secret: the start error names it.
 	fs.assign(&wire.JobAssign{AttemptID: "s2", Secrets: secrets, Command: []string{"{{SECRET:KEY}}"}})
+	if _, err := os.Stat(ownLog); !os.IsNotExist(err) { // the ack came before s2's assignment
+		t.Errorf("%s, with a secret's value, is still on disk once shipped (err %v)", ownLog, err)
+	}
 	res := fs.result("s2")
 	// A reference the server sent no value for fails the attempt, naming it.
 	fs.assign(&wire.JobAssign{AttemptID: "s3", Command: []string{"echo", "{{SECRET:GONE}}"}})

@@ -120,7 +120,7 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 			return nil, fmt.Errorf("attempt dir: %w", err)
 		}
 	}
-	logf, err := os.OpenFile(s.LogPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	logf, err := os.OpenFile(s.LogPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open log: %w", err)
 	}
