@@ -786,8 +786,8 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	dir := filepath.Join(a.attDir, m.AttemptID)
 	// A batch attempt appends to a kept file. A service has its own (a
 	// restarted agent finds it by its name; readiness reads it), and so
-	// has an attempt with secrets, deleted once shipped: their values are
-	// on the worker's disk only while it runs.
+	// has an attempt with secrets, whose values then leave the worker's
+	// disk once its output is shipped (Release deletes the file).
 	log, logStart := dir+".log", int64(0)
 	if m.Service == nil && len(m.Secrets) == 0 {
 		log, logStart = a.logs.Take()
