@@ -43,6 +43,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/dirlock"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -107,7 +108,8 @@ type Agent struct {
 	log      *slog.Logger
 	workerID string
 	attDir   string
-	logs     *LogFiles // where attempts' log files come from and go back to
+	logs     *LogFiles     // where attempts' log files come from and go back to
+	lock     *dirlock.Lock // on DataDir, held until Run returns
 	groups   *GroupJournal
 	ports    *PortAllocator
 	adopted  []adoption // services a previous agent left running, followed once Run starts
@@ -155,8 +157,9 @@ type attempt struct {
 	file    *os.File
 }
 
-// New prepares an agent: it creates DataDir, loads or makes the worker id
-// and kills process groups a previous agent left behind in DataDir.
+// New prepares an agent: it creates and locks DataDir (another process
+// holding it is an error), loads or makes the worker id and kills process
+// groups a previous agent left behind in DataDir. Run releases the lock.
 func New(cfg Config) (*Agent, error) {
 	if cfg.Server == "" || cfg.DataDir == "" || cfg.Host == "" {
 		return nil, errors.New("agent: server, data dir and host are required")
@@ -185,6 +188,21 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.PrewarmTimeout <= 0 {
 		cfg.PrewarmTimeout = 30 * time.Minute
 	}
+	lock, err := dirlock.Acquire(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("agent: data dir %w; stop the agent that uses it or give this one its own data dir", err)
+	}
+	a, err := prepare(cfg)
+	if err != nil {
+		lock.Release()
+		return nil, err
+	}
+	a.lock = lock
+	return a, nil
+}
+
+// prepare does New's work once the data dir is locked.
+func prepare(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, servers: client.ParseServers(cfg.Server), log: cfg.Log, attDir: filepath.Join(cfg.DataDir, "attempts"),
 		attempts: map[string]*attempt{}, registered: make(chan struct{}), models: map[string]bool{}, warming: map[string]bool{}}
 	for _, m := range cfg.Models {
@@ -277,6 +295,7 @@ func (a *Agent) Parked() bool { return a.parked.Load() }
 // reconnecting with backoff. On return every attempt has been stopped. It
 // errors only when the progress endpoint cannot listen.
 func (a *Agent) Run(ctx context.Context) error {
+	defer a.lock.Release()
 	defer a.groups.Close()
 	defer a.prewarms.Wait() // ctx's end kills them
 	if a.cfg.Token == "" && a.cfg.JoinToken != "" {

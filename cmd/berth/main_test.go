@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -283,4 +284,39 @@ func TestServerList(t *testing.T) {
 	if want := `--server: "localhost:7070": must be an http:// or https:// URL`; code != exitUsage || !strings.Contains(errOut, want) {
 		t.Fatalf("jobs with a bad URL in --server: exit %d, %q; want 2 and %q", code, errOut, want)
 	}
+}
+
+// TestSecondServerOnADataDirIsRefused starts berth server on the data dir
+// of a running server: it exits with one line naming --data-dir and the
+// holder, and leaves the first server's audit log as it was.
+func TestSecondServerOnADataDirIsRefused(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	rs, err := startServer(context.Background(), &serverConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	auditLog := filepath.Join(dir, "audit.log")
+	before, err := os.ReadFile(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	m := &Main{Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }}
+	code := m.Run(context.Background(), []string{"server", "--data-dir", dir, "--listen", "127.0.0.1:0"})
+	if code == 0 || strings.Count(errOut.String(), "\n") != 1 || !strings.Contains(errOut.String(), "--data-dir") ||
+		!strings.Contains(errOut.String(), fmt.Sprintf("in use by another process (pid %d)", os.Getpid())) {
+		t.Errorf("second server: exit %d, %q; want one line naming --data-dir and this process", code, errOut.String())
+	}
+	if after, err := os.ReadFile(auditLog); err != nil || !bytes.Equal(after, before) {
+		t.Errorf("the audit log changed under the refused server (%v)", err)
+	}
+	if err := rs.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rs, err = startServer(context.Background(), &serverConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatalf("a server on the data dir once the first has stopped: %v", err)
+	}
+	rs.Close(context.Background())
 }

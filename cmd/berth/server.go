@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/internal/dirlock"
 	"github.com/berth-dev/berth/postgres"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/service"
@@ -110,6 +111,7 @@ type runningServer struct {
 	CAFile, Fingerprint string
 	sec                 *security
 	store               store.Store
+	lock                *dirlock.Lock // on the data dir, held while serving
 	http                *http.Server
 	route               atomic.Pointer[http.Handler] // the API, or the standby's answers before leading
 	done                chan error
@@ -133,10 +135,7 @@ func (rs *runningServer) setRoute(h http.Handler) { rs.route.Store(&h) }
 func openStore(ctx context.Context, cfg *serverConfig) (store.Store, error) {
 	spec := cfg.Store
 	switch {
-	case spec == "":
-		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-			return nil, fmt.Errorf("data dir: %w", err)
-		}
+	case spec == "": // in the data dir, which startServer has made
 		spec = filepath.Join(cfg.DataDir, "berth.db")
 	case strings.HasPrefix(spec, "sqlite://"):
 		spec = strings.TrimPrefix(spec, "sqlite://")
@@ -185,12 +184,20 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	if cfg.Advertise != "" && !strings.HasPrefix(cfg.Advertise, "http://") && !strings.HasPrefix(cfg.Advertise, "https://") {
 		return nil, berth.Invalidf("--advertise", "must be an http:// or https:// URL")
 	}
+	lock, err := dirlock.Acquire(cfg.DataDir)
+	if errors.Is(err, dirlock.ErrInUse) {
+		return nil, berth.Invalidf("--data-dir", "%v: another berth server uses it; stop that one or give this one its own --data-dir", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
+		lock.Release()
 		return nil, err
 	}
 	keepHeapFloor(heapFloor)
-	rs := &runningServer{store: st, done: make(chan error, 1)}
+	rs := &runningServer{store: st, lock: lock, done: make(chan error, 1)}
 	if err := rs.start(ctx, cfg, sched, host); err != nil {
 		rs.release()
 		return nil, err
@@ -201,9 +208,6 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 // start does startServer's work once the store is open; on error, release
 // undoes what it did.
 func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *scheduler.Config, host string) error {
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
 	templates, err := service.LoadDir(cfg.Templates)
 	if err != nil {
 		return berth.Invalidf("--templates", "%v", err)
@@ -320,6 +324,7 @@ func (rs *runningServer) release() {
 		rs.sec.audit.Close()
 	}
 	rs.store.Close()
+	rs.lock.Release()
 }
 
 // Close stops serving, drains the controller's writes and closes the store.
@@ -336,7 +341,8 @@ func (rs *runningServer) Close(ctx context.Context) error {
 	// The schedule runner first: it submits through the controller.
 	err := errors.Join(rs.runner.Stop(ctx), rs.Ctl.Stop(ctx))
 	err = errors.Join(hooksErr, err)
-	return errors.Join(err, rs.sec.audit.Close(), rs.store.Close()) // closing the store gives up leadership
+	err = errors.Join(err, rs.sec.audit.Close(), rs.store.Close()) // closing the store gives up leadership
+	return errors.Join(err, rs.lock.Release())
 }
 
 // checkpointEvery is how often the audit log's chain head is recorded
