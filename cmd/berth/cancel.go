@@ -18,8 +18,11 @@ func runCancel(ctx context.Context, m *Main, args []string) error {
 	failed := 0
 	for _, id := range ids {
 		j, err := c.Cancel(ctx, id)
+		if err != nil && len(ids) == 1 {
+			return err // printed as the one line of any error
+		}
 		if err != nil {
-			fmt.Fprintf(m.Stderr, "berth: %s: %v\n", id, err)
+			fmt.Fprintf(m.Stderr, "berth: %s: %s\n", id, errorLine(err))
 			failed++
 			continue
 		}
@@ -30,7 +33,7 @@ func runCancel(ctx context.Context, m *Main, args []string) error {
 		}
 	}
 	if failed > 0 {
-		return &exitError{code: exitUsage, msg: fmt.Sprintf("%d of %d cancels failed", failed, fs.NArg())}
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("%d of %d cancels failed", failed, len(ids))}
 	}
 	return nil
 }

@@ -56,16 +56,11 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 func runJob(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("job", "[flags] ID")
 	cf := m.addClientFlags(fs, true)
-	if err := parse(fs, args); err != nil {
+	id, err := parseOneArg(fs, cf, args, "id", "give exactly one job id")
+	if err != nil {
 		return err
 	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return berth.Invalidf("id", "give exactly one job id")
-	}
-	d, err := m.client(cf).Job(ctx, fs.Arg(0))
+	d, err := m.client(cf).Job(ctx, id)
 	if err != nil {
 		return err
 	}

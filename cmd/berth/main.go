@@ -131,11 +131,21 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 			hint = fmt.Sprintf("; the token sent is the one saved for %s in %s (berth up saves one): "+
 				"if another server runs there now, delete that entry or set BERTH_TOKEN", m.savedTokenOf, m.credentialsPath())
 		}
-		fmt.Fprintf(m.Stderr, "berth: %s (%s)%s\n", be.Error(), be.Code, hint)
+		fmt.Fprintf(m.Stderr, "berth: %s%s\n", errorLine(err), hint)
 		return exitUsage
 	}
 	fmt.Fprintln(m.Stderr, "berth:", err)
 	return exitUsage
+}
+
+// errorLine is how an error is printed: a *berth.Error with its code in
+// brackets, e.g. "id: no job \"x\" (not_found)".
+func errorLine(err error) string {
+	var be *berth.Error
+	if errors.As(err, &be) {
+		return fmt.Sprintf("%s (%s)", be.Error(), be.Code)
+	}
+	return err.Error()
 }
 
 func (m *Main) usage() {
@@ -290,20 +300,21 @@ func parseNoArgs(fs *flag.FlagSet, cf *clientFlags, args []string, command strin
 	return nil
 }
 
-// parseIDs parses the flags of a command that takes one or more ids,
-// checks its client flags and returns the ids; none is an error saying
-// hint.
+// parseIDs parses the flags of a command that takes one or more ids (flags
+// may also follow them), checks its client flags and returns the ids; none
+// is an error saying hint.
 func parseIDs(fs *flag.FlagSet, cf *clientFlags, args []string, hint string) ([]string, error) {
-	if err := parse(fs, args); err != nil {
+	ids, err := parseInterspersed(fs, args)
+	if err != nil {
 		return nil, err
 	}
 	if err := cf.check(); err != nil {
 		return nil, err
 	}
-	if fs.NArg() == 0 {
+	if len(ids) == 0 {
 		return nil, berth.Invalidf("id", "%s", hint)
 	}
-	return fs.Args(), nil
+	return ids, nil
 }
 
 // parseOneArg parses the flags of a command that takes one argument, what

@@ -248,8 +248,9 @@ func TestCancelAndWaitExitCodes(t *testing.T) {
 		t.Fatalf("wait on a cancelled job: exit %d, %q; want 1 and a cancelled count", code, out)
 	}
 	code, _, errOut := c.run("cancel", id)
-	if code != exitUsage || !strings.Contains(errOut, "already ended") {
-		t.Fatalf("second cancel: exit %d, %q; want 2 and 'already ended'", code, errOut)
+	if code != exitUsage || !strings.Contains(errOut, "already ended") || !strings.HasSuffix(errOut, "(conflict)\n") ||
+		strings.Count(errOut, "\n") != 1 {
+		t.Fatalf("second cancel: exit %d, %q; want 2 and one line ending 'already ended … (conflict)'", code, errOut)
 	}
 	_, out, _ = c.run("submit", "--", "sleep", "1000")
 	pending := strings.TrimSpace(out)
@@ -259,6 +260,30 @@ func TestCancelAndWaitExitCodes(t *testing.T) {
 	code, out, _ = c.run("job", pending)
 	if code != 0 || !strings.Contains(out, "no worker serves queue") {
 		t.Fatalf("job on a pending job with no workers: exit %d, %q; want why it waits", code, out)
+	}
+}
+
+// TestFlagsMayFollowIDs gives the flags of commands that take ids after
+// them, as people type them.
+func TestFlagsMayFollowIDs(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	_, out, _ := c.run("submit", "--", "sleep", "1000")
+	id := strings.TrimSpace(out)
+	if j := runJSON[berth.JobDetail](c, "job", id, "-o", "json"); j.ID != id {
+		t.Errorf("job ID -o json: got job %q, want %q", j.ID, id)
+	}
+	if code, _, errOut := c.run("wait", id, "--timeout", "20ms"); code != exitTimeout {
+		t.Errorf("wait ID --timeout 20ms: exit %d, %q; want %d", code, errOut, exitTimeout)
+	}
+	if code, out, errOut := c.run("cancel", id, "--server", c.url); code != 0 || !strings.Contains(out, id+" cancelled") {
+		t.Errorf("cancel ID --server URL: exit %d, %q, %q; want the job cancelled", code, out, errOut)
+	}
+	if code, _, errOut := c.run("logs", id, "-f"); code != 0 {
+		t.Errorf("logs ID -f of an ended job: exit %d, %q", code, errOut)
+	}
+	if code, _, errOut := c.run("job", id, "--", "-o"); code != exitUsage || !strings.Contains(errOut, "give exactly one job id") {
+		t.Errorf("job ID -- -o: exit %d, %q; want -o taken as a second id after --", code, errOut)
 	}
 }
 

@@ -37,16 +37,17 @@ func runQuota(ctx context.Context, m *Main, args []string) error {
 func runQuotaSet(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("quota set", "[flags] SCOPE:NAME [gpus<=N] [jobs<=N] [weight=W]")
 	cf := m.addClientFlags(fs, true)
-	if err := parse(fs, args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	if err := cf.check(); err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
-		return berth.Invalidf("id", "give a rule SCOPE:NAME, e.g. user:alice, and its limits, e.g. gpus<=8 jobs<=4")
+	if len(rest) == 0 {
+		return berth.Invalidf("id", "give a rule SCOPE:NAME, e.g. user:alice, and its limits, e.g. 'gpus<=8' 'jobs<=4'")
 	}
-	rule, err := berth.ParseQuotaRule(fs.Arg(0), fs.Args()[1:])
+	rule, err := berth.ParseQuotaRule(rest[0], rest[1:])
 	if err != nil {
 		return err
 	}
@@ -88,16 +89,10 @@ func runQuotaList(ctx context.Context, m *Main, args []string) error {
 func runQuotaRm(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("quota rm", "[flags] SCOPE:NAME")
 	cf := m.addClientFlags(fs, false)
-	if err := parse(fs, args); err != nil {
+	id, err := parseOneArg(fs, cf, args, "id", "give exactly one rule SCOPE:NAME, e.g. user:alice")
+	if err != nil {
 		return err
 	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 {
-		return berth.Invalidf("id", "give exactly one rule SCOPE:NAME, e.g. user:alice")
-	}
-	id := fs.Arg(0)
 	if err := m.client(cf).DeleteQuota(ctx, id); err != nil {
 		return err
 	}

@@ -16,19 +16,20 @@ func runWait(ctx context.Context, m *Main, args []string) error {
 	all := fs.Bool("all", false, "wait for every job active now")
 	var timeout time.Duration
 	durationVar(fs, &timeout, "timeout", 0, "give up after this long, a `duration` (exit 124); 0 waits forever")
-	if err := parse(fs, args); err != nil {
+	ids, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	if err := cf.check(); err != nil {
 		return err
 	}
-	if *all == (fs.NArg() > 0) {
+	if *all == (len(ids) > 0) {
 		return berth.Invalidf("id", "give job ids or --all, not both and not neither")
 	}
 	if timeout < 0 {
 		return berth.Invalidf("--timeout", "must not be negative")
 	}
-	return m.waitFor(ctx, m.client(cf), fs.Args(), *all, timeout)
+	return m.waitFor(ctx, m.client(cf), ids, *all, timeout)
 }
 
 // waitFor waits and reports: exit 0 when every job succeeded, 1 when any
