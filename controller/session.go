@@ -446,7 +446,7 @@ func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *i
 	f := js.failure
 	switch {
 	case js.cancelRequested():
-		c.finishJob(js, berth.JobCancelled, code, "cancelled by user", now)
+		c.finishJob(js, berth.JobCancelled, code, cancelledFor(j.Reason), now)
 	case f != nil && f.state == berth.AttemptStopped:
 		j.Attempts-- // an operator's doing: no retry spent, back at the front
 		c.requeueFront(js, f, now)

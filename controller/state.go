@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"cmp"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -10,8 +12,10 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
-// ReasonCancelRequested marks a running job whose cancel is on its way to
-// the agent; it survives a restart so the cancel is carried out.
+// ReasonCancelRequested begins the reason of a running job whose cancel is
+// on its way to the agent, "cancel requested by ACTOR"; it survives a
+// restart so the cancel is carried out, and the job ends "cancelled by
+// ACTOR".
 const ReasonCancelRequested = "cancel requested"
 
 type jobState struct {
@@ -47,7 +51,22 @@ func (js *jobState) active(fn func(*attemptState)) {
 	}
 }
 
-func (js *jobState) cancelRequested() bool { return js.job.Reason == ReasonCancelRequested }
+func (js *jobState) cancelRequested() bool {
+	return strings.HasPrefix(js.job.Reason, ReasonCancelRequested)
+}
+
+// cancelRequestedBy is the reason of a job whose cancel actor requested
+// ("" when the request named nobody).
+func cancelRequestedBy(actor string) string {
+	return ReasonCancelRequested + " by " + cmp.Or(actor, "user")
+}
+
+// cancelledFor is the reason a job ends with, and its attempts are stopped
+// with, after a cancel requested with reason requested: "cancelled by
+// ACTOR".
+func cancelledFor(requested string) string {
+	return "cancelled" + strings.TrimPrefix(requested, ReasonCancelRequested)
+}
 
 // update returns the job's row as it is to be stored. A job placed but
 // not yet started (pending, with assigned attempts) is stored without the
@@ -85,7 +104,7 @@ type attemptState struct {
 func (as *attemptState) stopReason() string {
 	switch {
 	case as.job.cancelRequested():
-		return "cancelled by user"
+		return cancelledFor(as.job.job.Reason)
 	case as.preemptedBy != "":
 		return "preempted by job " + as.preemptedBy
 	case as.stoppedBy != nil:

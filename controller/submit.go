@@ -170,10 +170,8 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 		written <-chan struct{}
 	}
 	reply := make(chan result, 1)
-	reason := "cancelled by user"
-	if actor := berth.ActorFrom(ctx); actor != "" {
-		reason = "cancelled by " + actor
-	}
+	requested := cancelRequestedBy(berth.ActorFrom(ctx))
+	reason := cancelledFor(requested)
 	if err := c.do(ctx, func() {
 		js := c.jobs[id]
 		if js == nil {
@@ -186,7 +184,7 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 			delete(c.restarting, js)
 			c.finishJob(js, berth.JobCancelled, nil, reason, now)
 		} else if !js.cancelRequested() {
-			js.job.Reason = ReasonCancelRequested
+			js.job.Reason = requested
 			c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
 			js.active(func(as *attemptState) {
 				as.run.Stopping = true

@@ -124,6 +124,11 @@ func TestCancelKillsTheWholeProcessGroup(t *testing.T) {
 	if d.AttemptList[0].State != berth.AttemptCancelled {
 		t.Fatalf("attempt state %s", d.AttemptList[0].State)
 	}
+	// The job and its attempt name the same canceller: "local", a client
+	// on loopback without a token.
+	if want := "cancelled by local"; d.Reason != want || d.AttemptList[0].Reason != want {
+		t.Errorf("reasons: job %q, attempt %q; want both %q", d.Reason, d.AttemptList[0].Reason, want)
+	}
 	cl.eventually(10*time.Second, "the process group to be gone", func() bool { return !alive(pgid) })
 	// Cancelling a finished job is a conflict and changes nothing.
 	if _, err := cl.c.Cancel(context.Background(), j.ID); berth.ErrorCode(err) != berth.ECodeConflict {
