@@ -64,76 +64,129 @@ type group struct {
 	n, on int
 }
 
+// The requirements a worker must meet to take one member of a task, in the
+// order reasons name them.
+const (
+	needHost = iota
+	needQueue
+	needLabels
+	needGPUs
+	needCPUs
+	needMemory
+	needs
+)
+
+// tally counts the workers that meet requirements: all of them, and on
+// those that could take work now (on, with the task's queue not turned off).
+type tally struct{ all, on int }
+
 // staticReason says why no worker of groups could take t regardless of
-// what runs: none serves its queue, has its host, labels, GPUs, CPUs or
-// memory (or not enough distinct ones for a gang), or every such worker is
-// off. The zero Reason means enough workers could.
+// what runs: none has its host, serves its queue, has its labels, GPUs,
+// CPUs or memory (or not enough distinct ones for a gang), or every such
+// worker is off. The zero Reason means enough workers could.
 func staticReason(groups []group, t *Task) Reason {
-	r := &t.Resources
-	need := t.nodes()
-	var serving, hostOK, labelsOK, gpuOK, cpuOK, memOK, on int
+	var met [needs]tally // met[i]: workers meeting requirements 0 to i
 	for _, g := range groups {
-		w := g.w
-		if !w.serves(t.Queue) {
-			continue
+		on := g.on
+		if g.w.offFor(t.Queue) {
+			on = 0
 		}
-		serving += g.n
-		if t.Constraints.Host != "" && t.Constraints.Host != w.Host {
-			continue
-		}
-		hostOK += g.n
-		if !hasLabels(w, t.Constraints.Labels) {
-			continue
-		}
-		labelsOK += g.n
-		matching := 0
-		for _, gpu := range w.GPUs {
-			if gpuMatches(gpu, r) {
-				matching++
-			}
-		}
-		if matching < r.GPUs {
-			continue
-		}
-		gpuOK += g.n
-		if w.CPUs < r.CPUs {
-			continue
-		}
-		cpuOK += g.n
-		if w.Memory < r.Memory {
-			continue
-		}
-		memOK += g.n
-		if !w.offFor(t.Queue) {
-			on += g.on
+		for i := range requirementsMet(g.w, t) {
+			met[i].all += g.n
+			met[i].on += on
 		}
 	}
-	workersWith := func(n int, what string) Reason {
-		if need > 1 {
-			return Reason{ReasonUnfit, fmt.Sprintf("needs %d workers with %s; %d exist", need, what, n)}
-		}
-		return Reason{ReasonUnfit, "no worker has " + what}
-	}
+	return shortfall(&met, t)
+}
+
+// requirementsMet counts the requirements w meets for t before the first
+// it fails.
+func requirementsMet(w *Worker, t *Task) int {
+	r := &t.Resources
 	switch {
-	case serving == 0:
-		return Reason{ReasonUnfit, fmt.Sprintf("no worker serves queue %q", t.Queue)}
-	case hostOK < need && t.Constraints.Host != "":
-		if need > 1 {
-			return Reason{ReasonUnfit, fmt.Sprintf("a gang of %d cannot run on the one host %q", need, t.Constraints.Host)}
+	case t.Constraints.Host != "" && t.Constraints.Host != w.Host:
+		return needHost
+	case !w.serves(t.Queue):
+		return needQueue
+	case !hasLabels(w, t.Constraints.Labels):
+		return needLabels
+	case matchingGPUs(w, r) < r.GPUs:
+		return needGPUs
+	case w.CPUs < r.CPUs:
+		return needCPUs
+	case w.Memory < r.Memory:
+		return needMemory
+	}
+	return needs
+}
+
+// shortfall names the first requirement of t too few workers meet, counting
+// in a gang's message only the workers that could take work; a requirement
+// t does not ask for is never named.
+func shortfall(met *[needs]tally, t *Task) Reason {
+	need := t.nodes()
+	for i, m := range met {
+		if m.all >= need {
+			continue
 		}
-		return Reason{ReasonUnfit, fmt.Sprintf("no worker with host %q serves queue %q", t.Constraints.Host, t.Queue)}
-	case labelsOK < need:
-		return workersWith(labelsOK, "the required labels")
-	case gpuOK < need:
-		return workersWith(gpuOK, count(float64(r.GPUs), "GPU")+gpuDesc(r))
-	case cpuOK < need:
-		return workersWith(cpuOK, count(r.CPUs, "CPU"))
-	case memOK < need:
-		return workersWith(memOK, r.Memory.String()+" of memory")
-	case on < need:
-		return Reason{ReasonOff, fmt.Sprintf("the workers that fit are off or disconnected (%d of %d on)", on, memOK)}
+		if i == needQueue && (m.all == 0 || m.all < met[needHost].all) {
+			return queueReason(m, t)
+		}
+		if what := requirement(i, t); what != "" {
+			return unfit(need, m.on, what)
+		}
+	}
+	last := met[needs-1]
+	switch {
+	case last.all < need:
+		return unfit(need, last.on, "")
+	case last.on < need:
+		return Reason{ReasonOff, fmt.Sprintf("the workers that fit are off or disconnected (%d of %d on)", last.on, last.all)}
 	}
 	return Reason{}
+}
+
+// requirement names what requirement i asks of each worker for t, or ""
+// when t asks nothing of it.
+func requirement(i int, t *Task) string {
+	r := &t.Resources
+	switch {
+	case i == needHost && t.Constraints.Host != "":
+		return fmt.Sprintf("host %q", t.Constraints.Host)
+	case i == needLabels && len(t.Constraints.Labels) > 0:
+		return "the required labels"
+	case i == needGPUs && r.GPUs > 0:
+		return count(float64(r.GPUs), "GPU") + gpuDesc(r)
+	case i == needCPUs && r.CPUs > 0:
+		return count(r.CPUs, "CPU")
+	case i == needMemory && r.Memory > 0:
+		return r.Memory.String() + " of memory"
+	}
+	return ""
+}
+
+// unfit says that too few workers have what: "no worker has 8 GPUs", or for
+// a gang "needs 4 workers with 8 GPUs; 3 exist" (what "" names nothing).
+func unfit(need, exist int, what string) Reason {
+	if need > 1 {
+		if what != "" {
+			what = " with " + what
+		}
+		return Reason{ReasonUnfit, fmt.Sprintf("needs %d workers%s; %d exist", need, what, exist)}
+	}
+	return Reason{ReasonUnfit, "no worker has " + what}
+}
+
+// queueReason says that too few workers (of t's host) serve t's queue, m
+// of them.
+func queueReason(m tally, t *Task) Reason {
+	if m.all > 0 {
+		return Reason{ReasonUnfit, fmt.Sprintf("needs %d workers serving queue %q; %d exist", t.nodes(), t.Queue, m.on)}
+	}
+	if t.Constraints.Host != "" {
+		return Reason{ReasonUnfit, fmt.Sprintf("no worker with host %q serves queue %q", t.Constraints.Host, t.Queue)}
+	}
+	return Reason{ReasonUnfit, fmt.Sprintf("no worker serves queue %q", t.Queue)}
 }
 
 // ExplainAll says why each of ts is pending on the snapshot's workers: no

@@ -550,16 +550,18 @@ func capable(w *Worker, t *Task, checkHost bool) bool {
 		return false
 	}
 	r := &t.Resources
-	if w.CPUs < r.CPUs || w.Memory < r.Memory {
-		return false
-	}
-	matching := 0
+	return w.CPUs >= r.CPUs && w.Memory >= r.Memory && matchingGPUs(w, r) >= r.GPUs
+}
+
+// matchingGPUs counts w's GPUs of the model and memory r asks for.
+func matchingGPUs(w *Worker, r *berth.Resources) int {
+	n := 0
 	for _, g := range w.GPUs {
 		if gpuMatches(g, r) {
-			matching++
+			n++
 		}
 	}
-	return matching >= r.GPUs
+	return n
 }
 
 func hasLabels(w *Worker, labels map[string]string) bool {

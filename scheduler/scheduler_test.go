@@ -176,6 +176,66 @@ func TestOffWorkersGetNothing(t *testing.T) {
 	}
 }
 
+// TestUnfitReasonsNameWhatTheTaskAsks checks that the reason a task can
+// never run names only requirements it asked for, and that a gang's count
+// of workers counts only those that can take work, both in a pass and when
+// explained on request.
+func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
+	t.Parallel()
+	cluster := func(n, ngpu, off int) []*Worker {
+		ws := make([]*Worker, n)
+		for i := range ws {
+			ws[i] = worker(fmt.Sprint("w", i), gpus(ngpu, "H100", 80<<30))
+			ws[i].Off = i < off
+		}
+		return ws
+	}
+	oneServesGPU := cluster(2, 1, 0)
+	oneServesGPU[1].Queues = []string{"gpu"}
+	oneLabeled := cluster(3, 1, 0)
+	oneLabeled[2].Labels = map[string]string{"zone": "a"}
+	tests := []struct {
+		name    string
+		workers []*Worker
+		mod     func(*Task)
+		want    string
+	}{
+		{"host no worker has", cluster(2, 1, 0), func(t *Task) { t.Constraints.Host = "nohost" },
+			`no worker has host "nohost"`},
+		{"gang on a host of one worker", cluster(2, 1, 0), func(t *Task) { t.Nodes, t.Constraints.Host = 2, "w1" },
+			`needs 2 workers with host "w1"; 1 exist`},
+		{"host not serving the queue", oneServesGPU, func(t *Task) { t.Queue, t.Constraints.Host = "cpu", "w1" },
+			`no worker with host "w1" serves queue "cpu"`},
+		{"gang on too few workers of its queue", oneServesGPU, func(t *Task) { t.Nodes, t.Queue = 2, "cpu" },
+			`needs 2 workers serving queue "cpu"; 1 exist`},
+		{"gang larger than the cluster", cluster(5, 1, 1), func(t *Task) { t.Nodes, t.Resources.GPUs = 9, 1 },
+			"needs 9 workers with 1 GPU; 4 exist"},
+		{"gang asking nothing", cluster(5, 0, 1), func(t *Task) { t.Nodes = 9 },
+			"needs 9 workers; 4 exist"},
+		{"gang with labels", oneLabeled, func(t *Task) { t.Nodes, t.Constraints.Labels = 2, map[string]string{"zone": "a"} },
+			"needs 2 workers with the required labels; 1 exist"},
+		{"gang of big workers", append(cluster(3, 8, 0), worker("small", gpus(4, "H100", 80<<30))),
+			func(t *Task) { t.Nodes, t.Resources.GPUs = 4, 8 }, "needs 4 workers with 8 GPUs; 3 exist"},
+		{"gpu type", cluster(2, 2, 0), func(t *Task) { t.Resources.GPUs, t.Resources.GPUType = 2, "A100" },
+			"no worker has 2 GPUs of type A100"},
+		{"gang that fits off workers too", cluster(2, 1, 1), func(t *Task) { t.Nodes, t.Resources.GPUs = 2, 1 },
+			"the workers that fit are off or disconnected (1 of 2 on)"},
+	}
+	for _, tt := range tests {
+		tk := task("j", 100, t0, 0)
+		tt.mod(tk)
+		q := NewQueue(DefaultConfig())
+		q.Push(tk)
+		s := &Snapshot{Now: t0, Workers: tt.workers}
+		if plan := Schedule(q, s); len(plan.Assignments) != 0 || tk.Reason.Message != tt.want {
+			t.Errorf("%s: pass placed %d, reason %q; want none placed and %q", tt.name, len(plan.Assignments), tk.Reason.Message, tt.want)
+		}
+		if r := ExplainAll(q, []*Task{tk}, s)[0]; r.Message != tt.want {
+			t.Errorf("%s: explained %q, want %q", tt.name, r.Message, tt.want)
+		}
+	}
+}
+
 // TestReasonsExplainEachTaskAsAlone asks in one call why several queued
 // tasks wait, none examined by a pass: each answer is what asking for that
 // task alone gives, in the order asked.
