@@ -2,11 +2,14 @@ package berth
 
 import (
 	"bytes"
+	"cmp"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -19,7 +22,7 @@ func DecodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
+		return decodeError(err, data, reflect.TypeOf(v))
 	}
 	// Only JSON whitespace may follow; dec.More would miss a stray ] or }.
 	if len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) > 0 {
@@ -28,7 +31,9 @@ func DecodeJSON(data []byte, v any) error {
 	return nil
 }
 
-func decodeError(err error) error {
+// decodeError turns err, from decoding data into a value of type t, into
+// an invalid *Error.
+func decodeError(err error, data []byte, t reflect.Type) error {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {
@@ -43,7 +48,14 @@ func decodeError(err error) error {
 	case errors.As(err, &syntaxErr):
 		return Invalidf("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		// encoding/json names the key alone (with %q), not where it is.
+		key, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		field, ok := unknownField(dec, t, "", key)
+		if !ok {
+			field = key
+		}
 		return Invalidf(field, `unknown field %q`, field)
 	case errors.Is(err, io.EOF):
 		return Invalidf("", "empty; want a JSON object")
@@ -58,6 +70,104 @@ var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 // path of the field, with msg, what is wrong, as its Value.
 func rejectValue[T any](msg string) error {
 	return &json.UnmarshalTypeError{Value: msg, Type: reflect.TypeFor[T]()}
+}
+
+// unknownField reads one JSON value from dec as encoding/json decodes it
+// into a value of type t, at JSON path path, and returns the path of the
+// first key named key that no field of its struct takes. Paths are those
+// of UnmarshalTypeError: struct fields only, no map keys or list indices.
+func unknownField(dec *json.Decoder, t reflect.Type, path, key string) (string, bool) {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || reflect.PointerTo(t).Implements(unmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		t = nil // decoded whole or not at all: no field of it is unknown
+	}
+	tok, err := dec.Token()
+	if err != nil || (tok != json.Delim('{') && tok != json.Delim('[')) {
+		return "", false
+	}
+	for dec.More() {
+		var elem reflect.Type
+		sub := path
+		if tok == json.Delim('{') {
+			k, _ := dec.Token()
+			name, _ := k.(string)
+			switch {
+			case t == nil:
+			case t.Kind() == reflect.Map:
+				elem = t.Elem()
+			case t.Kind() == reflect.Struct:
+				if f, ok := jsonField(t, name); ok {
+					elem, sub = f.Type, joinPath(path, f.Name)
+				} else if name == key {
+					return joinPath(path, name), true
+				}
+			}
+		} else if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		if field, ok := unknownField(dec, elem, sub, key); ok {
+			return field, true
+		}
+	}
+	_, _ = dec.Token() // the closing } or ]
+	return "", false
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// joinPath appends name to the JSON path path.
+func joinPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// jsonField returns the field of struct type t that encoding/json decodes
+// key into, with its JSON name as Name: the shallowest named key, else the
+// shallowest named key but for case.
+func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
+	var best reflect.StructField
+	found, exact := false, false
+	for _, f := range reflect.VisibleFields(t) {
+		name, ok := jsonName(t, f)
+		if !ok || !strings.EqualFold(name, key) {
+			continue
+		}
+		if e := name == key; !found || e && !exact || e == exact && len(f.Index) < len(best.Index) {
+			best, found, exact = f, true, e
+			best.Name = name
+		}
+	}
+	return best, found
+}
+
+// jsonName returns the JSON name of f, a field visible in struct type t,
+// and false when encoding/json decodes no JSON key into f itself: an
+// unexported or "-" field, an embedded struct whose fields are t's, or a
+// field of an embedded struct with a JSON name.
+func jsonName(t reflect.Type, f reflect.StructField) (string, bool) {
+	for i := 1; i < len(f.Index); i++ {
+		if tagName(t.FieldByIndex(f.Index[:i])) != "" {
+			return "", false
+		}
+	}
+	name, ft := tagName(f), f.Type
+	if ft.Kind() == reflect.Pointer {
+		ft = ft.Elem()
+	}
+	if name == "-" || !f.IsExported() || f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
+		return "", false
+	}
+	return cmp.Or(name, f.Name), true
+}
+
+// tagName is the name in f's json tag: "" for none, "-" for a skipped field.
+func tagName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name
 }
 
 // jsonPath turns an UnmarshalTypeError's field path into the JSON path:

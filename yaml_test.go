@@ -18,6 +18,8 @@ func TestDecodeYAML(t *testing.T) {
 	}{
 		{"command: [unclosed\n", "", "not valid YAML"},
 		{"comand: [x]\n", "comand", `unknown field "comand"`},
+		{"command: [x]\nresources: {gpu_typ: H100}\n", "resources.gpu_typ", `unknown field "resources.gpu_typ"`},
+		{"command: [x]\nconstraints:\n  labels: {xyz: a}\n  xyz: 1\n", "constraints.xyz", `unknown field "constraints.xyz"`},
 		{"command: [x]\narray: many\n", "array", "must be a whole number"},
 		{"command: [x]\npriority: high\n", "priority", "must be a whole number"}, // a field of the embedded JobSpec
 		{"command: [x]\nresources: {memory: -5GiB}\n", "resources.memory", `"-5GiB" is not a size`},

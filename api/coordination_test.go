@@ -450,6 +450,7 @@ func TestScheduleJobAPI(t *testing.T) {
 		{`{"name":"x","cron":"@daily","job":{"command":"true","queue":"Q Q"}}`, "job.queue"},
 		{`{"name":"x","cron":"@daily","job":{"command":"true","priority":"high"}}`, "job.priority"},
 		{`{"name":"x","cron":"@daily","job":{"command":"true","resources":{"gpus":-1}}}`, "job.resources.gpus"},
+		{`{"name":"x","cron":"@daily","job":{"command":"true","resources":{"gpu_typ":"H100"}}}`, "job.resources.gpu_typ"},
 		{`{"name":"x","cron":"@daily","job":{"command":"true","idempotency_key":"k"}}`, "job.idempotency_key"},
 		{`{"name":"x","cron":"@daily","job":"true"}`, "job"},
 		{`{"name":"x","cron":"@daily","job":{"command":"curl -H {{SECRET:NO_SUCH}}"}}`, "job.command"},
