@@ -1,6 +1,9 @@
 package berth
 
-import "unicode/utf8"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Truncate returns s cut to at most n bytes, at the start of a rune, so
 // that no UTF-8 sequence is split.
@@ -22,3 +25,14 @@ func Clip(s string, n int) string {
 	}
 	return Truncate(s, n) + "…"
 }
+
+// ShellQuote returns s as one word for sh: as it is when it holds only
+// letters, digits and @%+=:,./_-, else in single quotes.
+func ShellQuote(s string) string {
+	if s != "" && strings.Trim(s, shellSafe) == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+const shellSafe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-"

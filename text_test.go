@@ -26,3 +26,19 @@ func TestTruncateAndClip(t *testing.T) {
 		}
 	}
 }
+
+func TestArgvStringQuotesForSh(t *testing.T) {
+	for _, c := range []struct {
+		argv Argv
+		want string
+	}{
+		{Argv{"python", "train.py", "--lr=3e-4", "/data/x_1.csv"}, "python train.py --lr=3e-4 /data/x_1.csv"},
+		{Argv{"sh", "-c", "echo hi; sleep 30"}, "sh -c 'echo hi; sleep 30'"},
+		{Argv{"echo", "it's", ""}, `echo 'it'\''s' ''`},
+		{Argv{"echo", "$HOME", "a*b", "ünï"}, "echo '$HOME' 'a*b' 'ünï'"},
+	} {
+		if got := c.argv.String(); got != c.want {
+			t.Errorf("%q: got %s, want %s", []string(c.argv), got, c.want)
+		}
+	}
+}

@@ -126,6 +126,16 @@ func ParseDuration(s string) (time.Duration, error) {
 // string that is run with "sh -c".
 type Argv []string
 
+// String returns the command as sh would take it, its words quoted where
+// needed: sh -c 'echo hi; sleep 30'.
+func (a Argv) String() string {
+	words := make([]string, len(a))
+	for i, w := range a {
+		words[i] = ShellQuote(w)
+	}
+	return strings.Join(words, " ")
+}
+
 // UnmarshalJSON accepts a list of strings or one shell string.
 func (a *Argv) UnmarshalJSON(data []byte) error {
 	if len(data) > 0 && data[0] == '"' {

@@ -79,7 +79,7 @@ func (a *Agent) prewarm(ctx context.Context, model string) {
 	a.mu.Unlock()
 	logPath := filepath.Join(a.cfg.DataDir, prewarmLog)
 	id := "prewarm-" + rand.Text() // a journal entry, so that a restarted agent kills it
-	command := strings.ReplaceAll(a.cfg.Prewarm, "{model}", shellQuote(model))
+	command := strings.ReplaceAll(a.cfg.Prewarm, "{model}", berth.ShellQuote(model))
 	proc, err := ProcessExecutor{}.Start(ctx, Spec{AttemptID: id, Command: []string{"sh", "-c", command},
 		Dir: filepath.Join(a.cfg.DataDir, "prewarm"), LogPath: logPath, Groups: a.groups, MaxRuntime: a.cfg.PrewarmTimeout})
 	if err != nil {
@@ -110,7 +110,3 @@ func (a *Agent) prewarm(ctx context.Context, model string) {
 	}()
 }
 
-// shellQuote quotes s as one word for sh.
-func shellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}

@@ -88,7 +88,7 @@ func prewarmAgent(t *testing.T, fs *fakeServer, script string, configure func(*C
 	a, _ := startAgent(t, fs, func(c *Config) {
 		c.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		if script != "" {
-			c.Prewarm = strings.ReplaceAll(script, "RUNS", shellQuote(runs))
+			c.Prewarm = strings.ReplaceAll(script, "RUNS", berth.ShellQuote(runs))
 		}
 		if configure != nil {
 			configure(c)
@@ -186,7 +186,7 @@ func TestAgentPrewarmsOnce(t *testing.T) {
 	if err := syscall.Mkfifo(gate, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, logs, runs := prewarmAgent(t, fs, `printf '%s\n' {model} >> RUNS; read line < `+shellQuote(gate),
+	_, logs, runs := prewarmAgent(t, fs, `printf '%s\n' {model} >> RUNS; read line < `+berth.ShellQuote(gate),
 		func(c *Config) { c.Models = []string{"m1"} })
 	fs.send(wire.TypePrewarmHint, &wire.PrewarmHint{Model: "m1"})
 	logs.await(t, `msg="prewarm hint ignored: model already warm" model=m1`, 1)

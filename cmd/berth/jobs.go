@@ -83,7 +83,7 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 	if j.MaxRuntime > 0 || j.StallTimeout > 0 {
 		fmt.Fprintf(w, "Watchdogs: max_runtime=%s stall_timeout=%s\n", orDash(durationOrEmpty(j.MaxRuntime)), orDash(durationOrEmpty(j.StallTimeout)))
 	}
-	fmt.Fprintf(w, "Priority:  %d\nCommand:   %s\n", j.Priority, strings.Join(j.Command, " "))
+	fmt.Fprintf(w, "Priority:  %d\nCommand:   %s\n", j.Priority, j.Command)
 	r := j.Resources
 	fmt.Fprintf(w, "Resources: gpus=%d", r.GPUs)
 	if r.GPUType != "" {
