@@ -17,7 +17,7 @@ Quota rules cap what the running jobs of one user, queue or template may
 hold at once; a job over a cap waits with reason "quota". A user rule's
 weight is that user's fair-share weight (default 1).
 
-  berth quota set SCOPE:NAME [gpus<=N] [jobs<=N] [weight=W]   e.g. user:alice gpus<=8 jobs<=4
+  berth quota set SCOPE:NAME [gpus<=N] [jobs<=N] [weight=W]   e.g. user:alice 'gpus<=8' 'jobs<=4'
   berth quota list [-o json]
   berth quota rm SCOPE:NAME
 
