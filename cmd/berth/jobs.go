@@ -104,8 +104,9 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(w, "Finished:  %s (ran %s)\n", j.FinishedAt.Local().Format(time.RFC3339), j.FinishedAt.Sub(j.StartedAt).Round(time.Millisecond))
 	}
 	if len(d.AttemptList) > 0 {
+		// DEVICES: the GPU indexes the attempt got, its CUDA_VISIBLE_DEVICES.
 		fmt.Fprintln(w, "\nAttempts:")
-		t := newTable(w, "  ID", "HOST", "GPUS", "STATE", "EXIT", "PROGRESS", "REASON")
+		t := newTable(w, "  ID", "HOST", "DEVICES", "STATE", "EXIT", "PROGRESS", "REASON")
 		for _, a := range d.AttemptList {
 			exit := "-"
 			if a.ExitCode != nil {
