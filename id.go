@@ -3,6 +3,7 @@ package berth
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"strings"
 	"sync"
 	"time"
 )
@@ -53,4 +54,33 @@ func (g *IDGen) New(now time.Time) string {
 		hi >>= 5
 	}
 	return string(id[:])
+}
+
+// ParseCursor decodes the cursor query parameter of a paged listing (GET
+// /api/v1/jobs, the dashboard's job list): the next_cursor of an earlier
+// page, which is the id the next page starts after. It returns that id, or
+// "" for an empty cursor (the first page). Anything but an id of the shape
+// IDGen makes is an ECodeInvalid *Error naming the field "cursor": left
+// unchecked it would be compared with ids as a string and answer some other
+// page, usually the first.
+func ParseCursor(cursor string) (string, error) {
+	if cursor != "" && !validID(cursor) {
+		return "", Invalidf("cursor", "not a cursor this server issued: give the next_cursor of the page before, or none for the first page")
+	}
+	return cursor, nil
+}
+
+// validID reports whether s has the shape of the ids IDGen makes: 26
+// upper-case Crockford base32 digits whose 48-bit time leaves the top two
+// bits zero.
+func validID(s string) bool {
+	if len(s) != 26 || s[0] > '7' {
+		return false
+	}
+	for i := range len(s) {
+		if strings.IndexByte(crockford, s[i]) < 0 {
+			return false
+		}
+	}
+	return true
 }

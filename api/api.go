@@ -266,7 +266,12 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.JobFilter{Queue: q.Get("queue"), User: q.Get("user"), Before: q.Get("cursor"), Limit: 100}
+	before, err := berth.ParseCursor(q.Get("cursor"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	f := store.JobFilter{Queue: q.Get("queue"), User: q.Get("user"), Before: before, Limit: 100}
 	if who := identity(r); !who.SeesAllJobs() {
 		if f.User != "" && f.User != who.Name {
 			writeError(w, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only list its own jobs", who.Name, who.Role))

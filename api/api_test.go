@@ -513,6 +513,7 @@ func TestListJobs(t *testing.T) {
 		want  []*berth.Job
 	}{
 		{"", all},
+		{"?cursor=", all}, // an empty cursor is the first page
 		{"?limit=0", all},
 		{"?queue=gpu", gpu},
 		{"?queue=cpu", cpu},
@@ -590,10 +591,17 @@ func TestListJobs(t *testing.T) {
 		{"?limit=-1", "limit"},
 		{"?limit=abc", "limit"},
 		{"?limit=1.5", "limit"},
+		{"?cursor=garbage", "cursor"},
+		{"?cursor=" + strings.ToLower(all[0].ID), "cursor"}, // sorts after every id: would be the first page
+		{"?cursor=" + all[0].ID + "0", "cursor"},
+		{"?queue=gpu&limit=2&cursor=" + l.NextCursor[:25], "cursor"},
 	}
 	for _, b := range bad {
 		status, ctype, data := s.do("GET", "/api/v1/jobs"+b.query, "")
 		checkError(t, status, ctype, data, http.StatusBadRequest, berth.ECodeInvalid, b.field)
+		if b.field == "cursor" && !strings.Contains(string(data), "not a cursor this server issued") {
+			t.Errorf("GET /api/v1/jobs%s: %s; want it to say the cursor is not one the server issued", b.query, data)
+		}
 	}
 }
 

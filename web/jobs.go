@@ -29,10 +29,15 @@ var jobStates = []berth.JobState{berth.JobPending, berth.JobRunning, berth.JobSu
 
 // jobs lists jobs newest first, JobsPerPage at a time, filtered by state,
 // queue and user; a user sees its own jobs only (asking for another's is
-// 403, as on GET /api/v1/jobs).
+// 403, as on GET /api/v1/jobs), and a cursor not of the form the server
+// issues is 400 (berth.ParseCursor), as there too.
 func (h *Handler) jobs(r *http.Request) (string, any, error) {
 	q := r.URL.Query()
-	d := &jobsData{State: q.Get("state"), Queue: q.Get("queue"), User: q.Get("user"), Cursor: q.Get("cursor"), States: jobStates}
+	cursor, err := berth.ParseCursor(q.Get("cursor"))
+	if err != nil {
+		return "", nil, err
+	}
+	d := &jobsData{State: q.Get("state"), Queue: q.Get("queue"), User: q.Get("user"), Cursor: cursor, States: jobStates}
 	f := store.JobFilter{Queue: d.Queue, User: d.User, Before: d.Cursor, Limit: JobsPerPage + 1}
 	if who := api.IdentityOf(r); !who.SeesAllJobs() {
 		if d.User != "" && d.User != who.Name {

@@ -221,6 +221,13 @@ func TestPagesRender(t *testing.T) {
 	if status, body := d.get("/jobs?state=sleeping", admin); status != http.StatusBadRequest || !strings.Contains(body, "not a job state") {
 		t.Errorf("bad state: %d, want 400 naming the rule:\n%s", status, body)
 	}
+	if status, body := d.get("/jobs?cursor=garbage", admin); status != http.StatusBadRequest || !strings.Contains(body, "not a cursor this server issued") {
+		t.Errorf("bad cursor: %d, want 400 naming the rule:\n%s", status, body)
+	}
+	body = d.page("/jobs?cursor=", admin)
+	wantIn(t, "jobs with an empty cursor", body, a.ID, b.ID, c.ID)
+	body = d.page("/jobs?cursor="+c.ID, admin)
+	wantIn(t, "jobs older than the newest", body, a.ID, b.ID)
 
 	body = d.page("/jobs/"+a.ID, admin)
 	wantIn(t, "job page", body, "train-a", "pending", "alice", "2 GPUs", `data-action="cancel"`, `data-action="resubmit"`,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 	queue := fs.String("queue", "", "only this queue")
 	user := fs.String("user", "", "only this user's jobs")
 	limit := fs.Int("limit", 100, "most jobs to list, newest first (0 for all)")
+	page := addPageFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -27,7 +29,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 	if *limit < 0 {
 		return berth.Invalidf("--limit", "must be 0 (all) or more")
 	}
-	opts := client.ListOptions{Queue: *queue, User: *user, Limit: *limit}
+	opts := client.ListOptions{Queue: *queue, User: *user, Limit: *limit, Cursor: page.cursor}
 	if *state != "" {
 		for _, s := range strings.Split(*state, ",") {
 			st, err := berth.ParseJobState(strings.TrimSpace(s))
@@ -39,14 +41,20 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 	}
 	list, err := m.client(cf).Jobs(ctx, opts)
 	if err != nil {
+		return page.serverError(err)
+	}
+	if err := printList(m.Stdout, cf.output, list.Jobs, func() error { return jobsTable(m.Stdout, list.Jobs) }); err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, list.Jobs)
-	}
+	page.printNext(m.Stderr, list.NextCursor)
+	return nil
+}
+
+// jobsTable writes jobs as the table of berth jobs.
+func jobsTable(w io.Writer, jobs []*berth.Job) error {
 	now := time.Now()
-	t := newTable(m.Stdout, "ID", "NAME", "QUEUE", "STATE", "PRIO", "GPUS", "AGE", "REASON")
-	for _, j := range list.Jobs {
+	t := newTable(w, "ID", "NAME", "QUEUE", "STATE", "PRIO", "GPUS", "AGE", "REASON")
+	for _, j := range jobs {
 		t.row(j.ID, truncate(j.Name, 24), j.Queue, string(j.State), strconv.Itoa(j.Priority),
 			strconv.Itoa(j.Resources.GPUs), ago(j.CreatedAt, now), truncate(j.Reason, 48))
 	}
