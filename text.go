@@ -1,6 +1,7 @@
 package berth
 
 import (
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -36,3 +37,12 @@ func ShellQuote(s string) string {
 }
 
 const shellSafe = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-"
+
+// Count writes n of noun, singular for exactly one: "1 GPU", "2 GPUs",
+// "0 GPUs", "0.5 CPUs".
+func Count[N ~int | ~float64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatFloat(float64(n), 'g', -1, 64) + " " + noun + "s"
+}

@@ -42,3 +42,18 @@ func TestArgvStringQuotesForSh(t *testing.T) {
 		}
 	}
 }
+
+func TestCount(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ got, want string }{
+		{Count(1, "GPU"), "1 GPU"},
+		{Count(0, "GPU"), "0 GPUs"},
+		{Count(2, "GPU"), "2 GPUs"},
+		{Count(0.5, "CPU"), "0.5 CPUs"},
+		{Count(1.0, "CPU"), "1 CPU"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}

@@ -73,7 +73,8 @@ func (w *Worker) Serves(queue string) bool {
 }
 
 // ParseGPUSpec parses a --gpus declaration such as "4xH100:80GiB",
-// "2xA100:40GiB,1xT4:16GiB" or "0" (none) into GPUs indexed from 0.
+// "2xA100:40GiB,1xT4:16GiB" or "0" (none) into GPUs indexed from 0. Its
+// errors say what is wrong, not where: the caller names the flag or field.
 func ParseGPUSpec(spec string) ([]GPU, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" || spec == "0" || spec == "none" {
@@ -83,19 +84,19 @@ func ParseGPUSpec(spec string) ([]GPU, error) {
 	for _, part := range strings.Split(spec, ",") {
 		countStr, rest, ok := strings.Cut(strings.TrimSpace(part), "x")
 		if !ok {
-			return nil, fmt.Errorf("gpus: %q is not COUNTxMODEL:MEMORY (e.g. 4xH100:80GiB)", part)
+			return nil, fmt.Errorf("%q is not COUNTxMODEL:MEMORY (e.g. 4xH100:80GiB)", part)
 		}
 		count, err := strconv.Atoi(countStr)
 		if err != nil || count < 1 || count > MaxGPUsPerNode {
-			return nil, fmt.Errorf("gpus: count %q must be between 1 and %d", countStr, MaxGPUsPerNode)
+			return nil, fmt.Errorf("count %q must be between 1 and %d", countStr, MaxGPUsPerNode)
 		}
 		model, memStr, ok := strings.Cut(rest, ":")
 		if !ok || model == "" {
-			return nil, fmt.Errorf("gpus: %q is not COUNTxMODEL:MEMORY (e.g. 4xH100:80GiB)", part)
+			return nil, fmt.Errorf("%q is not COUNTxMODEL:MEMORY (e.g. 4xH100:80GiB)", part)
 		}
 		mem, err := ParseBytes(memStr)
 		if err != nil || mem == 0 {
-			return nil, fmt.Errorf("gpus: memory %q is not a size such as 80GiB", memStr)
+			return nil, fmt.Errorf("memory %q is not a size such as 80GiB", memStr)
 		}
 		for i := 0; i < count; i++ {
 			gpus = append(gpus, GPU{Index: len(gpus), Model: model, Memory: mem,
@@ -103,7 +104,7 @@ func ParseGPUSpec(spec string) ([]GPU, error) {
 		}
 	}
 	if len(gpus) > MaxGPUsPerNode {
-		return nil, fmt.Errorf("gpus: at most %d per worker", MaxGPUsPerNode)
+		return nil, fmt.Errorf("at most %d GPUs per worker", MaxGPUsPerNode)
 	}
 	return gpus, nil
 }

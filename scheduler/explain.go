@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/berth-dev/berth"
@@ -156,9 +155,9 @@ func requirement(i int, t *Task) string {
 	case i == needLabels && len(t.Constraints.Labels) > 0:
 		return "the required labels"
 	case i == needGPUs && r.GPUs > 0:
-		return count(float64(r.GPUs), "GPU") + gpuDesc(r)
+		return berth.Count(r.GPUs, "GPU") + gpuDesc(r)
 	case i == needCPUs && r.CPUs > 0:
-		return count(r.CPUs, "CPU")
+		return berth.Count(r.CPUs, "CPU")
 	case i == needMemory && r.Memory > 0:
 		return r.Memory.String() + " of memory"
 	}
@@ -213,7 +212,7 @@ func ExplainAll(q *Queue, ts []*Task, s *Snapshot) []Reason {
 		}
 		if i, ok := behind[o]; ok {
 			if ahead > 0 {
-				out[i].Message += " (" + count(float64(ahead), "job") + " ahead in order)"
+				out[i].Message += " (" + berth.Count(ahead, "job") + " ahead in order)"
 			}
 			delete(behind, o)
 		}
@@ -221,14 +220,6 @@ func ExplainAll(q *Queue, ts []*Task, s *Snapshot) []Reason {
 		return true
 	})
 	return out
-}
-
-// count writes n of noun: "1 GPU", "2 GPUs", "0.5 CPUs".
-func count(n float64, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.FormatFloat(n, 'g', -1, 64) + " " + noun + "s"
 }
 
 func gpuDesc(r *berth.Resources) string {

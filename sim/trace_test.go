@@ -240,7 +240,7 @@ func TestSimLoaderErrorsNameFileLineAndField(t *testing.T) {
 		{"jobs.csv", "job_id,num_gpu,submit_time,duration\n0,1,0,10\n1,1,5,-3\n", false, ":3: duration: -3 is out of range"},
 		{"spec.csv", "num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node\n1,0,4,40,256\n", true, ":2: num_node_p_switch: 0 is out of range"},
 		{"quote.csv", "job_id,num_gpu,duration\n0,1,\"10\n", false, ":2: column"},
-		{"w.yaml", "workers:\n  - {count: 2, gpus: 8xH100}\n", true, ":2: workers[0].gpus:"},
+		{"w.yaml", "workers:\n  - {count: 2, gpus: 8xH100}\n", true, ":2: workers[0].gpus: \"8xH100\" is not COUNTxMODEL:MEMORY"},
 		{"w2.yaml", "workers:\n  - name: a\n    cpu: 4\n", true, ":3: workers[0].cpu: unknown field"},
 		{"w3.yaml", "workers:\n  - {name: a}\n  - {name: a}\n", true, ":3: workers[1].name: worker a is also made on line 2"},
 		{"j.yaml", "jobs:\n  - {id: a, duration: 1h}\n  - id: b\n    gpus: 1\n    duration: soon\n", false, ":5: jobs[1].duration: \"soon\" is not a duration"},

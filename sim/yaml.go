@@ -268,7 +268,7 @@ func berthWorkers(path string, i int, item ast.Node) ([]Worker, error) {
 		case "gpus":
 			tmpl.GPUs, err = berth.ParseGPUSpec(s.text)
 			if err != nil {
-				err = s.err("%s", strings.TrimPrefix(err.Error(), "gpus: "))
+				err = s.err("%v", err)
 			}
 		case "cpus":
 			tmpl.CPUs, err = s.number(0, maxCPUs)
