@@ -113,6 +113,7 @@ type Agent struct {
 	groups   *GroupJournal
 	ports    *PortAllocator
 	adopted  []adoption // services a previous agent left running, followed once Run starts
+	credFile string     // the file cfg.Token was read from or saved in; "" when Config gave it
 
 	progressURL string // the progress endpoint's base URL, set when Run starts
 
@@ -224,6 +225,9 @@ func prepare(cfg Config) (*Agent, error) {
 		if a.cfg.Token, err = SavedCredential(cfg.DataDir); err != nil {
 			return nil, err
 		}
+		if a.cfg.Token != "" {
+			a.credFile = credentialPath(cfg.DataDir)
+		}
 	}
 	a.workerID = id
 	if a.cfg.ModelCache == "" {
@@ -292,12 +296,17 @@ func (a *Agent) Parked() bool { return a.parked.Load() }
 
 // Run serves the progress endpoint on loopback, connects to the server (or
 // to one of several, see connect) and serves assignments until ctx ends,
-// reconnecting with backoff. On return every attempt has been stopped. It
-// errors only when the progress endpoint cannot listen.
+// reconnecting with backoff, or until the server refuses the agent's
+// credential, which retrying would not change. On return every attempt
+// has been stopped. It returns nil when ctx ends; otherwise the refusal
+// (a *RefusedError), or why the join token could not be traded or the
+// progress endpoint cannot listen.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.lock.Release()
 	defer a.groups.Close()
-	defer a.prewarms.Wait() // ctx's end kills them
+	defer a.prewarms.Wait() // the end of Run's ctx kills them
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	if a.cfg.Token == "" && a.cfg.JoinToken != "" {
 		if err := a.join(ctx); err != nil {
 			return err
@@ -321,13 +330,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.NvidiaSMI != "" && len(a.cfg.GPUs) > 0 {
 		go a.watchGPUs(fenceCtx)
 	}
+	err = a.serve(ctx)
+	cancel() // as when ctx ends: prewarm commands and services' watchers stop
+	a.stopAll("agent shutting down")
+	return err
+}
+
+// serve keeps a session with the server, reconnecting with backoff, until
+// ctx ends (nil) or the server refuses the agent's credential (its
+// *RefusedError).
+func (a *Agent) serve(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
 		start := time.Now()
 		err := a.connect(ctx)
 		if ctx.Err() != nil {
-			a.stopAll("agent shutting down")
 			return nil
+		}
+		if errors.Is(err, ErrRefused) {
+			return err
 		}
 		if time.Since(start) > 10*time.Second {
 			backoff = 100 * time.Millisecond
@@ -336,7 +357,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		select {
 		case <-time.After(backoff):
 		case <-ctx.Done():
-			a.stopAll("agent shutting down")
 			return nil
 		}
 		backoff = min(backoff*2, 5*time.Second)
@@ -422,13 +442,18 @@ func (a *Agent) send(ctx context.Context, typ string, payload any) error {
 
 // connect runs a session with the first server of a round that accepts
 // one: the server of the last session, then, while servers refuse (cannot
-// be reached, or answer 503 as standbys), the leader a refusal names or
-// the next server. It returns when the session ends, or with the round's
-// error when every server refused.
+// be reached, answer 503 as standbys, or refuse the agent's credential),
+// the leader a refusal names or the next server. It returns when the
+// session ends; when every server refused, with the last refusal of the
+// agent's credential (*RefusedError) if there was one, else with the
+// round's error. A refusal of the credential does not end the round: a
+// standby reads new tokens a moment late, so another server may accept
+// what one refuses.
 func (a *Agent) connect(ctx context.Context) error {
 	round := a.servers.Round()
 	var leader string
 	var err error
+	var refused *RefusedError
 	for server, ok := round.Next(""); ok; server, ok = round.Next(leader) {
 		var c *websocket.Conn
 		if c, leader, err = a.dial(ctx, server); err == nil {
@@ -438,9 +463,48 @@ func (a *Agent) connect(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return err
 		}
+		var re *RefusedError
+		if errors.As(err, &re) {
+			refused = re
+		}
+	}
+	if refused != nil {
+		return refused
 	}
 	return round.Failed(err)
 }
+
+// ErrRefused is what Run's error wraps when the server refuses the agent's
+// credential.
+var ErrRefused = errors.New("the server refused this agent's credential")
+
+// RefusedError is Run's error when the server refuses the agent's
+// credential: it answers the agent WebSocket with 401 (no credential, or
+// one it does not know, revoked or expired) or 403 (a credential that may
+// not speak the agent protocol, such as a join token or a user's token).
+// Another try would get the same answer. It wraps ErrRefused.
+type RefusedError struct {
+	Server string // the server that refused
+	Status int    // 401 or 403
+	Reason string // the server's message
+	Sent   bool   // whether the agent sent a credential
+	Saved  string // the file the credential sent was read from or saved in; "" when Config.Token gave it
+}
+
+// Error says which server refused which credential, and why.
+func (e *RefusedError) Error() string {
+	what := "this agent, which has no credential"
+	switch {
+	case e.Saved != "":
+		what = "this agent's credential, saved in " + e.Saved
+	case e.Sent:
+		what = "this agent's credential"
+	}
+	return fmt.Sprintf("agent: the server %s refused %s (%d): %s", e.Server, what, e.Status, e.Reason)
+}
+
+// Unwrap returns ErrRefused.
+func (e *RefusedError) Unwrap() error { return ErrRefused }
 
 // dial opens the agent WebSocket on server; when server refuses it, it
 // also returns the leader named in the refusal, if any.
@@ -457,18 +521,28 @@ func (a *Agent) dial(ctx context.Context, server string) (c *websocket.Conn, lea
 	}
 	c, resp, err := websocket.Dial(dialCtx, wsURL(server), opts)
 	if err != nil {
-		if resp != nil {
-			leader = resp.Header.Get(berth.LeaderHeader)
-			var body berth.ErrorBody
-			if (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) &&
-				json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&body) == nil && body.Error != nil {
-				return nil, leader, fmt.Errorf("dial %s: the server refused this agent (%d): %s", server, resp.StatusCode, body.Error.Message)
-			}
+		if resp == nil {
+			return nil, "", fmt.Errorf("dial %s: %w", server, err)
 		}
-		return nil, leader, fmt.Errorf("dial %s: %w", server, err)
+		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+			return nil, "", a.refusal(server, resp)
+		}
+		return nil, resp.Header.Get(berth.LeaderHeader), fmt.Errorf("dial %s: %w", server, err)
 	}
 	c.SetReadLimit(16 << 20)
 	return c, "", nil
+}
+
+// refusal returns the *RefusedError of resp, server's refusal of the
+// agent's credential: the reason is the message of its error body, else
+// its status text.
+func (a *Agent) refusal(server string, resp *http.Response) *RefusedError {
+	reason := http.StatusText(resp.StatusCode)
+	var body berth.ErrorBody
+	if json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&body) == nil && body.Error != nil {
+		reason = body.Error.Message
+	}
+	return &RefusedError{Server: server, Status: resp.StatusCode, Reason: reason, Sent: a.cfg.Token != "", Saved: a.credFile}
 }
 
 // session registers on c, a new connection to server, and serves the

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/internal/dirlock"
 	"github.com/berth-dev/berth/wire"
 )
@@ -29,7 +31,9 @@ import (
 // fakeServer speaks the server's side of the agent protocol for one agent:
 // it acknowledges each register with registerAck, records every message
 // the agent sends, and sends what a test tells it to. As a standby (see
-// standBy) it refuses the agent's WebSocket as a real standby does.
+// standBy) it refuses the agent's WebSocket as a real standby does; told
+// to refuse the agent's credential (see refuse), it does so as a real
+// server does.
 type fakeServer struct {
 	t   *testing.T
 	srv *httptest.Server
@@ -39,6 +43,7 @@ type fakeServer struct {
 	registers   int
 	dials       int     // requests for the agent WebSocket
 	leader      *string // while set, a standby naming this leader
+	refusal     *refusal
 	conn        *websocket.Conn
 	msgs        []wire.Message
 	changed     chan struct{} // closed and replaced when msgs grows
@@ -60,8 +65,14 @@ func (fs *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	fs.mu.Lock()
 	fs.dials++
-	leader := fs.leader
+	leader, refused := fs.leader, fs.refusal
 	fs.mu.Unlock()
+	if refused != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(refused.status)
+		_ = json.NewEncoder(w).Encode(berth.ErrorBody{Error: &berth.Error{Code: refused.code, Message: refused.message}})
+		return
+	}
 	if leader != nil {
 		w.Header().Set(berth.LeaderHeader, *leader)
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -133,6 +144,26 @@ func (fs *fakeServer) standBy(leader string) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.leader = &leader
+}
+
+// refusal is how a server refuses an agent's credential.
+type refusal struct {
+	status        int // 401 or 403
+	code, message string
+}
+
+// refuse makes the server refuse the agent's WebSocket from now on: with
+// 401 or 403 (status) saying message, as a real server refuses a
+// credential that is missing, unknown or revoked (401) or that may not
+// speak the agent protocol (403).
+func (fs *fakeServer) refuse(status int, message string) {
+	code := berth.ECodeUnauthorized
+	if status == http.StatusForbidden {
+		code = berth.ECodeForbidden
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.refusal = &refusal{status: status, code: code, message: message}
 }
 
 // lead makes a standby the leader.
@@ -291,9 +322,9 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// startAgent runs an agent of host "box" against fs until the test ends
-// and waits for it to register; configure adjusts its configuration.
-func startAgent(t *testing.T, fs *fakeServer, configure func(*Config)) (*Agent, *lockedBuffer) {
+// newAgent makes an agent of host "box" against fs; configure adjusts its
+// configuration.
+func newAgent(t *testing.T, fs *fakeServer, configure func(*Config)) (*Agent, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
 	cfg := Config{Server: fs.srv.URL, DataDir: t.TempDir(), Host: "box", ShipEvery: 20 * time.Millisecond,
@@ -305,22 +336,71 @@ func startAgent(t *testing.T, fs *fakeServer, configure func(*Config)) (*Agent, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a, logs
+}
+
+// agentRun is one call of an agent's Run.
+type agentRun struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run has returned
+	err    error         // Run's, once done
+}
+
+// runUntil calls a.Run until stop is called or the test ends.
+func runUntil(t *testing.T, a *Agent) *agentRun {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	r := &agentRun{cancel: cancel, done: make(chan struct{})}
+	go func() { r.err = a.Run(ctx); close(r.done) }()
+	t.Cleanup(func() { r.stop() })
+	return r
+}
+
+// stop ends Run's context and returns Run's error.
+func (r *agentRun) stop() error {
+	r.cancel()
+	<-r.done
+	return r.err
+}
+
+// ended waits for Run to return by itself and returns its error, failing
+// the test if it does not within 30s.
+func (r *agentRun) ended(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return within 30s")
+		return nil
+	}
+}
+
+// awaitRegistered waits for a, which r runs, to register, failing the test
+// if Run ends first or a does not register within 30s.
+func (r *agentRun) awaitRegistered(t *testing.T, a *Agent) {
+	t.Helper()
 	select {
 	case <-a.Registered():
-	case err := <-done:
-		t.Fatalf("Run ended before registering: %v", err)
+	case <-r.done:
+		t.Fatalf("Run ended before registering: %v", r.err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the agent did not register within 30s")
 	}
+}
+
+// startAgent runs an agent of host "box" against fs until the test ends
+// and waits for it to register; configure adjusts its configuration. Run
+// must end without error.
+func startAgent(t *testing.T, fs *fakeServer, configure func(*Config)) (*Agent, *lockedBuffer) {
+	t.Helper()
+	a, logs := newAgent(t, fs, configure)
+	r := runUntil(t, a)
+	t.Cleanup(func() {
+		if err := r.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	r.awaitRegistered(t, a)
 	return a, logs
 }
 
@@ -697,6 +777,97 @@ func TestAgentFailsOver(t *testing.T) {
 	checkResult(t, first.result("a1"), berth.AttemptCancelled, "", nil, "cancelled by frank")
 	if f, u, th := first.dialed(), unsure.dialed(), third.dialed(); f != 2 || u != 0 || th != 2 {
 		t.Fatalf("WebSocket requests: first %d, second %d, third %d; want 2, 0, 2", f, u, th)
+	}
+}
+
+// checkRefused checks that err is Run's refusal by server, with status,
+// reason and the credential the agent sent: none, the one given, or the
+// one saved in a file (saved).
+func checkRefused(t *testing.T, err error, server string, status int, reason string, sent bool, saved string) {
+	t.Helper()
+	var re *RefusedError
+	if !errors.As(err, &re) || !errors.Is(err, ErrRefused) {
+		t.Fatalf("Run: %v; want a *RefusedError", err)
+	}
+	if re.Server != server || re.Status != status || re.Reason != reason || re.Sent != sent || re.Saved != saved {
+		t.Fatalf("Run's refusal = %+v; want server %s, status %d, reason %q, sent %v, saved %q",
+			*re, server, status, reason, sent, saved)
+	}
+}
+
+// TestAgentStopsWhenRefused runs an agent without a credential against a
+// server that requires one: Run returns the refusal at once, after one
+// try, rather than reconnecting forever.
+func TestAgentStopsWhenRefused(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	fs.refuse(http.StatusUnauthorized, auth.MsgAuthRequired)
+	a, logs := newAgent(t, fs, nil)
+	err := runUntil(t, a).ended(t)
+	checkRefused(t, err, fs.srv.URL, http.StatusUnauthorized, auth.MsgAuthRequired, false, "")
+	want := "agent: the server " + fs.srv.URL + " refused this agent, which has no credential (401): " + auth.MsgAuthRequired
+	if err.Error() != want {
+		t.Fatalf("Run: %q\nwant %q", err, want)
+	}
+	if n := fs.dialed(); n != 1 {
+		t.Fatalf("the agent asked for its WebSocket %d times, want 1", n)
+	}
+	if strings.Contains(logs.String(), "reconnecting") {
+		t.Fatalf("the agent logged a reconnection:\n%s", logs)
+	}
+}
+
+// TestAgentStopsWhenItsCredentialIsRevoked runs an attempt on an agent
+// whose saved credential the server then refuses (revoked): at its next
+// connection Run returns the refusal, naming the file, and has stopped the
+// attempt, as at any end of Run.
+func TestAgentStopsWhenItsCredentialIsRevoked(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	dir := t.TempDir()
+	if err := SaveCredential(dir, "credential-of-box"); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := newAgent(t, fs, func(c *Config) { c.DataDir = dir })
+	r := runUntil(t, a)
+	r.awaitRegistered(t, a)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sh", "-c", "echo $$ > " + pidFile + "; echo ready; exec sleep 1000"}})
+	fs.output("a1", "ready")
+
+	const revoked = "token 01JREVOKED was revoked"
+	fs.refuse(http.StatusUnauthorized, revoked)
+	fs.dropSession()
+	checkRefused(t, r.ended(t), fs.srv.URL, http.StatusUnauthorized, revoked, true, filepath.Join(dir, "credential"))
+	assertDead(t, pidsIn(t, pidFile)...)
+}
+
+// TestAgentTriesOtherServersWhenOneRefuses gives an agent two servers: the
+// first refuses its credential (a standby that has not read a new
+// credential yet), the second accepts it, and the agent registers there.
+func TestAgentTriesOtherServersWhenOneRefuses(t *testing.T) {
+	t.Parallel()
+	stale, leader := newFakeServer(t), newFakeServer(t)
+	stale.refuse(http.StatusUnauthorized, "token 01JNEW is not in the registry")
+	startAgent(t, leader, func(c *Config) { c.Server = stale.srv.URL + "," + leader.srv.URL })
+	if n := stale.dialed(); n != 1 {
+		t.Fatalf("the refusing server got %d WebSocket requests, want 1", n)
+	}
+}
+
+// TestAgentStopsWhenTheLeaderRefuses gives an agent a standby, which names
+// the leader, and the leader, which refuses its credential (403: it may
+// not speak the agent protocol): Run returns the leader's refusal.
+func TestAgentStopsWhenTheLeaderRefuses(t *testing.T) {
+	t.Parallel()
+	standby, leader := newFakeServer(t), newFakeServer(t)
+	standby.standBy(leader.srv.URL)
+	const why = "alice (role user) may not GET /api/v1/agent: that needs an agent credential (berth agent --join-token) or admin"
+	leader.refuse(http.StatusForbidden, why)
+	a, _ := newAgent(t, standby, func(c *Config) { c.Server, c.Token = standby.srv.URL+","+leader.srv.URL, "token-of-alice" })
+	checkRefused(t, runUntil(t, a).ended(t), leader.srv.URL, http.StatusForbidden, why, true, "")
+	if s, l := standby.dialed(), leader.dialed(); s != 1 || l != 1 {
+		t.Fatalf("WebSocket requests: standby %d, leader %d; want 1 each", s, l)
 	}
 }
 

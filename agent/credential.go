@@ -14,10 +14,13 @@ import (
 // credentialFile is where, in its data dir, an agent keeps its credential.
 const credentialFile = "credential"
 
+// credentialPath returns the file of an agent's credential in its data dir.
+func credentialPath(dataDir string) string { return filepath.Join(dataDir, credentialFile) }
+
 // SavedCredential returns the credential saved in an agent's data dir, ""
 // when none is.
 func SavedCredential(dataDir string) (string, error) {
-	data, err := os.ReadFile(filepath.Join(dataDir, credentialFile))
+	data, err := os.ReadFile(credentialPath(dataDir))
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
@@ -38,7 +41,7 @@ func (a *Agent) join(ctx context.Context) error {
 	if err := SaveCredential(a.cfg.DataDir, issued.Secret); err != nil {
 		return err
 	}
-	a.cfg.Token = issued.Secret
+	a.cfg.Token, a.credFile = issued.Secret, credentialPath(a.cfg.DataDir)
 	a.log.Info("joined: credential saved", "token_id", issued.ID)
 	return nil
 }
@@ -46,7 +49,7 @@ func (a *Agent) join(ctx context.Context) error {
 // SaveCredential saves an agent's credential in its data dir, mode 0600,
 // where New finds it.
 func SaveCredential(dataDir, token string) error {
-	if err := replaceFile(filepath.Join(dataDir, credentialFile), []byte(token+"\n"), 0o600); err != nil {
+	if err := replaceFile(credentialPath(dataDir), []byte(token+"\n"), 0o600); err != nil {
 		return fmt.Errorf("agent: save credential: %w", err)
 	}
 	return nil

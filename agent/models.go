@@ -109,4 +109,3 @@ func (a *Agent) prewarm(ctx context.Context, model string) {
 		}
 	}()
 }
-

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -176,6 +177,27 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(m.Stdout, "berth agent %s (host %s, %d GPUs) joining %s\n", a.WorkerID(), cfg.Host, len(cfg.GPUs), cfg.Server)
-	return a.Run(ctx)
+	fmt.Fprintf(m.Stdout, "berth agent %s (host %s, %s) joining %s\n", a.WorkerID(), cfg.Host, berth.Count(len(cfg.GPUs), "GPU"), cfg.Server)
+	err = a.Run(ctx)
+	var refused *agent.RefusedError
+	if errors.As(err, &refused) {
+		return fmt.Errorf("%w; %s", err, joinAgain(refused))
+	}
+	return err
+}
+
+// joinAgain says how to give an agent the server refused (refused) a
+// credential the server accepts: a join token, given once the refused
+// credential is out of the way (the agent prefers $BERTH_TOKEN, then its
+// saved credential, to a join token).
+func joinAgain(refused *agent.RefusedError) string {
+	const join = "start it with a join token in $BERTH_JOIN_TOKEN (or --join-token TOKEN), " +
+		"which an admin makes with berth token create --role agent --name NAME"
+	switch {
+	case refused.Saved != "":
+		return "delete " + refused.Saved + " and " + join
+	case refused.Sent:
+		return "it is $BERTH_TOKEN: unset it and " + join
+	}
+	return join
 }

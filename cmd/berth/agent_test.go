@@ -3,8 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/auth"
 )
 
 // TestAgentRejectsBadModelFlags checks that --models, --prewarm and
@@ -29,6 +35,91 @@ func TestAgentRejectsBadModelFlags(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut.String(), tc.want) || out.Len() != 0 {
 			t.Errorf("berth %s: exit %d, stdout %q, stderr %q; want exit 2 and an error naming %s",
 				strings.Join(args, " "), code, out.String(), errOut.String(), tc.want)
+		}
+	}
+}
+
+// TestAgentExitsWhenRefused runs berth agent against a server that trusts
+// no one unauthenticated (--trust-loopback none), without a credential,
+// with a user's token and with a revoked saved credential: each time it
+// exits 2 at once with one line saying why and how to join, after its
+// startup line (which counts the GPUs in words).
+func TestAgentExitsWhenRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	rs, err := startServer(ctx, &serverConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Security: securityConfig{TrustLoopback: "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close(ctx) })
+	noRecord := func(*berth.Token) error { return nil }
+	alice, err := rs.Tokens.Issue(ctx, auth.Grant{Name: "alice", Role: auth.RoleUser, By: "test"}, noRecord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := rs.Tokens.Issue(ctx, auth.Grant{Name: "t4box", Role: auth.RoleAgent, Worker: "t4box", By: "test"}, noRecord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.Tokens.Revoke(ctx, box.ID, noRecord); err != nil {
+		t.Fatal(err)
+	}
+	const join = "start it with a join token in $BERTH_JOIN_TOKEN (or --join-token TOKEN), " +
+		"which an admin makes with berth token create --role agent --name NAME"
+	for _, tc := range []struct {
+		name, gpus, token, saved string
+		gpuWords                 string // in the startup line
+		why                      string // what the error says after the server's URL
+	}{
+		{"no credential", "1xT4:16GiB", "", "", "1 GPU",
+			"refused this agent, which has no credential (401): " + auth.MsgAuthRequired + "; " + join},
+		{"user token", "2xT4:16GiB", alice.Secret, "", "2 GPUs",
+			"refused this agent's credential (403): alice (role user) may not GET /api/v1/agent: " +
+				"that needs an agent credential (berth agent --join-token) or admin; it is $BERTH_TOKEN: unset it and " + join},
+		{"revoked credential", "0", "", box.Secret, "0 GPUs",
+			"refused this agent's credential, saved in DIR/credential (401): invalid token: token " + box.ID + " was revoked; " +
+				"delete DIR/credential and " + join},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.saved != "" {
+				if err := agent.SaveCredential(dir, tc.saved); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var out, errOut bytes.Buffer
+			m := &Main{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
+				if k == "BERTH_TOKEN" {
+					return tc.token
+				}
+				return ""
+			}}
+			runCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			code := m.Run(runCtx, []string{"agent", "--server", rs.URL, "--gpus", tc.gpus, "--host", "t4box", "--data-dir", dir})
+			wantOut := regexp.MustCompile(`^berth agent w-[0-9a-z]+ \(host t4box, ` + tc.gpuWords + `\) joining ` + regexp.QuoteMeta(rs.URL) + "\n$")
+			wantErr := "berth: agent: the server " + rs.URL + " " + strings.ReplaceAll(tc.why, "DIR", dir) + "\n"
+			if code != exitUsage || !wantOut.MatchString(out.String()) || errOut.String() != wantErr {
+				t.Fatalf("berth agent: exit %d, stdout %q, stderr %q;\nwant exit 2, stdout matching %s, stderr %q",
+					code, out.String(), errOut.String(), wantOut, wantErr)
+			}
+		})
+	}
+}
+
+// TestAgentGPUsErrorNamesTheFlagOnce checks that a bad --gpus of berth
+// agent and berth up is named once, as the flag.
+func TestAgentGPUsErrorNamesTheFlagOnce(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"agent", "up"} {
+		var out, errOut bytes.Buffer
+		m := &Main{Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }}
+		args := []string{cmd, "--gpus", "bogus", "--data-dir", t.TempDir()}
+		code := m.Run(context.Background(), args)
+		const want = `berth: --gpus: "bogus" is not COUNTxMODEL:MEMORY (e.g. 4xH100:80GiB) (invalid)` + "\n"
+		if code != exitUsage || out.Len() != 0 || errOut.String() != want {
+			t.Errorf("berth %s: exit %d, stdout %q, stderr %q; want exit 2 and %q",
+				strings.Join(args, " "), code, out.String(), errOut.String(), want)
 		}
 	}
 }

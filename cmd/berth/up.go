@@ -84,14 +84,19 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 			return err
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); _ = a.Run(agentCtx) }()
+		go func() {
+			defer wg.Done()
+			if err := a.Run(agentCtx); err != nil {
+				fmt.Fprintf(m.Stderr, "berth: local agent %s stopped: %v\n", c.Host, err)
+			}
+		}()
 		select {
 		case <-a.Registered():
 		case <-time.After(10 * time.Second):
 			_ = rs.Close(ctx)
 			return fmt.Errorf("local agent %d did not register within 10s", i)
 		}
-		fmt.Fprintf(m.Stdout, "agent %s: %d GPUs, %d slots\n", c.Host, len(c.GPUs), c.Slots)
+		fmt.Fprintf(m.Stdout, "agent %s: %s, %d slots\n", c.Host, berth.Count(len(c.GPUs), "GPU"), c.Slots)
 	}
 	if *demo {
 		if err := runDemo(ctx, m, client.New(rs.URL, admin, tlsConfig), len(acfg.GPUs) > 0, dataDir); err != nil {
