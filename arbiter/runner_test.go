@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,7 +136,7 @@ func TestRunnerRunsAtCronTimes(t *testing.T) {
 	f.tickAt(t, day(18, 6, 0))
 	wantKeys(t, "at 06:00", f.sub.keys(), key("daily", day(18, 6, 0)))
 	got := f.sub.reqs[0]
-	if fmt.Sprint(got.Command) != "[python report.py]" || got.User != "alice" || got.Queue != berth.DefaultQueue {
+	if !slices.Equal(got.Command, berth.Argv{"python", "report.py"}) || got.User != "alice" || got.Queue != berth.DefaultQueue {
 		t.Errorf("submitted %+v; want the entry's job", got)
 	}
 	if f.sub.actors[0] != "schedule/daily" {
