@@ -208,13 +208,16 @@ func command(s Spec) (*exec.Cmd, error) {
 	return nil, &exec.Error{Name: name, Err: exec.ErrNotFound}
 }
 
-// environ is the agent's environment, then the job's, then Berth's own
-// variables (later entries win; os/exec drops the earlier duplicates).
+// environ is the agent's environment but for its BERTH_ variables, then
+// the job's, then Berth's own variables (later entries win; os/exec drops
+// the earlier duplicates). The agent's BERTH_ variables configure it, and
+// some are credentials ($BERTH_JOIN_TOKEN, $BERTH_TOKEN, a $BERTH_STORE
+// URL's password): a job's output is for whoever may read its logs.
 func environ(s Spec) []string {
 	own := os.Environ()
 	env := make([]string, 0, len(own)+len(s.Env)+6)
 	for _, kv := range own {
-		if !strings.HasPrefix(kv, "BERTH_ARRAY_INDEX=") && !strings.HasPrefix(kv, "BERTH_PROGRESS_URL=") { // ours to set or leave unset
+		if !strings.HasPrefix(kv, "BERTH_") {
 			env = append(env, kv)
 		}
 	}

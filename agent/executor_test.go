@@ -220,6 +220,26 @@ func TestEnvironment(t *testing.T) {
 	}
 }
 
+// TestAgentsOwnBerthVariablesStayWithIt runs a job under an agent whose
+// environment holds credentials: the job sees none of the agent's BERTH_
+// variables, only Berth's own for it and those the job sets.
+func TestAgentsOwnBerthVariablesStayWithIt(t *testing.T) {
+	t.Setenv("BERTH_JOIN_TOKEN", "join-secret")
+	t.Setenv("BERTH_TOKEN", "token-secret")
+	t.Setenv("BERTH_SERVER", "http://head:7070")
+	t.Setenv("BERTH_ARRAY_INDEX", "99")
+	t.Setenv("AGENT_OWN", "kept")
+	s := testSpec(t, "sh", "-c", `env | grep -E '^(BERTH_|AGENT_OWN=)' | sort`)
+	s.Env = map[string]string{"BERTH_SERVER": "http://set-by-the-job:7070"}
+	ex, out := run(t, s)
+	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
+	want := "AGENT_OWN=kept\nBERTH_ATTEMPT_ID=" + s.AttemptID + "\nBERTH_JOB_ID=" + s.JobID +
+		"\nBERTH_SERVER=http://set-by-the-job:7070\nBERTH_TASK_INDEX=" + strconv.Itoa(s.TaskIndex) + "\n"
+	if out != want {
+		t.Fatalf("child saw:\n%s\nwant:\n%s", out, want)
+	}
+}
+
 func TestEnvironmentWithoutArrayOrGPUs(t *testing.T) {
 	t.Parallel()
 	s := testSpec(t, "sh", "-c", `echo "array=${BERTH_ARRAY_INDEX-unset} cuda=${CUDA_VISIBLE_DEVICES-unset}."`)
