@@ -2,14 +2,19 @@ package api
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+
+	"github.com/berth-dev/berth"
 )
 
 const logReadSize = 256 << 10
 
 // logs streams a job's output: every attempt in order, each introduced by a
-// header line when there is more than one. With follow=true it keeps
-// streaming until the job ends.
+// header line, "==> attempt 2 on HOST (ID) <==", when there is more than
+// one (following, once the second appears: the first is then under way
+// without one), on a line of its own. With follow=true it keeps streaming
+// until the job ends.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	follow, err := boolQuery(r, "follow")
@@ -35,8 +40,10 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	flusher, _ := w.(http.Flusher)
 	var (
-		index  int   // attempt being read
-		offset int64 // within it
+		index   int   // attempt being read
+		offset  int64 // within it
+		headed  = -1  // the last attempt whose header is written, or that needed none
+		midLine bool  // the last byte written was not a newline
 	)
 	for {
 		notify := s.ctl.LogNotify() // before reading, so nothing stored after the read is missed
@@ -50,8 +57,12 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		}
 		for index < len(attempts) {
 			a := attempts[index]
-			if offset == 0 && len(attempts) > 1 {
-				fmt.Fprintf(w, "==> attempt %d of %d on %s (%s) <==\n", index+1, len(attempts), a.Host, a.ID)
+			if headed < index {
+				if index > 0 || len(attempts) > 1 {
+					writeAttemptHeader(w, index, a, midLine)
+					midLine = false
+				}
+				headed = index
 			}
 			for {
 				data, err := st.Logs(ctx, a.ID, offset, logReadSize)
@@ -65,6 +76,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 					return
 				}
 				offset += int64(len(data))
+				midLine = data[len(data)-1] != '\n'
 			}
 			if index == len(attempts)-1 && !a.State.Terminal() {
 				break // the live attempt: wait for more
@@ -83,4 +95,14 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// writeAttemptHeader introduces the output of attempt a, the index-th of
+// its job, on a line of its own: after a newline when the output before
+// it ended mid-line.
+func writeAttemptHeader(w io.Writer, index int, a *berth.Attempt, midLine bool) {
+	if midLine {
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "==> attempt %d on %s (%s) <==\n", index+1, a.Host, a.ID)
 }
