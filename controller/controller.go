@@ -138,7 +138,7 @@ type Controller struct {
 	queue     *scheduler.Queue
 	idem      map[string][]string
 	waiters   map[*waiter]struct{}
-	// restarting holds the services waiting out their restart backoff.
+	// restarting holds the jobs waiting out their retry or restart backoff.
 	restarting map[*jobState]struct{}
 	seq        uint64
 	eventSeq   uint64 // of the last event emitted

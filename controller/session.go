@@ -459,7 +459,7 @@ func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *i
 	case f == nil:
 		c.finishJob(js, berth.JobSucceeded, code, "", now)
 	case j.Attempts <= j.Retries:
-		c.requeue(js, fmt.Sprintf("retrying after attempt %d %s: %s", j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
+		c.retry(js, f, now)
 	default:
 		c.finishJob(js, berth.JobFailed, f.code, orDefault(f.reason, exitDesc(f.code)), now)
 	}
@@ -479,6 +479,19 @@ func exitDesc(code *int) string {
 		return "no exit code"
 	}
 	return fmt.Sprintf("exit code %d", *code)
+}
+
+// maxRetryDelay caps the doubling wait before a failed job's next attempt.
+const maxRetryDelay = time.Minute
+
+// retry requeues a job whose attempt f failed, once a doubling delay has
+// passed (1 s after the first failure, then 2 s, 4 s, … at most
+// maxRetryDelay), so that a job that fails at once does not loop.
+func (c *Controller) retry(js *jobState, f *memberEnd, now time.Time) {
+	j := js.job
+	delay := berth.DoublingDelay(j.Attempts, maxRetryDelay)
+	js.restartAt = now.Add(delay)
+	c.requeue(js, fmt.Sprintf("retrying in %v after attempt %d %s: %s", delay, j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
 }
 
 // requeue puts a job back in the queue.

@@ -157,6 +157,28 @@ func TestLostAgentsAttemptCompletesElsewhere(t *testing.T) {
 	}
 }
 
+// TestFailedJobIsRetriedAfterADelay runs a job that fails at once with two
+// retries: each retry waits out a doubling delay (1 s, then 2 s) instead of
+// looping, and the job ends failed with the last attempt's exit code.
+func TestFailedJobIsRetriedAfterADelay(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t)
+	cl.addAgent("w1")
+	req := shellJob(`exit 4`)
+	req.Retries = 2
+	j := cl.submit(req)[0]
+	d := cl.awaitState(j.ID, time.Minute, berth.JobFailed, berth.JobSucceeded)
+	if d.State != berth.JobFailed || len(d.AttemptList) != 3 || d.ExitCode == nil || *d.ExitCode != 4 {
+		t.Fatalf("state %s, exit %v, %d attempts; want failed with exit code 4 after 3", d.State, d.ExitCode, len(d.AttemptList))
+	}
+	for i, least := range []time.Duration{time.Second, 2 * time.Second} {
+		prev, next := d.AttemptList[i], d.AttemptList[i+1]
+		if waited := next.CreatedAt.Sub(prev.FinishedAt); waited < least {
+			t.Errorf("attempt %d began %v after attempt %d ended; want at least %v", i+2, waited, i+1, least)
+		}
+	}
+}
+
 func TestServerKilledMidRunLosesNothing(t *testing.T) {
 	t.Parallel()
 	cl := newCluster(t, "--lease", "20s")
