@@ -43,6 +43,10 @@ type Server struct {
 	// Webhooks manages and delivers the webhook subscriptions; nil: the
 	// webhook endpoints answer 404.
 	Webhooks *webhook.Dispatcher
+	// EventKeepalive is how long the event stream may be silent before it
+	// sends a keepalive comment, so that proxies keep it open; 0 means
+	// DefaultEventKeepalive.
+	EventKeepalive time.Duration
 
 	ctl   *controller.Controller
 	reads reader // the controller; a standby's store
@@ -386,80 +390,6 @@ func (s *Server) workers(w http.ResponseWriter, r *http.Request) {
 		list = []*berth.Worker{}
 	}
 	writeJSON(w, http.StatusOK, berth.WorkerList{Workers: list})
-}
-
-func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, berth.Errorf(berth.ECodeInternal, "streaming unsupported"))
-		return
-	}
-	after := s.ctl.Bus().Last()
-	if v := r.URL.Query().Get("after"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			writeError(w, berth.Invalidf("after", "must be an event sequence number"))
-			return
-		}
-		after = n
-	} else if v := r.Header.Get("Last-Event-ID"); v != "" {
-		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
-			after = n
-		}
-	}
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
-	visible := s.eventFilter(r)
-	for {
-		events, missed, err := s.ctl.Bus().Read(r.Context(), after)
-		if err != nil {
-			return
-		}
-		if missed > 0 {
-			fmt.Fprintf(w, "event: missed\ndata: {\"missed\":%d}\n\n", missed)
-		}
-		for _, e := range events {
-			if !visible(e) {
-				after = e.Seq
-				continue
-			}
-			data, _ := json.Marshal(e)
-			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type, data)
-			after = e.Seq
-		}
-		flusher.Flush()
-	}
-}
-
-// eventFilter returns which events the request's identity may see: all of
-// them for those who see every job; for users, those of their own jobs
-// and those about no job and no other user.
-func (s *Server) eventFilter(r *http.Request) func(berth.Event) bool {
-	who := identity(r)
-	if who.SeesAllJobs() {
-		return func(berth.Event) bool { return true }
-	}
-	owned := map[string]bool{} // job id → the user's
-	return func(e berth.Event) bool {
-		if e.User != "" && e.User != who.Name {
-			return false
-		}
-		if e.JobID == "" {
-			return true
-		}
-		mine, known := owned[e.JobID]
-		if !known {
-			j, err := s.reads.Job(r.Context(), e.JobID)
-			mine = err == nil && j.User == who.Name
-			if len(owned) >= 1<<16 {
-				clear(owned) // bounded: looked up again when seen again
-			}
-			owned[e.JobID] = mine
-		}
-		return mine
-	}
 }
 
 // wsConn adapts a WebSocket to controller.Conn.

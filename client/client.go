@@ -1,6 +1,8 @@
 // Package client is the Go client of Berth's HTTP API, used by the CLI, the
 // benchmark and tests. Every method returns the server's *berth.Error for an
-// error response, or a wrapped transport error.
+// error response, or a wrapped transport error; Wait, and Logs when it
+// follows, first ride out a time without a server as Client.Retry says and
+// return an *OutageError when they give up.
 package client
 
 import (
@@ -25,6 +27,10 @@ import (
 // Client talks to a server, or to whichever answers of the servers of one
 // highly available control plane (see New). It is safe for concurrent use.
 type Client struct {
+	// Retry is how Wait, and Logs when it follows, ride out a server
+	// restart or a failover; set it before the client's first use.
+	Retry Retry
+
 	servers *Servers
 	token   string
 	http    *http.Client
@@ -102,6 +108,7 @@ func (c *Client) send(ctx context.Context, method, path string, in any) (*http.R
 		}
 		if resp.StatusCode/100 == 2 {
 			round.Answered()
+			resp.Body = &answerBody{ReadCloser: resp.Body, server: server}
 			return resp, nil
 		}
 		err = responseError(method, path, resp)
@@ -138,7 +145,7 @@ func (c *Client) sendTo(ctx context.Context, server, method, path string, body [
 	}
 	resp, err = c.http.Do(req)
 	if err != nil {
-		return nil, wrote.Load(), fmt.Errorf("cannot reach the server at %s: %w", server, err)
+		return nil, wrote.Load(), &transportError{msg: "cannot reach the server at " + server, err: err}
 	}
 	return resp, true, nil
 }
@@ -150,7 +157,7 @@ func responseError(method, path string, resp *http.Response) error {
 	defer resp.Body.Close()
 	var eb berth.ErrorBody
 	if err := json.NewDecoder(resp.Body).Decode(&eb); err != nil || eb.Error == nil {
-		return fmt.Errorf("%s %s: server answered %s", method, path, resp.Status)
+		return &statusError{method: method, path: path, status: resp.Status, code: resp.StatusCode}
 	}
 	return eb.Error
 }
@@ -296,53 +303,110 @@ func (c *Client) DeleteQuota(ctx context.Context, id string) error {
 }
 
 // Logs copies a job's output to w; with follow it keeps copying until the
-// job ends or ctx does.
+// job ends or ctx does, riding out a server restart or failover as Retry
+// says: it asks again and writes only what follows the bytes it has
+// written. A stream that ends cleanly is the server's word that the job
+// has ended.
 func (c *Client) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
-	resp, err := c.send(ctx, http.MethodGet, "/api/v1/jobs/"+url.PathEscape(id)+"/logs?follow="+strconv.FormatBool(follow), nil)
+	path := "/api/v1/jobs/" + url.PathEscape(id) + "/logs?follow=" + strconv.FormatBool(follow)
+	cur := &logCursor{w: w}
+	o := newOutage(&c.Retry, 0)
+	for {
+		answered, err := c.copyLogs(ctx, path, cur)
+		if err == nil || !follow {
+			return err
+		}
+		if answered {
+			o.answered()
+		}
+		if err := o.pause(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// copyLogs asks once for the logs at path and copies the answer to cur,
+// and reports whether the server answered.
+func (c *Client) copyLogs(ctx context.Context, path string, cur *logCursor) (answered bool, err error) {
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer resp.Body.Close()
-	_, err = io.Copy(w, resp.Body)
+	cur.read = 0
+	_, err = io.Copy(cur, resp.Body)
 	if err != nil && ctx.Err() != nil {
-		return ctx.Err()
+		return true, ctx.Err()
 	}
-	return err
+	return true, err
+}
+
+// logCursor writes a log to w once across the answers of several tries,
+// each of which sends the log from its start: it drops the bytes of an
+// answer that w has had already.
+type logCursor struct {
+	w       io.Writer
+	written int64 // bytes of the log written to w
+	read    int64 // bytes of the current answer seen
+}
+
+func (c *logCursor) Write(p []byte) (int, error) {
+	skip := int(min(max(c.written-c.read, 0), int64(len(p))))
+	c.read += int64(skip)
+	if skip == len(p) {
+		return skip, nil
+	}
+	n, err := c.w.Write(p[skip:])
+	c.read += int64(n)
+	c.written += int64(n)
+	if err == nil && n < len(p)-skip {
+		err = io.ErrShortWrite
+	}
+	return skip + n, err
 }
 
 // Wait waits until every job in ids (or, with all, every job active now)
 // has ended, or timeout passes (0: no limit); the result's Done says which.
-// It long-polls the server a minute at a time.
+// It long-polls the server a minute at a time, riding out a server restart
+// or failover as Retry says (a wait is safe to ask again), within timeout.
 func (c *Client) Wait(ctx context.Context, ids []string, all bool, timeout time.Duration) (*berth.WaitResult, error) {
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = time.Now().Add(timeout)
-	}
+	o := newOutage(&c.Retry, timeout)
 	acc := &berth.WaitResult{Counts: map[berth.JobState]int{}}
-	for first := true; ; first = false {
-		poll := time.Minute
-		if !deadline.IsZero() {
-			poll = max(min(poll, time.Until(deadline)), time.Millisecond)
+	for first := true; ; {
+		out, err := c.waitOnce(ctx, ids, all, o.deadline)
+		if err != nil {
+			if err := o.pause(ctx, err); err != nil {
+				return nil, err
+			}
+			continue
 		}
-		var out berth.WaitResult
-		req := berth.WaitRequest{IDs: ids, All: all, Timeout: berth.Duration(poll)}
-		if err := c.do(ctx, http.MethodPost, "/api/v1/wait", req, &out); err != nil {
-			return nil, err
-		}
+		o.answered()
 		if first {
-			acc.Total = out.Total
+			acc.Total, first = out.Total, false
 		}
 		for st, n := range out.Counts {
 			acc.Counts[st] += n
 		}
 		acc.Failures = append(acc.Failures, out.Failures...)
 		acc.Pending, acc.PendingIDs = out.Pending, out.PendingIDs
-		if out.Done || (!deadline.IsZero() && !time.Now().Before(deadline)) {
+		if out.Done || o.past() {
 			acc.Done = out.Done
 			return acc, nil
 		}
 		ids, all = out.PendingIDs, false
 	}
+}
+
+// waitOnce long-polls the server once: a minute at most, and not past
+// deadline when it is set.
+func (c *Client) waitOnce(ctx context.Context, ids []string, all bool, deadline time.Time) (*berth.WaitResult, error) {
+	poll := time.Minute
+	if !deadline.IsZero() {
+		poll = max(min(poll, deadline.Sub(c.Retry.now())), time.Millisecond)
+	}
+	var out berth.WaitResult
+	req := berth.WaitRequest{IDs: ids, All: all, Timeout: berth.Duration(poll)}
+	return &out, c.do(ctx, http.MethodPost, "/api/v1/wait", req, &out)
 }
 
 // Healthz reports whether a server answers its health check (a standby

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -10,8 +11,18 @@ import (
 	"github.com/berth-dev/berth/client"
 )
 
+// waitUsage is berth wait's help text before its flags.
+const waitUsage = `ID... | --all [--timeout D]
+
+Waits until the jobs have ended: exit 0 when every one succeeded, 1 when any
+failed or was cancelled, 124 when --timeout ran out. It rides out a server
+restart or failover (see --server): when no server answers it says so and
+asks again, 1 s apart and doubling to 5 s; it gives up after 2 minutes
+without an answer (or at --timeout), with one line and exit 124 too, the jobs
+perhaps still running. A refusal (an unknown id, a bad token) ends it at once.`
+
 func runWait(ctx context.Context, m *Main, args []string) error {
-	fs := m.flagSet("wait", "ID... | --all [--timeout D]")
+	fs := m.flagSet("wait", waitUsage)
 	cf := m.addClientFlags(fs, false)
 	all := fs.Bool("all", false, "wait for every job active now")
 	var timeout time.Duration
@@ -29,15 +40,16 @@ func runWait(ctx context.Context, m *Main, args []string) error {
 	if timeout < 0 {
 		return berth.Invalidf("--timeout", "must not be negative")
 	}
-	return m.waitFor(ctx, m.client(cf), ids, *all, timeout)
+	return m.waitFor(ctx, m.retryingClient(cf), ids, *all, timeout)
 }
 
 // waitFor waits and reports: exit 0 when every job succeeded, 1 when any
-// failed or was cancelled, 124 on timeout.
+// failed or was cancelled, 124 on timeout or when no server answered for
+// the client's Retry.For.
 func (m *Main) waitFor(ctx context.Context, c *client.Client, ids []string, all bool, timeout time.Duration) error {
 	res, err := c.Wait(ctx, ids, all, timeout)
 	if err != nil {
-		return err
+		return gaveUp(err, "the jobs may still be running")
 	}
 	var parts []string
 	for _, st := range []berth.JobState{berth.JobSucceeded, berth.JobFailed, berth.JobCancelled} {
@@ -63,4 +75,25 @@ func (m *Main) waitFor(ctx context.Context, c *client.Client, ids []string, all 
 		return &exitError{code: exitFailed, msg: "not all jobs succeeded: " + strings.Join(shown, " ")}
 	}
 	return nil
+}
+
+// retryingClient returns the client of cf's server for a command that
+// rides out a server restart or failover (berth wait, berth logs -f): it
+// says on m.Stderr, once an outage begins, that it is trying again.
+func (m *Main) retryingClient(cf *clientFlags) *client.Client {
+	c := m.client(cf)
+	c.Retry.Notify = func(err error) {
+		fmt.Fprintf(m.Stderr, "berth: %v; trying again for up to %s\n", err, client.DefaultRetryFor)
+	}
+	return c
+}
+
+// gaveUp turns a client's giving up for want of a server into exit 124
+// with one line ending in hint; other errors it returns as they are.
+func gaveUp(err error, hint string) error {
+	var oe *client.OutageError
+	if errors.As(err, &oe) {
+		return &exitError{code: exitTimeout, msg: oe.Error() + "; " + hint}
+	}
+	return err
 }

@@ -160,6 +160,8 @@
     document.body.dataset.events.split(' ').forEach(function (type) {
       if (type) es.addEventListener(type, onEvent);
     });
+    // The server's numbering restarted: the stream replays what it keeps.
+    es.addEventListener('reset', onEvent);
     es.onmessage = onEvent;
     es.onopen = function () {
       if (eventsStatus) eventsStatus.textContent = 'Live.';

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
+)
+
+// watchedWriter is a buffer that closes seen once what was written holds
+// want.
+type watchedWriter struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+}
+
+func newWatchedWriter(want string) *watchedWriter {
+	return &watchedWriter{want: want, seen: make(chan struct{})}
+}
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	had := strings.Contains(w.buf.String(), w.want)
+	n, err := w.buf.Write(p)
+	if !had && strings.Contains(w.buf.String(), w.want) {
+		close(w.seen)
+	}
+	return n, err
+}
+
+func (w *watchedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// TestClientsRideOutAServerRestart runs berth wait and berth logs -f on a
+// pending job while its server is down: each says once that it is trying
+// again, and once the server is back and the job is cancelled there, ends
+// as it would have without the restart.
+func TestClientsRideOutAServerRestart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args     func(id string) []string
+		wantCode int
+		wantOut  string
+		errLines int // the notice, and the line of the exit status
+	}{
+		{func(id string) []string { return []string{"wait", id} }, exitFailed, "1 cancelled\n", 2},
+		{func(id string) []string { return []string{"logs", "-f", id} }, 0, "", 1},
+	} {
+		t.Run(tc.args("ID")[0], func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			rs, err := startServer(context.Background(), &serverConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &cli{t: t, url: rs.URL}
+			_, out, _ := c.run("submit", "--", "sleep", "1000")
+			id := strings.TrimSpace(out)
+			if err := rs.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+
+			stderr := newWatchedWriter("trying again for up to 2m0s")
+			var stdout bytes.Buffer
+			m := &Main{Stdout: &stdout, Stderr: stderr, Getenv: func(k string) string {
+				if k == "BERTH_SERVER" {
+					return c.url
+				}
+				return ""
+			}}
+			code := make(chan int, 1)
+			go func() { code <- m.Run(context.Background(), tc.args(id)) }()
+			select {
+			case <-stderr.seen:
+			case got := <-code:
+				t.Fatalf("berth %s with the server down: exit %d, %q; want it to try again", tc.args(id)[0], got, stderr)
+			}
+			rs, err = startServer(context.Background(), &serverConfig{DataDir: dir, Listen: strings.TrimPrefix(c.url, "http://")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rs.Close(context.Background()) })
+			if got, _, errOut := c.run("cancel", id); got != 0 {
+				t.Fatalf("cancel after the restart: exit %d: %s", got, errOut)
+			}
+			select {
+			case got := <-code:
+				if got != tc.wantCode || stdout.String() != tc.wantOut || strings.Count(stderr.String(), "\n") != tc.errLines ||
+					strings.Count(stderr.String(), "trying again") != 1 {
+					t.Errorf("berth %s across a restart: exit %d, stdout %q, stderr %q; want exit %d, %q and %d lines, one saying it tries again",
+						tc.args(id)[0], got, stdout.String(), stderr, tc.wantCode, tc.wantOut, tc.errLines)
+				}
+			case <-time.After(time.Minute):
+				t.Fatalf("berth %s still running a minute after the restart", tc.args(id)[0])
+			}
+		})
+	}
+}
+
+// TestGaveUpExits124 checks how giving up for want of a server ends a
+// command: one line and exit 124, unlike bad input's 2.
+func TestGaveUpExits124(t *testing.T) {
+	t.Parallel()
+	outage := &client.OutageError{For: 2 * time.Minute, Err: errors.New("cannot reach the server at http://x: connection refused")}
+	var ee *exitError
+	err := gaveUp(fmt.Errorf("wait: %w", outage), "the jobs may still be running")
+	if !errors.As(err, &ee) || ee.code != exitTimeout || strings.Contains(ee.msg, "\n") ||
+		ee.msg != "no server answered for 2m0s, giving up: cannot reach the server at http://x: connection refused; the jobs may still be running" {
+		t.Errorf("gaveUp(outage) = %#v; want exit 124 with one line", err)
+	}
+	refused := &berth.Error{Code: berth.ECodeNotFound, Message: "no job"}
+	if err := gaveUp(refused, "hint"); err != refused {
+		t.Errorf("gaveUp(not found) = %v; want the error as it was", err)
+	}
+}
