@@ -10,11 +10,11 @@ import (
 
 const logReadSize = 256 << 10
 
-// logs streams a job's output: every attempt in order, each introduced by a
-// header line, "==> attempt 2 on HOST (ID) <==", when there is more than
-// one (following, once the second appears: the first is then under way
-// without one), on a line of its own. With follow=true it keeps streaming
-// until the job ends.
+// logs streams a job's output: every attempt in order, each after the
+// first introduced by a header line of its own, "==> attempt 2 on HOST
+// (ID) <==". What comes before an attempt never depends on the attempts
+// after it, so a client that lost the stream may ask again and skip what
+// it has. With follow=true it keeps streaming until the job ends.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	follow, err := boolQuery(r, "follow")
@@ -42,7 +42,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	var (
 		index   int   // attempt being read
 		offset  int64 // within it
-		headed  = -1  // the last attempt whose header is written, or that needed none
+		headed  int   // the last attempt whose header is written
 		midLine bool  // the last byte written was not a newline
 	)
 	for {
@@ -57,12 +57,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		}
 		for index < len(attempts) {
 			a := attempts[index]
-			if headed < index {
-				if index > 0 || len(attempts) > 1 {
-					writeAttemptHeader(w, index, a, midLine)
-					midLine = false
-				}
-				headed = index
+			if index > 0 && headed < index {
+				writeAttemptHeader(w, index, a, midLine)
+				headed, midLine = index, false
 			}
 			for {
 				data, err := st.Logs(ctx, a.ID, offset, logReadSize)

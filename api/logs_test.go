@@ -16,8 +16,8 @@ import (
 )
 
 // TestLogsHeadEachAttemptOnItsOwnLine reads the output of a job retried
-// once, whose first attempt ended mid-line: each attempt is introduced by
-// one header, on a line of its own, with or without follow.
+// once, whose first attempt ended mid-line: the second attempt is
+// introduced by one header, on a line of its own, with or without follow.
 func TestLogsHeadEachAttemptOnItsOwnLine(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -46,7 +46,7 @@ func TestLogsHeadEachAttemptOnItsOwnLine(t *testing.T) {
 	hs := httptest.NewServer(api.New(ctl, sec, nil))
 	t.Cleanup(hs.Close)
 	s := &server{t: t, url: hs.URL}
-	want := "==> attempt 1 on h1 (" + first.ID + ") <==\npartial\n==> attempt 2 on h2 (" + second.ID + ") <==\nsecond\n"
+	want := "partial\n==> attempt 2 on h2 (" + second.ID + ") <==\nsecond\n"
 	for _, path := range []string{"/logs", "/logs?follow=true"} {
 		if code, _, body := s.do("GET", "/api/v1/jobs/"+job.ID+path, ""); code != 200 || string(body) != want {
 			t.Errorf("GET %s: %d\n%s\nwant:\n%s", path, code, body, want)
