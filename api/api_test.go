@@ -682,6 +682,7 @@ func TestMetrics(t *testing.T) {
 	text, _ := scrape()
 	for _, want := range []string{
 		"# TYPE berth_queue_depth gauge",
+		"berth_queue_depth{queue=\"default\"} 0", // 0, not missing, while nothing waits
 		"# TYPE berth_jobs gauge",
 		"# TYPE berth_workers gauge",
 		"# TYPE berth_scheduling_latency_seconds histogram",

@@ -70,7 +70,7 @@ func (s *stats) loadCounts(counts map[berth.JobState]int) {
 
 // Metrics is a point-in-time view for /metrics.
 type Metrics struct {
-	QueueDepth map[string]int // pending jobs by queue
+	QueueDepth map[string]int // pending jobs by queue: the default queue, those workers name and those with jobs
 	Jobs       map[berth.JobState]int
 	Workers    map[berth.WorkerState]int
 	// CapacityGPUs counts the GPUs of workers that take work: parked,
@@ -92,6 +92,12 @@ func (c *Controller) Metrics(ctx context.Context) (*Metrics, error) {
 	m := &Metrics{QueueDepth: map[string]int{}, Jobs: map[berth.JobState]int{}, Workers: map[berth.WorkerState]int{},
 		GPUsInUse: map[string]int{}, OldestPending: map[string]time.Time{}}
 	err := c.do(ctx, func() {
+		m.QueueDepth[berth.DefaultQueue] = 0 // a gauge at 0, not missing, while no job waits
+		for _, ws := range c.workers {
+			for _, q := range ws.w.Queues {
+				m.QueueDepth[q] = 0
+			}
+		}
 		for _, js := range c.jobs {
 			if j := js.job; j.State == berth.JobPending {
 				m.QueueDepth[j.Queue]++
