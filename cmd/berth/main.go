@@ -89,7 +89,7 @@ func (e *exitError) Error() string { return e.msg }
 const (
 	exitFailed  = 1   // a job did not succeed
 	exitUsage   = 2   // bad input or the server refused
-	exitTimeout = 124 // berth wait --timeout ran out
+	exitTimeout = 124 // gave up waiting: --timeout ran out, or no server answered for 2 minutes
 )
 
 // Run runs the command named by args[0] and returns the process exit status.
