@@ -124,9 +124,11 @@ const (
 	CauseGPUHealth  = "gpu_health" // an assigned GPU disappeared or reported a fault
 	CauseReadiness  = "readiness"  // a service did not become ready (see its failure class)
 	CauseOperator   = "operator"   // an operator turned the worker off with the hard policy
+	CauseShutdown   = "shutdown"   // the agent was asked to stop (SIGTERM, Ctrl-C) and stopped its attempts
 )
 
-var causeCodes = map[string]int{CauseBudget: 75, CauseStall: 76, CauseReassigned: 77, CauseGPUHealth: 78, CauseOperator: 79, CauseReadiness: 80}
+var causeCodes = map[string]int{CauseBudget: 75, CauseStall: 76, CauseReassigned: 77, CauseGPUHealth: 78, CauseOperator: 79,
+	CauseReadiness: 80, CauseShutdown: 81}
 
 // CauseExitCode returns the exit code Berth reports for an attempt ended
 // by cause, and false for an unknown cause.
@@ -137,7 +139,7 @@ func CauseExitCode(cause string) (int, bool) {
 
 // CauseSpendsRetry reports whether an attempt ended by cause counts
 // against its job's retries: the job's own doing (budget, stall) does;
-// hardware, reassignment and operators do not.
+// hardware, reassignment, operators and the shutdown of its agent do not.
 func CauseSpendsRetry(cause string) bool {
-	return cause != CauseGPUHealth && cause != CauseReassigned && cause != CauseOperator
+	return cause != CauseGPUHealth && cause != CauseReassigned && cause != CauseOperator && cause != CauseShutdown
 }

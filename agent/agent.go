@@ -12,6 +12,13 @@
 // and on a hard stop by an operator (operator), which it confirms: the
 // processes are gone and the GPU memory was released.
 //
+// Asked to stop (the end of Run's context), the agent keeps its session
+// while it stops its attempts (SIGTERM, then SIGKILL after their grace),
+// ships the rest of their output and reports them ended with cause
+// shutdown, which spends no retry: the server places their jobs again at
+// once. It closes the session once the server has acknowledged them, or
+// after ReportTimeout. Services kept for the next agent keep running.
+//
 // It reports the models warm on its worker (see Agent.Models) and, given a
 // prewarm command, loads the models the server hints jobs will need.
 package agent
@@ -99,6 +106,10 @@ type Config struct {
 	// ModelCache is where services keep model weights ({{MODEL_CACHE}});
 	// default DataDir/models.
 	ModelCache string
+	// ReportTimeout is how long an agent that is stopping waits, once the
+	// attempts it stopped have ended, for the server to acknowledge their
+	// results before it closes its session anyway; default 5s.
+	ReportTimeout time.Duration
 }
 
 // Agent runs attempts for one worker. Create it with New and call Run.
@@ -119,6 +130,7 @@ type Agent struct {
 
 	mu       sync.Mutex
 	attempts map[string]*attempt
+	forgot   chan struct{}   // closed and replaced when an attempt is forgotten (its result acknowledged)
 	out      *wire.Outbox    // the current session's, nil while disconnected
 	faults   map[int]string  // faulty GPUs by index: what is wrong with each
 	gpuStats []berth.GPUStat // the GPUs' load, as nvidia-smi last said
@@ -126,6 +138,8 @@ type Agent struct {
 	warming  map[string]bool // the models being prewarmed
 
 	prewarms sync.WaitGroup // running prewarm commands
+
+	stopping atomic.Bool // Run's context has ended: nothing more is started; set under mu
 
 	parked      atomic.Bool
 	lastContact atomic.Int64 // unix nanos of the last server message
@@ -189,6 +203,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.PrewarmTimeout <= 0 {
 		cfg.PrewarmTimeout = 30 * time.Minute
 	}
+	if cfg.ReportTimeout <= 0 {
+		cfg.ReportTimeout = 5 * time.Second
+	}
 	lock, err := dirlock.Acquire(cfg.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("agent: data dir %w; stop the agent that uses it or give this one its own data dir", err)
@@ -205,7 +222,8 @@ func New(cfg Config) (*Agent, error) {
 // prepare does New's work once the data dir is locked.
 func prepare(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, servers: client.ParseServers(cfg.Server), log: cfg.Log, attDir: filepath.Join(cfg.DataDir, "attempts"),
-		attempts: map[string]*attempt{}, registered: make(chan struct{}), models: map[string]bool{}, warming: map[string]bool{}}
+		attempts: map[string]*attempt{}, forgot: make(chan struct{}), registered: make(chan struct{}), models: map[string]bool{},
+		warming: map[string]bool{}}
 	for _, m := range cfg.Models {
 		if err := ValidModel("models", m); err != nil {
 			return nil, fmt.Errorf("agent: %w", err)
@@ -297,16 +315,16 @@ func (a *Agent) Parked() bool { return a.parked.Load() }
 // Run serves the progress endpoint on loopback, connects to the server (or
 // to one of several, see connect) and serves assignments until ctx ends,
 // reconnecting with backoff, or until the server refuses the agent's
-// credential, which retrying would not change. On return every attempt
-// has been stopped. It returns nil when ctx ends; otherwise the refusal
-// (a *RefusedError), or why the join token could not be traded or the
-// progress endpoint cannot listen.
+// credential, which retrying would not change. When ctx ends it stops its
+// attempts and reports them before it closes its session (see drain). On
+// return every attempt has been stopped but the services kept for the
+// next agent (Config.KeepServices). It returns nil when ctx ends;
+// otherwise the refusal (a *RefusedError), or why the join token could
+// not be traded or the progress endpoint cannot listen.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.lock.Release()
 	defer a.groups.Close()
-	defer a.prewarms.Wait() // the end of Run's ctx kills them
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	defer a.prewarms.Wait() // the end of the session kills them
 	if a.cfg.Token == "" && a.cfg.JoinToken != "" {
 		if err := a.join(ctx); err != nil {
 			return err
@@ -320,19 +338,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	a.progressURL = "http://" + ln.Addr().String() + progressPath
+	// The session, and what reports to the server, outlive ctx until the
+	// attempts are reported.
+	life, endSession := context.WithCancel(context.WithoutCancel(ctx))
+	defer endSession()
 	for _, ad := range a.adopted {
-		ad.follow(ctx, a)
+		ad.follow(life, a)
 	}
-	fenceCtx, stopFence := context.WithCancel(ctx)
-	defer stopFence()
-	go a.fence(fenceCtx)
-	go a.shipLoop(fenceCtx)
+	go a.fence(life)
+	go a.shipLoop(life)
 	if a.cfg.NvidiaSMI != "" && len(a.cfg.GPUs) > 0 {
-		go a.watchGPUs(fenceCtx)
+		go a.watchGPUs(life)
 	}
-	err = a.serve(ctx)
-	cancel() // as when ctx ends: prewarm commands and services' watchers stop
-	a.stopAll("agent shutting down")
+	served := make(chan error, 1)
+	go func() { served <- a.serve(life) }()
+	select {
+	case err = <-served: // refused: there is no server to report to
+	case <-ctx.Done():
+		a.drain()
+		endSession()
+		err = <-served
+	}
+	endSession() // prewarm commands and services' watchers stop with the session
+	a.stopAll()
 	return err
 }
 
@@ -363,8 +391,27 @@ func (a *Agent) serve(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) stopAll(reason string) {
+// shutdownReason is the reason of an attempt stopped because its agent is
+// shutting down.
+const shutdownReason = "agent shutting down"
+
+// drain stops the attempts (see stopAll) while the session stays open, so
+// that their last output and results reach the server, then waits, for at
+// most ReportTimeout, until the server has acknowledged every result.
+func (a *Agent) drain() {
+	a.log.Info("stopping: stopping attempts and reporting them to the server")
+	a.stopAll()
+	if left := a.awaitReported(time.Now().Add(a.cfg.ReportTimeout)); left > 0 {
+		a.log.Warn("stopping without the server's acknowledgement of every result", "unacknowledged", left)
+	}
+}
+
+// stopAll stops, with cause shutdown, every attempt but the services kept
+// for the next agent, and waits for them to end. From then on the agent
+// starts nothing more (see start).
+func (a *Agent) stopAll() {
 	a.mu.Lock()
+	a.stopping.Store(true)
 	procs := make([]Process, 0, len(a.attempts))
 	for _, at := range a.attempts {
 		if at.proc != nil && !at.keep {
@@ -373,10 +420,46 @@ func (a *Agent) stopAll(reason string) {
 	}
 	a.mu.Unlock()
 	for _, p := range procs {
-		p.Stop("", reason)
+		p.Stop(berth.CauseShutdown, shutdownReason)
 	}
 	for _, p := range procs {
 		<-p.Done()
+	}
+}
+
+// awaitReported waits until the server has acknowledged the result of
+// every attempt but the services left running for the next agent, or
+// until deadline. It returns how many results are still unacknowledged.
+func (a *Agent) awaitReported(deadline time.Time) int {
+	timeout := time.NewTimer(time.Until(deadline))
+	defer timeout.Stop()
+	for {
+		a.mu.Lock()
+		left, forgot := 0, a.forgot
+		for _, at := range a.attempts {
+			if !at.keep || hasEnded(at.proc) {
+				left++
+			}
+		}
+		a.mu.Unlock()
+		if left == 0 {
+			return 0
+		}
+		select {
+		case <-forgot:
+		case <-timeout.C:
+			return left
+		}
+	}
+}
+
+// hasEnded reports whether p has ended.
+func hasEnded(p Process) bool {
+	select {
+	case <-p.Done():
+		return true
+	default:
+		return false
 	}
 }
 
@@ -396,13 +479,9 @@ func (a *Agent) fence(ctx context.Context) {
 		}
 		a.mu.Lock()
 		for _, at := range a.attempts {
-			if at.proc != nil {
-				select {
-				case <-at.proc.Done():
-				default:
-					a.log.Warn("self-fencing: server unreachable past the lease; killing attempt", "attempt", at.id)
-					at.proc.Kill("", "self-fenced: the server was unreachable for longer than the lease")
-				}
+			if at.proc != nil && !hasEnded(at.proc) {
+				a.log.Warn("self-fencing: server unreachable past the lease; killing attempt", "attempt", at.id)
+				at.proc.Kill("", "self-fenced: the server was unreachable for longer than the lease")
 			}
 		}
 		a.mu.Unlock()
@@ -621,12 +700,8 @@ func (a *Agent) session(ctx context.Context, c *websocket.Conn, server string) e
 	a.mu.Lock()
 	var ended []*attempt
 	for _, at := range a.attempts {
-		if at.proc != nil {
-			select {
-			case <-at.proc.Done():
-				ended = append(ended, at)
-			default:
-			}
+		if at.proc != nil && hasEnded(at.proc) {
+			ended = append(ended, at)
 		}
 	}
 	a.mu.Unlock()
@@ -670,13 +745,9 @@ func (a *Agent) heartbeatLoop(ctx context.Context) {
 		a.mu.Lock()
 		hb := &wire.Heartbeat{FaultyGPUs: slices.Sorted(maps.Keys(a.faults)), Models: a.modelsLocked(), GPUStats: a.gpuStats}
 		for id, at := range a.attempts {
-			if at.proc != nil {
-				select {
-				case <-at.proc.Done():
-				default:
-					hb.Running = append(hb.Running, id)
-					a.ports.Touch(id) // its ports are in use
-				}
+			if at.proc != nil && !hasEnded(at.proc) {
+				hb.Running = append(hb.Running, id)
+				a.ports.Touch(id) // its ports are in use
 			}
 		}
 		a.mu.Unlock()
@@ -707,7 +778,9 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 	case *wire.Control:
 		a.control(m)
 	case *wire.PrewarmHint:
-		a.prewarm(runCtx, m.Model)
+		if !a.stopping.Load() {
+			a.prewarm(runCtx, m.Model)
+		}
 	case *wire.Ack:
 		switch m.Of {
 		case wire.AckHeartbeat:
@@ -725,11 +798,7 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 				at.mu.Unlock()
 			}
 		case wire.AckResult:
-			a.mu.Lock()
-			at := a.attempts[m.AttemptID]
-			delete(a.attempts, m.AttemptID)
-			a.mu.Unlock()
-			if at != nil {
+			if at := a.forget(m.AttemptID); at != nil {
 				at.mu.Lock()
 				if at.file != nil {
 					_ = at.file.Close()
@@ -743,6 +812,20 @@ func (a *Agent) handle(runCtx, sctx context.Context, typ string, msg any) {
 	default:
 		a.log.Warn("unexpected message from server", "type", typ)
 	}
+}
+
+// forget drops attempt id, whose result the server has acknowledged, and
+// returns it (nil if unknown).
+func (a *Agent) forget(id string) *attempt {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at := a.attempts[id]
+	if at != nil {
+		delete(a.attempts, id)
+		close(a.forgot)
+		a.forgot = make(chan struct{})
+	}
+	return at
 }
 
 // removeFiles releases the attempt's log and deletes, if Start made it,
@@ -876,6 +959,10 @@ func (a *Agent) setFaults(faults map[int]string) {
 }
 
 func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
+	if a.stopping.Load() {
+		a.refuse(runCtx, m)
+		return
+	}
 	dir := filepath.Join(a.attDir, m.AttemptID)
 	// A batch attempt appends to a kept file. A service has its own (a
 	// restarted agent finds it by its name; readiness reads it), and so
@@ -919,12 +1006,34 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 		return
 	}
 	a.attempts[m.AttemptID] = at
+	missed := a.stopping.Load() && !at.keep // stopAll began after the check above
 	a.mu.Unlock()
+	if missed {
+		proc.Stop(berth.CauseShutdown, shutdownReason)
+	}
 	_ = a.send(sctx, wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: m.AttemptID})
 	if err != nil {
 		svc = nil // never started: no readiness to watch
 	}
 	a.follow(runCtx, at, m, svc)
+}
+
+// refuse answers an assignment that comes while the agent is stopping:
+// the attempt ends without starting, with cause shutdown, so that the
+// server places it again without spending a retry.
+func (a *Agent) refuse(runCtx context.Context, m *wire.JobAssign) {
+	code, _ := berth.CauseExitCode(berth.CauseShutdown)
+	at := &attempt{id: m.AttemptID, proc: &doneProcess{noFiles: true, exit: Exit{State: stoppedState(berth.CauseShutdown),
+		ExitCode: &code, Reason: "not started: " + shutdownReason, Cause: berth.CauseShutdown}}}
+	a.mu.Lock()
+	_, dup := a.attempts[m.AttemptID]
+	if !dup {
+		a.attempts[m.AttemptID] = at
+	}
+	a.mu.Unlock()
+	if !dup {
+		a.follow(runCtx, at, m, nil)
+	}
 }
 
 // follow watches a started attempt (and a service's readiness, when svc

@@ -33,7 +33,8 @@ import (
 // the agent sends, and sends what a test tells it to. As a standby (see
 // standBy) it refuses the agent's WebSocket as a real standby does; told
 // to refuse the agent's credential (see refuse), it does so as a real
-// server does.
+// server does. With ackResults set it acknowledges each result as it
+// arrives.
 type fakeServer struct {
 	t   *testing.T
 	srv *httptest.Server
@@ -41,6 +42,7 @@ type fakeServer struct {
 	mu          sync.Mutex
 	registerAck func(n int, reg *wire.Register) *wire.Ack // n: 1 for the first register
 	registers   int
+	ackResults  bool
 	dials       int     // requests for the agent WebSocket
 	leader      *string // while set, a standby naming this leader
 	refusal     *refusal
@@ -98,6 +100,9 @@ func (fs *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		for _, m := range msgs {
 			fs.record(m)
+			if err := fs.ackResult(ctx, c, m); err != nil {
+				return
+			}
 			if reg, ok := m.Body.(*wire.Register); ok && first {
 				fs.mu.Lock()
 				fs.registers++
@@ -112,6 +117,20 @@ func (fs *fakeServer) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// ackResult acknowledges m on c if it is a result and the server
+// acknowledges results.
+func (fs *fakeServer) ackResult(ctx context.Context, c *websocket.Conn, m wire.Message) error {
+	res, ok := m.Body.(*wire.JobResult)
+	fs.mu.Lock()
+	ack := ok && fs.ackResults
+	fs.mu.Unlock()
+	if !ack {
+		return nil
+	}
+	frame, _ := wire.Encode(wire.TypeAck, &wire.Ack{Of: wire.AckResult, AttemptID: res.AttemptID})
+	return c.Write(ctx, websocket.MessageText, frame)
 }
 
 func (fs *fakeServer) record(m wire.Message) {
@@ -323,12 +342,13 @@ func (b *lockedBuffer) String() string {
 }
 
 // newAgent makes an agent of host "box" against fs; configure adjusts its
-// configuration.
+// configuration. Stopping, it waits at most 100ms for results to be
+// acknowledged: the fake server acknowledges none unless told to.
 func newAgent(t *testing.T, fs *fakeServer, configure func(*Config)) (*Agent, *lockedBuffer) {
 	t.Helper()
 	logs := &lockedBuffer{}
 	cfg := Config{Server: fs.srv.URL, DataDir: t.TempDir(), Host: "box", ShipEvery: 20 * time.Millisecond,
-		Log: slog.New(slog.NewTextHandler(logs, nil))}
+		ReportTimeout: 100 * time.Millisecond, Log: slog.New(slog.NewTextHandler(logs, nil))}
 	if configure != nil {
 		configure(&cfg)
 	}

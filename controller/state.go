@@ -145,6 +145,10 @@ type workerState struct {
 	onlyQueues []string
 	parked     bool
 	faulty     []int // GPU indexes its agent reports missing or faulted
+	// leaving is the session of an agent shutting down (it ended an
+	// attempt with cause shutdown): nothing more is placed on the worker
+	// until an agent registers it again, in a new session.
+	leaving *session
 }
 
 func newWorkerState(w *berth.Worker) *workerState {
@@ -169,7 +173,7 @@ func (ws *workerState) recompute() {
 		ws.take(as)
 	}
 	ws.markFaulty()
-	s.Off = ws.sess == nil || ws.parked
+	s.Off = ws.sess == nil || ws.parked || ws.sess == ws.leaving
 	w.Running = len(ws.attempts)
 }
 
@@ -202,9 +206,15 @@ func (ws *workerState) take(as *attemptState) {
 	s.FreeSlots--
 }
 
+// release frees the capacity as held. An attempt its agent ended because
+// it is shutting down also takes the worker out of placement for the rest
+// of the session, so that its job goes elsewhere.
 func (ws *workerState) release(as *attemptState) {
 	delete(ws.attempts, as.a.ID)
 	s := ws.sched
+	if as.cause == berth.CauseShutdown && ws.sess != nil {
+		ws.leaving, s.Off = ws.sess, true
+	}
 	if i := slices.Index(s.Running, as.run); i >= 0 {
 		s.Running = slices.Delete(s.Running, i, i+1)
 	}

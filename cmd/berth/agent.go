@@ -132,7 +132,9 @@ reports progress (a fraction or a short message) with a line
 "BERTH_PROGRESS 0.5" in its output or with curl -d 0.5 "$BERTH_PROGRESS_URL";
 either counts as activity for its stall_timeout. An attempt the agent ends
 itself exits with 75 (max_runtime), 76 (stalled), 77 (reassigned elsewhere),
-78 (GPU health) or 79 (stopped by an operator turning the worker off).
+78 (GPU health), 79 (stopped by an operator turning the worker off), 80
+(a service that did not become ready) or 81 (its agent was stopped: the job
+goes back to the queue for another worker, no retry spent).
 
 --server may list the servers of a highly available control plane,
 comma-separated (--server http://a:7070,http://b:7070): the agent keeps a
