@@ -66,8 +66,7 @@ func addAuditFlags(name string, fs *flag.FlagSet) *auditFlags {
 // checkpoint file: DATA-DIR/audit.log.head, or F.head if it exists ("" if
 // not).
 func (af *auditFlags) logPath() (logPath, cpPath string, err error) {
-	set := map[string]bool{}
-	af.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	set := givenFlags(af.fs)
 	if af.fs.NArg() > 0 {
 		return "", "", berth.Invalidf("args", "audit %s takes no arguments, got %q", af.name, af.fs.Arg(0))
 	}

@@ -264,6 +264,14 @@ func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Dur
 	fs.Var((*durationValue)(p), name, usage)
 }
 
+// givenFlags returns the names of the flags of fs given on the command
+// line (parsed already), as against those left at their defaults.
+func givenFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
 // parseInterspersed parses flags given before, between or after the
 // positional arguments (berth worker off HOST --queue gpu) and returns the
 // positional arguments; "--" ends the flags.

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -118,8 +117,7 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 			return err
 		}
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	set := givenFlags(fs)
 	if cmd := fs.Args(); len(cmd) > 0 {
 		req.Command = cmd
 	}

@@ -32,7 +32,7 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 	var af agentFlags
 	m.addAgentFlags(fs, &af)
 	agents := fs.Int("agents", 0, "local agents to start (default 2, or 1 when nvidia-smi finds GPUs)")
-	demo := fs.Bool("demo", true, "submit a demo job and show its output")
+	demo := fs.Bool("demo", true, "submit a demo job and show its output (on the first start in a data dir, or when given)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -62,12 +62,8 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 
-	agentCtx, stopAgents := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() {
-		stopAgents()
-		wg.Wait()
-	}()
+	local := newLocalAgents()
+	defer local.stop()
 	hostname, _ := os.Hostname()
 	for i := 1; i <= n; i++ {
 		c := acfg
@@ -80,34 +76,74 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 			a, err = agent.New(c)
 		}
 		if err != nil {
+			local.stop()
 			_ = rs.Close(ctx)
 			return err
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := a.Run(agentCtx); err != nil {
-				fmt.Fprintf(m.Stderr, "berth: local agent %s stopped: %v\n", c.Host, err)
-			}
-		}()
+		local.run(m, a, c.Host)
 		select {
 		case <-a.Registered():
 		case <-time.After(10 * time.Second):
+			local.stop()
 			_ = rs.Close(ctx)
 			return fmt.Errorf("local agent %d did not register within 10s", i)
 		}
 		fmt.Fprintf(m.Stdout, "agent %s: %s, %d slots\n", c.Host, berth.Count(len(c.GPUs), "GPU"), c.Slots)
 	}
-	if *demo {
+	// A later start in the same data dir skips the demo unless asked: it
+	// would add a demo job to the list at each start.
+	firstStart := rs.AdminToken != ""
+	if *demo && (firstStart || givenFlags(fs)["demo"]) {
 		if err := runDemo(ctx, m, client.New(rs.URL, admin, tlsConfig), len(acfg.GPUs) > 0, dataDir); err != nil {
 			fmt.Fprintln(m.Stderr, "berth: demo job:", err)
 		}
 	}
 	fmt.Fprintf(m.Stdout, "\nReady. The dashboard is at %s/ — in another terminal:\n  export BERTH_SERVER=%s\n  berth submit -- echo hello\n  berth jobs\n  berth workers\nCtrl-C stops the server and agents.\n", rs.URL, rs.URL)
-	err = rs.serve(ctx)
-	stopAgents()
-	wg.Wait()
-	return err
+	return rs.serve(local.stoppedAfter(ctx))
+}
+
+// localAgents are the agents berth up runs in its own process.
+type localAgents struct {
+	ctx    context.Context // the agents': ends when they are to stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newLocalAgents() *localAgents {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &localAgents{ctx: ctx, cancel: cancel}
+}
+
+// run runs a, the agent of host, until stop.
+func (la *localAgents) run(m *Main, a *agent.Agent, host string) {
+	la.wg.Add(1)
+	go func() {
+		defer la.wg.Done()
+		if err := a.Run(la.ctx); err != nil {
+			fmt.Fprintf(m.Stderr, "berth: local agent %s stopped: %v\n", host, err)
+		}
+	}()
+}
+
+// stop stops the agents and waits for them: each stops its attempts and
+// reports them to the server, which must still serve meanwhile (a bounded
+// wait: an agent gives up on an unreachable server). It may be called
+// more than once.
+func (la *localAgents) stop() {
+	la.cancel()
+	la.wg.Wait()
+}
+
+// stoppedAfter returns a context that ends once ctx has ended and the
+// agents have then stopped, for the server to serve until then: the
+// server must outlive its agents' last reports.
+func (la *localAgents) stoppedAfter(ctx context.Context) context.Context {
+	serving, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	context.AfterFunc(ctx, func() {
+		la.stop()
+		stopServing()
+	})
+	return serving
 }
 
 // saveLocalCLI saves, for the CLI on this machine, the admin token of the
