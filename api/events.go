@@ -29,8 +29,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, berth.Errorf(berth.ECodeInternal, "streaming unsupported"))
 		return
 	}
-	bus := s.ctl.Bus()
-	after, err := eventPosition(r, bus.Last())
+	last := s.ctl.Bus().Last()
+	after, err := eventPosition(r, last)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -38,7 +38,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	if last := bus.Last(); after > last {
+	if after > last {
 		if writeReset(w, after, last) != nil {
 			return
 		}
