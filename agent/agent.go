@@ -1130,7 +1130,7 @@ const chunkSize = 64 << 10
 // shipLocked sends the output from at.sent (counted from at.logStart) to
 // the end of the file.
 func (a *Agent) shipLocked(ctx context.Context, at *attempt) error {
-	if _, never := at.proc.(*doneProcess); never {
+	if p, never := at.proc.(*doneProcess); never && !p.output {
 		return nil // it ended before it began: no output to look for
 	}
 	if at.file == nil {

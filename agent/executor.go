@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,9 +49,10 @@ type Spec struct {
 // watchdog) or cancelled (stopped without a cause, or with cause
 // operator). Cause is set when the attempt was stopped for one
 // (berth.Cause*: Stop or Kill with a cause, max_runtime, stall_timeout);
-// ExitCode is then the cause's code (berth.CauseExitCode). Otherwise
-// ExitCode is nil when the process did not exit by itself (killed by a
-// signal, never started).
+// ExitCode is then the cause's code (berth.CauseExitCode). A command that
+// could not be run has a shell's codes: 127 not found, 126 not
+// executable. Otherwise ExitCode is nil when the process did not exit by
+// itself (killed by a signal, never started for another reason).
 type Exit struct {
 	State    berth.AttemptState
 	ExitCode *int
@@ -65,7 +68,7 @@ type Exit struct {
 type Executor interface {
 	// Start starts s and returns its Process. A job that cannot be started
 	// (binary not found, workdir missing) is not an error: it is a Process
-	// already Done with State failed. Start errors only when the attempt's
+	// already Done with State failed, whose log says why. Start errors only when the attempt's
 	// own directory or log file cannot be created.
 	Start(ctx context.Context, s Spec) (Process, error)
 }
@@ -134,8 +137,7 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 	}
 	cmd, err := command(s)
 	if err != nil {
-		_ = logf.Close()
-		return failedProcess("start: " + err.Error()), nil
+		return notStarted(logf, err, execFailureCode(err)), nil
 	}
 	cmd.Dir = s.Workdir
 	if cmd.Dir == "" {
@@ -150,14 +152,14 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 	if s.Detached {
 		cmd.SysProcAttr.Pdeathsig = 0
 	}
-	err = cmd.Start()
-	_ = logf.Close() // the child has its own copy
-	if err != nil {
+	if err = cmd.Start(); err != nil {
+		code := execFailureCode(err)
 		if _, serr := os.Stat(cmd.Dir); serr != nil { // the kernel blames the binary for a bad cwd
-			err = fmt.Errorf("workdir: %w", serr)
+			err, code = fmt.Errorf("workdir: %w", serr), nil
 		}
-		return failedProcess("start: " + err.Error()), nil
+		return notStarted(logf, err, code), nil
 	}
+	_ = logf.Close() // the child has its own copy
 	grace := s.Grace
 	if grace <= 0 {
 		grace = DefaultGrace
@@ -589,6 +591,7 @@ type doneProcess struct {
 	exit    Exit
 	code    int
 	noFiles bool // no log file or working directory was made for it
+	output  bool // its log file says why it could not start
 }
 
 func doneWith(ex Exit) *doneProcess { return &doneProcess{exit: ex} }
@@ -596,6 +599,32 @@ func doneWith(ex Exit) *doneProcess { return &doneProcess{exit: ex} }
 // failedProcess is an attempt that could not start.
 func failedProcess(reason string) Process {
 	return doneWith(Exit{State: berth.AttemptFailed, Reason: reason})
+}
+
+// Exit codes of a command that could not be run, as a shell gives them.
+const (
+	exitNotExecutable = 126 // found, but not executable
+	exitNotFound      = 127 // no such command
+)
+
+// notStarted ends an attempt whose command could not be started, with
+// exit code code (nil: none): like a shell, and like Slurm's output file,
+// it says why in the attempt's output. It closes log.
+func notStarted(log *os.File, err error, code *int) Process {
+	reason := "start: " + err.Error()
+	_, _ = fmt.Fprintf(log, "berth: cannot %s\n", reason)
+	_ = log.Close()
+	return &doneProcess{exit: Exit{State: berth.AttemptFailed, ExitCode: code, Reason: reason}, output: true}
+}
+
+// execFailureCode is the exit code a shell gives a command that failed to
+// start with err: 127 when there is no such command, else 126.
+func execFailureCode(err error) *int {
+	code := exitNotExecutable
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		code = exitNotFound
+	}
+	return &code
 }
 
 func (p *doneProcess) Done() <-chan struct{} { return closed }

@@ -274,7 +274,7 @@ func TestJobPATH(t *testing.T) {
 	s = testSpec(t, "berth-test-tool")
 	s.Env = map[string]string{"PATH": t.TempDir()}
 	ex, _ = run(t, s)
-	checkExit(t, ex, berth.AttemptFailed, nil, `start: exec: "berth-test-tool": executable file not found in $PATH`)
+	checkExit(t, ex, berth.AttemptFailed, intp(127), `start: exec: "berth-test-tool": executable file not found in $PATH`)
 }
 
 func TestLogHasStdoutAndStderrAppended(t *testing.T) {
@@ -400,19 +400,26 @@ func TestKillDuringStopKeepsStopReason(t *testing.T) {
 
 func TestStartFailure(t *testing.T) {
 	t.Parallel()
+	script := filepath.Join(t.TempDir(), "step.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\ntrue\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
-		name    string
-		mutate  func(*Spec)
-		reason  string
-		partial bool
+		name   string
+		mutate func(*Spec)
+		reason string
+		code   *int
+		logged bool // the reason is in the attempt's output
 	}{
 		{"not found", func(s *Spec) { s.Command = []string{"nope"} },
-			`start: exec: "nope": executable file not found in $PATH`, false},
+			`start: exec: "nope": executable file not found in $PATH`, intp(127), true},
 		{"no such path", func(s *Spec) { s.Command = []string{"/nonexistent/bin/tool"} },
-			"start: fork/exec /nonexistent/bin/tool: no such file or directory", false},
+			"start: fork/exec /nonexistent/bin/tool: no such file or directory", intp(127), true},
+		{"not executable", func(s *Spec) { s.Command = []string{script} },
+			"start: fork/exec " + script + ": permission denied", intp(126), true},
 		{"workdir missing", func(s *Spec) { s.Workdir = "/nonexistent/workdir" },
-			"start: workdir: stat /nonexistent/workdir: no such file or directory", false},
-		{"empty command", func(s *Spec) { s.Command = nil }, "start: empty command", false},
+			"start: workdir: stat /nonexistent/workdir: no such file or directory", nil, true},
+		{"empty command", func(s *Spec) { s.Command = nil }, "start: empty command", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -424,13 +431,13 @@ func TestStartFailure(t *testing.T) {
 			default:
 				t.Fatal("a process that failed to start is not already Done")
 			}
-			ex := p.Exit()
-			if ex.State != berth.AttemptFailed || ex.ExitCode != nil ||
-				(tc.partial && !strings.HasPrefix(ex.Reason, tc.reason)) || (!tc.partial && ex.Reason != tc.reason) {
-				t.Fatalf("exit = %+v, want failed, no exit code, reason %q", ex, tc.reason)
-			}
+			checkExit(t, p.Exit(), berth.AttemptFailed, tc.code, tc.reason)
 			if pgid, ok := s.Groups.Group(s.AttemptID); ok {
 				t.Fatalf("group %d recorded for a process that never started", pgid)
+			}
+			out, _ := os.ReadFile(s.LogPath)
+			if want := "berth: cannot " + tc.reason + "\n"; tc.logged && string(out) != want {
+				t.Fatalf("output = %q, want %q", out, want)
 			}
 		})
 	}

@@ -179,6 +179,29 @@ func TestFailedJobIsRetriedAfterADelay(t *testing.T) {
 	}
 }
 
+// TestCommandNotFoundIsReportedLikeAShell runs a job whose command does
+// not exist: it fails with a shell's exit code 127, and its output says
+// why, as Slurm's output file does.
+func TestCommandNotFoundIsReportedLikeAShell(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t)
+	cl.addAgent("w1")
+	req := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	req.Command = berth.Argv{"berth-no-such-command", "--flag"}
+	j := cl.submit(req)[0]
+	d := cl.awaitState(j.ID, time.Minute, berth.JobFailed, berth.JobSucceeded)
+	if d.State != berth.JobFailed || d.ExitCode == nil || *d.ExitCode != 127 {
+		t.Fatalf("state %s, exit code %v; want failed with 127", d.State, d.ExitCode)
+	}
+	var out strings.Builder
+	if err := cl.c.Logs(context.Background(), j.ID, false, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := "berth: cannot start: exec: \"berth-no-such-command\": executable file not found in $PATH\n"; out.String() != want {
+		t.Fatalf("logs = %q, want %q", out.String(), want)
+	}
+}
+
 func TestServerKilledMidRunLosesNothing(t *testing.T) {
 	t.Parallel()
 	cl := newCluster(t, "--lease", "20s")
