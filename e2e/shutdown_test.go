@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -61,4 +62,38 @@ func (cl *cluster) logs(id string) string {
 		cl.t.Fatalf("logs of %s: %v", id, err)
 	}
 	return out.String()
+}
+
+// TestSecondSignalStopsAnAgentAtOnce stops an agent whose job ignores
+// SIGTERM, under a long grace period: the first signal begins the
+// graceful stop, and a second one ends the agent at once (the default
+// effect of the signal), taking its job with it.
+func TestSecondSignalStopsAnAgentAtOnce(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t, "--grace", "10m")
+	a := cl.addAgent("a")
+	j := cl.submit(shellJob(`trap 'echo got TERM' TERM; echo "pid $$"; while :; do sleep 1; done`))[0]
+	cl.eventually(time.Minute, "the job's first output", func() bool { return strings.Contains(cl.logs(j.ID), "pid ") })
+	var pgid int
+	if _, err := fmt.Sscanf(cl.logs(j.ID), "pid %d", &pgid); err != nil {
+		t.Fatal(err)
+	}
+
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	cl.eventually(time.Minute, "the job to get SIGTERM", func() bool { return strings.Contains(cl.logs(j.ID), "got TERM") })
+	select {
+	case <-a.done:
+		t.Fatal("the agent exited before its job, which ignores SIGTERM, ended")
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the agent still runs 30s after a second signal")
+	}
+	if ws, ok := a.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Errorf("the agent ended with %v; want killed by SIGINT", a.cmd.ProcessState)
+	}
+	cl.eventually(10*time.Second, "the job's process group to be gone", func() bool { return !alive(pgid) })
 }

@@ -27,10 +27,24 @@ import (
 var Version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	m := &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
-	os.Exit(m.Run(ctx, os.Args[1:]))
+	os.Exit(m.Run(stopOnSignal(), os.Args[1:]))
+}
+
+// stopOnSignal returns a context that ends on the first SIGINT or SIGTERM,
+// which asks the command to stop gracefully. Before it ends, the signals
+// get their default effect back, so that a second Ctrl-C during a slow
+// stop ends berth at once.
+func stopOnSignal() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		signal.Stop(sigs)
+		cancel()
+	}()
+	return ctx
 }
 
 // Main runs one berth command with injectable output and environment so
