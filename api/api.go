@@ -268,6 +268,21 @@ func boolQuery(r *http.Request, name string) (bool, error) {
 	return b, nil
 }
 
+// wholeQuery reads the query parameter name, a whole number ≥ 0, or def
+// when it is absent; hint explains the numbers in the error a bad value
+// gets.
+func wholeQuery(r *http.Request, name string, def int, hint string) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, berth.Invalidf(name, "must be a whole number ≥ 0 (%s)", hint)
+	}
+	return n, nil
+}
+
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	before, err := berth.ParseCursor(q.Get("cursor"))
@@ -293,13 +308,9 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 			f.States = append(f.States, st)
 		}
 	}
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			writeError(w, berth.Invalidf("limit", "must be a whole number ≥ 0 (0 for all)"))
-			return
-		}
-		f.Limit = n
+	if f.Limit, err = wholeQuery(r, "limit", f.Limit, "0 for all"); err != nil {
+		writeError(w, err)
+		return
 	}
 	want := f.Limit
 	if want > 0 {

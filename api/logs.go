@@ -13,8 +13,11 @@ const logReadSize = 256 << 10
 // logs streams a job's output: every attempt in order, each after the
 // first introduced by a header line of its own, "==> attempt 2 on HOST
 // (ID) <==". What comes before an attempt never depends on the attempts
-// after it, so a client that lost the stream may ask again and skip what
-// it has. With follow=true it keeps streaming until the job ends.
+// after it, so a client that lost the stream may ask again from the
+// offset it has (offset=N skips the first N bytes). attempt=N (from 1)
+// streams the N-th attempt's output alone, without a header; 404 when
+// the job has no such attempt and will make none it could follow. With
+// follow=true it keeps streaming until the job (or that attempt) ends.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	follow, err := boolQuery(r, "follow")
@@ -27,10 +30,25 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	only, err := wholeQuery(r, "attempt", 0, "1 for the first attempt, 0 for all")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	skip, err := wholeQuery(r, "offset", 0, "bytes of the output to skip")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	ctx := r.Context()
 	st := s.ctl.Store()
-	if _, err := s.ownJob(r, id, false); err != nil {
+	j, err := s.ownJob(r, id, false)
+	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if only > 0 && only > len(j.AttemptList) && (!follow || j.State.Terminal()) {
+		writeError(w, berth.Errorf(berth.ECodeNotFound, "job %s has no attempt %d (it has %d)", id, only, len(j.AttemptList)))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -39,12 +57,16 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	flusher, _ := w.(http.Flusher)
+	out := &skipWriter{w: w, skip: int64(skip)}
 	var (
 		index   int   // attempt being read
 		offset  int64 // within it
 		headed  int   // the last attempt whose header is written
 		midLine bool  // the last byte written was not a newline
 	)
+	if only > 0 {
+		index, headed = only-1, only-1
+	}
 	for {
 		notify := s.ctl.LogNotify() // before reading, so nothing stored after the read is missed
 		job, err := st.Job(ctx, id)
@@ -58,7 +80,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		for index < len(attempts) {
 			a := attempts[index]
 			if index > 0 && headed < index {
-				writeAttemptHeader(w, index, a, midLine)
+				writeAttemptHeader(out, index, a, midLine)
 				headed, midLine = index, false
 			}
 			for {
@@ -69,7 +91,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 				if len(data) == 0 {
 					break
 				}
-				if _, err := w.Write(data); err != nil {
+				if _, err := out.Write(data); err != nil {
 					return
 				}
 				offset += int64(len(data))
@@ -77,6 +99,9 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 			}
 			if index == len(attempts)-1 && !a.State.Terminal() {
 				break // the live attempt: wait for more
+			}
+			if index+1 == only {
+				return // the attempt asked for has ended
 			}
 			index, offset = index+1, 0
 		}
@@ -92,6 +117,24 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// skipWriter drops the first skip bytes written to it, and writes the
+// rest to w.
+type skipWriter struct {
+	w    io.Writer
+	skip int64
+}
+
+func (s *skipWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	if s.skip >= int64(n) {
+		s.skip -= int64(n)
+		return n, nil
+	}
+	_, err := s.w.Write(p[s.skip:])
+	s.skip = 0
+	return n, err
 }
 
 // writeAttemptHeader introduces the output of attempt a, the index-th of

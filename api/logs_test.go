@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,35 @@ func TestLogsHeadEachAttemptOnItsOwnLine(t *testing.T) {
 	for _, path := range []string{"/logs", "/logs?follow=true"} {
 		if code, _, body := s.do("GET", "/api/v1/jobs/"+job.ID+path, ""); code != 200 || string(body) != want {
 			t.Errorf("GET %s: %d\n%s\nwant:\n%s", path, code, body, want)
+		}
+	}
+	// A client resuming from an offset gets the rest, headers included;
+	// attempt=N gets one attempt's output alone.
+	for path, want := range map[string]string{
+		"/logs?offset=7":                  want[7:],
+		"/logs?offset=12&follow=true":     want[12:],
+		"/logs?offset=1000":               "",
+		"/logs?attempt=1":                 "partial",
+		"/logs?attempt=2&follow=true":     "second\n",
+		"/logs?attempt=2&offset=3":        "ond\n",
+		"/logs?attempt=0&offset=0":        want,
+		"/logs?attempt=1&follow=true&x=1": "partial",
+	} {
+		if code, _, body := s.do("GET", "/api/v1/jobs/"+job.ID+path, ""); code != 200 || string(body) != want {
+			t.Errorf("GET %s: %d %q, want %q", path, code, body, want)
+		}
+	}
+	for path, field := range map[string]string{
+		"/logs?attempt=3":             "",
+		"/logs?attempt=3&follow=true": "", // the job has ended: no attempt 3 to wait for
+		"/logs?attempt=-1":            "attempt",
+		"/logs?attempt=x":             "attempt",
+		"/logs?offset=-5":             "offset",
+		"/logs?offset=1.5":            "offset",
+	} {
+		code, _, body := s.do("GET", "/api/v1/jobs/"+job.ID+path, "")
+		if wantCode := map[bool]int{true: 404, false: 400}[field == ""]; code != wantCode || !strings.Contains(string(body), `"field":"`+field+`"`) && field != "" {
+			t.Errorf("GET %s: %d %s; want %d naming %q", path, code, body, wantCode, field)
 		}
 	}
 }

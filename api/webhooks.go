@@ -106,14 +106,10 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 	if !s.webhooksEnabled(w) {
 		return
 	}
-	limit := defaultDeliveries
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			writeError(w, berth.Invalidf("limit", "must be a whole number ≥ 0 (0 for all)"))
-			return
-		}
-		limit = n
+	limit, err := wholeQuery(r, "limit", defaultDeliveries, "0 for all")
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	ds, err := s.Webhooks.Deliveries(r.Context(), r.PathValue("id"), limit)
 	if err != nil {

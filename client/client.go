@@ -302,18 +302,26 @@ func (c *Client) DeleteQuota(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/api/v1/quotas/"+url.PathEscape(id), nil, nil)
 }
 
-// Logs copies a job's output to w; with follow it keeps copying until the
+// LogOptions say which output Logs copies, and for how long.
+type LogOptions struct {
+	// Follow keeps copying until the job (or the attempt) ends.
+	Follow bool
+	// Attempt is the attempt, from 1, whose output alone is copied,
+	// without a header; 0: every attempt's.
+	Attempt int
+}
+
+// Logs copies a job's output to w; with Follow it keeps copying until the
 // job ends or ctx does, riding out a server restart or failover as Retry
-// says: it asks again and writes only what follows the bytes it has
-// written. A stream that ends cleanly is the server's word that the job
-// has ended.
-func (c *Client) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
-	path := "/api/v1/jobs/" + url.PathEscape(id) + "/logs?follow=" + strconv.FormatBool(follow)
-	cur := &logCursor{w: w}
+// says: it asks again from the offset it has written up to. A stream that
+// ends cleanly is the server's word that the job has ended.
+func (c *Client) Logs(ctx context.Context, id string, opts LogOptions, w io.Writer) error {
+	cw := &countingWriter{w: w}
 	o := newOutage(&c.Retry, 0)
 	for {
-		answered, err := c.copyLogs(ctx, path, cur)
-		if err == nil || !follow {
+		path := fmt.Sprintf("/api/v1/jobs/%s/logs?follow=%t&attempt=%d&offset=%d", url.PathEscape(id), opts.Follow, opts.Attempt, cw.n)
+		answered, err := c.copyLogs(ctx, path, cw)
+		if err == nil || !opts.Follow {
 			return err
 		}
 		if answered {
@@ -325,44 +333,31 @@ func (c *Client) Logs(ctx context.Context, id string, follow bool, w io.Writer) 
 	}
 }
 
-// copyLogs asks once for the logs at path and copies the answer to cur,
+// copyLogs asks once for the logs at path and copies the answer to w,
 // and reports whether the server answered.
-func (c *Client) copyLogs(ctx context.Context, path string, cur *logCursor) (answered bool, err error) {
+func (c *Client) copyLogs(ctx context.Context, path string, w io.Writer) (answered bool, err error) {
 	resp, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
 		return false, err
 	}
 	defer resp.Body.Close()
-	cur.read = 0
-	_, err = io.Copy(cur, resp.Body)
+	_, err = io.Copy(w, resp.Body)
 	if err != nil && ctx.Err() != nil {
 		return true, ctx.Err()
 	}
 	return true, err
 }
 
-// logCursor writes a log to w once across the answers of several tries,
-// each of which sends the log from its start: it drops the bytes of an
-// answer that w has had already.
-type logCursor struct {
-	w       io.Writer
-	written int64 // bytes of the log written to w
-	read    int64 // bytes of the current answer seen
+// countingWriter counts the bytes written to w.
+type countingWriter struct {
+	w io.Writer
+	n int64
 }
 
-func (c *logCursor) Write(p []byte) (int, error) {
-	skip := int(min(max(c.written-c.read, 0), int64(len(p))))
-	c.read += int64(skip)
-	if skip == len(p) {
-		return skip, nil
-	}
-	n, err := c.w.Write(p[skip:])
-	c.read += int64(n)
-	c.written += int64(n)
-	if err == nil && n < len(p)-skip {
-		err = io.ErrShortWrite
-	}
-	return skip + n, err
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Wait waits until every job in ids (or, with all, every job active now)

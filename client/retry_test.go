@@ -243,7 +243,9 @@ func TestRefusalsAreNotRetried(t *testing.T) {
 			do   func(*client.Client) error
 		}{
 			{"wait", func(c *client.Client) error { _, err := c.Wait(t.Context(), []string{"j1"}, false, 0); return err }},
-			{"logs -f", func(c *client.Client) error { return c.Logs(t.Context(), "j1", true, io.Discard) }},
+			{"logs -f", func(c *client.Client) error {
+				return c.Logs(t.Context(), "j1", client.LogOptions{Follow: true}, io.Discard)
+			}},
 		} {
 			fs := newFakeServer(t, answers(tc.status, body))
 			var clock fakeClock
@@ -260,8 +262,8 @@ func TestRefusalsAreNotRetried(t *testing.T) {
 }
 
 // TestLogsFollowResumesWhereItStopped breaks a followed log stream in the
-// middle of a line, then fails a try: Logs asks again and writes only what
-// it had not written.
+// middle of a line, then fails a try: Logs asks again from the offset it
+// has written up to.
 func TestLogsFollowResumesWhereItStopped(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -269,8 +271,8 @@ func TestLogsFollowResumesWhereItStopped(t *testing.T) {
 	steps := script(
 		streamsThenDies("one\ntw"),
 		answers(http.StatusBadGateway, ""),
-		streamsThenDies("one\ntwo\nthr"),
-		answers(http.StatusOK, "one\ntwo\nthree\n"),
+		streamsThenDies("o\nthr"),
+		answers(http.StatusOK, "ee\n"),
 	)
 	fs := newFakeServer(t, func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
@@ -282,16 +284,16 @@ func TestLogsFollowResumesWhereItStopped(t *testing.T) {
 	c := client.New(fs.url, "", nil)
 	c.Retry = clock.retry(time.Minute)
 	var out strings.Builder
-	if err := c.Logs(t.Context(), "j1", true, &out); err != nil {
+	if err := c.Logs(t.Context(), "j1", client.LogOptions{Follow: true}, &out); err != nil {
 		t.Fatalf("Logs: %v", err)
 	}
 	if out.String() != "one\ntwo\nthree\n" {
 		t.Errorf("Logs wrote %q, want each byte once", out.String())
 	}
-	for _, q := range queries {
-		if q != "follow=true" {
-			t.Errorf("query %q, want follow=true", q)
-		}
+	want := []string{"follow=true&attempt=0&offset=0", "follow=true&attempt=0&offset=6", "follow=true&attempt=0&offset=6",
+		"follow=true&attempt=0&offset=11"}
+	if !slices.Equal(queries, want) {
+		t.Errorf("queries %q, want %q", queries, want)
 	}
 	// A stream that answered ends an outage: 1 s after each break, 2 s
 	// after the failure that followed the first.
@@ -308,7 +310,7 @@ func TestLogsWithoutFollowIsOneTry(t *testing.T) {
 	c := client.New(fs.url, "", nil)
 	c.Retry = clock.retry(time.Minute)
 	var out strings.Builder
-	if err := c.Logs(t.Context(), "j1", false, &out); err == nil || len(fs.requests()) != 1 || len(clock.pauses()) != 0 {
+	if err := c.Logs(t.Context(), "j1", client.LogOptions{}, &out); err == nil || len(fs.requests()) != 1 || len(clock.pauses()) != 0 {
 		t.Errorf("Logs without follow of a broken stream: %v after %d requests; want the error at once", err, len(fs.requests()))
 	}
 }
@@ -326,7 +328,7 @@ func TestLogsWriteErrorIsNotRetried(t *testing.T) {
 	var clock fakeClock
 	c := client.New(fs.url, "", nil)
 	c.Retry = clock.retry(time.Minute)
-	if err := c.Logs(t.Context(), "j1", true, failingWriter{}); err == nil || !strings.Contains(err.Error(), "disk full") ||
+	if err := c.Logs(t.Context(), "j1", client.LogOptions{Follow: true}, failingWriter{}); err == nil || !strings.Contains(err.Error(), "disk full") ||
 		len(fs.requests()) != 1 {
 		t.Errorf("Logs into a failing writer: %v after %d requests; want disk full at once", err, len(fs.requests()))
 	}

@@ -40,7 +40,7 @@ func TestManyJobsAcrossTwoAgents(t *testing.T) {
 			t.Fatalf("job %s: state %s, %d attempts", j.ID, d.State, len(d.AttemptList))
 		}
 		var out strings.Builder
-		if err := cl.c.Logs(context.Background(), j.ID, false, &out); err != nil {
+		if err := cl.c.Logs(context.Background(), j.ID, client.LogOptions{}, &out); err != nil {
 			t.Fatal(err)
 		}
 		if want := "index " + strconv.Itoa(*j.ArrayIndex) + " gpus=\n"; out.String() != want {
@@ -75,7 +75,7 @@ func TestGPUsAreGivenToJobs(t *testing.T) {
 	j := cl.submit(req)[0]
 	d := cl.awaitState(j.ID, time.Minute, berth.JobSucceeded)
 	var out strings.Builder
-	if err := cl.c.Logs(context.Background(), j.ID, false, &out); err != nil {
+	if err := cl.c.Logs(context.Background(), j.ID, client.LogOptions{}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if out.String() != "0,1\n" || len(d.AttemptList[0].GPUs) != 2 {
@@ -194,7 +194,7 @@ func TestCommandNotFoundIsReportedLikeAShell(t *testing.T) {
 		t.Fatalf("state %s, exit code %v; want failed with 127", d.State, d.ExitCode)
 	}
 	var out strings.Builder
-	if err := cl.c.Logs(context.Background(), j.ID, false, &out); err != nil {
+	if err := cl.c.Logs(context.Background(), j.ID, client.LogOptions{}, &out); err != nil {
 		t.Fatal(err)
 	}
 	if want := "berth: cannot start: exec: \"berth-no-such-command\": executable file not found in $PATH\n"; out.String() != want {

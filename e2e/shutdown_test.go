@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
 )
 
 // TestStoppedAgentsJobCompletesElsewhere stops (SIGTERM) the agent of a
@@ -58,7 +59,7 @@ func TestStoppedAgentsJobCompletesElsewhere(t *testing.T) {
 func (cl *cluster) logs(id string) string {
 	cl.t.Helper()
 	var out bytes.Buffer
-	if err := cl.c.Logs(context.Background(), id, false, &out); err != nil {
+	if err := cl.c.Logs(context.Background(), id, client.LogOptions{}, &out); err != nil {
 		cl.t.Fatalf("logs of %s: %v", id, err)
 	}
 	return out.String()

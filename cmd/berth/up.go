@@ -208,7 +208,7 @@ func runDemo(ctx context.Context, m *Main, c *client.Client, gpus bool, workdir 
 	}
 	id := jobs[0].ID
 	fmt.Fprintf(m.Stdout, "\ndemo job %s submitted; its output:\n", id)
-	if err := c.Logs(ctx, id, true, m.Stdout); err != nil {
+	if err := c.Logs(ctx, id, client.LogOptions{Follow: true}, m.Stdout); err != nil {
 		return err
 	}
 	d, err := c.Job(ctx, id)

@@ -79,7 +79,7 @@ func TestUpStopsItsAgentsBeforeItsServer(t *testing.T) {
 	id := jobs[0].ID
 	output := newOutputWatch()
 	follow, unfollow := context.WithCancel(ctx)
-	go func() { _ = c.Logs(follow, id, true, output) }()
+	go func() { _ = c.Logs(follow, id, client.LogOptions{Follow: true}, output) }()
 	output.await(t, "the job's output", "start")
 	unfollow()
 
@@ -104,7 +104,7 @@ func TestUpStopsItsAgentsBeforeItsServer(t *testing.T) {
 		t.Fatalf("job %s after attempts %q; want pending after one that exited %d", d.State, ends, code)
 	}
 	var logs bytes.Buffer
-	if err := c.Logs(context.Background(), id, false, &logs); err != nil || !strings.Contains(logs.String(), "got TERM") {
+	if err := c.Logs(context.Background(), id, client.LogOptions{}, &logs); err != nil || !strings.Contains(logs.String(), "got TERM") {
 		t.Fatalf("logs %q (err %v); want the output printed after SIGTERM", logs.String(), err)
 	}
 }
