@@ -426,7 +426,8 @@ func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *i
 	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}})
 	c.dirty = true
 	if st != berth.AttemptSucceeded && js.failure == nil {
-		js.failure = &memberEnd{state: st, code: code, reason: reason, cause: as.cause, stoppedBy: as.stoppedBy, attempt: a.ID}
+		js.failure = &memberEnd{state: st, code: code, reason: reason, cause: as.cause, stoppedBy: as.stoppedBy, attempt: a.ID,
+			worker: a.WorkerID}
 		if js.live > 0 {
 			why := fmt.Sprintf("gang member %d %s", a.TaskIndex, st)
 			if st == berth.AttemptPreempted || st == berth.AttemptStopped {
@@ -486,8 +487,12 @@ const maxRetryDelay = time.Minute
 
 // retry requeues a job whose attempt f failed, once a doubling delay has
 // passed (1 s after the first failure, then 2 s, 4 s, … at most
-// maxRetryDelay), so that a job that fails at once does not loop.
+// maxRetryDelay), so that a job that fails at once does not loop, and
+// prefers, from then on, workers other than f's.
 func (c *Controller) retry(js *jobState, f *memberEnd, now time.Time) {
+	if f.worker != "" && !slices.Contains(js.avoid, f.worker) {
+		js.avoid = append(js.avoid, f.worker)
+	}
 	j := js.job
 	delay := berth.DoublingDelay(j.Attempts, maxRetryDelay)
 	js.restartAt = now.Add(delay)

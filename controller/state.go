@@ -27,6 +27,9 @@ type jobState struct {
 	// restartAt is when a service waiting to restart is queued again; zero
 	// when it is not waiting.
 	restartAt time.Time
+	// avoid lists the workers where the job's attempts failed or were
+	// lost, for its retries to go elsewhere (scheduler.Task.Avoid).
+	avoid []string
 }
 
 // memberEnd is how one member of a job's current placement ended.
@@ -37,6 +40,7 @@ type memberEnd struct {
 	cause     string               // berth.Cause*, when its agent ended it
 	stoppedBy *berth.WorkerControl // the control whose hard stop ended it
 	attempt   string
+	worker    string // the attempt's worker ID
 }
 
 // placed reports whether the job has active attempts.
@@ -357,5 +361,6 @@ func (c *Controller) enqueue(js *jobState) {
 			Model: j.Model, Spread: spreadKey(j), Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
 			Seq: c.seq, Resources: j.Resources, Constraints: j.Constraints}
 	}
+	js.task.Avoid = js.avoid
 	c.queue.Push(js.task)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -159,17 +160,28 @@ func TestLostAgentsAttemptCompletesElsewhere(t *testing.T) {
 
 // TestFailedJobIsRetriedAfterADelay runs a job that fails at once with two
 // retries: each retry waits out a doubling delay (1 s, then 2 s) instead of
-// looping, and the job ends failed with the last attempt's exit code.
+// looping, and goes to a worker where the job has not failed yet, though
+// best fit prefers the other (it has fewer GPUs free), until it has failed
+// on both. The job ends failed with the last attempt's exit code.
 func TestFailedJobIsRetriedAfterADelay(t *testing.T) {
 	t.Parallel()
 	cl := newCluster(t)
-	cl.addAgent("w1")
+	cl.addAgent("tight", "--gpus", "1xT4:16GiB")
+	cl.addAgent("roomy")
 	req := shellJob(`exit 4`)
+	req.Resources.GPUs = 1
 	req.Retries = 2
 	j := cl.submit(req)[0]
 	d := cl.awaitState(j.ID, time.Minute, berth.JobFailed, berth.JobSucceeded)
 	if d.State != berth.JobFailed || len(d.AttemptList) != 3 || d.ExitCode == nil || *d.ExitCode != 4 {
 		t.Fatalf("state %s, exit %v, %d attempts; want failed with exit code 4 after 3", d.State, d.ExitCode, len(d.AttemptList))
+	}
+	var hosts []string
+	for _, a := range d.AttemptList {
+		hosts = append(hosts, a.Host)
+	}
+	if want := []string{"tight", "roomy", "tight"}; !slices.Equal(hosts, want) {
+		t.Errorf("attempts ran on %v; want %v", hosts, want)
 	}
 	for i, least := range []time.Duration{time.Second, 2 * time.Second} {
 		prev, next := d.AttemptList[i], d.AttemptList[i+1]

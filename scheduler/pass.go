@@ -397,9 +397,32 @@ func (n *node) setGPUs(indexes []int, used bool) {
 }
 
 // find returns the node that fits one more member of t best, with the GPUs
-// it would take: where t's model is loaded if any fits, else the fitting
-// node with the fewest free GPUs, the earlier class and bucket among equals.
+// it would take: the best by findBest, unless it is a worker t avoids and
+// one it does not avoid fits now.
 func (p *pass) find(t *Task) (*node, []int) {
+	n, g := p.findBest(t)
+	if n == nil || !slices.Contains(t.Avoid, n.w.ID) {
+		return n, g
+	}
+	var others []*node
+	for _, c := range p.eligibleClasses(t) {
+		for _, o := range c.nodes {
+			if !slices.Contains(t.Avoid, o.w.ID) {
+				others = append(others, o)
+			}
+		}
+	}
+	if o, h := p.bestOf(t, others); o != nil {
+		return o, h
+	}
+	return n, g
+}
+
+// findBest returns the node that fits one more member of t best, with the
+// GPUs it would take: where t's model is loaded if any fits, else the
+// fitting node with the fewest free GPUs, the earlier class and bucket
+// among equals.
+func (p *pass) findBest(t *Task) (*node, []int) {
 	sh := t.shape
 	if sh.host != "" {
 		return p.bestOf(t, p.byHost[sh.host])

@@ -44,7 +44,11 @@ type Task struct {
 	// Front puts the task at the front of its priority class among its
 	// user's tasks of its queue when pushed: ordered as if submitted with
 	// the oldest of them, and first among equals (a resume-style requeue).
-	Front       bool
+	Front bool
+	// Avoid lists the workers (IDs) where the task's earlier attempts
+	// failed: it goes to another worker where one fits now, else to one
+	// of these.
+	Avoid       []string
 	Resources   berth.Resources
 	Constraints berth.Constraints
 

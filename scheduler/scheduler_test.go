@@ -2,6 +2,7 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -158,6 +159,43 @@ func TestBestFitKeepsWholeMachinesFree(t *testing.T) {
 	}
 	if got["small"] != "half[6 7]" || got["big"] != "empty8[0 1 2 3 4 5 6 7]" {
 		t.Fatalf("placements = %v, want small on half's free GPUs and big on the empty machine", got)
+	}
+}
+
+// TestRetriesGoElsewhere places tasks whose earlier attempts failed on
+// some workers: on another worker where one fits, even one best fit would
+// not choose; back on an avoided one when nothing else fits now.
+func TestRetriesGoElsewhere(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		avoid []string
+		busy  []string // workers with no free slot
+		host  string
+		want  string
+	}{
+		{"best fit", nil, nil, "", "tight"},
+		{"failed on the best fit", []string{"tight"}, nil, "", "roomy"},
+		{"failed on both", []string{"tight", "roomy"}, nil, "", "tight"},
+		{"the other is full", []string{"tight"}, []string{"roomy"}, "", "tight"},
+		{"pinned to its host", []string{"tight"}, nil, "tight", "tight"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tight, roomy := worker("tight", gpus(2, "A100", 40<<30)), worker("roomy", gpus(8, "A100", 40<<30))
+			for _, w := range []*Worker{tight, roomy} {
+				if slices.Contains(tc.busy, w.ID) {
+					w.FreeSlots = 0
+				}
+			}
+			q := NewQueue(DefaultConfig())
+			tk := task("retry", 100, t0, 1)
+			tk.Avoid, tk.Constraints.Host = tc.avoid, tc.host
+			q.Push(tk)
+			plan := Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{tight, roomy}})
+			if len(plan.Assignments) != 1 || plan.Assignments[0].WorkerID != tc.want {
+				t.Fatalf("assignments %+v; want one on %s", plan.Assignments, tc.want)
+			}
+		})
 	}
 }
 
