@@ -710,6 +710,22 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
 		}
 	}
+	// The process's own series, as Prometheus client libraries name them.
+	now := float64(time.Now().Unix())
+	for series, ok := range map[string]func(float64) bool{
+		"process_cpu_seconds_total":     func(v float64) bool { return v > 0 },
+		"process_resident_memory_bytes": func(v float64) bool { return v > 1<<20 },
+		"process_open_fds":              func(v float64) bool { return v >= 3 },
+		"process_start_time_seconds":    func(v float64) bool { return v > now-3600 && v <= now+1 },
+		"go_goroutines":                 func(v float64) bool { return v >= 1 },
+		"go_memstats_heap_alloc_bytes":  func(v float64) bool { return v > 0 },
+		"go_gc_cycles_total":            func(v float64) bool { return v >= 0 },
+		"berth_capacity_gpus":           func(v float64) bool { return v == 0 },
+	} {
+		if v, present := m[series]; !present || !ok(v) {
+			t.Errorf("%s = %v (present %v): implausible", series, v, present)
+		}
+	}
 }
 
 // sseEvent is one server-sent event.

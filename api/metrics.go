@@ -4,8 +4,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"runtime"
+	"runtime/metrics"
 	"sort"
 	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/controller"
@@ -35,12 +41,54 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 		berth.WorkerDisconnected, berth.WorkerLost} {
 		fmt.Fprintf(w, "berth_workers{state=%q} %d\n", st, m.Workers[st])
 	}
-	fmt.Fprintln(w, "# HELP berth_capacity_gpus GPUs of workers taking work (parked, disconnected and lost workers and faulty GPUs excluded).")
-	fmt.Fprintln(w, "# TYPE berth_capacity_gpus gauge")
-	fmt.Fprintf(w, "berth_capacity_gpus %d\n", m.CapacityGPUs)
+	writeSeries(w, "berth_capacity_gpus", "gauge",
+		"GPUs of workers taking work (parked, disconnected and lost workers and faulty GPUs excluded).", float64(m.CapacityGPUs))
 	writeHistogram(w, "berth_scheduling_latency_seconds", "Submit to placement on a worker.", m.PlaceLatency)
 	writeHistogram(w, "berth_start_latency_seconds", "Submit to process started.", m.StartLatency)
 	writeHistogram(w, "berth_scheduler_pass_seconds", "Duration of one scheduling pass.", m.ScheduleLength)
+	writeProcessMetrics(w)
+}
+
+// processStart is when this process started, near enough: when the
+// package was initialised.
+var processStart = time.Now()
+
+// writeProcessMetrics writes the process_ and go_ series that Prometheus
+// client libraries export, under the same names: CPU time, resident
+// memory, open files and start time of the server's process, and its
+// goroutines, heap and garbage collections.
+func writeProcessMetrics(w io.Writer) {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		writeSeries(w, "process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", cpu.Seconds())
+	}
+	if statm, err := os.ReadFile("/proc/self/statm"); err == nil {
+		if f := strings.Fields(string(statm)); len(f) > 1 {
+			if pages, err := strconv.ParseFloat(f[1], 64); err == nil {
+				writeSeries(w, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", pages*float64(os.Getpagesize()))
+			}
+		}
+	}
+	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
+		writeSeries(w, "process_open_fds", "gauge", "Number of open file descriptors.", float64(len(fds)))
+	}
+	writeSeries(w, "process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.",
+		float64(processStart.UnixNano())/1e9)
+	writeSeries(w, "go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
+	samples := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(samples)
+	if samples[0].Value.Kind() == metrics.KindUint64 {
+		writeSeries(w, "go_memstats_heap_alloc_bytes", "gauge", "Number of heap bytes allocated and still in use.", float64(samples[0].Value.Uint64()))
+	}
+	if samples[1].Value.Kind() == metrics.KindUint64 {
+		writeSeries(w, "go_gc_cycles_total", "counter", "Completed garbage collection cycles.", float64(samples[1].Value.Uint64()))
+	}
+}
+
+// writeSeries writes a metric of one series without labels, of type typ.
+func writeSeries(w io.Writer, name, typ, help string, v float64) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %s\n", name, help, name, typ, name, strconv.FormatFloat(v, 'g', -1, 64))
 }
 
 func writeHistogram(w io.Writer, name, help string, h controller.Histogram) {
