@@ -42,7 +42,7 @@ const (
 type Resources struct {
 	GPUs      int     `json:"gpus,omitempty" yaml:"gpus,omitempty"`
 	GPUMemory Bytes   `json:"gpu_memory,omitempty" yaml:"gpu_memory,omitempty"` // per GPU, at least
-	GPUType   string  `json:"gpu_type,omitempty" yaml:"gpu_type,omitempty"`     // substring of the model, case-insensitive
+	GPUType   string  `json:"gpu_type,omitempty" yaml:"gpu_type,omitempty"`     // a whole word of the model, case-insensitive (GPU.HasType)
 	CPUs      float64 `json:"cpus,omitempty" yaml:"cpus,omitempty"`
 	Memory    Bytes   `json:"memory,omitempty" yaml:"memory,omitempty"`
 }

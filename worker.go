@@ -28,6 +28,34 @@ type GPU struct {
 	Memory Bytes  `json:"memory"`
 }
 
+// HasType reports whether g's model is of the type a job asks for
+// (gpu_type): the type appears in the model, case-insensitively, as a
+// whole word — the characters around it are not letters or digits — so
+// that "A100" matches "NVIDIA A100-SXM4-80GB" but "A10" does not, nor
+// "L4" "L40S". An empty type matches every model.
+func (g GPU) HasType(gpuType string) bool {
+	if gpuType == "" {
+		return true
+	}
+	model, typ := strings.ToLower(g.Model), strings.ToLower(gpuType)
+	for from := 0; ; {
+		i := strings.Index(model[from:], typ)
+		if i < 0 {
+			return false
+		}
+		i += from
+		end := i + len(typ)
+		if (i == 0 || !isAlphanumeric(model[i-1])) && (end == len(model) || !isAlphanumeric(model[end])) {
+			return true
+		}
+		from = i + 1
+	}
+}
+
+func isAlphanumeric(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
 // GPUStat is a GPU's load as its agent last read it (nvidia-smi), sent
 // with heartbeats.
 type GPUStat struct {

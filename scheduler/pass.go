@@ -600,7 +600,7 @@ func gpuMatches(g berth.GPU, r *berth.Resources) bool {
 	if r.GPUMemory > 0 && g.Memory < r.GPUMemory {
 		return false
 	}
-	return r.GPUType == "" || strings.Contains(strings.ToLower(g.Model), strings.ToLower(r.GPUType))
+	return g.HasType(r.GPUType)
 }
 
 // shape is what makes two tasks interchangeable for feasibility: if one

@@ -259,10 +259,10 @@ func (m *meter) usable(w *scheduler.Worker, s *fragShape, idle bool) (int, bool)
 	return gpus, gpus >= s.gpus && cpus >= s.cpus && mem >= s.mem
 }
 
-// matches mirrors the scheduler's rule: the model contains the type,
-// case-insensitive, and the GPU has the memory asked for.
+// matches mirrors the scheduler's rule: the model is of the type
+// (berth.GPU.HasType), and the GPU has the memory asked for.
 func matches(g berth.GPU, s *fragShape) bool {
-	return (s.gpuMem == 0 || g.Memory >= s.gpuMem) && (s.gpuType == "" || strings.Contains(strings.ToLower(g.Model), s.gpuType))
+	return (s.gpuMem == 0 || g.Memory >= s.gpuMem) && g.HasType(s.gpuType)
 }
 
 // changed notes that worker i's free resources changed.

@@ -83,7 +83,7 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	def := berth.DefaultJobSpec()
 	queue := fs.String("queue", def.Queue, "queue")
 	gpus := fs.Int("gpus", def.Resources.GPUs, "GPUs per node")
-	gpuType := fs.String("gpu-type", "", "GPU model substring, e.g. H100")
+	gpuType := fs.String("gpu-type", "", "GPU model: a whole word of it, any case (H100 matches \"NVIDIA H100 80GB HBM3\"; A10 does not match A100)")
 	gpuMem := fs.String("gpu-memory", "", "least memory per GPU, e.g. 40GiB")
 	cpus := fs.Float64("cpus", def.Resources.CPUs, "CPUs per node")
 	memory := fs.String("memory", "", "memory per node, e.g. 16GiB")

@@ -1,0 +1,31 @@
+package berth
+
+import "testing"
+
+func TestGPUHasType(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		model, typ string
+		want       bool
+	}{
+		{"NVIDIA A100-SXM4-80GB", "A100", true},
+		{"NVIDIA A100-SXM4-80GB", "a100", true},
+		{"NVIDIA A100-SXM4-80GB", "A10", false},
+		{"NVIDIA A10", "A10", true},
+		{"NVIDIA L40S", "L4", false},
+		{"NVIDIA L4", "L4", true},
+		{"NVIDIA L40S", "L40S", true},
+		{"Tesla T4", "T4", true},
+		{"NVIDIA H100 80GB HBM3", "H100", true},
+		{"NVIDIA H100 80GB HBM3", "100", false},
+		{"NVIDIA GeForce RTX 4090", "RTX 4090", true},
+		{"NVIDIA A10G A100", "A100", true}, // a later whole-word match counts
+		{"H100", "H100", true},
+		{"H100", "", true},
+		{"", "H100", false},
+	} {
+		if got := (GPU{Model: tc.model}).HasType(tc.typ); got != tc.want {
+			t.Errorf("GPU %q HasType(%q) = %v, want %v", tc.model, tc.typ, got, tc.want)
+		}
+	}
+}
