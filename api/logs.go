@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 
 	"github.com/berth-dev/berth"
 )
@@ -12,12 +13,14 @@ const logReadSize = 256 << 10
 
 // logs streams a job's output: every attempt in order, each after the
 // first introduced by a header line of its own, "==> attempt 2 on HOST
-// (ID) <==". What comes before an attempt never depends on the attempts
-// after it, so a client that lost the stream may ask again from the
-// offset it has (offset=N skips the first N bytes). attempt=N (from 1)
-// streams the N-th attempt's output alone, without a header; 404 when
-// the job has no such attempt and will make none it could follow. With
-// follow=true it keeps streaming until the job (or that attempt) ends.
+// (ID) <=="; a gang's members each have one, naming their rank: "==>
+// attempt 1, rank 0 on HOST (ID) <==". What comes before an attempt never
+// depends on the attempts after it, so a client that lost the stream may
+// ask again from the offset it has (offset=N skips the first N bytes).
+// attempt=N (from 1) streams the N-th attempt's output alone, without a
+// header (a gang's members keep theirs); 404 when the job has no such
+// attempt and will make none it could follow. With follow=true it keeps
+// streaming until the job (or that attempt) ends.
 func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	follow, err := boolQuery(r, "follow")
@@ -47,8 +50,8 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if only > 0 && only > len(j.AttemptList) && (!follow || j.State.Terminal()) {
-		writeError(w, berth.Errorf(berth.ECodeNotFound, "job %s has no attempt %d (it has %d)", id, only, len(j.AttemptList)))
+	if made := placements(j.AttemptList); only > 0 && only > made[len(made)-1] && (!follow || j.State.Terminal()) {
+		writeError(w, berth.Errorf(berth.ECodeNotFound, "job %s has no attempt %d (it has %d)", id, only, made[len(made)-1]))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -58,15 +61,14 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	flusher, _ := w.(http.Flusher)
 	out := &skipWriter{w: w, skip: int64(skip)}
+	gang := j.Nodes > 1
 	var (
-		index   int   // attempt being read
-		offset  int64 // within it
-		headed  int   // the last attempt whose header is written
-		midLine bool  // the last byte written was not a newline
+		index   int         // attempt row being read
+		offset  int64       // within it
+		headed  = -1        // the last row whose header is written
+		midLine bool        // the last byte written was not a newline
+		found   = only == 0 // index is at a row to stream
 	)
-	if only > 0 {
-		index, headed = only-1, only-1
-	}
 	for {
 		notify := s.ctl.LogNotify() // before reading, so nothing stored after the read is missed
 		job, err := st.Job(ctx, id)
@@ -77,10 +79,18 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
+		placement := placements(attempts)
+		if !found {
+			if index = slices.Index(placement[1:], only); index >= 0 {
+				found = true
+			} else {
+				index = len(attempts) // not made yet
+			}
+		}
 		for index < len(attempts) {
 			a := attempts[index]
-			if index > 0 && headed < index {
-				writeAttemptHeader(out, index, a, midLine)
+			if (gang || (only == 0 && index > 0)) && headed < index {
+				writeAttemptHeader(out, placement[index+1], gang, a, midLine)
 				headed, midLine = index, false
 			}
 			for {
@@ -100,8 +110,8 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 			if index == len(attempts)-1 && !a.State.Terminal() {
 				break // the live attempt: wait for more
 			}
-			if index+1 == only {
-				return // the attempt asked for has ended
+			if only > 0 && (index+1 == len(attempts) || placement[index+2] != only) {
+				return // every member of the attempt asked for has ended
 			}
 			index, offset = index+1, 0
 		}
@@ -117,6 +127,22 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// placements numbers a job's attempt rows by the placement each belongs
+// to, from 1: a new placement begins at each rank 0, and a gang's members
+// share theirs. It returns one more entry than there are rows: the count
+// of placements before the first row (0), then each row's. The last entry
+// is the count of placements.
+func placements(attempts []*berth.Attempt) []int {
+	out := make([]int, len(attempts)+1)
+	for i, a := range attempts {
+		out[i+1] = out[i]
+		if a.TaskIndex == 0 || i == 0 {
+			out[i+1]++
+		}
+	}
+	return out
 }
 
 // skipWriter drops the first skip bytes written to it, and writes the
@@ -137,12 +163,16 @@ func (s *skipWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// writeAttemptHeader introduces the output of attempt a, the index-th of
-// its job, on a line of its own: after a newline when the output before
-// it ended mid-line.
-func writeAttemptHeader(w io.Writer, index int, a *berth.Attempt, midLine bool) {
+// writeAttemptHeader introduces the output of attempt row a, of the
+// given placement, on a line of its own: after a newline when the output
+// before it ended mid-line. A gang member's header names its rank.
+func writeAttemptHeader(w io.Writer, placement int, gang bool, a *berth.Attempt, midLine bool) {
 	if midLine {
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "==> attempt %d on %s (%s) <==\n", index+1, a.Host, a.ID)
+	if gang {
+		fmt.Fprintf(w, "==> attempt %d, rank %d on %s (%s) <==\n", placement, a.TaskIndex, a.Host, a.ID)
+		return
+	}
+	fmt.Fprintf(w, "==> attempt %d on %s (%s) <==\n", placement, a.Host, a.ID)
 }

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -21,32 +22,16 @@ import (
 // introduced by one header, on a line of its own, with or without follow.
 func TestLogsHeadEachAttemptOnItsOwnLine(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(dir, "berth.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UTC()
 	var ids berth.IDGen
 	job := &berth.Job{ID: ids.New(now), JobSpec: berth.DefaultJobSpec(), State: berth.JobFailed, Attempts: 2, CreatedAt: now}
 	job.Command = berth.Argv{"flaky"}
 	first := &berth.Attempt{ID: ids.New(now), JobID: job.ID, WorkerID: "w-1", Host: "h1", State: berth.AttemptFailed, CreatedAt: now}
 	second := &berth.Attempt{ID: ids.New(now), JobID: job.ID, WorkerID: "w-2", Host: "h2", State: berth.AttemptFailed, CreatedAt: now}
-	err = st.Write(ctx, &store.Batch{Jobs: []*berth.Job{job}, Attempts: []*berth.Attempt{first, second}, Logs: []store.LogChunk{
+	s := serveJob(t, job, []*berth.Attempt{first, second}, []store.LogChunk{
 		{AttemptID: first.ID, Data: []byte("partial")},
 		{AttemptID: second.ID, Data: []byte("second\n")},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Fatal(err)
-	}
-	_, ctl, sec := startController(t, dir, func(st store.Store) *api.Security { return apitest.Security(t, st, auth.RoleAdmin) })
-	hs := httptest.NewServer(api.New(ctl, sec, nil))
-	t.Cleanup(hs.Close)
-	s := &server{t: t, url: hs.URL}
+	})
 	want := "partial\n==> attempt 2 on h2 (" + second.ID + ") <==\nsecond\n"
 	for _, path := range []string{"/logs", "/logs?follow=true"} {
 		if code, _, body := s.do("GET", "/api/v1/jobs/"+job.ID+path, ""); code != 200 || string(body) != want {
@@ -82,4 +67,65 @@ func TestLogsHeadEachAttemptOnItsOwnLine(t *testing.T) {
 			t.Errorf("GET %s: %d %s; want %d naming %q", path, code, body, wantCode, field)
 		}
 	}
+}
+
+// TestLogsNameAGangMembersRank reads the output of a two-member gang
+// placed twice: each member's block is headed by its attempt and rank, and
+// attempt=2 streams both members of the second placement.
+func TestLogsNameAGangMembersRank(t *testing.T) {
+	t.Parallel()
+	now := time.Now().UTC()
+	var ids berth.IDGen
+	job := &berth.Job{ID: ids.New(now), JobSpec: berth.DefaultJobSpec(), State: berth.JobSucceeded, Attempts: 2, CreatedAt: now}
+	job.Command, job.Nodes = berth.Argv{"train"}, 2
+	var attempts []*berth.Attempt
+	var chunks []store.LogChunk
+	for placement := 1; placement <= 2; placement++ {
+		for rank := range 2 {
+			a := &berth.Attempt{ID: ids.New(now), JobID: job.ID, TaskIndex: rank, WorkerID: fmt.Sprint("w-", rank),
+				Host: fmt.Sprint("h", rank), State: berth.AttemptSucceeded, CreatedAt: now}
+			attempts = append(attempts, a)
+			chunks = append(chunks, store.LogChunk{AttemptID: a.ID, Data: fmt.Appendf(nil, "p%d r%d\n", placement, rank)})
+		}
+	}
+	s := serveJob(t, job, attempts, chunks)
+	head := func(i int) string {
+		a := attempts[i]
+		return fmt.Sprintf("==> attempt %d, rank %d on %s (%s) <==\n", i/2+1, a.TaskIndex, a.Host, a.ID)
+	}
+	second := head(2) + "p2 r0\n" + head(3) + "p2 r1\n"
+	for path, want := range map[string]string{
+		"/logs":           head(0) + "p1 r0\n" + head(1) + "p1 r1\n" + second,
+		"/logs?attempt=2": second,
+		"/logs?attempt=1": head(0) + "p1 r0\n" + head(1) + "p1 r1\n",
+	} {
+		if code, _, body := s.do("GET", "/api/v1/jobs/"+job.ID+path, ""); code != 200 || string(body) != want {
+			t.Errorf("GET %s: %d\n%s\nwant:\n%s", path, code, body, want)
+		}
+	}
+	if code, _, body := s.do("GET", "/api/v1/jobs/"+job.ID+"/logs?attempt=3", ""); code != 404 {
+		t.Errorf("GET attempt 3 of 2: %d %s; want 404", code, body)
+	}
+}
+
+// serveJob stores job with its attempts and output in a fresh SQLite
+// store and serves the API on it, as an admin sees it.
+func serveJob(t *testing.T, job *berth.Job, attempts []*berth.Attempt, logs []store.LogChunk) *server {
+	t.Helper()
+	dir := t.TempDir()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Write(ctx, &store.Batch{Jobs: []*berth.Job{job}, Attempts: attempts, Logs: logs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, ctl, sec := startController(t, dir, func(st store.Store) *api.Security { return apitest.Security(t, st, auth.RoleAdmin) })
+	hs := httptest.NewServer(api.New(ctl, sec, nil))
+	t.Cleanup(hs.Close)
+	return &server{t: t, url: hs.URL}
 }

@@ -11,8 +11,9 @@ import (
 const logsUsage = `[-f] [--attempt N] ID
 
 Prints the job's output, every attempt in order, each after the first under
-a header line "==> attempt 2 on HOST (ID) <=="; --attempt N prints the N-th
-alone, without a header. With -f it follows the output until the job (or
+a header line "==> attempt 2 on HOST (ID) <=="; a gang's members each under
+one naming their rank. --attempt N prints the N-th attempt alone, without a
+header (a gang's members keep theirs). With -f it follows the output until the job (or
 that attempt) ends, riding out a server restart or failover (see --server):
 when no server answers it says so, asks again (1 s apart and doubling to
 5 s) and goes on after the last byte it printed; it gives up after 2 minutes
