@@ -34,8 +34,5 @@ func runLogs(ctx context.Context, m *Main, args []string) error {
 		return berth.Invalidf("--attempt", "must be a whole number ≥ 0 (1 for the first attempt, 0 for all)")
 	}
 	err = m.retryingClient(cf).Logs(ctx, id, opts, m.Stdout)
-	if ctx.Err() != nil {
-		return nil // interrupted while following
-	}
 	return gaveUp(err, "the job may still be running")
 }

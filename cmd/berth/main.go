@@ -104,6 +104,7 @@ const (
 	exitFailed  = 1   // a job did not succeed
 	exitUsage   = 2   // bad input or the server refused
 	exitTimeout = 124 // gave up waiting: --timeout ran out, or no server answered for 2 minutes
+	exitStopped = 130 // interrupted (Ctrl-C) while waiting, as a shell reports it
 )
 
 // Run runs the command named by args[0] and returns the process exit status.
@@ -130,6 +131,9 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
+	}
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return exitStopped // the person who pressed Ctrl-C needs no message
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {

@@ -35,6 +35,12 @@ func newCLI(t *testing.T) *cli {
 // run returns the exit status, stdout and stderr of one command.
 func (c *cli) run(args ...string) (int, string, string) {
 	c.t.Helper()
+	return c.runCtx(context.Background(), args...)
+}
+
+// runCtx is run under ctx.
+func (c *cli) runCtx(ctx context.Context, args ...string) (int, string, string) {
+	c.t.Helper()
 	var out, errOut bytes.Buffer
 	m := &Main{Stdout: &out, Stderr: &errOut, Getenv: func(k string) string {
 		if k == "BERTH_SERVER" {
@@ -42,7 +48,7 @@ func (c *cli) run(args ...string) (int, string, string) {
 		}
 		return ""
 	}}
-	code := m.Run(context.Background(), args)
+	code := m.Run(ctx, args)
 	return code, out.String(), errOut.String()
 }
 

@@ -110,6 +110,28 @@ func TestClientsRideOutAServerRestart(t *testing.T) {
 	}
 }
 
+// TestInterruptedCommandsExit130 interrupts (Ctrl-C: the context ends)
+// commands that wait: each exits 130, as a shell reports an interrupted
+// command, without blaming the server.
+func TestInterruptedCommandsExit130(t *testing.T) {
+	t.Parallel()
+	rs, err := startServer(context.Background(), &serverConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close(context.Background()) })
+	c := &cli{t: t, url: rs.URL}
+	_, out, _ := c.run("submit", "--", "sleep", "1000")
+	id := strings.TrimSpace(out)
+	interrupted, stop := context.WithCancel(context.Background())
+	stop()
+	for _, args := range [][]string{{"wait", id}, {"logs", "-f", id}, {"submit", "--wait", "--", "true"}} {
+		if code, _, errOut := c.runCtx(interrupted, args...); code != exitStopped || errOut != "" {
+			t.Errorf("berth %s interrupted: exit %d, stderr %q; want 130 and nothing", strings.Join(args, " "), code, errOut)
+		}
+	}
+}
+
 // TestGaveUpExits124 checks how giving up for want of a server ends a
 // command: one line and exit 124, unlike bad input's 2.
 func TestGaveUpExits124(t *testing.T) {
