@@ -78,6 +78,7 @@ type Worker struct {
 	Version       string            `json:"version,omitempty"`
 	State         WorkerState       `json:"state"`
 	Running       int               `json:"running"`
+	GPUsInUse     int               `json:"gpus_in_use"` // GPUs its running attempts hold
 	LastHeartbeat time.Time         `json:"last_heartbeat"`
 	RegisteredAt  time.Time         `json:"registered_at"`
 	ReservedFor   string            `json:"reserved_for,omitempty"` // job the scheduler holds this worker for

@@ -721,6 +721,7 @@ func TestMetrics(t *testing.T) {
 		"go_memstats_heap_alloc_bytes":  func(v float64) bool { return v > 0 },
 		"go_gc_cycles_total":            func(v float64) bool { return v >= 0 },
 		"berth_capacity_gpus":           func(v float64) bool { return v == 0 },
+		"berth_gpus_in_use":             func(v float64) bool { return v == 0 },
 	} {
 		if v, present := m[series]; !present || !ok(v) {
 			t.Errorf("%s = %v (present %v): implausible", series, v, present)

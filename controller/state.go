@@ -172,7 +172,7 @@ func (ws *workerState) recompute() {
 	s.CPUs, s.Memory = w.CPUs, w.Memory
 	s.GPUUsed = make([]bool, len(w.GPUs))
 	s.FreeCPUs, s.FreeMemory, s.FreeSlots = w.CPUs, w.Memory, w.Slots
-	s.Running = s.Running[:0]
+	s.Running, w.GPUsInUse = s.Running[:0], 0
 	for _, as := range ws.attempts {
 		ws.take(as)
 	}
@@ -204,6 +204,7 @@ func (ws *workerState) take(as *attemptState) {
 	for _, idx := range as.a.GPUs {
 		ws.setGPUUsed(idx, true)
 	}
+	ws.w.GPUsInUse += len(as.a.GPUs)
 	r := as.job.job.Resources
 	s.FreeCPUs -= r.CPUs
 	s.FreeMemory -= r.Memory
@@ -225,6 +226,7 @@ func (ws *workerState) release(as *attemptState) {
 	for _, idx := range as.a.GPUs {
 		ws.setGPUUsed(idx, false)
 	}
+	ws.w.GPUsInUse -= len(as.a.GPUs)
 	ws.markFaulty()
 	r := as.job.job.Resources
 	s.FreeCPUs += r.CPUs

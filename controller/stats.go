@@ -114,11 +114,7 @@ func (c *Controller) Metrics(ctx context.Context) (*Metrics, error) {
 			if !ws.sched.Off {
 				m.CapacityGPUs += len(ws.w.GPUs) - len(ws.faulty)
 			}
-			n := 0
-			for _, as := range ws.attempts {
-				n += len(as.a.GPUs)
-			}
-			if n > 0 {
+			if n := ws.w.GPUsInUse; n > 0 {
 				m.GPUsInUse[ws.w.ID] = n
 			}
 		}
