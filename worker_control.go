@@ -95,6 +95,9 @@ type ControlRequest struct {
 type ControlResponse struct {
 	Controls []*WorkerControl `json:"controls"`
 	Stopping []string         `json:"stopping,omitempty"`
+	// Workers counts the workers registered with the host: 0 for a
+	// host no agent has joined as (yet), or a typo.
+	Workers int `json:"workers"`
 }
 
 // ControlList is the body of GET /api/v1/workers/{host}/control.

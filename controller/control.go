@@ -198,6 +198,11 @@ func (c *Controller) SetWorkerControl(ctx context.Context, host string, req bert
 		}
 		resp.Stopping = c.setControls(rows, ctl.UpdatedAt, berth.ActorFrom(ctx))
 		resp.Controls = c.hostControls(host)
+		for _, ws := range c.workers {
+			if ws.w.Host == host {
+				resp.Workers++
+			}
+		}
 		written = c.durable()
 	}); err != nil {
 		return nil, err

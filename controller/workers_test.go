@@ -52,3 +52,21 @@ func TestWorkersCountTheGPUsInUse(t *testing.T) {
 		t.Errorf("GPUs in use once the job ended: %d, want 0", n)
 	}
 }
+
+// TestControlCountsTheHostsWorkers checks that turning a host off says how
+// many workers it has: 1 for a registered one, 0 for a name no agent
+// joined as (a typo, most likely).
+func TestControlCountsTheHostsWorkers(t *testing.T) {
+	t.Parallel()
+	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Now())
+	agent := connectAgent(t, c, &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "gpu-1", CPUs: 4, Memory: 8 << 30, Slots: 1})
+	if ack := agent.await(wire.TypeAck).(*wire.Ack); ack.Error != "" {
+		t.Fatalf("register refused: %s", ack.Error)
+	}
+	for host, want := range map[string]int{"gpu-1": 1, "gpu1": 0} {
+		resp, err := c.SetWorkerControl(t.Context(), host, berth.ControlRequest{DesiredState: berth.DesiredOff, StopPolicy: berth.StopDrain})
+		if err != nil || resp.Workers != want {
+			t.Errorf("off %s: %+v, %v; want %d workers", host, resp, err, want)
+		}
+	}
+}

@@ -86,6 +86,9 @@ func runWorkerSet(ctx context.Context, m *Main, desired string, args []string) e
 	if len(resp.Stopping) > 0 {
 		fmt.Fprintf(m.Stdout, "stopping %d attempt(s), to be requeued: %s\n", len(resp.Stopping), strings.Join(resp.Stopping, " "))
 	}
+	if resp.Workers == 0 {
+		fmt.Fprintf(m.Stderr, "berth: warning: no worker with host %q has registered (see berth workers); an agent joining as %s will take this setting\n", host, host)
+	}
 	return nil
 }
 
