@@ -124,6 +124,10 @@ func requirementsMet(w *Worker, t *Task) int {
 // t does not ask for is never named.
 func shortfall(met *[needs]tally, t *Task) Reason {
 	need := t.nodes()
+	among := "" // the workers counted, when some were left out for not serving t's queue
+	if met[needQueue].all < met[needHost].all {
+		among = fmt.Sprintf(" serving queue %q", t.Queue)
+	}
 	for i, m := range met {
 		if m.all >= need {
 			continue
@@ -132,13 +136,13 @@ func shortfall(met *[needs]tally, t *Task) Reason {
 			return queueReason(m, t)
 		}
 		if what := requirement(i, t); what != "" {
-			return unfit(need, m.on, what)
+			return unfit(need, m.on, among, what)
 		}
 	}
 	last := met[needs-1]
 	switch {
 	case last.all < need:
-		return unfit(need, last.on, "")
+		return unfit(need, last.on, among, "")
 	case last.on < need:
 		return Reason{ReasonOff, fmt.Sprintf("the workers that fit are off or disconnected (%d of %d on)", last.on, last.all)}
 	}
@@ -164,16 +168,17 @@ func requirement(i int, t *Task) string {
 	return ""
 }
 
-// unfit says that too few workers have what: "no worker has 8 GPUs", or for
-// a gang "needs 4 workers with 8 GPUs; 3 exist" (what "" names nothing).
-func unfit(need, exist int, what string) Reason {
+// unfit says that too few workers (among: of those, e.g. ` serving queue
+// "gpu"`) have what: "no worker has 8 GPUs", or for a gang "needs 4
+// workers with 8 GPUs; 3 exist" (what "" names nothing).
+func unfit(need, exist int, among, what string) Reason {
 	if need > 1 {
 		if what != "" {
 			what = " with " + what
 		}
-		return Reason{ReasonUnfit, fmt.Sprintf("needs %d workers%s; %d exist", need, what, exist)}
+		return Reason{ReasonUnfit, fmt.Sprintf("needs %d workers%s%s; %d exist", need, among, what, exist)}
 	}
-	return Reason{ReasonUnfit, "no worker has " + what}
+	return Reason{ReasonUnfit, "no worker" + among + " has " + what}
 }
 
 // queueReason says that too few workers (of t's host) serve t's queue, m

@@ -230,6 +230,8 @@ func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
 	}
 	oneServesGPU := cluster(2, 1, 0)
 	oneServesGPU[1].Queues = []string{"gpu"}
+	splitQueues := cluster(2, 1, 0) // one worker serves default alone, the other gpu
+	splitQueues[0].Queues, splitQueues[1].Queues = []string{"default"}, []string{"gpu"}
 	oneLabeled := cluster(3, 1, 0)
 	oneLabeled[2].Labels = map[string]string{"zone": "a"}
 	tests := []struct {
@@ -256,6 +258,10 @@ func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
 			func(t *Task) { t.Nodes, t.Resources.GPUs = 4, 8 }, "needs 4 workers with 8 GPUs; 3 exist"},
 		{"gpu type", cluster(2, 2, 0), func(t *Task) { t.Resources.GPUs, t.Resources.GPUType = 2, "A100" },
 			"no worker has 2 GPUs of type A100"},
+		{"gpu type among the workers of its queue", splitQueues, func(t *Task) { t.Queue, t.Resources.GPUs, t.Resources.GPUType = "gpu", 1, "A100" },
+			`no worker serving queue "gpu" has 1 GPU of type A100`},
+		{"gang among the workers of its queue", append(splitQueues, worker("w2", gpus(1, "H100", 80<<30))),
+			func(t *Task) { t.Queue, t.Nodes, t.Resources.GPUs = "gpu", 2, 2 }, `needs 2 workers serving queue "gpu" with 2 GPUs; 0 exist`},
 		{"gang that fits off workers too", cluster(2, 1, 1), func(t *Task) { t.Nodes, t.Resources.GPUs = 2, 1 },
 			"the workers that fit are off or disconnected (1 of 2 on)"},
 	}
