@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -53,9 +55,9 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 // jobsTable writes jobs as the table of berth jobs.
 func jobsTable(w io.Writer, jobs []*berth.Job) error {
 	now := time.Now()
-	t := newTable(w, "ID", "NAME", "QUEUE", "STATE", "PRIO", "GPUS", "AGE", "REASON")
+	t := newTable(w, "ID", "NAME", "USER", "QUEUE", "STATE", "PRIO", "GPUS", "AGE", "REASON")
 	for _, j := range jobs {
-		t.row(j.ID, truncate(j.Name, 24), j.Queue, string(j.State), strconv.Itoa(j.Priority),
+		t.row(j.ID, truncate(j.Name, 24), truncate(j.User, 16), j.Queue, string(j.State), strconv.Itoa(j.Priority),
 			strconv.Itoa(j.Resources.GPUs), ago(j.CreatedAt, now), truncate(j.Reason, 48))
 	}
 	return t.flush()
@@ -101,6 +103,18 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(w, " gpu_memory=%s", r.GPUMemory)
 	}
 	fmt.Fprintf(w, " cpus=%g memory=%s\n", r.CPUs, r.Memory)
+	if j.Nodes > 1 {
+		fmt.Fprintf(w, "Nodes:     %d (a gang: each gets these resources)\n", j.Nodes)
+	}
+	if c := j.Constraints; c.Host != "" || len(c.Labels) > 0 {
+		fmt.Fprintf(w, "Placement: %s\n", placementText(c))
+	}
+	if j.Workdir != "" {
+		fmt.Fprintf(w, "Workdir:   %s\n", j.Workdir)
+	}
+	if len(j.Env) > 0 {
+		fmt.Fprintf(w, "Env:       %s (values: -o json)\n", strings.Join(slices.Sorted(maps.Keys(j.Env)), " "))
+	}
 	if j.ArrayIndex != nil {
 		fmt.Fprintf(w, "Array:     index %d\n", *j.ArrayIndex)
 	}
@@ -114,7 +128,12 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 	if len(d.AttemptList) > 0 {
 		// DEVICES: the GPU indexes the attempt got, its CUDA_VISIBLE_DEVICES.
 		fmt.Fprintln(w, "\nAttempts:")
-		t := newTable(w, "  ID", "HOST", "DEVICES", "STATE", "EXIT", "PROGRESS", "REASON")
+		// A gang's attempts are its members, told apart by RANK.
+		head := []string{"  ID", "HOST", "DEVICES", "STATE", "EXIT", "PROGRESS", "REASON"}
+		if j.Nodes > 1 {
+			head = slices.Insert(head, 1, "RANK")
+		}
+		t := newTable(w, head...)
 		for _, a := range d.AttemptList {
 			exit := "-"
 			if a.ExitCode != nil {
@@ -124,11 +143,31 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 			for i, g := range a.GPUs {
 				gpus[i] = strconv.Itoa(g)
 			}
-			t.row("  "+a.ID, a.Host, orDash(strings.Join(gpus, ",")), string(a.State), exit, orDash(a.Progress), a.Reason)
+			row := []string{"  " + a.ID, a.Host, orDash(strings.Join(gpus, ",")), string(a.State), exit, orDash(a.Progress), a.Reason}
+			if j.Nodes > 1 {
+				row = slices.Insert(row, 1, strconv.Itoa(a.TaskIndex))
+			}
+			t.row(row...)
 		}
 		return t.flush()
 	}
 	return nil
+}
+
+// placementText says where a job may run: "host gpu-1, labels zone=a".
+func placementText(c berth.Constraints) string {
+	var parts []string
+	if c.Host != "" {
+		parts = append(parts, "host "+c.Host)
+	}
+	if len(c.Labels) > 0 {
+		labels := make([]string, 0, len(c.Labels))
+		for _, k := range slices.Sorted(maps.Keys(c.Labels)) {
+			labels = append(labels, k+"="+c.Labels[k])
+		}
+		parts = append(parts, "labels "+strings.Join(labels, ","))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // durationOrEmpty formats d, or "" for 0.

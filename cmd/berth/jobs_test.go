@@ -195,3 +195,33 @@ func TestNextPageHintQuotes(t *testing.T) {
 		t.Errorf("hint on the last page = %q, want none", b.String())
 	}
 }
+
+// TestJobShowsWhereAndHowItRuns checks that berth job shows what placement
+// and running a job asked for — its host and labels, workdir, the names of
+// its env variables, its gang size — and berth jobs its user.
+func TestJobShowsWhereAndHowItRuns(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	dir := t.TempDir()
+	code, out, errOut := c.run("submit", "--host", "other", "--labels", "zone=b,rack=2", "--workdir", dir, "--env", "B=2", "--env", "A=1",
+		"--nodes", "2", "--", "train")
+	if code != 0 {
+		t.Fatalf("submit: exit %d, %q", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	_, out, _ = c.run("job", id)
+	for _, want := range []string{
+		"Nodes:     2 (a gang: each gets these resources)\n",
+		"Placement: host other, labels rack=2,zone=b\n",
+		"Workdir:   " + dir + "\n",
+		"Env:       A B (values: -o json)\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("berth job lacks %q:\n%s", want, out)
+		}
+	}
+	_, out, _ = c.run("jobs")
+	if lines := strings.Split(out, "\n"); !strings.Contains(lines[0], " USER ") || !strings.Contains(lines[1], " local ") {
+		t.Errorf("berth jobs has no USER column with the submitter:\n%s", out)
+	}
+}
