@@ -70,5 +70,11 @@ func holder(f *os.File) string {
 	return fmt.Sprintf(" (pid %d)", pid)
 }
 
-// Release gives the directory up. The lock file stays, for the next owner.
-func (l *Lock) Release() error { return l.f.Close() }
+// Release gives the directory up (the lock file stays, for the next
+// owner). It unlocks before it closes the file: a
+// child process forked meanwhile (by any goroutine) shares the open file
+// until it execs, and closing alone would leave the lock held until then.
+func (l *Lock) Release() error {
+	unlockErr := syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
+	return errors.Join(unlockErr, l.f.Close())
+}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -58,4 +59,28 @@ func TestLockOfAnExitedProcessIsFree(t *testing.T) {
 		t.Fatalf("Acquire after the holder exited: %v", err)
 	}
 	l.Release()
+}
+
+// TestReleaseUnlocksWhileACopyIsOpen releases a lock while a duplicate of
+// its file descriptor is open, as it is in a child forked by another
+// goroutine until that child execs: the lock is free at once.
+func TestReleaseUnlocksWhileACopyIsOpen(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Acquire(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, err := syscall.Dup(int(l.f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(dup)
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Acquire(dir)
+	if err != nil {
+		t.Fatalf("Acquire after Release, a copy of the released descriptor open: %v", err)
+	}
+	again.Release()
 }
