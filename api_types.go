@@ -32,8 +32,9 @@ type QuotaList struct {
 }
 
 // WaitRequest is the body of POST /api/v1/wait: the server answers when
-// every job named (or, with All, every job active at the call) has ended, or
-// after Timeout (at most a minute) with Done false.
+// every job named (or, with All, every batch job active at the call: the
+// caller's own unless it reads every user's jobs; services only when named)
+// has ended, or after Timeout (at most a minute) with Done false.
 type WaitRequest struct {
 	IDs     []string `json:"ids,omitempty"`
 	All     bool     `json:"all,omitempty"`
@@ -50,6 +51,9 @@ type WaitResult struct {
 	Failures []string         `json:"failures,omitempty"` // ids of failed or cancelled jobs
 	// PendingIDs lists the jobs still active when the wait timed out.
 	PendingIDs []string `json:"pending_ids,omitempty"`
+	// Services counts the active services a wait for all left out: they run
+	// until stopped, so a wait covers one only when it names it.
+	Services int `json:"services,omitempty"`
 }
 
 // Add records that job id ended in state st.

@@ -181,17 +181,34 @@ func idempotent(method string, in any) bool {
 // again to another: the server answers a repeated key with the jobs of
 // the first submission.
 func (c *Client) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
+	jobs, _, err := c.SubmitReplayed(ctx, req)
+	return jobs, err
+}
+
+// SubmitReplayed is Submit that also reports whether the server answered
+// with the jobs of an earlier submission of the same request under the
+// same idempotency key (200, not 201): replayed true, nothing new stored.
+// Errors are Submit's; a different request under a key its user has used
+// is the server's ECodeConflict error.
+func (c *Client) SubmitReplayed(ctx context.Context, req *berth.SubmitRequest) (jobs []*berth.Job, replayed bool, err error) {
 	var out berth.SubmitResponse
-	err := c.do(ctx, http.MethodPost, "/api/v1/jobs", c.keyed(req), &out)
-	return out.Jobs, err
+	status, err := c.doStatus(ctx, http.MethodPost, "/api/v1/jobs", c.keyed(req), &out)
+	return out.Jobs, err == nil && status == http.StatusOK, err
 }
 
 // SubmitIDs queues a job or an array like Submit and returns only the new
 // jobs' ids: the answer to a large array is a fraction of the size.
 func (c *Client) SubmitIDs(ctx context.Context, req *berth.SubmitRequest) ([]string, error) {
+	ids, _, err := c.SubmitIDsReplayed(ctx, req)
+	return ids, err
+}
+
+// SubmitIDsReplayed is SubmitIDs that also reports, as SubmitReplayed
+// does, whether the ids are those of an earlier submission.
+func (c *Client) SubmitIDsReplayed(ctx context.Context, req *berth.SubmitRequest) (ids []string, replayed bool, err error) {
 	var out berth.SubmitIDsResponse
-	err := c.do(ctx, http.MethodPost, "/api/v1/jobs?ids_only=true", c.keyed(req), &out)
-	return out.IDs, err
+	status, err := c.doStatus(ctx, http.MethodPost, "/api/v1/jobs?ids_only=true", c.keyed(req), &out)
+	return out.IDs, err == nil && status == http.StatusOK, err
 }
 
 // keyed returns req with an idempotency key when it has none and there is
@@ -360,8 +377,10 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Wait waits until every job in ids (or, with all, every job active now)
-// has ended, or timeout passes (0: no limit); the result's Done says which.
+// Wait waits until every job in ids (or, with all, every batch job active
+// now: the caller's own unless it reads every user's jobs; a service only
+// when named) has ended, or timeout passes (0: no limit); the result's Done
+// says which.
 // It long-polls the server a minute at a time, riding out a server restart
 // or failover as Retry says (a wait is safe to ask again), within timeout.
 func (c *Client) Wait(ctx context.Context, ids []string, all bool, timeout time.Duration) (*berth.WaitResult, error) {
@@ -377,7 +396,7 @@ func (c *Client) Wait(ctx context.Context, ids []string, all bool, timeout time.
 		}
 		o.answered()
 		if first {
-			acc.Total, first = out.Total, false
+			acc.Total, acc.Services, first = out.Total, out.Services, false
 		}
 		for st, n := range out.Counts {
 			acc.Counts[st] += n

@@ -136,7 +136,7 @@ type Controller struct {
 	// preempted holds when each preemption of the last window happened.
 	preempted []time.Time
 	queue     *scheduler.Queue
-	idem      map[string][]string
+	idem      map[idemKey][]string // job ids by their user's idempotency key
 	waiters   map[*waiter]struct{}
 	// restarting holds the jobs waiting out their retry or restart backoff.
 	restarting map[*jobState]struct{}
@@ -188,7 +188,7 @@ func New(cfg Config) *Controller {
 		controls:   map[string]map[string]*berth.WorkerControl{},
 		hinted:     map[string]time.Time{},
 		queue:      scheduler.NewQueue(*cfg.Scheduler),
-		idem:       map[string][]string{},
+		idem:       map[idemKey][]string{},
 		waiters:    map[*waiter]struct{}{},
 		restarting: map[*jobState]struct{}{},
 		logNotify:  make(chan struct{}),

@@ -140,7 +140,7 @@ func TestAssignedJobKeepsItsAttemptOverARestart(t *testing.T) {
 	agent.send(wire.TypeJobResult, &wire.JobResult{AttemptID: assign.AttemptID, State: berth.AttemptFailed, ExitCode: &exit})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if res, err := c.Wait(ctx, []string{id}, false); err != nil || !res.Done {
+	if res, err := c.Wait(ctx, []string{id}, false, ""); err != nil || !res.Done {
 		t.Fatalf("wait for %s: %+v, %v", id, res, err)
 	}
 	j, err := c.store.Job(t.Context(), id)

@@ -267,7 +267,8 @@ func (c *Controller) rebuild(a *store.Active) {
 		js := &jobState{job: j}
 		c.jobs[j.ID] = js
 		if j.IdempotencyKey != "" {
-			c.idem[j.IdempotencyKey] = append(c.idem[j.IdempotencyKey], j.ID)
+			k := idemKeyOf(&j.JobSpec)
+			c.idem[k] = append(c.idem[k], j.ID)
 		}
 	}
 	for _, at := range a.Attempts {

@@ -1,8 +1,11 @@
 package controller
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -11,18 +14,20 @@ import (
 )
 
 // Submit validates req, stores the job (or Array jobs) durably and queues
-// it. A request whose idempotency key was seen before returns the original
-// jobs and stores nothing. Invalid input returns an ECodeInvalid *berth.Error
-// and stores nothing.
+// it. Idempotency keys are per user (req.User): a repeat of the same
+// request with a key its user submitted with before returns the original
+// jobs and stores nothing; a different request with that key is an
+// ECodeConflict *berth.Error on idempotency_key and stores nothing. Invalid
+// input returns an ECodeInvalid *berth.Error and stores nothing.
 func (c *Controller) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
 	jobs, _, err := c.SubmitReplayed(ctx, req)
 	return jobs, err
 }
 
 // SubmitReplayed is Submit that also reports whether the jobs returned are
-// those of an earlier submission with the same idempotency key (replayed
-// true, nothing stored) rather than created by this call. Errors are
-// Submit's.
+// those of an earlier submission of the same request by the same user with
+// the same idempotency key (replayed true, nothing stored) rather than
+// created by this call. Errors are Submit's.
 func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitRequest) (jobs []*berth.Job, replayed bool, err error) {
 	if c.cfg.Expand != nil {
 		if err := c.cfg.Expand(&req.JobSpec); err != nil {
@@ -40,23 +45,35 @@ func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitReques
 		if err != nil {
 			return nil, false, fmt.Errorf("idempotency lookup: %w", err)
 		}
+		// Keys are per user: another user's submission is no replay.
+		prior = slices.DeleteFunc(prior, func(j *berth.Job) bool { return j.User != req.User })
 		if len(prior) > 0 {
+			if err := checkReplay(req, prior[0], len(prior)); err != nil {
+				return nil, false, err
+			}
 			return prior, true, nil
 		}
 	}
 	type result struct {
 		jobs     []*berth.Job
 		replayed bool
+		err      error
 	}
 	reply := make(chan result, 1)
 	if err := c.do(ctx, func() {
-		if ids, ok := c.idem[req.IdempotencyKey]; ok && req.IdempotencyKey != "" {
+		if ids, ok := c.idem[idemKeyOf(&req.JobSpec)]; ok && req.IdempotencyKey != "" {
 			// Submitted since the lookup above, maybe not durable yet.
 			jobs := make([]*berth.Job, 0, len(ids))
 			for _, id := range ids {
 				if js := c.jobs[id]; js != nil {
 					j := *js.job
 					jobs = append(jobs, &j)
+				}
+			}
+			if len(jobs) > 0 {
+				if err := checkReplay(req, jobs[0], len(ids)); err != nil {
+					reply <- result{err: err}
+					return
 				}
 			}
 			c.afterCommit(func() { reply <- result{jobs: jobs, replayed: true} })
@@ -69,12 +86,44 @@ func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitReques
 	}
 	select {
 	case r := <-reply:
-		return r.jobs, r.replayed, nil
+		return r.jobs, r.replayed, r.err
 	case <-c.failed:
 		return nil, false, c.storeFailedError()
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
+}
+
+// idemKey is an idempotency key as the controller scopes it: per user.
+type idemKey struct {
+	user, key string
+}
+
+// idemKeyOf returns the scoped idempotency key of a job or request spec.
+func idemKeyOf(spec *berth.JobSpec) idemKey {
+	return idemKey{user: spec.User, key: spec.IdempotencyKey}
+}
+
+// checkReplay returns nil when req, a valid request, is the request that
+// created first, the first of the n jobs its user submitted before with
+// its idempotency key: the same spec once createJobs's defaults are
+// applied, compared as stored (JSON), and the same number of jobs, as an
+// array or not. Otherwise it returns an ECodeConflict error on
+// idempotency_key naming first.
+func checkReplay(req *berth.SubmitRequest, first *berth.Job, n int) error {
+	want, err := json.Marshal(withDefaults(req.JobSpec))
+	if err != nil {
+		return fmt.Errorf("idempotency check: encode request: %w", err)
+	}
+	got, err := json.Marshal(&first.JobSpec)
+	if err != nil {
+		return fmt.Errorf("idempotency check: encode job %s: %w", first.ID, err)
+	}
+	if bytes.Equal(want, got) && n == max(req.Array, 1) && (req.Array > 0) == (first.ArrayIndex != nil) {
+		return nil
+	}
+	return &berth.Error{Code: berth.ECodeConflict, Field: "idempotency_key",
+		Message: fmt.Sprintf("idempotency key %q was already used for a different request (job %s); use a new key", req.IdempotencyKey, first.ID)}
 }
 
 // CheckSecrets checks that every secret spec's command, env and workdir
@@ -114,25 +163,21 @@ func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth
 	out := make([]*berth.Job, n)
 	b := &store.Batch{Jobs: make([]*berth.Job, n)}
 	events := make([]berth.Event, n)
+	spec := withDefaults(req.JobSpec)
+	key := idemKeyOf(&spec)
 	for i := 0; i < n; i++ {
-		j := &berth.Job{ID: c.ids.New(now), JobSpec: req.JobSpec, State: berth.JobPending, CreatedAt: now}
+		j := &berth.Job{ID: c.ids.New(now), JobSpec: spec, State: berth.JobPending, CreatedAt: now}
 		if req.Array > 0 {
 			idx := i
 			j.ArrayIndex = &idx
-		}
-		if j.Name == "" {
-			j.Name = defaultName(req.Command)
-		}
-		if j.Kind == berth.KindService && j.Retries == 0 {
-			j.Retries = berth.DefaultServiceRestarts
 		}
 		stored, reply := *j, *j
 		b.Jobs[i], out[i] = &stored, &reply
 		js := &jobState{job: j}
 		c.jobs[j.ID] = js
 		c.enqueue(js)
-		if req.IdempotencyKey != "" {
-			c.idem[req.IdempotencyKey] = append(c.idem[req.IdempotencyKey], j.ID)
+		if key.key != "" {
+			c.idem[key] = append(c.idem[key], j.ID)
 		}
 		events[i] = berth.Event{Time: now, Type: EventJobSubmitted, JobID: j.ID, State: berth.JobPending, Actor: actor, User: j.User}
 	}
@@ -141,6 +186,19 @@ func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth
 	c.emit(events...)
 	c.dirty = true
 	return out
+}
+
+// withDefaults returns spec as createJobs stores it: named after its
+// program when it has no name, and a service restarted
+// DefaultServiceRestarts times when its retries are not set.
+func withDefaults(spec berth.JobSpec) berth.JobSpec {
+	if spec.Name == "" {
+		spec.Name = defaultName(spec.Command)
+	}
+	if spec.Kind == berth.KindService && spec.Retries == 0 {
+		spec.Retries = berth.DefaultServiceRestarts
+	}
+	return spec
 }
 
 // defaultName is the base name of the command's program.

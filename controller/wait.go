@@ -34,24 +34,33 @@ func (c *Controller) jobEnded(id string, st berth.JobState) {
 }
 
 // Wait blocks until every job in ids has ended, or ctx ends (Done false).
-// With all set it waits for every job active when it is called. Unknown ids
-// return ECodeNotFound.
-func (c *Controller) Wait(ctx context.Context, ids []string, all bool) (*berth.WaitResult, error) {
+// With all set it also waits for every batch job active when it is called,
+// only user's when user is not empty; services, which run until stopped,
+// are waited for only when named in ids, and the result counts those all
+// left out. Unknown ids return ECodeNotFound.
+func (c *Controller) Wait(ctx context.Context, ids []string, all bool, user string) (*berth.WaitResult, error) {
 	w := &waiter{pending: map[string]struct{}{}, ended: map[string]berth.JobState{}, done: make(chan struct{})}
 	var inactive []string
-	var total int
+	var total, services int
 	var written <-chan struct{}
 	if err := c.do(ctx, func() {
-		if all {
-			for id := range c.jobs {
-				w.pending[id] = struct{}{}
-			}
-		}
 		for _, id := range ids {
 			if c.jobs[id] != nil {
 				w.pending[id] = struct{}{}
 			} else {
 				inactive = append(inactive, id)
+			}
+		}
+		if all {
+			for id, js := range c.jobs {
+				_, named := w.pending[id]
+				switch {
+				case named, user != "" && js.job.User != user: // counted already, or not user's
+				case js.job.Kind == berth.KindService:
+					services++
+				default:
+					w.pending[id] = struct{}{}
+				}
 			}
 		}
 		total = len(w.pending) + len(inactive)
@@ -66,7 +75,7 @@ func (c *Controller) Wait(ctx context.Context, ids []string, all bool) (*berth.W
 	}); err != nil {
 		return nil, err
 	}
-	res := &berth.WaitResult{Total: total, Counts: map[berth.JobState]int{}}
+	res := &berth.WaitResult{Total: total, Services: services, Counts: map[berth.JobState]int{}}
 	if len(inactive) > 0 {
 		if err := c.awaitDurable(ctx, written); err != nil {
 			c.forget(w)

@@ -100,7 +100,7 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	preemptible := fs.Bool("preemptible", false, "a more urgent job may stop this one (it is requeued without spending a retry)")
 	model := fs.String("model", "", "model the job serves or trains; placed preferably where it is loaded")
 	user := fs.String("user", "", "user the job runs for (quotas and fair share count it)")
-	idem := fs.String("idempotency-key", "", "a repeat with the same key returns the first submission's jobs")
+	idem := fs.String("idempotency-key", "", "your key for this request: a repeat of it returns the first submission's jobs; another request under it is refused")
 	wait := fs.Bool("wait", false, "wait for the jobs to end; exit 0 only if all succeeded")
 	var env keyValueFlag
 	fs.Var(&env, "env", "KEY=VALUE environment variable (repeatable)")
@@ -213,10 +213,11 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	c := m.client(cf)
 	var ids []string
 	if cf.output == "json" {
-		jobs, err := c.Submit(ctx, &req)
+		jobs, replayed, err := c.SubmitReplayed(ctx, &req)
 		if err != nil {
 			return err
 		}
+		m.noteReplay(&req, replayed)
 		if err := printJSON(m.Stdout, jobs); err != nil {
 			return err
 		}
@@ -224,14 +225,25 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 			ids = append(ids, j.ID)
 		}
 	} else {
+		var replayed bool
 		var err error
-		if ids, err = c.SubmitIDs(ctx, &req); err != nil {
+		if ids, replayed, err = c.SubmitIDsReplayed(ctx, &req); err != nil {
 			return err
 		}
+		m.noteReplay(&req, replayed)
 		fmt.Fprintln(m.Stdout, strings.Join(ids, "\n"))
 	}
 	if !*wait {
 		return nil
 	}
 	return m.waitFor(ctx, c, ids, false, time.Duration(0))
+}
+
+// noteReplay tells the user on stderr when the server answered req, which
+// has an idempotency key of theirs, with the jobs of an earlier submission
+// (replayed). A key the client made up for failover is no news to them.
+func (m *Main) noteReplay(req *berth.SubmitRequest, replayed bool) {
+	if replayed && req.IdempotencyKey != "" {
+		fmt.Fprintf(m.Stderr, "berth: already submitted with idempotency key %s (the jobs below are the first submission's)\n", req.IdempotencyKey)
+	}
 }

@@ -15,16 +15,19 @@ import (
 const waitUsage = `ID... | --all [--timeout D]
 
 Waits until the jobs have ended: exit 0 when every one succeeded, 1 when any
-failed or was cancelled, 124 when --timeout ran out. It rides out a server
-restart or failover (see --server): when no server answers it says so and
-asks again, 1 s apart and doubling to 5 s; it gives up after 2 minutes
-without an answer (or at --timeout), with one line and exit 124 too, the jobs
-perhaps still running. A refusal (an unknown id, a bad token) ends it at once.`
+failed or was cancelled, 124 when --timeout ran out. --all waits for the batch
+jobs active now (your own, unless your role reads every user's jobs), not for
+services: they run until stopped, so a service is waited for only by id, and
+--all says how many it left out. It rides out a server restart or failover
+(see --server): when no server answers it says so and asks again, 1 s apart
+and doubling to 5 s; it gives up after 2 minutes without an answer (or at
+--timeout), with one line and exit 124 too, the jobs perhaps still running. A
+refusal (an unknown id, a bad token) ends it at once.`
 
 func runWait(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("wait", waitUsage)
 	cf := m.addClientFlags(fs, false)
-	all := fs.Bool("all", false, "wait for every job active now")
+	all := fs.Bool("all", false, "wait for every batch job active now (not services)")
 	var timeout time.Duration
 	durationVar(fs, &timeout, "timeout", 0, "give up after this long, a `duration` (exit 124); 0 waits forever")
 	ids, err := parseInterspersed(fs, args)
@@ -61,7 +64,18 @@ func (m *Main) waitFor(ctx context.Context, c *client.Client, ids []string, all 
 		parts = append(parts, fmt.Sprintf("%d still active", res.Pending))
 	}
 	if len(parts) == 0 {
-		parts = append(parts, "no jobs to wait for")
+		what := "jobs"
+		if all {
+			what = "batch jobs"
+		}
+		parts = append(parts, "no "+what+" to wait for")
+	}
+	switch res.Services {
+	case 0:
+	case 1:
+		parts = append(parts, "1 service not waited for")
+	default:
+		parts = append(parts, fmt.Sprintf("%d services not waited for", res.Services))
 	}
 	fmt.Fprintln(m.Stdout, strings.Join(parts, ", "))
 	switch {

@@ -148,3 +148,24 @@ func TestGaveUpExits124(t *testing.T) {
 		t.Errorf("gaveUp(not found) = %v; want the error as it was", err)
 	}
 }
+
+// TestWaitAllSaysItLeavesServicesOut: berth wait --all waits for the batch
+// jobs, not for a service, and says how many services it left out.
+func TestWaitAllSaysItLeavesServicesOut(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	if code, _, errOut := c.run("serve", "--name", "svc", "--", "sleep", "1000"); code != 0 {
+		t.Fatalf("serve: exit %d: %s", code, errOut)
+	}
+	_, out, _ := c.run("submit", "--", "sleep", "1000")
+	batch := strings.TrimSpace(out)
+	if code, out, _ := c.run("wait", "--all", "--timeout", "50ms"); code != exitTimeout || out != "1 still active, 1 service not waited for\n" {
+		t.Errorf("wait --all with the batch job pending: exit %d, %q; want %d and the service left out", code, out, exitTimeout)
+	}
+	if code, _, errOut := c.run("cancel", batch); code != 0 {
+		t.Fatalf("cancel: exit %d: %s", code, errOut)
+	}
+	if code, out, errOut := c.run("wait", "--all", "--timeout", "10s"); code != 0 || out != "no batch jobs to wait for, 1 service not waited for\n" {
+		t.Errorf("wait --all with only a service active: exit %d, %q, %q; want 0 and the service left out", code, out, errOut)
+	}
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth"
+)
+
+// TestSubmitSaysWhenItIsAReplay: a repeat of a submission with the user's
+// idempotency key prints the first submission's ids (or jobs) on stdout
+// and exits 0, and says on stderr that they are the first submission's; a
+// first submission, another user's under the same key included, says
+// nothing; another request under a used key fails with the conflict.
+func TestSubmitSaysWhenItIsAReplay(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	note := "berth: already submitted with idempotency key nightly-eval (the jobs below are the first submission's)\n"
+	code, first, errOut := c.run("submit", "--idempotency-key", "nightly-eval", "--", "echo", "hi")
+	if code != 0 || len(strings.Fields(first)) != 1 || errOut != "" {
+		t.Fatalf("first submit: exit %d, %q, %q; want one id and no message", code, first, errOut)
+	}
+	code, out, errOut := c.run("submit", "--idempotency-key", "nightly-eval", "--", "echo", "hi")
+	if code != 0 || out != first || errOut != note {
+		t.Errorf("repeat: exit %d, stdout %q, stderr %q; want exit 0, %q and %q", code, out, errOut, first, note)
+	}
+	code, out, errOut = c.run("submit", "--idempotency-key", "nightly-eval", "-o", "json", "--", "echo", "hi")
+	if code != 0 || errOut != note || !strings.Contains(out, `"id": "`+strings.TrimSpace(first)+`"`) {
+		t.Errorf("repeat -o json: exit %d, stdout %q, stderr %q; want exit 0, job %s and %q", code, out, errOut, strings.TrimSpace(first), note)
+	}
+
+	jobs := runJSON[[]berth.Job](c, "submit", "--user", "alice", "--idempotency-key", "nightly-eval", "-o", "json", "--", "echo", "alice")
+	if len(jobs) != 1 || jobs[0].ID == strings.TrimSpace(first) || jobs[0].User != "alice" {
+		t.Fatalf("alice's submit under the same key printed %+v, want a job of her own", jobs)
+	}
+
+	code, out, errOut = c.run("submit", "--idempotency-key", "nightly-eval", "--", "echo", "bye")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "idempotency_key") || !strings.Contains(errOut, "(conflict)") ||
+		!strings.Contains(errOut, strings.TrimSpace(first)) || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("another request under the key: exit %d, stdout %q, stderr %q; want exit %d and one conflict line naming %s",
+			code, out, errOut, exitUsage, strings.TrimSpace(first))
+	}
+	if n := len(c.listJobs()); n != 2 {
+		t.Errorf("%d jobs stored, want 2", n)
+	}
+}
