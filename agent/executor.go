@@ -29,6 +29,9 @@ type Spec struct {
 	TaskIndex        int
 	ArrayIndex       *int              // BERTH_ARRAY_INDEX when not nil
 	Command          []string          // argv, run directly (no shell)
+	JobName, User    string            // BERTH_JOB_NAME, BERTH_USER when not empty
+	Attempt          int               // BERTH_ATTEMPT when not 0
+	Host             string            // BERTH_HOST, the agent's host label, when not empty
 	Env              map[string]string // job env, added to the agent's own environment
 	Workdir          string            // cwd; empty: Dir
 	Dir              string            // the attempt's scratch directory, created by Start only when Workdir is empty
@@ -227,6 +230,14 @@ func environ(s Spec) []string {
 		env = append(env, k+"="+v)
 	}
 	env = append(env, "BERTH_JOB_ID="+s.JobID, "BERTH_TASK_INDEX="+strconv.Itoa(s.TaskIndex), "BERTH_ATTEMPT_ID="+s.AttemptID)
+	for _, kv := range [...][2]string{{"BERTH_JOB_NAME", s.JobName}, {"BERTH_USER", s.User}, {"BERTH_HOST", s.Host}} {
+		if kv[1] != "" {
+			env = append(env, kv[0]+"="+kv[1])
+		}
+	}
+	if s.Attempt > 0 {
+		env = append(env, "BERTH_ATTEMPT="+strconv.Itoa(s.Attempt))
+	}
 	if s.ArrayIndex != nil {
 		env = append(env, "BERTH_ARRAY_INDEX="+strconv.Itoa(*s.ArrayIndex))
 	}

@@ -71,16 +71,17 @@ func TestGPUsAreGivenToJobs(t *testing.T) {
 	t.Parallel()
 	cl := newCluster(t)
 	cl.addAgent("g1")
-	req := shellJob(`echo "$CUDA_VISIBLE_DEVICES"`)
-	req.Resources.GPUs = 2
+	req := shellJob(`echo "$CUDA_VISIBLE_DEVICES"; echo "$BERTH_JOB_NAME $BERTH_USER $BERTH_HOST $BERTH_ATTEMPT"`)
+	req.Name, req.Resources.GPUs = "gpu-check", 2
 	j := cl.submit(req)[0]
 	d := cl.awaitState(j.ID, time.Minute, berth.JobSucceeded)
 	var out strings.Builder
 	if err := cl.c.Logs(context.Background(), j.ID, client.LogOptions{}, &out); err != nil {
 		t.Fatal(err)
 	}
-	if out.String() != "0,1\n" || len(d.AttemptList[0].GPUs) != 2 {
-		t.Fatalf("CUDA_VISIBLE_DEVICES = %q, attempt GPUs %v", out.String(), d.AttemptList[0].GPUs)
+	if out.String() != "0,1\ngpu-check local g1 1\n" || len(d.AttemptList[0].GPUs) != 2 {
+		t.Fatalf("the job printed %q (CUDA_VISIBLE_DEVICES, then name, user, host, attempt), attempt GPUs %v",
+			out.String(), d.AttemptList[0].GPUs)
 	}
 	// Three GPUs never fit on a two-GPU worker: the job waits and says why.
 	req.Resources.GPUs = 3

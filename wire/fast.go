@@ -87,6 +87,12 @@ var fastDecoders = map[string]func([]byte) (any, bool){
 				return d.int(&m.TaskIndex)
 			case "array_index":
 				return d.intPointer(&m.ArrayIndex)
+			case "job_name":
+				return d.str(&m.JobName)
+			case "user":
+				return d.str(&m.User)
+			case "attempt":
+				return d.int(&m.Attempt)
 			case "queue":
 				return d.str(&m.Queue)
 			case "command":
@@ -126,7 +132,7 @@ type scan struct {
 // writes it, if a key repeats, or if field gives up on one.
 func decodeObject(p []byte, field func(d *scan, key []byte) bool) bool {
 	d := &scan{b: p}
-	var seen [16][]byte
+	var seen [24][]byte // at least as many as the keys of the largest message read
 	n := 0
 	return d.object(func(key []byte) bool {
 		if n == len(seen) || slices.ContainsFunc(seen[:n], func(k []byte) bool { return bytes.Equal(k, key) }) {

@@ -244,10 +244,16 @@ type NoWork struct{}
 
 // JobAssign starts an attempt on the agent.
 type JobAssign struct {
-	AttemptID  string            `json:"attempt_id"`
-	JobID      string            `json:"job_id"`
-	TaskIndex  int               `json:"task_index"`
-	ArrayIndex *int              `json:"array_index,omitempty"`
+	AttemptID  string `json:"attempt_id"`
+	JobID      string `json:"job_id"`
+	TaskIndex  int    `json:"task_index"`
+	ArrayIndex *int   `json:"array_index,omitempty"`
+	// JobName and User are the job's name and its submitter's; Attempt
+	// counts the job's attempts, this one included (a gang's members share
+	// it), as its retries count them.
+	JobName    string            `json:"job_name,omitempty"`
+	User       string            `json:"user,omitempty"`
+	Attempt    int               `json:"attempt,omitempty"`
 	Queue      string            `json:"queue"`
 	Command    []string          `json:"command"`
 	Env        map[string]string `json:"env,omitempty"`

@@ -71,9 +71,9 @@ func holder(f *os.File) string {
 }
 
 // Release gives the directory up (the lock file stays, for the next
-// owner). It unlocks before it closes the file: a
-// child process forked meanwhile (by any goroutine) shares the open file
-// until it execs, and closing alone would leave the lock held until then.
+// owner). It unlocks before it closes the file: a child process forked
+// meanwhile (by any goroutine) shares the open file until it execs, and
+// closing alone would leave the lock held until then.
 func (l *Lock) Release() error {
 	unlockErr := syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 	return errors.Join(unlockErr, l.f.Close())
