@@ -2,6 +2,7 @@ package berth
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,28 @@ func (g GPU) HasType(gpuType string) bool {
 
 func isAlphanumeric(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// GPUKind is a number of alike GPUs: of one model and memory.
+type GPUKind struct {
+	Model  string
+	Memory Bytes
+	Count  int
+}
+
+// GPUKinds groups gpus by model and memory, in the order each kind first
+// appears.
+func GPUKinds(gpus []GPU) []GPUKind {
+	var kinds []GPUKind
+	for _, g := range gpus {
+		i := slices.IndexFunc(kinds, func(k GPUKind) bool { return k.Model == g.Model && k.Memory == g.Memory })
+		if i < 0 {
+			i = len(kinds)
+			kinds = append(kinds, GPUKind{Model: g.Model, Memory: g.Memory})
+		}
+		kinds[i].Count++
+	}
+	return kinds
 }
 
 // GPUStat is a GPU's load as its agent last read it (nvidia-smi), sent

@@ -984,8 +984,9 @@ func (a *Agent) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	if err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	} else if proc, err = a.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
-		ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: a.cfg.Host, Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log,
-		GPUs: m.GPUs, MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups,
+		ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: a.cfg.Host,
+		Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
+		MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: a.groups,
 		ProgressURL: a.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}); err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	}

@@ -71,8 +71,8 @@ type Exit struct {
 type Executor interface {
 	// Start starts s and returns its Process. A job that cannot be started
 	// (binary not found, workdir missing) is not an error: it is a Process
-	// already Done with State failed, whose log says why. Start errors only when the attempt's
-	// own directory or log file cannot be created.
+	// already Done with State failed, whose log says why. Start errors only
+	// when the attempt's own directory or log file cannot be created.
 	Start(ctx context.Context, s Spec) (Process, error)
 }
 

@@ -133,7 +133,8 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 		}
 		b.Attempts = append(b.Attempts, as.copy())
 		msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
-			JobName: j.Name, User: j.User, Attempt: j.Attempts, Queue: j.Queue, Model: j.Model, Command: j.Command, Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
+			JobName: j.Name, User: j.User, Attempt: j.Attempts, Queue: j.Queue, Model: j.Model, Command: j.Command,
+			Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
 			MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: c.cfg.Grace}
 		if j.Kind == berth.KindService && c.cfg.Services != nil {
 			msg.Service = c.cfg.Services.Service(j)

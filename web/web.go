@@ -432,22 +432,9 @@ func gpuSummary(gpus []berth.GPU) string {
 	if len(gpus) == 0 {
 		return "none"
 	}
-	type kind struct {
-		model string
-		mem   berth.Bytes
-	}
-	var order []kind
-	count := map[kind]int{}
-	for _, g := range gpus {
-		k := kind{g.Model, g.Memory}
-		if count[k] == 0 {
-			order = append(order, k)
-		}
-		count[k]++
-	}
-	parts := make([]string, len(order))
-	for i, k := range order {
-		parts[i] = fmt.Sprintf("%d× %s %s", count[k], k.model, k.mem)
+	var parts []string
+	for _, k := range berth.GPUKinds(gpus) {
+		parts = append(parts, fmt.Sprintf("%d× %s %s", k.Count, k.Model, k.Memory))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -13,12 +13,12 @@ const logsUsage = `[-f] [--attempt N] ID
 Prints the job's output, every attempt in order, each after the first under
 a header line "==> attempt 2 on HOST (ID) <=="; a gang's members each under
 one naming their rank. --attempt N prints the N-th attempt alone, without a
-header (a gang's members keep theirs). With -f it follows the output until the job (or
-that attempt) ends, riding out a server restart or failover (see --server):
-when no server answers it says so, asks again (1 s apart and doubling to
-5 s) and goes on after the last byte it printed; it gives up after 2 minutes
-without an answer, with one line and exit 124. A refusal (an unknown id, a
-bad token) ends it at once.`
+header (a gang's members keep theirs). With -f it follows the output until
+the job (or that attempt) ends, riding out a server restart or failover (see
+--server): when no server answers it says so, asks again (1 s apart and
+doubling to 5 s) and goes on after the last byte it printed; it gives up
+after 2 minutes without an answer, with one line and exit 124. A refusal (an
+unknown id, a bad token) ends it at once.`
 
 func runLogs(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("logs", logsUsage)

@@ -70,12 +70,8 @@ func (m *Main) waitFor(ctx context.Context, c *client.Client, ids []string, all 
 		}
 		parts = append(parts, "no "+what+" to wait for")
 	}
-	switch res.Services {
-	case 0:
-	case 1:
-		parts = append(parts, "1 service not waited for")
-	default:
-		parts = append(parts, fmt.Sprintf("%d services not waited for", res.Services))
+	if res.Services > 0 {
+		parts = append(parts, berth.Count(res.Services, "service")+" not waited for")
 	}
 	fmt.Fprintln(m.Stdout, strings.Join(parts, ", "))
 	switch {

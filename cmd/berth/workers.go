@@ -10,20 +10,12 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// gpuSummary counts GPUs by model, in the order the models first appear:
-// "2xA100,1xT4".
+// gpuSummary counts GPUs by kind, as --gpus declares them:
+// "2xA100:40GiB,1xT4:16GiB".
 func gpuSummary(gpus []berth.GPU) string {
-	var models []string
-	count := map[string]int{}
-	for _, g := range gpus {
-		if count[g.Model] == 0 {
-			models = append(models, g.Model)
-		}
-		count[g.Model]++
-	}
-	parts := make([]string, len(models))
-	for i, model := range models {
-		parts[i] = fmt.Sprintf("%dx%s", count[model], model)
+	var parts []string
+	for _, k := range berth.GPUKinds(gpus) {
+		parts = append(parts, fmt.Sprintf("%dx%s:%s", k.Count, k.Model, k.Memory))
 	}
 	return strings.Join(parts, ",")
 }

@@ -12,7 +12,7 @@ func TestGPUSummaryCountsEachModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := gpuSummary(gpus); got != "2xA100,1xT4" {
-		t.Errorf("gpuSummary(2 A100s and a T4) = %q, want 2xA100,1xT4", got)
+	if got := gpuSummary(gpus); got != "2xA100:40GiB,1xT4:16GiB" {
+		t.Errorf("gpuSummary(2 A100s and a T4) = %q, want 2xA100:40GiB,1xT4:16GiB", got)
 	}
 }
