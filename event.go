@@ -12,6 +12,7 @@ type Event struct {
 	WorkerID  string    `json:"worker_id,omitempty"`
 	Host      string    `json:"host,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
+	ExitCode  *int      `json:"exit_code,omitempty"` // a finished job's exit code, when its process ran
 	Quota     string    `json:"quota,omitempty"`     // id of the rule a quota event is about
 	Limits    string    `json:"limits,omitempty"`    // a set rule's limits, e.g. "gpus<=8 jobs<=4"
 	Actor     string    `json:"actor,omitempty"`     // who made the change; empty until requests carry a user identity

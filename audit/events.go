@@ -52,6 +52,9 @@ func fromEvent(en *Entry, e *berth.Event) {
 	set("worker_id", e.WorkerID)
 	set("host", e.Host)
 	set("reason", e.Reason)
+	if e.ExitCode != nil {
+		set("exit_code", strconv.Itoa(*e.ExitCode))
+	}
 	set("limits", e.Limits)
 	set("user", e.User)
 	set("queue", e.Queue)

@@ -58,6 +58,20 @@ func TestRecordEventsIsAppendOfFromEvent(t *testing.T) {
 	}
 }
 
+// TestFromEventNamesTheExitCode: an ended job's record carries the exit
+// code, 0 included; an event without one has no such field.
+func TestFromEventNamesTheExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		code *int
+		want string
+	}{{new(0), "0"}, {new(137), "137"}, {nil, ""}} {
+		en := FromEvent(&berth.Event{Type: "job.failed", JobID: "J1", ExitCode: tc.code})
+		if got, ok := en.Fields["exit_code"]; got != tc.want || ok != (tc.code != nil) {
+			t.Errorf("exit code %v: fields %v, want exit_code %q", tc.code, en.Fields, tc.want)
+		}
+	}
+}
+
 // BenchmarkRecordEvents appends what the controller's group commit hands
 // the log for 250 trivial jobs: each job submitted, assigned, running and
 // succeeded, 1,000 events in one call.
@@ -90,7 +104,7 @@ func lifecycleEvents(jobs int) []berth.Event {
 			berth.Event{Seq: uint64(4*i + 1), Time: at, Type: "job.submitted", JobID: job, State: berth.JobPending, User: "alice", Queue: "default"},
 			berth.Event{Time: at, Type: "job.assigned", JobID: job, WorkerID: worker, Host: host, Attempts: []string{job + "a"}},
 			berth.Event{Seq: uint64(4*i + 3), Time: at, Type: "job.running", JobID: job, State: berth.JobRunning, WorkerID: worker, Host: host},
-			berth.Event{Seq: uint64(4*i + 4), Time: at, Type: "job.succeeded", JobID: job, State: berth.JobSucceeded, WorkerID: worker, Host: host, Reason: "exit 0"})
+			berth.Event{Seq: uint64(4*i + 4), Time: at, Type: "job.succeeded", JobID: job, State: berth.JobSucceeded, WorkerID: worker, Host: host, Reason: "exit 0", ExitCode: new(0)})
 	}
 	return events
 }

@@ -288,6 +288,6 @@ func (c *Controller) finishJob(js *jobState, st berth.JobState, code *int, reaso
 	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
 	delete(c.jobs, j.ID)
 	c.jobEnded(j.ID, st)
-	c.emit(berth.Event{Time: now, Type: "job." + string(st), JobID: j.ID, State: st, Reason: reason})
+	c.emit(berth.Event{Time: now, Type: "job." + string(st), JobID: j.ID, State: st, Reason: reason, ExitCode: code})
 	c.afterCommit(c.notifyLogs)
 }

@@ -9,13 +9,14 @@ import (
 
 func runCancel(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("cancel", "ID...")
-	cf := m.addClientFlags(fs, false)
+	cf := m.addClientFlags(fs, true)
 	ids, err := parseIDs(fs, cf, args, "give at least one job id")
 	if err != nil {
 		return err
 	}
 	c := m.client(cf)
 	failed := 0
+	cancelled := []*berth.Job{} // for -o json: an array, never null
 	for _, id := range ids {
 		j, err := c.Cancel(ctx, id)
 		if err != nil && len(ids) == 1 {
@@ -26,10 +27,18 @@ func runCancel(ctx context.Context, m *Main, args []string) error {
 			failed++
 			continue
 		}
-		if j.State == berth.JobCancelled {
+		switch {
+		case cf.output == "json":
+			cancelled = append(cancelled, j)
+		case j.State == berth.JobCancelled:
 			fmt.Fprintf(m.Stdout, "%s cancelled\n", id)
-		} else {
+		default:
 			fmt.Fprintf(m.Stdout, "%s stopping (SIGTERM sent; SIGKILL after the grace period)\n", id)
+		}
+	}
+	if cf.output == "json" {
+		if err := printJSON(m.Stdout, cancelled); err != nil {
+			return err
 		}
 	}
 	if failed > 0 {

@@ -269,6 +269,30 @@ func TestCancelAndWaitExitCodes(t *testing.T) {
 	}
 }
 
+// TestCancelAndWaitPrintJSON: with -o json, cancel prints the cancelled
+// jobs as an array (an id it could not cancel goes to stderr) and wait the
+// outcome as an object, with the same exit codes as their tables.
+func TestCancelAndWaitPrintJSON(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	_, out, _ := c.run("submit", "--", "sleep", "1000")
+	id := strings.TrimSpace(out)
+	code, out, errOut := c.run("cancel", "-o", "json", id, "01NOSUCHJOB")
+	var cancelled []berth.Job
+	if err := json.Unmarshal([]byte(out), &cancelled); err != nil || code != exitUsage ||
+		len(cancelled) != 1 || cancelled[0].ID != id || cancelled[0].State != berth.JobCancelled ||
+		!strings.Contains(errOut, "01NOSUCHJOB") {
+		t.Fatalf("cancel -o json: exit %d, %q (%v), %q; want exit 2, the one job cancelled, the unknown id on stderr",
+			code, out, err, errOut)
+	}
+	code, out, _ = c.run("wait", "-o", "json", id)
+	var res berth.WaitResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil || code != exitFailed || !res.Done ||
+		res.Counts[berth.JobCancelled] != 1 || len(res.Failures) != 1 || res.Failures[0] != id {
+		t.Fatalf("wait -o json: exit %d, %q (%v); want exit 1 and the job cancelled", code, out, err)
+	}
+}
+
 // TestFlagsMayFollowIDs gives the flags of commands that take ids after
 // them, as people type them.
 func TestFlagsMayFollowIDs(t *testing.T) {

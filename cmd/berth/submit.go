@@ -236,7 +236,11 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	if !*wait {
 		return nil
 	}
-	return m.waitFor(ctx, c, ids, false, time.Duration(0))
+	report := waitReport{summary: m.Stdout}
+	if cf.output == "json" { // stdout holds one JSON document: the jobs
+		report.summary = m.Stderr
+	}
+	return m.waitFor(ctx, c, ids, false, time.Duration(0), report)
 }
 
 // noteReplay tells the user on stderr when the server answered req, which

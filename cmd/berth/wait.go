@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -26,7 +27,7 @@ refusal (an unknown id, a bad token) ends it at once.`
 
 func runWait(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("wait", waitUsage)
-	cf := m.addClientFlags(fs, false)
+	cf := m.addClientFlags(fs, true)
 	all := fs.Bool("all", false, "wait for every batch job active now (not services)")
 	var timeout time.Duration
 	durationVar(fs, &timeout, "timeout", 0, "give up after this long, a `duration` (exit 124); 0 waits forever")
@@ -43,17 +44,48 @@ func runWait(ctx context.Context, m *Main, args []string) error {
 	if timeout < 0 {
 		return berth.Invalidf("--timeout", "must not be negative")
 	}
-	return m.waitFor(ctx, m.retryingClient(cf), ids, *all, timeout)
+	report := waitReport{summary: m.Stdout, asJSON: cf.output == "json"}
+	return m.waitFor(ctx, m.retryingClient(cf), ids, *all, timeout, report)
+}
+
+// waitReport is where waitFor reports the outcome: the WaitResult as JSON
+// on stdout, or a summary line on summary.
+type waitReport struct {
+	summary io.Writer
+	asJSON  bool
 }
 
 // waitFor waits and reports: exit 0 when every job succeeded, 1 when any
 // failed or was cancelled, 124 on timeout or when no server answered for
 // the client's Retry.For.
-func (m *Main) waitFor(ctx context.Context, c *client.Client, ids []string, all bool, timeout time.Duration) error {
+func (m *Main) waitFor(ctx context.Context, c *client.Client, ids []string, all bool, timeout time.Duration, report waitReport) error {
 	res, err := c.Wait(ctx, ids, all, timeout)
 	if err != nil {
 		return gaveUp(err, "the jobs may still be running")
 	}
+	if report.asJSON {
+		if err := printJSON(m.Stdout, res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(report.summary, waitSummary(res, all))
+	}
+	switch {
+	case !res.Done:
+		return &exitError{code: exitTimeout, msg: "timed out waiting"}
+	case len(res.Failures) > 0:
+		shown := res.Failures
+		if len(shown) > 10 {
+			shown = shown[:10]
+		}
+		return &exitError{code: exitFailed, msg: "not all jobs succeeded: " + strings.Join(shown, " ")}
+	}
+	return nil
+}
+
+// waitSummary is the line berth wait prints for people, such as
+// "9 succeeded, 1 failed".
+func waitSummary(res *berth.WaitResult, all bool) string {
 	var parts []string
 	for _, st := range []berth.JobState{berth.JobSucceeded, berth.JobFailed, berth.JobCancelled} {
 		if n := res.Counts[st]; n > 0 {
@@ -73,18 +105,7 @@ func (m *Main) waitFor(ctx context.Context, c *client.Client, ids []string, all 
 	if res.Services > 0 {
 		parts = append(parts, berth.Count(res.Services, "service")+" not waited for")
 	}
-	fmt.Fprintln(m.Stdout, strings.Join(parts, ", "))
-	switch {
-	case !res.Done:
-		return &exitError{code: exitTimeout, msg: "timed out waiting"}
-	case len(res.Failures) > 0:
-		shown := res.Failures
-		if len(shown) > 10 {
-			shown = shown[:10]
-		}
-		return &exitError{code: exitFailed, msg: "not all jobs succeeded: " + strings.Join(shown, " ")}
-	}
-	return nil
+	return strings.Join(parts, ", ")
 }
 
 // retryingClient returns the client of cf's server for a command that
