@@ -44,15 +44,28 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 		if reflect.PointerTo(typeErr.Type).Implements(unmarshaler) {
 			return Invalidf(field, "%s", typeErr.Value)
 		}
+		// encoding/json names no map keys: find the value to name its key
+		// too ("env.EPOCHS", not "env").
+		var wrong json.Token
+		if at, ok := walkJSON(numberDecoder(data), t, "", func(_ string, vt reflect.Type, tok json.Token, unknown bool) bool {
+			if !unknown && vt != nil && !decodedWhole(vt) && !fitsKind(vt, tok) {
+				wrong = tok
+				return true
+			}
+			return false
+		}); ok {
+			field = at
+		}
+		if n, ok := wrong.(json.Number); ok && typeErr.Type.Kind() == reflect.String {
+			return Invalidf(field, "must be a string; quote it: %q", n.String())
+		}
 		return Invalidf(field, "must be %s", kindOf(typeErr.Type))
 	case errors.As(err, &syntaxErr):
 		return Invalidf("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		// encoding/json names the key alone (with %q), not where it is.
 		key, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		field, ok := unknownField(dec, t, "", key)
+		field, ok := unknownField(numberDecoder(data), t, key)
 		if !ok {
 			field = key
 		}
@@ -65,6 +78,33 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 
 var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 
+// numberDecoder decodes data keeping numbers as json.Number.
+func numberDecoder(data []byte) *json.Decoder {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	return dec
+}
+
+// fitsKind reports whether encoding/json decodes tok, a scalar token, into
+// a value of type t without a type error: null into anything, and strings,
+// booleans and numbers into their kinds.
+func fitsKind(t reflect.Type, tok json.Token) bool {
+	switch t.Kind() {
+	case reflect.String:
+		_, ok := tok.(string)
+		return ok || tok == nil
+	case reflect.Bool:
+		_, ok := tok.(bool)
+		return ok || tok == nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		_, ok := tok.(json.Number)
+		return ok || tok == nil
+	}
+	return true
+}
+
 // rejectValue is the error of a Berth type's UnmarshalJSON for a value it
 // rejects: an *json.UnmarshalTypeError, so that encoding/json adds the
 // path of the field, with msg, what is wrong, as its Value.
@@ -73,46 +113,80 @@ func rejectValue[T any](msg string) error {
 }
 
 // unknownField reads one JSON value from dec as encoding/json decodes it
-// into a value of type t, at JSON path path, and returns the path of the
-// first key named key that no field of its struct takes. Paths are those
-// of UnmarshalTypeError: struct fields only, no map keys or list indices.
-func unknownField(dec *json.Decoder, t reflect.Type, path, key string) (string, bool) {
+// into a value of type t and returns the path of the first key named key
+// that no field of its struct takes.
+func unknownField(dec *json.Decoder, t reflect.Type, key string) (string, bool) {
+	return walkJSON(dec, t, "", func(_ string, _ reflect.Type, tok json.Token, unknown bool) bool {
+		return unknown && tok == key
+	})
+}
+
+// jsonVisitor is called by walkJSON for each scalar, with the path and Go
+// type it decodes into (nil where nothing does) and its token, and for each
+// key no field of its struct takes (unknown, with the key as tok). It
+// returns true to stop the walk there.
+type jsonVisitor func(path string, t reflect.Type, tok json.Token, unknown bool) bool
+
+// walkJSON reads one JSON value from dec as encoding/json decodes it into a
+// value of type t, at JSON path path, calling visit until it returns true,
+// and returns the path it stopped at. Paths name struct fields by their
+// JSON names and map entries by their keys, not list indices. Malformed
+// JSON ends the walk where it begins.
+func walkJSON(dec *json.Decoder, t reflect.Type, path string, visit jsonVisitor) (string, bool) {
+	at, found, _ := walkValue(dec, t, path, visit)
+	return at, found
+}
+
+// walkValue is walkJSON, with the error that cut the walk short.
+func walkValue(dec *json.Decoder, t reflect.Type, path string, visit jsonVisitor) (string, bool, error) {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t == nil || reflect.PointerTo(t).Implements(unmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
-		t = nil // decoded whole or not at all: no field of it is unknown
-	}
 	tok, err := dec.Token()
-	if err != nil || (tok != json.Delim('{') && tok != json.Delim('[')) {
-		return "", false
+	if err != nil {
+		return "", false, err
+	}
+	if tok != json.Delim('{') && tok != json.Delim('[') {
+		return path, visit(path, t, tok, false), nil
+	}
+	if t != nil && decodedWhole(t) {
+		t = nil // no field of it is unknown
 	}
 	for dec.More() {
 		var elem reflect.Type
 		sub := path
 		if tok == json.Delim('{') {
-			k, _ := dec.Token()
+			k, err := dec.Token()
+			if err != nil {
+				return "", false, err
+			}
 			name, _ := k.(string)
 			switch {
 			case t == nil:
 			case t.Kind() == reflect.Map:
-				elem = t.Elem()
+				elem, sub = t.Elem(), joinPath(path, name)
 			case t.Kind() == reflect.Struct:
 				if f, ok := jsonField(t, name); ok {
 					elem, sub = f.Type, joinPath(path, f.Name)
-				} else if name == key {
-					return joinPath(path, name), true
+				} else if visit(joinPath(path, name), nil, name, true) {
+					return joinPath(path, name), true, nil
 				}
 			}
 		} else if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			elem = t.Elem()
 		}
-		if field, ok := unknownField(dec, elem, sub, key); ok {
-			return field, true
+		if at, found, err := walkValue(dec, elem, sub, visit); found || err != nil {
+			return at, found, err
 		}
 	}
-	_, _ = dec.Token() // the closing } or ]
-	return "", false
+	_, err = dec.Token() // the closing } or ]
+	return "", false, err
+}
+
+// decodedWhole reports whether values of type t decode themselves
+// (UnmarshalJSON or UnmarshalText) rather than field by field.
+func decodedWhole(t reflect.Type) bool {
+	return reflect.PointerTo(t).Implements(unmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler)
 }
 
 var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()

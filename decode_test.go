@@ -38,8 +38,8 @@ func TestDecodeJSONUnknownField(t *testing.T) {
 		{`{"gpu_typ":2,"resources":{"gpu_typ":1}}`, "gpu_typ", &SubmitRequest{}},
 		{`{"resources":{"gpu\"typ":1}}`, `resources.gpu"typ`, &SubmitRequest{}},
 		{`{"job":{"command":["x"],"resources":{"gpus":1,"cpu":2}}}`, "job.resources.cpu", &nestedDoc{}},
-		// As for a value of the wrong type: no map keys, no list indices.
-		{`{"models":{"llama":{"gpus":1},"Mistral":{"gpu":1}}}`, "models.gpu", &nestedDoc{}},
+		// As for a value of the wrong type: map keys, no list indices.
+		{`{"models":{"llama":{"gpus":1},"Mistral":{"gpu":1}}}`, "models.Mistral.gpu", &nestedDoc{}},
 		{`{"members":[{"host":"a"},{"labels":{},"hots":"b"}]}`, "members.hots", &nestedDoc{}},
 	} {
 		err := DecodeJSON([]byte(tt.doc), tt.v)

@@ -2,6 +2,8 @@ package berth
 
 import (
 	"bytes"
+	"encoding/json"
+	"reflect"
 
 	"github.com/goccy/go-yaml"
 )
@@ -23,5 +25,41 @@ func DecodeYAML(data []byte, v any) error {
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 		return ErrEmptyYAML
 	}
+	if err := bareUnitNumber(js, reflect.TypeOf(v)); err != nil {
+		return err
+	}
 	return DecodeJSON(js, v)
 }
+
+// bareUnitNumber returns an invalid *Error for the first duration or size
+// in js, a document of type t converted from YAML, written as a bare
+// number other than 0. The API takes numbers of seconds and bytes from
+// programs, but in a file people write, "max_runtime: 90" could mean
+// minutes (as Slurm reads it) and "memory: 16000" megabytes; as with
+// flags, the unit must be written.
+func bareUnitNumber(js []byte, t reflect.Type) error {
+	var bare json.Number
+	var unit reflect.Type
+	field, ok := walkJSON(numberDecoder(js), t, "", func(_ string, vt reflect.Type, tok json.Token, _ bool) bool {
+		n, isNumber := tok.(json.Number)
+		if isNumber && (vt == durationType || vt == bytesType) {
+			if f, err := n.Float64(); err != nil || f != 0 {
+				bare, unit = n, vt
+				return true
+			}
+		}
+		return false
+	})
+	switch {
+	case !ok:
+		return nil
+	case unit == durationType:
+		return Invalidf(field, "%s is a bare number; write the unit: a duration such as %ss, %sm or %sh", bare, bare, bare, bare)
+	}
+	return Invalidf(field, "%s is a bare number; write the unit: a size such as %sGiB, %sMiB or %sB", bare, bare, bare, bare)
+}
+
+var (
+	durationType = reflect.TypeFor[Duration]()
+	bytesType    = reflect.TypeFor[Bytes]()
+)

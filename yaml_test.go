@@ -4,13 +4,16 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDecodeYAML(t *testing.T) {
 	t.Parallel()
 	var ok SubmitRequest
-	if err := DecodeYAML([]byte("# a job\ncommand: [python, train.py]\narray: 3\nresources: {gpus: 2}\n"), &ok); err != nil ||
-		len(ok.Command) != 2 || ok.Array != 3 || ok.Resources.GPUs != 2 {
+	if err := DecodeYAML([]byte("# a job\ncommand: [python, train.py]\narray: 3\nresources: {gpus: 2, gpu_memory: 0, memory: 16GiB}\n"+
+		"max_runtime: 90m\nenv: {EPOCHS: \"3\"}\n"), &ok); err != nil ||
+		len(ok.Command) != 2 || ok.Array != 3 || ok.Resources.GPUs != 2 || ok.Resources.Memory != 16<<30 ||
+		ok.MaxRuntime != Duration(90*time.Minute) || ok.Env["EPOCHS"] != "3" {
 		t.Fatalf("DecodeYAML of a good file = %+v, %v", ok, err)
 	}
 	for _, tt := range []struct {
@@ -25,6 +28,14 @@ func TestDecodeYAML(t *testing.T) {
 		{"command: [x]\nresources: {memory: -5GiB}\n", "resources.memory", `"-5GiB" is not a size`},
 		{"command: [x]\nresources: {memory: [1]}\n", "resources.memory", "must be a size such as 80GiB"},
 		{"command: [x]\nmax_runtime: soon\n", "max_runtime", `"soon" is not a duration such as 90s`},
+		// A duration or size needs its unit in a file (0 needs none); the
+		// API takes bare numbers of seconds and bytes from programs.
+		{"command: [x]\nmax_runtime: 90\n", "max_runtime", "90 is a bare number; write the unit: a duration such as 90s, 90m or 90h"},
+		{"command: [x]\nresources: {memory: 16000}\n", "resources.memory", "16000 is a bare number; write the unit: a size such as 16000GiB"},
+		{"command: [x]\nresources: {gpu_memory: 1.5}\n", "resources.gpu_memory", "1.5 is a bare number"},
+		// A value of the wrong type in a map is named by its key.
+		{"command: [x]\nenv: {NAME: x, EPOCHS: 3}\n", "env.EPOCHS", `must be a string; quote it: "3"`},
+		{"command: [x]\nenv: {DEBUG: true}\n", "env.DEBUG", "must be a string"},
 		{"command: {run: x}\n", "command", "must be a list of strings or one shell command string"},
 		{"[1, 2]\n", "", "must be an object"},
 	} {

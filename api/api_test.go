@@ -423,7 +423,7 @@ func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
 		{"trailing data", `{"command":["true"]} {"command":["true"]}`, 400, "body"},
 		{"JSON array body", `[{"command":["true"]}]`, 400, "body"},
 		{"JSON number body", `42`, 400, "body"},
-		{"env value as number", `{"command":["true"],"env":{"A":1}}`, 400, "env"},
+		{"env value as number", `{"command":["true"],"env":{"A":1}}`, 400, "env.A"},
 		{"env BERTH_X", `{"command":["true"],"env":{"BERTH_X":"1"}}`, 400, "env"},
 		{"env CUDA_VISIBLE_DEVICES", `{"command":["true"],"env":{"CUDA_VISIBLE_DEVICES":"0"}}`, 400, "env"},
 		{"env bad name", `{"command":["true"],"env":{"1X":"1"}}`, 400, "env"},
