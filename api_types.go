@@ -5,13 +5,15 @@ package berth
 // SubmitResponse is the body of POST /api/v1/jobs: the jobs created, or for
 // a repeated idempotency key the jobs of the first submission (status 200).
 type SubmitResponse struct {
-	Jobs []*Job `json:"jobs"`
+	Jobs     []*Job   `json:"jobs"`
+	Warnings []string `json:"warnings,omitempty"` // what the server noticed, e.g. a queue no worker serves
 }
 
 // SubmitIDsResponse is the body of POST /api/v1/jobs?ids_only=true: the
 // ids of the jobs SubmitResponse would carry, in the same order.
 type SubmitIDsResponse struct {
-	IDs []string `json:"ids"`
+	IDs      []string `json:"ids"`
+	Warnings []string `json:"warnings,omitempty"` // as SubmitResponse's
 }
 
 // JobList is the body of GET /api/v1/jobs. NextCursor, when set, is the

@@ -239,18 +239,23 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status := http.StatusCreated
+	var warnings []string
 	if replayed {
 		status = http.StatusOK // the jobs of an earlier request with this idempotency key
+	} else {
+		// The jobs are stored: a controller stopping now costs the warning
+		// only, never a failure the client would retry.
+		warnings, _ = s.ctl.SubmitWarnings(r.Context(), req.Queue)
 	}
 	if idsOnly { // a large array's answer without every job in full
 		ids := make([]string, len(jobs))
 		for i, j := range jobs {
 			ids[i] = j.ID
 		}
-		writeJSON(w, status, berth.SubmitIDsResponse{IDs: ids})
+		writeJSON(w, status, berth.SubmitIDsResponse{IDs: ids, Warnings: warnings})
 		return
 	}
-	writeJSON(w, status, berth.SubmitResponse{Jobs: jobs})
+	writeJSON(w, status, berth.SubmitResponse{Jobs: jobs, Warnings: warnings})
 }
 
 // boolQuery returns r's query parameter name as a bool, false when it is

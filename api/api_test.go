@@ -155,14 +155,24 @@ func (s *server) submit(body string, want int) []*berth.Job {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		s.t.Fatalf("submit response is not a JSON object: %v: %s", err, data)
 	}
-	if _, ok := raw["jobs"]; !ok || len(raw) != 1 {
-		s.t.Fatalf(`submit response = %s, want {"jobs":[...]}`, data)
+	if _, ok := raw["jobs"]; !ok || !onlyKeys(raw, "jobs", "warnings") {
+		s.t.Fatalf(`submit response = %s, want {"jobs":[...]} (and warnings)`, data)
 	}
 	var resp berth.SubmitResponse
 	if err := json.Unmarshal(data, &resp); err != nil {
 		s.t.Fatalf("decode submit response: %v: %s", err, data)
 	}
 	return resp.Jobs
+}
+
+// onlyKeys reports whether every key of obj is one of keys.
+func onlyKeys(obj map[string]json.RawMessage, keys ...string) bool {
+	for k := range obj {
+		if !slices.Contains(keys, k) {
+			return false
+		}
+	}
+	return true
 }
 
 // list GETs /api/v1/jobs with query and requires 200.
@@ -324,8 +334,8 @@ func TestSubmitIDsOnly(t *testing.T) {
 		t.Fatalf("status %d, want 201: %s", status, data)
 	}
 	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil || len(raw) != 1 || raw["ids"] == nil {
-		t.Fatalf("answer %s, want only ids", data)
+	if err := json.Unmarshal(data, &raw); err != nil || raw["ids"] == nil || !onlyKeys(raw, "ids", "warnings") {
+		t.Fatalf("answer %s, want only ids (and warnings)", data)
 	}
 	var got berth.SubmitIDsResponse
 	if err := json.Unmarshal(data, &got); err != nil {
@@ -355,6 +365,47 @@ func TestSubmitIDsOnly(t *testing.T) {
 	}
 	if n := s.count(); n != 5 {
 		t.Errorf("store holds %d jobs, want 5", n)
+	}
+}
+
+// TestSubmitWarnsOfAnUnservedQueue: a submission to a queue no worker
+// serves succeeds with a warning naming the queue, in full and ids-only
+// answers; a served queue, or a replay, has none.
+func TestSubmitWarnsOfAnUnservedQueue(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	reg, err := wire.Encode(wire.TypeRegister, &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "h1", Queues: []string{"gpu"}, Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := s.dialAgent(ctx)
+	if err := agent.Write(ctx, websocket.MessageText, reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, err := agent.Read(ctx); err != nil || !strings.Contains(string(data), wire.TypeAck) {
+		t.Fatalf("register: %s, %v; want an ack", data, err)
+	}
+	for _, tc := range []struct {
+		path, body string
+		status     int
+		warned     bool
+	}{
+		{"/api/v1/jobs", `{"command":["true"],"queue":"gpu"}`, http.StatusCreated, false},
+		{"/api/v1/jobs", `{"command":["true"],"queue":"gpux","idempotency_key":"k"}`, http.StatusCreated, true},
+		{"/api/v1/jobs", `{"command":["true"],"queue":"gpux","idempotency_key":"k"}`, http.StatusOK, false},
+		{"/api/v1/jobs?ids_only=true", `{"command":["true"],"queue":"gpux","array":2}`, http.StatusCreated, true},
+	} {
+		status, _, data := s.do("POST", tc.path, tc.body)
+		var answer struct{ Warnings []string }
+		if status != tc.status || json.Unmarshal(data, &answer) != nil {
+			t.Fatalf("POST %s %s: %d %s; want %d", tc.path, tc.body, status, data, tc.status)
+		}
+		warned := len(answer.Warnings) == 1 && strings.Contains(answer.Warnings[0], `no worker serves queue "gpux"`)
+		if warned != tc.warned || (!tc.warned && len(answer.Warnings) > 0) {
+			t.Errorf("POST %s %s: warnings %q; want a warning naming gpux: %v", tc.path, tc.body, answer.Warnings, tc.warned)
+		}
 	}
 }
 

@@ -181,34 +181,60 @@ func idempotent(method string, in any) bool {
 // again to another: the server answers a repeated key with the jobs of
 // the first submission.
 func (c *Client) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
-	jobs, _, err := c.SubmitReplayed(ctx, req)
-	return jobs, err
-}
-
-// SubmitReplayed is Submit that also reports whether the server answered
-// with the jobs of an earlier submission of the same request under the
-// same idempotency key (200, not 201): replayed true, nothing new stored.
-// Errors are Submit's; a different request under a key its user has used
-// is the server's ECodeConflict error.
-func (c *Client) SubmitReplayed(ctx context.Context, req *berth.SubmitRequest) (jobs []*berth.Job, replayed bool, err error) {
-	var out berth.SubmitResponse
-	status, err := c.doStatus(ctx, http.MethodPost, "/api/v1/jobs", c.keyed(req), &out)
-	return out.Jobs, err == nil && status == http.StatusOK, err
+	answer, err := c.SubmitAnswer(ctx, req, false)
+	if err != nil {
+		return nil, err
+	}
+	return answer.Jobs, nil
 }
 
 // SubmitIDs queues a job or an array like Submit and returns only the new
 // jobs' ids: the answer to a large array is a fraction of the size.
 func (c *Client) SubmitIDs(ctx context.Context, req *berth.SubmitRequest) ([]string, error) {
-	ids, _, err := c.SubmitIDsReplayed(ctx, req)
-	return ids, err
+	answer, err := c.SubmitAnswer(ctx, req, true)
+	if err != nil {
+		return nil, err
+	}
+	return answer.IDs, nil
 }
 
-// SubmitIDsReplayed is SubmitIDs that also reports, as SubmitReplayed
-// does, whether the ids are those of an earlier submission.
-func (c *Client) SubmitIDsReplayed(ctx context.Context, req *berth.SubmitRequest) (ids []string, replayed bool, err error) {
-	var out berth.SubmitIDsResponse
-	status, err := c.doStatus(ctx, http.MethodPost, "/api/v1/jobs?ids_only=true", c.keyed(req), &out)
-	return out.IDs, err == nil && status == http.StatusOK, err
+// Submitted is the server's whole answer to a submission.
+type Submitted struct {
+	Jobs []*berth.Job // nil when only the ids were asked for
+	IDs  []string
+	// Replayed is true when the server answered with the jobs of an
+	// earlier submission of the same request under the same idempotency
+	// key (200, not 201): nothing new was stored.
+	Replayed bool
+	Warnings []string // what the server noticed, e.g. a queue no worker serves
+}
+
+// SubmitAnswer queues a job or an array like Submit and returns all the
+// server said: the jobs in full, or with idsOnly their ids alone, whether
+// they were replayed, and warnings. Errors are Submit's; a different
+// request under a key its user has used is the server's ECodeConflict
+// error.
+func (c *Client) SubmitAnswer(ctx context.Context, req *berth.SubmitRequest, idsOnly bool) (*Submitted, error) {
+	var status int
+	var err error
+	answer := &Submitted{}
+	if idsOnly {
+		var out berth.SubmitIDsResponse
+		status, err = c.doStatus(ctx, http.MethodPost, "/api/v1/jobs?ids_only=true", c.keyed(req), &out)
+		answer.IDs, answer.Warnings = out.IDs, out.Warnings
+	} else {
+		var out berth.SubmitResponse
+		status, err = c.doStatus(ctx, http.MethodPost, "/api/v1/jobs", c.keyed(req), &out)
+		answer.Jobs, answer.Warnings = out.Jobs, out.Warnings
+		for _, j := range out.Jobs {
+			answer.IDs = append(answer.IDs, j.ID)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	answer.Replayed = status == http.StatusOK
+	return answer, nil
 }
 
 // keyed returns req with an idempotency key when it has none and there is

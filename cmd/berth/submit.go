@@ -211,28 +211,22 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 		return err
 	}
 	c := m.client(cf)
-	var ids []string
+	answer, err := c.SubmitAnswer(ctx, &req, cf.output != "json")
+	if err != nil {
+		return err
+	}
+	m.noteReplay(&req, answer.Replayed)
+	for _, w := range answer.Warnings {
+		fmt.Fprintf(m.Stderr, "berth: warning: %s\n", w)
+	}
 	if cf.output == "json" {
-		jobs, replayed, err := c.SubmitReplayed(ctx, &req)
-		if err != nil {
+		if err := printJSON(m.Stdout, answer.Jobs); err != nil {
 			return err
-		}
-		m.noteReplay(&req, replayed)
-		if err := printJSON(m.Stdout, jobs); err != nil {
-			return err
-		}
-		for _, j := range jobs {
-			ids = append(ids, j.ID)
 		}
 	} else {
-		var replayed bool
-		var err error
-		if ids, replayed, err = c.SubmitIDsReplayed(ctx, &req); err != nil {
-			return err
-		}
-		m.noteReplay(&req, replayed)
-		fmt.Fprintln(m.Stdout, strings.Join(ids, "\n"))
+		fmt.Fprintln(m.Stdout, strings.Join(answer.IDs, "\n"))
 	}
+	ids := answer.IDs
 	if !*wait {
 		return nil
 	}
