@@ -126,6 +126,9 @@ func (s *JobSpec) Validate() error {
 	if !queueRe.MatchString(s.Queue) {
 		return Invalidf("queue", "must be 1-63 lower-case letters, digits, '_' or '-'")
 	}
+	if s.Parent != "" && !validID(s.Parent) {
+		return Invalidf("parent", "must be a job id, such as $BERTH_JOB_ID in a job")
+	}
 	if s.Kind != KindBatch && s.Kind != KindService {
 		return Invalidf("kind", "must be %q or %q", KindBatch, KindService)
 	}

@@ -294,7 +294,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	f := store.JobFilter{Queue: q.Get("queue"), User: q.Get("user"), Before: before, Limit: 100}
+	f := store.JobFilter{Queue: q.Get("queue"), User: q.Get("user"), Parent: q.Get("parent"), Before: before, Limit: 100}
 	if who := identity(r); !who.SeesAllJobs() {
 		if f.User != "" && f.User != who.Name {
 			writeError(w, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only list its own jobs", who.Name, who.Role))

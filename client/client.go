@@ -254,6 +254,7 @@ type ListOptions struct {
 	States []berth.JobState
 	Queue  string
 	User   string
+	Parent string // only the jobs submitted under this job
 	Limit  int
 	Cursor string
 }
@@ -273,6 +274,9 @@ func (c *Client) Jobs(ctx context.Context, o ListOptions) (*berth.JobList, error
 	}
 	if o.User != "" {
 		q.Set("user", o.User)
+	}
+	if o.Parent != "" {
+		q.Set("parent", o.Parent)
 	}
 	if o.Cursor != "" {
 		q.Set("cursor", o.Cursor)

@@ -122,6 +122,7 @@ type Controller struct {
 
 	// Owned by the loop.
 	jobs     map[string]*jobState
+	children map[string]map[string]*jobState // parent id → its active children, by id
 	attempts map[string]*attemptState
 	workers  map[string]*workerState
 	quotas   map[string]*berth.QuotaRule                // by ID()
@@ -182,6 +183,7 @@ func New(cfg Config) *Controller {
 		done:       make(chan struct{}),
 		failed:     make(chan struct{}),
 		jobs:       map[string]*jobState{},
+		children:   map[string]map[string]*jobState{},
 		attempts:   map[string]*attemptState{},
 		workers:    map[string]*workerState{},
 		quotas:     map[string]*berth.QuotaRule{},

@@ -271,6 +271,9 @@ func (c *Controller) rebuild(a *store.Active) {
 			c.idem[k] = append(c.idem[k], j.ID)
 		}
 	}
+	for _, js := range c.jobs { // once every parent is in
+		c.adopt(js)
+	}
 	for _, at := range a.Attempts {
 		js := c.jobs[at.JobID]
 		if js == nil {

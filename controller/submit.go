@@ -40,6 +40,9 @@ func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitReques
 	if err := CheckSecrets(&req.JobSpec, c.cfg.Secrets); err != nil {
 		return nil, false, err
 	}
+	if err := c.checkParent(ctx, req); err != nil {
+		return nil, false, err
+	}
 	if key := req.IdempotencyKey; key != "" {
 		prior, err := c.store.JobsByIdempotencyKey(ctx, key)
 		if err != nil {
@@ -175,6 +178,7 @@ func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth
 		b.Jobs[i], out[i] = &stored, &reply
 		js := &jobState{job: j}
 		c.jobs[j.ID] = js
+		c.adopt(js)
 		c.enqueue(js)
 		if key.key != "" {
 			c.idem[key] = append(c.idem[key], j.ID)
@@ -229,26 +233,13 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 	}
 	reply := make(chan result, 1)
 	requested := cancelRequestedBy(berth.ActorFrom(ctx))
-	reason := cancelledFor(requested)
 	if err := c.do(ctx, func() {
 		js := c.jobs[id]
 		if js == nil {
 			reply <- result{err: errInactive, written: c.durable()}
 			return
 		}
-		now := c.now().UTC()
-		if !js.placed() {
-			c.queue.Remove(js.task)
-			delete(c.restarting, js)
-			c.finishJob(js, berth.JobCancelled, nil, reason, now)
-		} else if !js.cancelRequested() {
-			js.job.Reason = requested
-			c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
-			js.active(func(as *attemptState) {
-				as.run.Stopping = true
-				c.sendCancel(as, reason)
-			})
-		}
+		c.stopJob(js, requested, c.now().UTC())
 		j := *js.job
 		c.afterCommit(func() { reply <- result{job: &j} })
 	}); err != nil {
@@ -271,6 +262,29 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 
 var errInactive = berth.Errorf(berth.ECodeConflict, "job is not active")
 
+// stopJob cancels js, an active job, with requested as the reason (see
+// cancelRequestedBy): a pending job ends at once, a placed one is marked
+// and its attempts are stopped; its children are cancelled with it. A job
+// whose cancel was requested before is left as it is. Loop only.
+func (c *Controller) stopJob(js *jobState, requested string, now time.Time) {
+	switch {
+	case !js.placed():
+		c.queue.Remove(js.task)
+		delete(c.restarting, js)
+		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(requested), now)
+	case !js.cancelRequested():
+		js.job.Reason = requested
+		c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
+		reason := cancelledFor(requested)
+		js.active(func(as *attemptState) {
+			as.run.Stopping = true
+			c.sendCancel(as, reason)
+		})
+		// Its children need not wait for its processes to end.
+		c.cancelChildren(c.children[js.job.ID], js.job.ID, "was cancelled", now)
+	}
+}
+
 // sendCancel tells the attempt's agent to stop it, once durable.
 func (c *Controller) sendCancel(as *attemptState, reason string) {
 	if s := as.worker.sess; s != nil {
@@ -287,6 +301,7 @@ func (c *Controller) finishJob(js *jobState, st berth.JobState, code *int, reaso
 	j.State, j.ExitCode, j.Reason, j.FinishedAt = st, code, reason, now
 	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
 	delete(c.jobs, j.ID)
+	c.orphan(j, now)
 	c.jobEnded(j.ID, st)
 	c.emit(berth.Event{Time: now, Type: "job." + string(st), JobID: j.ID, State: st, Reason: reason, ExitCode: code})
 	c.afterCommit(c.notifyLogs)

@@ -183,7 +183,8 @@ type statement struct {
 
 // Column types of each table, in sqlstore's column order.
 var (
-	jobTypes       = []string{"text", "text", "text", "text", "json", "integer", "text", "text", "integer", "integer", "bigint", "bigint", "bigint"}
+	jobTypes = []string{"text", "text", "text", "text", "json", "integer", "text", "text", "integer", "integer", "bigint", "bigint", "bigint",
+		"text"}
 	jobUpdateTypes = []string{"text", "text", "text", "integer", "integer", "bigint", "bigint"}
 	attemptTypes   = []string{"text", "text", "integer", "text", "text", "json", "text", "integer", "text", "bigint", "bigint", "bigint", "integer", "text",
 		"integer", "text", "text"}

@@ -272,6 +272,33 @@ func TestUpgradeFrom0010(t *testing.T) {
 	}
 }
 
+// TestUpgradeFrom0011 opens a database whose job rows keep their parent
+// in the spec only: the upgrade fills the parent column from it, so that
+// listing a job's children finds them.
+func TestUpgradeFrom0011(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	db := migrateTo(t, path, 11)
+	for id, spec := range map[string]string{"j-child": `{"command":["true"],"parent":"j-root"}`, "j-root": `{"command":["true"]}`} {
+		if _, err := db.ExecContext(ctx, `INSERT INTO jobs (id, queue, user_name, spec, state, reason, attempts, created_at, started_at,
+			finished_at) VALUES (?, 'gpu', 'ada', ?, 'pending', '', 0, 1, 0, 0)`, id, []byte(spec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := openAt(t, path)
+	defer s.Close()
+	for parent, want := range map[string]int{"j-root": 1, "j-child": 0} {
+		jobs, err := s.Jobs(ctx, store.JobFilter{Parent: parent})
+		if err != nil || len(jobs) != want || want == 1 && (jobs[0].ID != "j-child" || jobs[0].Parent != "j-root") {
+			t.Errorf("children of %s after the upgrade: %v, %v; want %d", parent, jobs, err, want)
+		}
+	}
+}
+
 // TestUpgradeFrom0003 opens a database that has migrations up to 0003 and
 // rows written then: the store upgrades it, keeps the rows (with no
 // progress) and takes worker controls, progress and events.

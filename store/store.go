@@ -103,6 +103,7 @@ type JobFilter struct {
 	States []berth.JobState // empty: all
 	Queue  string
 	User   string
+	Parent string // only the jobs submitted under this job
 	Before string // cursor: only ids < Before
 	Limit  int    // 0: no limit
 }

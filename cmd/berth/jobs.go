@@ -20,6 +20,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 	state := fs.String("state", "", "comma-separated states: pending, running, succeeded, failed, cancelled")
 	queue := fs.String("queue", "", "only this queue")
 	user := fs.String("user", "", "only this user's jobs")
+	parent := fs.String("parent", "", "only the jobs submitted under this job (submit --parent)")
 	limit := fs.Int("limit", 100, "most jobs to list, newest first (0 for all)")
 	page := addPageFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -31,7 +32,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 	if *limit < 0 {
 		return berth.Invalidf("--limit", "must be 0 (all) or more")
 	}
-	opts := client.ListOptions{Queue: *queue, User: *user, Limit: *limit, Cursor: page.cursor}
+	opts := client.ListOptions{Queue: *queue, User: *user, Parent: *parent, Limit: *limit, Cursor: page.cursor}
 	if *state != "" {
 		for _, s := range strings.Split(*state, ",") {
 			st, err := berth.ParseJobState(strings.TrimSpace(s))
@@ -89,6 +90,9 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 	}
 	if j.ExitCode != nil {
 		fmt.Fprintf(w, "Exit code: %d\n", *j.ExitCode)
+	}
+	if j.Parent != "" {
+		fmt.Fprintf(w, "Parent:    %s\n", j.Parent)
 	}
 	if j.MaxRuntime > 0 || j.StallTimeout > 0 {
 		fmt.Fprintf(w, "Watchdogs: max_runtime=%s stall_timeout=%s\n", orDash(durationOrEmpty(j.MaxRuntime)), orDash(durationOrEmpty(j.StallTimeout)))

@@ -101,6 +101,7 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	model := fs.String("model", "", "model the job serves or trains; placed preferably where it is loaded")
 	user := fs.String("user", "", "user the job runs for (quotas and fair share count it)")
 	idem := fs.String("idempotency-key", "", "your key for this request: a repeat of it returns the first submission's jobs; another request under it is refused")
+	parent := fs.String("parent", "", "the job these are submitted under (in a job: $BERTH_JOB_ID); they are cancelled when it fails or is cancelled")
 	wait := fs.Bool("wait", false, "wait for the jobs to end; exit 0 only if all succeeded")
 	var env keyValueFlag
 	fs.Var(&env, "env", "KEY=VALUE environment variable (repeatable)")
@@ -172,6 +173,9 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	}
 	if set["user"] {
 		req.User = *user
+	}
+	if set["parent"] {
+		req.Parent = *parent
 	}
 	for _, sz := range []struct {
 		flag string

@@ -47,3 +47,32 @@ func TestSubmitSaysWhenItIsAReplay(t *testing.T) {
 		t.Errorf("%d jobs stored, want 2", n)
 	}
 }
+
+// TestJobTrees: submit --parent files a job under another, jobs --parent
+// lists a job's children, job shows the parent, and cancelling the parent
+// cancels the child.
+func TestJobTrees(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	_, out, _ := c.run("submit", "--", "sleep", "1000")
+	parent := strings.TrimSpace(out)
+	_, out, _ = c.run("submit", "--parent", parent, "--array", "2", "--", "sleep", "1000")
+	children := strings.Fields(out)
+	c.run("submit", "--", "sleep", "1000") // not a child
+	listed := listJSON[berth.Job](c, "jobs", "--parent", parent, "-o", "json")
+	if len(listed) != 2 || listed[0].ID != children[1] || listed[1].ID != children[0] {
+		t.Fatalf("jobs --parent listed %d jobs, want the 2 children %v, newest first", len(listed), children)
+	}
+	if code, out, _ := c.run("job", children[0]); code != 0 || !strings.Contains(out, "Parent:    "+parent+"\n") {
+		t.Errorf("job of a child: exit %d, %q; want a Parent line", code, out)
+	}
+	if code, _, errOut := c.run("submit", "--parent", "nope", "--", "true"); code != exitUsage || !strings.Contains(errOut, "parent:") {
+		t.Errorf("submit --parent nope: exit %d, %q; want 2 naming parent", code, errOut)
+	}
+	c.run("cancel", parent)
+	for _, j := range listJSON[berth.Job](c, "jobs", "--parent", parent, "-o", "json") {
+		if j.State != berth.JobCancelled {
+			t.Errorf("child %s after its parent was cancelled: %s", j.ID, j.State)
+		}
+	}
+}

@@ -196,6 +196,9 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 	if f.User != "" {
 		where = append(where, "user_name = "+a.add(f.User))
 	}
+	if f.Parent != "" {
+		where = append(where, "parent = "+a.add(f.Parent))
+	}
 	if f.Before != "" {
 		where = append(where, "id < "+a.add(f.Before))
 	}

@@ -24,7 +24,7 @@ import (
 // Columns of each table, in the order of the values their Row functions
 // return and their reads scan.
 const (
-	JobColumns       = `id, queue, user_name, idempotency_key, spec, array_index, state, reason, exit_code, attempts, created_at, started_at, finished_at`
+	JobColumns       = `id, queue, user_name, idempotency_key, spec, array_index, state, reason, exit_code, attempts, created_at, started_at, finished_at, parent`
 	JobUpdateColumns = `id, state, reason, exit_code, attempts, started_at, finished_at`
 	AttemptColumns   = `id, job_id, task_index, worker_id, host, gpus, state, exit_code, reason, created_at, started_at, finished_at, port, progress, service_port, phase, failure_class`
 	WorkerColumns    = `id, body`
@@ -58,12 +58,8 @@ func JobRow(j *berth.Job) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
 	}
-	var key any
-	if j.IdempotencyKey != "" {
-		key = j.IdempotencyKey
-	}
-	return []any{j.ID, j.Queue, j.User, key, spec, nullInt(j.ArrayIndex), string(j.State), j.Reason, nullInt(j.ExitCode),
-		j.Attempts, nanos(j.CreatedAt), nanos(j.StartedAt), nanos(j.FinishedAt)}, nil
+	return []any{j.ID, j.Queue, j.User, nullString(j.IdempotencyKey), spec, nullInt(j.ArrayIndex), string(j.State), j.Reason,
+		nullInt(j.ExitCode), j.Attempts, nanos(j.CreatedAt), nanos(j.StartedAt), nanos(j.FinishedAt), nullString(j.Parent)}, nil
 }
 
 // JobUpdateRow returns the values u sets, in JobUpdateColumns order.
@@ -185,6 +181,14 @@ func nullInt(p *int) any {
 	return int64(*p)
 }
 
+// nullString is s as a column value: NULL when empty.
+func nullString(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
 func intPtr(n sql.NullInt64) *int {
 	if !n.Valid {
 		return nil
@@ -200,20 +204,20 @@ func scanJob(row scanner) (*berth.Job, error) {
 	var (
 		j                          berth.Job
 		user, state                string
-		key                        sql.NullString
+		key, parent                sql.NullString
 		spec                       []byte
 		arrayIndex, exitCode       sql.NullInt64
 		created, started, finished int64
 	)
 	if err := row.Scan(&j.ID, &j.Queue, &user, &key, &spec, &arrayIndex, &state, &j.Reason, &exitCode, &j.Attempts,
-		&created, &started, &finished); err != nil {
+		&created, &started, &finished, &parent); err != nil {
 		return nil, err
 	}
 	id, queue := j.ID, j.Queue
 	if err := json.Unmarshal(spec, &j.JobSpec); err != nil {
 		return nil, fmt.Errorf("decode job %s: %w", id, err)
 	}
-	j.ID, j.Queue, j.User, j.IdempotencyKey = id, queue, user, key.String
+	j.ID, j.Queue, j.User, j.IdempotencyKey, j.Parent = id, queue, user, key.String, parent.String
 	j.ArrayIndex, j.State, j.ExitCode = intPtr(arrayIndex), berth.JobState(state), intPtr(exitCode)
 	j.CreatedAt, j.StartedAt, j.FinishedAt = fromNanos(created), fromNanos(started), fromNanos(finished)
 	return &j, nil

@@ -307,7 +307,7 @@ func fullEvent(seq uint64) *berth.Event {
 	return &berth.Event{Seq: seq, Time: base.Add(time.Duration(seq)), Type: "job.requeued", JobID: "01JPJOB0000000000000000000",
 		State: berth.JobRunning, WorkerID: "w-7", Host: "gpu-1", Reason: "lost: \"heartbeat\" ünï ☃ \\ nul\x00 <&>",
 		Quota: "user:alice", Limits: "gpus<=8 jobs<=4", Actor: "ops", User: "alice", Requested: 4, Limit: 8, Queue: "gpu",
-		Desired: berth.DesiredOff, Policy: berth.StopDrain, Attempts: []string{"a1", "a2"}}
+		Desired: berth.DesiredOff, Policy: berth.StopDrain, Attempts: []string{"a1", "a2"}, ExitCode: new(3)}
 }
 
 // newEvents returns n events of jobs, numbered from first.
@@ -1116,6 +1116,7 @@ func filterJobs(jobs []*berth.Job, f store.JobFilter) []string {
 		if len(f.States) > 0 && !slices.Contains(f.States, j.State) ||
 			f.Queue != "" && j.Queue != f.Queue ||
 			f.User != "" && j.User != f.User ||
+			f.Parent != "" && j.Parent != f.Parent ||
 			f.Before != "" && j.ID >= f.Before {
 			continue
 		}
@@ -1127,8 +1128,9 @@ func filterJobs(jobs []*berth.Job, f store.JobFilter) []string {
 	return out
 }
 
-// listingJobs writes n jobs spread over queues, users and states, in an
-// order other than their ids', and returns them oldest first.
+// listingJobs writes n jobs spread over queues, users and states, every
+// seventh after the first a child of the first, in an order other than
+// their ids', and returns them oldest first.
 func listingJobs(t *testing.T, s store.Store, n int) []*berth.Job {
 	t.Helper()
 	var ids idSource
@@ -1136,6 +1138,9 @@ func listingJobs(t *testing.T, s store.Store, n int) []*berth.Job {
 	jobs := make([]*berth.Job, n)
 	for i := range jobs {
 		jobs[i] = newJob(ids.next(), queues[i%3], users[i/3%2], allJobStates[i%5])
+		if i > 0 && i%7 == 0 {
+			jobs[i].Parent = jobs[0].ID
+		}
 	}
 	var odd, even []*berth.Job
 	for i, j := range jobs {
@@ -1176,6 +1181,9 @@ func testJobsFilter(t *testing.T, s store.Store) {
 		{States: []berth.JobState{berth.JobCancelled}, Limit: 3},
 		{Queue: "gpu", Before: id(30), Limit: 4},
 		{Queue: "tpu", User: "bob", States: []berth.JobState{berth.JobRunning}, Before: id(39), Limit: 2},
+		{Parent: id(0)},
+		{Parent: id(1)},
+		{Parent: id(0), Queue: "cpu", Limit: 2},
 	}
 	for _, f := range filters {
 		checkIDs(t, fmt.Sprintf("Jobs(%+v)", f), listJobs(t, s, f), filterJobs(jobs, f))
