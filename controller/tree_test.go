@@ -121,7 +121,7 @@ func TestParentMustBeLive(t *testing.T) {
 		parent, code string
 	}{
 		{"01JPARENT0000000000000000", berth.ECodeInvalid}, // not an id's shape
-		{ids.New(time.Now()), berth.ECodeInvalid},          // no such job
+		{ids.New(time.Now()), berth.ECodeInvalid},         // no such job
 		{cancelled, berth.ECodeConflict},
 	} {
 		spec := berth.DefaultJobSpec()
