@@ -375,3 +375,34 @@ func TestSecondServerOnADataDirIsRefused(t *testing.T) {
 	}
 	rs.Close(context.Background())
 }
+
+// TestCancelByFilter cancels a whole array by its name and a queue's
+// pending jobs, leaving the rest; filters and ids do not mix.
+func TestCancelByFilter(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	_, out, _ := c.run("submit", "--name", "sweep", "--array", "3", "--", "sleep", "1000")
+	sweep := strings.Fields(out)
+	_, out, _ = c.run("submit", "--name", "keep", "--", "sleep", "1000")
+	keep := strings.TrimSpace(out)
+	_, out, _ = c.run("submit", "--queue", "cpu", "--", "sleep", "1000")
+	cpu := strings.TrimSpace(out)
+	cancelled := runJSON[[]berth.Job](c, "cancel", "--name", "sweep", "-o", "json")
+	if len(cancelled) != 3 || cancelled[0].ID != sweep[0] || cancelled[2].ID != sweep[2] {
+		t.Fatalf("cancel --name sweep cancelled %d jobs, want the array %v", len(cancelled), sweep)
+	}
+	if code, out, _ := c.run("cancel", "--queue", "cpu", "--state", "pending"); code != 0 || out != cpu+" cancelled\n" {
+		t.Errorf("cancel --queue cpu: exit %d, %q; want %s cancelled", code, out, cpu)
+	}
+	if code, out, errOut := c.run("cancel", "--name", "sweep"); code != 0 || out != "" || !strings.Contains(errOut, "no active job matches") {
+		t.Errorf("cancel --name sweep again: exit %d, %q, %q; want 0 and nothing matching", code, out, errOut)
+	}
+	for _, args := range [][]string{{"cancel", "--name", "keep", keep}, {"cancel", "--state", "pending", keep}, {"cancel", "--name", "keep", "--state", "done"}} {
+		if code, _, _ := c.run(args...); code != exitUsage {
+			t.Errorf("berth %s: exit %d, want %d", strings.Join(args, " "), code, exitUsage)
+		}
+	}
+	if j := runJSON[berth.JobDetail](c, "job", keep, "-o", "json"); j.State != berth.JobPending {
+		t.Errorf("the job no filter matched: %s, want pending", j.State)
+	}
+}
