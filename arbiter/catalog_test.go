@@ -31,7 +31,7 @@ func TestLoadCatalogFile(t *testing.T) {
 		t.Errorf("LoadCatalog of a good file = %+v, %v", c, err)
 	}
 	for text, part := range map[string]string{
-		"models: {llama: {pool: a100, comand: [x]}}\n": `models.comand: unknown field "models.comand"`,
+		"models: {llama: {pool: a100, comand: [x]}}\n": `models.llama.comand: unknown field "models.llama.comand"`,
 		"models: [1]\n":          "models: must be",
 		"pools: {a: [unclosed\n": "not valid YAML",
 	} {
