@@ -15,12 +15,7 @@ import (
 func TestEndEventsCarryTheExitCode(t *testing.T) {
 	t.Parallel()
 	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Now())
-	reg := &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "gpu-1", Queues: []string{berth.DefaultQueue},
-		CPUs: 4, Memory: 8 << 30, Slots: 1}
-	agent := connectAgent(t, c, reg)
-	if ack := agent.await(wire.TypeAck).(*wire.Ack); ack.Error != "" {
-		t.Fatalf("register refused: %s", ack.Error)
-	}
+	agent := registerAgent(t, c, workerReg())
 	spec := berth.DefaultJobSpec()
 	spec.Command = berth.Argv{"false"}
 	jobs, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})

@@ -71,6 +71,24 @@ func connectAgent(t *testing.T, c *Controller, reg *wire.Register) *fakeAgent {
 	return a
 }
 
+// workerReg is the registration of a worker w1 on gpu-1 serving the
+// default queue with one slot.
+func workerReg() *wire.Register {
+	return &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "gpu-1", Queues: []string{berth.DefaultQueue},
+		CPUs: 4, Memory: 8 << 30, Slots: 1}
+}
+
+// registerAgent connects an agent to c with reg and requires the server
+// to accept it.
+func registerAgent(t *testing.T, c *Controller, reg *wire.Register) *fakeAgent {
+	t.Helper()
+	agent := connectAgent(t, c, reg)
+	if ack := agent.await(wire.TypeAck).(*wire.Ack); ack.Error != "" {
+		t.Fatalf("register refused: %s", ack.Error)
+	}
+	return agent
+}
+
 func (a *fakeAgent) send(typ string, body any) {
 	a.t.Helper()
 	frame, err := wire.Encode(typ, body)
@@ -110,12 +128,9 @@ func TestAssignedJobKeepsItsAttemptOverARestart(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "berth.db")
 	now := time.Now()
-	reg := &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "gpu-1", Queues: []string{berth.DefaultQueue}, CPUs: 4, Memory: 8 << 30, Slots: 1}
+	reg := workerReg()
 	c, stop := startOn(t, path, now)
-	agent := connectAgent(t, c, reg)
-	if ack := agent.await(wire.TypeAck).(*wire.Ack); ack.Error != "" {
-		t.Fatalf("register refused: %s", ack.Error)
-	}
+	agent := registerAgent(t, c, reg)
 	spec := berth.DefaultJobSpec()
 	spec.Command = berth.Argv{"false"}
 	jobs, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})

@@ -16,13 +16,7 @@ import (
 // returns its id.
 func submitChild(t *testing.T, c *Controller, queue, parent string) string {
 	t.Helper()
-	spec := berth.DefaultJobSpec()
-	spec.Command, spec.Queue, spec.Parent = berth.Argv{"sleep", "1000"}, queue, parent
-	jobs, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})
-	if err != nil {
-		t.Fatalf("submit under %q: %v", parent, err)
-	}
-	return jobs[0].ID
+	return submitSleep(t, c, func(spec *berth.JobSpec) { spec.Queue, spec.Parent = queue, parent })
 }
 
 // settled returns job id as stored once the controller's writes so far
@@ -78,12 +72,7 @@ func TestCancellingAParentCancelsItsTree(t *testing.T) {
 func TestAFailedParentCancelsItsChildren(t *testing.T) {
 	t.Parallel()
 	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Now())
-	reg := &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "gpu-1", Queues: []string{berth.DefaultQueue},
-		CPUs: 4, Memory: 8 << 30, Slots: 1}
-	agent := connectAgent(t, c, reg)
-	if ack := agent.await(wire.TypeAck).(*wire.Ack); ack.Error != "" {
-		t.Fatalf("register refused: %s", ack.Error)
-	}
+	agent := registerAgent(t, c, workerReg())
 	for _, tc := range []struct {
 		exit int
 		want berth.JobState // of the child, in a queue no worker serves

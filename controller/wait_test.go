@@ -12,11 +12,19 @@ import (
 // submitAs submits one pending job of kind for user and returns its id.
 func submitAs(t *testing.T, c *Controller, user, kind string) string {
 	t.Helper()
+	return submitSleep(t, c, func(spec *berth.JobSpec) { spec.User, spec.Kind = user, kind })
+}
+
+// submitSleep submits one job that sleeps, its spec set by edit, and
+// returns its id.
+func submitSleep(t *testing.T, c *Controller, edit func(*berth.JobSpec)) string {
+	t.Helper()
 	spec := berth.DefaultJobSpec()
-	spec.Command, spec.User, spec.Kind = berth.Argv{"sleep", "1000"}, user, kind
+	spec.Command = berth.Argv{"sleep", "1000"}
+	edit(&spec)
 	jobs, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})
 	if err != nil {
-		t.Fatalf("submit %s job for %s: %v", kind, user, err)
+		t.Fatalf("submit %+v: %v", spec, err)
 	}
 	return jobs[0].ID
 }

@@ -16,12 +16,9 @@ import (
 func TestWorkersCountTheGPUsInUse(t *testing.T) {
 	t.Parallel()
 	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Now())
-	reg := &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "gpu-1", Queues: []string{berth.DefaultQueue},
-		CPUs: 4, Memory: 8 << 30, Slots: 2, GPUs: []berth.GPU{{Index: 0, Model: "T4"}, {Index: 1, Model: "T4"}, {Index: 2, Model: "T4"}}}
-	agent := connectAgent(t, c, reg)
-	if ack := agent.await(wire.TypeAck).(*wire.Ack); ack.Error != "" {
-		t.Fatalf("register refused: %s", ack.Error)
-	}
+	reg := workerReg()
+	reg.Slots, reg.GPUs = 2, []berth.GPU{{Index: 0, Model: "T4"}, {Index: 1, Model: "T4"}, {Index: 2, Model: "T4"}}
+	agent := registerAgent(t, c, reg)
 	inUse := func() int {
 		t.Helper()
 		ws, err := c.Workers(t.Context())
