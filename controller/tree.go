@@ -28,9 +28,12 @@ func (c *Controller) checkParent(ctx context.Context, req *berth.SubmitRequest) 
 		return berth.Invalidf("parent", "no job %q", req.Parent)
 	case err != nil:
 		return fmt.Errorf("parent: %w", err)
-	case p.State == berth.JobFailed || p.State == berth.JobCancelled:
+	case p.State == berth.JobFailed:
 		return &berth.Error{Code: berth.ECodeConflict, Field: "parent",
-			Message: fmt.Sprintf("job %s has %s: its children are cancelled with it", p.ID, p.State)}
+			Message: fmt.Sprintf("job %s has failed: its children are cancelled with it", p.ID)}
+	case p.State == berth.JobCancelled:
+		return &berth.Error{Code: berth.ECodeConflict, Field: "parent",
+			Message: fmt.Sprintf("job %s was cancelled: its children are cancelled with it", p.ID)}
 	}
 	return nil
 }
