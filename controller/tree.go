@@ -51,7 +51,7 @@ func (c *Controller) adopt(js *jobState) {
 	c.children[parent][js.job.ID] = js
 }
 
-// orphan forgets js, a job that has ended, as a parent and as a child,
+// orphan forgets j, a job that has ended, as a parent and as a child,
 // and cancels its active children when it ended failed or cancelled.
 // Loop only.
 func (c *Controller) orphan(j *berth.Job, now time.Time) {
