@@ -47,7 +47,7 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 		// encoding/json names no map keys: find the value to name its key
 		// too ("env.EPOCHS", not "env").
 		var wrong json.Token
-		if at, ok := walkJSON(numberDecoder(data), t, "", func(_ string, vt reflect.Type, tok json.Token, unknown bool) bool {
+		if at, ok, _ := walkJSON(numberDecoder(data), t, "", func(vt reflect.Type, tok json.Token, unknown bool) bool {
 			if !unknown && vt != nil && !decodedWhole(vt) && !fitsKind(vt, tok) {
 				wrong = tok
 				return true
@@ -116,29 +116,24 @@ func rejectValue[T any](msg string) error {
 // into a value of type t and returns the path of the first key named key
 // that no field of its struct takes.
 func unknownField(dec *json.Decoder, t reflect.Type, key string) (string, bool) {
-	return walkJSON(dec, t, "", func(_ string, _ reflect.Type, tok json.Token, unknown bool) bool {
+	at, found, _ := walkJSON(dec, t, "", func(_ reflect.Type, tok json.Token, unknown bool) bool {
 		return unknown && tok == key
 	})
-}
-
-// jsonVisitor is called by walkJSON for each scalar, with the path and Go
-// type it decodes into (nil where nothing does) and its token, and for each
-// key no field of its struct takes (unknown, with the key as tok). It
-// returns true to stop the walk there.
-type jsonVisitor func(path string, t reflect.Type, tok json.Token, unknown bool) bool
-
-// walkJSON reads one JSON value from dec as encoding/json decodes it into a
-// value of type t, at JSON path path, calling visit until it returns true,
-// and returns the path it stopped at. Paths name struct fields by their
-// JSON names and map entries by their keys, not list indices. Malformed
-// JSON ends the walk where it begins.
-func walkJSON(dec *json.Decoder, t reflect.Type, path string, visit jsonVisitor) (string, bool) {
-	at, found, _ := walkValue(dec, t, path, visit)
 	return at, found
 }
 
-// walkValue is walkJSON, with the error that cut the walk short.
-func walkValue(dec *json.Decoder, t reflect.Type, path string, visit jsonVisitor) (string, bool, error) {
+// jsonVisitor is called by walkJSON for each scalar, with the Go type it
+// decodes into (nil where nothing does) and its token, and for each key no
+// field of its struct takes (unknown, with the key as tok). It returns
+// true to stop the walk there.
+type jsonVisitor func(t reflect.Type, tok json.Token, unknown bool) bool
+
+// walkJSON reads one JSON value from dec as encoding/json decodes it into a
+// value of type t, at JSON path path, calling visit until it returns true,
+// and returns the path it stopped at (found). Paths name struct fields by
+// their JSON names and map entries by their keys, not list indices. An
+// error is of malformed JSON, which ends the walk.
+func walkJSON(dec *json.Decoder, t reflect.Type, path string, visit jsonVisitor) (at string, found bool, err error) {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -147,7 +142,7 @@ func walkValue(dec *json.Decoder, t reflect.Type, path string, visit jsonVisitor
 		return "", false, err
 	}
 	if tok != json.Delim('{') && tok != json.Delim('[') {
-		return path, visit(path, t, tok, false), nil
+		return path, visit(t, tok, false), nil
 	}
 	if t != nil && decodedWhole(t) {
 		t = nil // no field of it is unknown
@@ -168,14 +163,14 @@ func walkValue(dec *json.Decoder, t reflect.Type, path string, visit jsonVisitor
 			case t.Kind() == reflect.Struct:
 				if f, ok := jsonField(t, name); ok {
 					elem, sub = f.Type, joinPath(path, f.Name)
-				} else if visit(joinPath(path, name), nil, name, true) {
+				} else if visit(nil, name, true) {
 					return joinPath(path, name), true, nil
 				}
 			}
 		} else if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
 			elem = t.Elem()
 		}
-		if at, found, err := walkValue(dec, elem, sub, visit); found || err != nil {
+		if at, found, err := walkJSON(dec, elem, sub, visit); found || err != nil {
 			return at, found, err
 		}
 	}

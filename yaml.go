@@ -40,7 +40,7 @@ func DecodeYAML(data []byte, v any) error {
 func bareUnitNumber(js []byte, t reflect.Type) error {
 	var bare json.Number
 	var unit reflect.Type
-	field, ok := walkJSON(numberDecoder(js), t, "", func(_ string, vt reflect.Type, tok json.Token, _ bool) bool {
+	field, ok, _ := walkJSON(numberDecoder(js), t, "", func(vt reflect.Type, tok json.Token, _ bool) bool {
 		n, isNumber := tok.(json.Number)
 		if isNumber && (vt == durationType || vt == bytesType) {
 			if f, err := n.Float64(); err != nil || f != 0 {
