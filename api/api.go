@@ -233,19 +233,15 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	jobs, replayed, err := s.ctl.SubmitReplayed(r.Context(), &req)
+	sub, err := s.ctl.SubmitAnswer(r.Context(), &req)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
+	jobs, warnings := sub.Jobs, sub.Warnings
 	status := http.StatusCreated
-	var warnings []string
-	if replayed {
+	if sub.Replayed {
 		status = http.StatusOK // the jobs of an earlier request with this idempotency key
-	} else {
-		// The jobs are stored: a controller stopping now costs the warning
-		// only, never a failure the client would retry.
-		warnings, _ = s.ctl.SubmitWarnings(r.Context(), req.Queue)
 	}
 	if idsOnly { // a large array's answer without every job in full
 		ids := make([]string, len(jobs))

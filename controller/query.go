@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"sort"
 
 	"github.com/berth-dev/berth"
@@ -68,25 +67,6 @@ func (c *Controller) explainPending(ctx context.Context, jobs []*berth.Job) erro
 			}
 		}
 	})
-}
-
-// SubmitWarnings returns what a user submitting to queue should hear of
-// before the jobs sit pending: that no worker serves the queue (a typo,
-// most likely). It errors only when the controller has stopped.
-func (c *Controller) SubmitWarnings(ctx context.Context, queue string) ([]string, error) {
-	served := false
-	err := c.do(ctx, func() {
-		for _, ws := range c.workers {
-			if ws.w.Serves(queue) {
-				served = true
-				return
-			}
-		}
-	})
-	if err != nil || served {
-		return nil, err
-	}
-	return []string{fmt.Sprintf("no worker serves queue %q: the jobs wait until one does (berth workers lists the queues served)", queue)}, nil
 }
 
 // Workers returns every known worker with its observed state, the desired

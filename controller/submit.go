@@ -20,47 +20,57 @@ import (
 // ECodeConflict *berth.Error on idempotency_key and stores nothing. Invalid
 // input returns an ECodeInvalid *berth.Error and stores nothing.
 func (c *Controller) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
-	jobs, _, err := c.SubmitReplayed(ctx, req)
-	return jobs, err
+	sub, err := c.SubmitAnswer(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return sub.Jobs, nil
 }
 
-// SubmitReplayed is Submit that also reports whether the jobs returned are
-// those of an earlier submission of the same request by the same user with
-// the same idempotency key (replayed true, nothing stored) rather than
-// created by this call. Errors are Submit's.
-func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitRequest) (jobs []*berth.Job, replayed bool, err error) {
+// Submission is what a submission made, as SubmitAnswer reports it.
+type Submission struct {
+	Jobs []*berth.Job
+	// Replayed is true when the jobs are those of an earlier submission of
+	// the same request by the same user with the same idempotency key:
+	// nothing was stored.
+	Replayed bool
+	Warnings []string // what the user should hear of, e.g. a queue no worker serves
+}
+
+// SubmitAnswer is Submit that also reports whether the jobs were replayed
+// and what the user should be warned of. Errors are Submit's.
+func (c *Controller) SubmitAnswer(ctx context.Context, req *berth.SubmitRequest) (*Submission, error) {
 	if c.cfg.Expand != nil {
 		if err := c.cfg.Expand(&req.JobSpec); err != nil {
-			return nil, false, err
+			return nil, err
 		}
 	}
 	if err := req.Validate(); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if err := CheckSecrets(&req.JobSpec, c.cfg.Secrets); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if err := c.checkParent(ctx, req); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	if key := req.IdempotencyKey; key != "" {
 		prior, err := c.store.JobsByIdempotencyKey(ctx, key)
 		if err != nil {
-			return nil, false, fmt.Errorf("idempotency lookup: %w", err)
+			return nil, fmt.Errorf("idempotency lookup: %w", err)
 		}
 		// Keys are per user: another user's submission is no replay.
 		prior = slices.DeleteFunc(prior, func(j *berth.Job) bool { return j.User != req.User })
 		if len(prior) > 0 {
 			if err := checkReplay(req, prior[0], len(prior)); err != nil {
-				return nil, false, err
+				return nil, err
 			}
-			return prior, true, nil
+			return &Submission{Jobs: prior, Replayed: true}, nil
 		}
 	}
 	type result struct {
-		jobs     []*berth.Job
-		replayed bool
-		err      error
+		sub *Submission
+		err error
 	}
 	reply := make(chan result, 1)
 	if err := c.do(ctx, func() {
@@ -79,21 +89,21 @@ func (c *Controller) SubmitReplayed(ctx context.Context, req *berth.SubmitReques
 					return
 				}
 			}
-			c.afterCommit(func() { reply <- result{jobs: jobs, replayed: true} })
+			c.afterCommit(func() { reply <- result{sub: &Submission{Jobs: jobs, Replayed: true}} })
 			return
 		}
-		jobs := c.createJobs(req, berth.ActorFrom(ctx))
-		c.afterCommit(func() { reply <- result{jobs: jobs} })
+		sub := &Submission{Jobs: c.createJobs(req, berth.ActorFrom(ctx)), Warnings: c.queueWarnings(req.Queue)}
+		c.afterCommit(func() { reply <- result{sub: sub} })
 	}); err != nil {
-		return nil, false, err
+		return nil, err
 	}
 	select {
 	case r := <-reply:
-		return r.jobs, r.replayed, r.err
+		return r.sub, r.err
 	case <-c.failed:
-		return nil, false, c.storeFailedError()
+		return nil, c.storeFailedError()
 	case <-ctx.Done():
-		return nil, false, ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
@@ -190,6 +200,17 @@ func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth
 	c.emit(events...)
 	c.dirty = true
 	return out
+}
+
+// queueWarnings warns of a queue no worker serves (a typo, most likely):
+// its jobs wait until one does. Loop only.
+func (c *Controller) queueWarnings(queue string) []string {
+	for _, ws := range c.workers {
+		if ws.w.Serves(queue) {
+			return nil
+		}
+	}
+	return []string{fmt.Sprintf("no worker serves queue %q: the jobs wait until one does (berth workers lists the queues served)", queue)}
 }
 
 // withDefaults returns spec as createJobs stores it: named after its

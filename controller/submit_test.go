@@ -23,15 +23,15 @@ func keyed(user, key string, command ...string) *berth.SubmitRequest {
 func submitKeyed(t *testing.T, c *Controller, req *berth.SubmitRequest, wantReplayed bool) []string {
 	t.Helper()
 	r := *req
-	jobs, replayed, err := c.SubmitReplayed(t.Context(), &r)
+	sub, err := c.SubmitAnswer(t.Context(), &r)
 	if err != nil {
 		t.Fatalf("submit %s as %q: %v", req.Command, req.User, err)
 	}
-	if replayed != wantReplayed {
-		t.Fatalf("submit %s as %q: replayed %v, want %v", req.Command, req.User, replayed, wantReplayed)
+	if sub.Replayed != wantReplayed {
+		t.Fatalf("submit %s as %q: replayed %v, want %v", req.Command, req.User, sub.Replayed, wantReplayed)
 	}
-	ids := make([]string, len(jobs))
-	for i, j := range jobs {
+	ids := make([]string, len(sub.Jobs))
+	for i, j := range sub.Jobs {
 		ids[i] = j.ID
 	}
 	return ids
@@ -97,11 +97,11 @@ func TestIdempotencyKeysArePerUser(t *testing.T) {
 
 	// A different request under a used key: refused, nothing stored.
 	other := keyed("alice", "nightly-eval", "echo", "bye")
-	_, _, err = c.SubmitReplayed(t.Context(), other)
+	_, err = c.SubmitAnswer(t.Context(), other)
 	checkConflict(t, err, mine[0])
 	array := keyed("alice", "nightly-eval", "echo", "alice")
 	array.Array = 1 // one job too, but an array's
-	_, _, err = c.SubmitReplayed(t.Context(), array)
+	_, err = c.SubmitAnswer(t.Context(), array)
 	checkConflict(t, err, mine[0])
 	if n := storedJobs(t, c); n != 2 {
 		t.Fatalf("store holds %d jobs after refused requests, want 2", n)
@@ -117,7 +117,7 @@ func TestIdempotencyKeysArePerUser(t *testing.T) {
 	if ids := submitKeyed(t, c, alice, true); !slices.Equal(ids, mine) {
 		t.Errorf("alice's repeat after restart returned %v, want %v", ids, mine)
 	}
-	_, _, err = c.SubmitReplayed(t.Context(), other)
+	_, err = c.SubmitAnswer(t.Context(), other)
 	checkConflict(t, err, mine[0])
 	var rebuilt []string
 	if err := c.do(t.Context(), func() { rebuilt = c.idem[idemKey{user: "alice", key: "nightly-eval"}] }); err != nil {
@@ -177,7 +177,7 @@ func TestIdempotencyReplayComparesWithDefaults(t *testing.T) {
 	} {
 		r := *full
 		change(&r)
-		_, _, err := c.SubmitReplayed(t.Context(), &r)
+		_, err := c.SubmitAnswer(t.Context(), &r)
 		if e, ok := err.(*berth.Error); !ok || e.Code != berth.ECodeConflict {
 			t.Errorf("changed %s: err %v, want a conflict", name, err)
 		}
@@ -212,10 +212,13 @@ func TestIdempotencyBeforeTheFirstSubmissionIsDurable(t *testing.T) {
 	for _, req := range reqs {
 		go func() {
 			r := *req
-			jobs, replayed, err := c.SubmitReplayed(t.Context(), &r)
-			a := answer{req: req, replayed: replayed, err: err}
-			for _, j := range jobs {
-				a.ids = append(a.ids, j.ID)
+			sub, err := c.SubmitAnswer(t.Context(), &r)
+			a := answer{req: req, err: err}
+			if err == nil {
+				a.replayed = sub.Replayed
+				for _, j := range sub.Jobs {
+					a.ids = append(a.ids, j.ID)
+				}
 			}
 			answers <- a
 		}()
@@ -258,7 +261,7 @@ func TestIdempotencyBeforeTheFirstSubmissionIsDurable(t *testing.T) {
 	errs := make(chan error, 2)
 	for _, cmd := range []string{"sleep", "date"} {
 		go func() {
-			_, _, err := c.SubmitReplayed(t.Context(), keyed("erin", "k2", cmd))
+			_, err := c.SubmitAnswer(t.Context(), keyed("erin", "k2", cmd))
 			errs <- err
 		}()
 	}
