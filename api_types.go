@@ -33,6 +33,36 @@ type QuotaList struct {
 	Quotas []*QuotaRule `json:"quotas"`
 }
 
+// CancelRequest is the body of POST /api/v1/jobs/cancel: it cancels every
+// active job that matches all the filters given, as scancel --name,
+// --partition and --user do. At least one of Name, Queue, User and Parent
+// is required; State, pending or running, narrows them.
+type CancelRequest struct {
+	Name   string   `json:"name,omitempty"`
+	Queue  string   `json:"queue,omitempty"`
+	User   string   `json:"user,omitempty"`
+	Parent string   `json:"parent,omitempty"` // the jobs submitted under this job
+	State  JobState `json:"state,omitempty"`
+}
+
+// Validate checks that r names a filter, and a state only of active jobs.
+func (r *CancelRequest) Validate() error {
+	if r.Name == "" && r.Queue == "" && r.User == "" && r.Parent == "" {
+		return Invalidf("name", "give at least one filter: name, queue, user or parent")
+	}
+	if r.State != "" && r.State != JobPending && r.State != JobRunning {
+		return Invalidf("state", "must be pending or running, not %q", r.State)
+	}
+	return nil
+}
+
+// Matches reports whether j, an active job, matches every filter of r.
+func (r *CancelRequest) Matches(j *Job) bool {
+	return (r.Name == "" || j.Name == r.Name) && (r.Queue == "" || j.Queue == r.Queue) &&
+		(r.User == "" || j.User == r.User) && (r.Parent == "" || j.Parent == r.Parent) &&
+		(r.State == "" || j.State == r.State)
+}
+
 // WaitRequest is the body of POST /api/v1/wait: the server answers when
 // every job named (or, with All, every batch job active at the call: the
 // caller's own unless it reads every user's jobs; services only when named)

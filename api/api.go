@@ -67,6 +67,7 @@ func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
 	s.route("GET /metrics", auth.Identity.SeesAllJobs, "viewer, operator or admin", s.metrics)
 	s.route("POST /api/v1/jobs", auth.Identity.CanSubmit, submitters, s.submit)
 	s.route("POST /api/v1/jobs/{id}/cancel", auth.Identity.CanSubmit, submitters, s.cancel)
+	s.route("POST /api/v1/jobs/cancel", auth.Identity.CanSubmit, submitters, s.cancelMatching)
 	s.route("GET /api/v1/jobs/{id}/logs", readsJobs, jobReader, s.logs)
 	s.route("POST /api/v1/wait", readsJobs, jobReader, s.wait)
 	s.route("GET /api/v1/workers", readsCluster, jobReader, s.workers)
@@ -352,6 +353,31 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, j)
+}
+
+func (s *Server) cancelMatching(w http.ResponseWriter, r *http.Request) {
+	var req berth.CancelRequest
+	err := decode(r, &req)
+	if err == nil {
+		err = req.Validate() // before a user's own name is added as a filter
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if who := identity(r); !who.ActsOnAllJobs() {
+		if req.User != "" && req.User != who.Name {
+			writeError(w, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only cancel its own jobs", who.Name, who.Role))
+			return
+		}
+		req.User = who.Name
+	}
+	jobs, err := s.ctl.CancelMatching(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, berth.JobList{Jobs: jobs})
 }
 
 func (s *Server) wait(w http.ResponseWriter, r *http.Request) {

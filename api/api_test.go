@@ -544,6 +544,51 @@ func TestGetAndCancel(t *testing.T) {
 	}
 }
 
+// TestCancelMatching: POST /jobs/cancel cancels every active job matching
+// all the filters, oldest first, and refuses a request without a filter,
+// with a state that cannot be cancelled or with an unknown field,
+// cancelling nothing.
+func TestCancelMatching(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	sweep := s.submit(`{"name":"sweep","command":["sleep","100"],"array":3}`, http.StatusCreated)
+	other := s.submit(`{"name":"sweep","queue":"cpu","command":["sleep","100"]}`, http.StatusCreated)[0]
+
+	for _, tc := range []struct{ body, field string }{
+		{`{}`, "name"},
+		{`{"state":"pending"}`, "name"},
+		{`{"name":"sweep","state":"succeeded"}`, "state"},
+		{`{"name":"sweep","nme":"x"}`, "nme"},
+	} {
+		status, ctype, data := s.do("POST", "/api/v1/jobs/cancel", tc.body)
+		checkError(t, status, ctype, data, http.StatusBadRequest, berth.ECodeInvalid, tc.field)
+	}
+	if n := len(s.list("?state=pending&limit=0").Jobs); n != 4 {
+		t.Fatalf("%d jobs pending after refused cancels, want 4", n)
+	}
+
+	status, _, data := s.do("POST", "/api/v1/jobs/cancel", `{"name":"sweep","queue":"default","state":"pending"}`)
+	var got berth.JobList
+	if status != http.StatusOK || json.Unmarshal(data, &got) != nil {
+		t.Fatalf("cancel by filter: %d %s", status, data)
+	}
+	if !slices.Equal(ids(got.Jobs), ids(sweep)) {
+		t.Errorf("cancelled %v, want the array %v, oldest first", ids(got.Jobs), ids(sweep))
+	}
+	for _, j := range got.Jobs {
+		if j.State != berth.JobCancelled {
+			t.Errorf("job %s answered %s, want cancelled", j.ID, j.State)
+		}
+	}
+	if st := s.jobState(other.ID); st != berth.JobPending {
+		t.Errorf("the job in another queue is %s, want pending", st)
+	}
+	status, _, data = s.do("POST", "/api/v1/jobs/cancel", `{"name":"sweep","queue":"default"}`)
+	if status != http.StatusOK || string(data) != `{"jobs":[]}`+"\n" {
+		t.Errorf("cancel matching nothing: %d %s, want 200 and no jobs", status, data)
+	}
+}
+
 func TestListJobs(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)

@@ -650,6 +650,8 @@ func TestRolesOwnership(t *testing.T) {
 		{"user reads another user's job", alice, "GET", "/api/v1/jobs/" + bobs.ID, "", 403, "", 1},
 		{"user reads another user's logs", alice, "GET", "/api/v1/jobs/" + bobs.ID + "/logs", "", 403, "", 1},
 		{"user lists another user's jobs", alice, "GET", "/api/v1/jobs?user=bob", "", 403, "", 1},
+		{"user cancels another user's jobs by filter", alice, "POST", "/api/v1/jobs/cancel", `{"user":"bob"}`, 403, "", 1},
+		{"user cancels by a filter: its own jobs only", alice, "POST", "/api/v1/jobs/cancel", `{"queue":"default"}`, 200, "", 1},
 		{"user waits for another user's job", alice, "POST", "/api/v1/wait", `{"ids":["` + bobs.ID + `"],"timeout":"1s"}`, 403, "", 1},
 		{"user waits for all its jobs", alice, "POST", "/api/v1/wait", `{"all":true,"timeout":"1s"}`, 200, "", 1},
 		{"user submits as someone else", alice, "POST", "/api/v1/jobs", `{"command":["true"],"user":"bob"}`, 403, "user", 1},

@@ -301,6 +301,14 @@ func (c *Client) Cancel(ctx context.Context, id string) (*berth.Job, error) {
 	return &out, err
 }
 
+// CancelMatching cancels every active job that req matches and returns
+// them as they are after the request, oldest first.
+func (c *Client) CancelMatching(ctx context.Context, req berth.CancelRequest) ([]*berth.Job, error) {
+	var out berth.JobList
+	err := c.do(ctx, http.MethodPost, "/api/v1/jobs/cancel", req, &out)
+	return out.Jobs, err
+}
+
 // Workers lists the workers.
 func (c *Client) Workers(ctx context.Context) ([]*berth.Worker, error) {
 	var out berth.WorkerList

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -279,6 +280,40 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 			Message: fmt.Sprintf("job %s has already ended (%s)", id, j.State)}
 	}
 	return r.job, r.err
+}
+
+// CancelMatching cancels every active job that r matches, as Cancel does
+// one, in one pass of the loop, and returns them as they are after the
+// request, oldest first: none when nothing matches. A child of a matching
+// job is cancelled with it, as after Cancel.
+func (c *Controller) CancelMatching(ctx context.Context, r berth.CancelRequest) ([]*berth.Job, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	reply := make(chan []*berth.Job, 1)
+	requested := cancelRequestedBy(berth.ActorFrom(ctx))
+	if err := c.do(ctx, func() {
+		var matched []*jobState
+		for _, js := range c.jobs {
+			if r.Matches(js.job) {
+				matched = append(matched, js)
+			}
+		}
+		slices.SortFunc(matched, func(a, b *jobState) int { return strings.Compare(a.job.ID, b.job.ID) })
+		now := c.now().UTC()
+		jobs := make([]*berth.Job, 0, len(matched))
+		for _, js := range matched {
+			if c.jobs[js.job.ID] == js { // not ended with an earlier match, its parent
+				c.stopJob(js, requested, now)
+			}
+			j := *js.job
+			jobs = append(jobs, &j)
+		}
+		c.afterCommit(func() { reply <- jobs })
+	}); err != nil {
+		return nil, err
+	}
+	return <-reply, nil
 }
 
 var errInactive = berth.Errorf(berth.ECodeConflict, "job is not active")

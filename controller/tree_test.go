@@ -125,3 +125,49 @@ func TestParentMustBeLive(t *testing.T) {
 		t.Errorf("%d jobs stored, want only the cancelled one", n)
 	}
 }
+
+// TestCancelMatching: a cancel by filter stops every active job matching
+// all its filters, with their trees, in one request; a running match is
+// stopped on its agent and answered as stopping; the rest stay.
+func TestCancelMatching(t *testing.T) {
+	t.Parallel()
+	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Now())
+	agent := registerAgent(t, c, workerReg())
+	named := func(name, queue, parent string) string {
+		return submitSleep(t, c, func(spec *berth.JobSpec) { spec.Name, spec.Queue, spec.Parent = name, queue, parent })
+	}
+	running := named("driver", berth.DefaultQueue, "")
+	assign := agent.await(wire.TypeJobAssign).(*wire.JobAssign)
+	agent.send(wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: assign.AttemptID})
+	pending := named("driver", "q", "")
+	child := named("step", "q", pending)
+	step := named("step", "q", "")
+	other := named("other", "q", "")
+
+	if _, err := c.CancelMatching(t.Context(), berth.CancelRequest{State: berth.JobPending}); berth.ErrorCode(err) != berth.ECodeInvalid {
+		t.Errorf("cancel with only a state: %v, want invalid", err)
+	}
+	jobs, err := c.CancelMatching(t.Context(), berth.CancelRequest{Name: "driver"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 2 || jobs[0].ID != running || jobs[1].ID != pending {
+		t.Fatalf("cancelled %d jobs, want the two drivers, oldest first", len(jobs))
+	}
+	if jobs[0].State != berth.JobRunning || jobs[1].State != berth.JobCancelled {
+		t.Errorf("answered %s and %s, want the running driver stopping and the pending one cancelled", jobs[0].State, jobs[1].State)
+	}
+	if cancel := agent.await(wire.TypeJobCancel).(*wire.JobCancel); cancel.AttemptID != assign.AttemptID {
+		t.Errorf("agent told to stop %s, want the running driver's attempt %s", cancel.AttemptID, assign.AttemptID)
+	}
+	if j := settled(t, c, child); j.State != berth.JobCancelled {
+		t.Errorf("the pending driver's child: %s, want cancelled with it", j.State)
+	}
+	jobs, err = c.CancelMatching(t.Context(), berth.CancelRequest{Name: "step", Queue: "q"})
+	if err != nil || len(jobs) != 1 || jobs[0].ID != step {
+		t.Errorf("cancel the steps left: %d jobs, %v; want only %s", len(jobs), err, step)
+	}
+	if j := settled(t, c, other); j.State != berth.JobPending {
+		t.Errorf("the job no filter matched: %s, want pending", j.State)
+	}
+}
