@@ -146,7 +146,7 @@ func (s *JobSpec) Validate() error {
 			return Invalidf("constraints.labels", "label names must not be empty")
 		}
 	}
-	if s.Template == "" && (len(s.Command) == 0 || s.Command[0] == "" || emptyShell(s.Command)) {
+	if s.Template == "" && (len(s.Command) == 0 || strings.TrimSpace(s.Command[0]) == "" || emptyShell(s.Command)) {
 		return Invalidf("command", "must not be empty")
 	}
 	n := 0

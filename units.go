@@ -23,11 +23,12 @@ var byteUnits = []struct {
 	{"B", 1},
 }
 
-// ParseBytes parses "80GiB", "512M", "1024". Units are case-sensitive as
-// written above; a bare number is bytes. It errors on anything else.
+// ParseBytes parses "80GiB", "512M", "1024B". Units are case-sensitive as
+// written above. A size people write needs its unit, as "16000" could mean
+// megabytes; only 0 may go without. It errors on anything else.
 func ParseBytes(given string) (Bytes, error) {
 	s := strings.TrimSpace(given)
-	mult := int64(1)
+	mult := int64(0) // no unit
 	for _, u := range byteUnits {
 		if strings.HasSuffix(s, u.suffix) {
 			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
@@ -35,10 +36,18 @@ func ParseBytes(given string) (Bytes, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 || f*float64(mult) > 1<<62 {
+	switch {
+	case err != nil || f < 0 || f*float64(mult) > 1<<62:
 		return 0, fmt.Errorf("%q is not a size such as 80GiB or 512MiB", given)
+	case mult == 0 && f != 0:
+		return 0, bareSize(s)
 	}
 	return Bytes(f * float64(mult)), nil
+}
+
+// bareSize is the error for n, a size written without its unit.
+func bareSize(n string) error {
+	return fmt.Errorf("%s is a bare number; write the unit: a size such as %sGiB, %sMiB or %sB", n, n, n, n)
 }
 
 // String formats b with the largest binary unit that divides it evenly.

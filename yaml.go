@@ -56,7 +56,7 @@ func bareUnitNumber(js []byte, t reflect.Type) error {
 	case unit == durationType:
 		return Invalidf(field, "%s is a bare number; write the unit: a duration such as %ss, %sm or %sh", bare, bare, bare, bare)
 	}
-	return Invalidf(field, "%s is a bare number; write the unit: a size such as %sGiB, %sMiB or %sB", bare, bare, bare, bare)
+	return Invalidf(field, "%v", bareSize(bare.String()))
 }
 
 var (

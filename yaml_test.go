@@ -33,6 +33,7 @@ func TestDecodeYAML(t *testing.T) {
 		{"command: [x]\nmax_runtime: 90\n", "max_runtime", "90 is a bare number; write the unit: a duration such as 90s, 90m or 90h"},
 		{"command: [x]\nresources: {memory: 16000}\n", "resources.memory", "16000 is a bare number; write the unit: a size such as 16000GiB"},
 		{"command: [x]\nresources: {gpu_memory: 1.5}\n", "resources.gpu_memory", "1.5 is a bare number"},
+		{"command: [x]\nresources: {memory: \"16000\"}\n", "resources.memory", "16000 is a bare number"}, // quoted, too
 		// A value of the wrong type in a map is named by its key.
 		{"command: [x]\nenv: {NAME: x, EPOCHS: 3}\n", "env.EPOCHS", `must be a string; quote it: "3"`},
 		{"command: [x]\nenv: {DEBUG: true}\n", "env.DEBUG", "must be a string"},

@@ -456,6 +456,7 @@ func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
 		{"10000 gpus", `{"command":["true"],"resources":{"gpus":10000}}`, 400, "resources.gpus"},
 		{"empty command list", `{"command":[]}`, 400, "command"},
 		{"empty program", `{"command":[""]}`, 400, "command"},
+		{"blank program", `{"command":["   ", "x"]}`, 400, "command"},
 		{"empty shell string", `{"command":""}`, 400, "command"},
 		{"blank shell string", `{"command":"  "}`, 400, "command"},
 		{"null command", `{"command":null}`, 400, "command"},
