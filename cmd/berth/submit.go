@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
 )
 
 // keyValueFlag collects a repeatable KEY=VALUE flag.
@@ -223,22 +225,58 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 	for _, w := range answer.Warnings {
 		fmt.Fprintf(m.Stderr, "berth: warning: %s\n", w)
 	}
-	if cf.output == "json" {
-		if err := printJSON(m.Stdout, answer.Jobs); err != nil {
+	switch {
+	case cf.output == "json" && *wait:
+		// stdout holds one JSON document: the jobs as they ended.
+		waited := m.waitFor(ctx, c, answer.IDs, false, time.Duration(0), waitReport{summary: m.Stderr})
+		jobs := answer.Jobs // as submitted when interrupted, so that their ids are not lost
+		if ctx.Err() == nil {
+			var err error
+			if jobs, err = jobsNow(ctx, c, answer.IDs); err != nil {
+				return err
+			}
+		}
+		if err := printJSON(m.Stdout, jobs); err != nil {
 			return err
 		}
-	} else {
-		fmt.Fprintln(m.Stdout, strings.Join(answer.IDs, "\n"))
+		return waited
+	case cf.output == "json":
+		return printJSON(m.Stdout, answer.Jobs)
 	}
-	ids := answer.IDs
+	fmt.Fprintln(m.Stdout, strings.Join(answer.IDs, "\n"))
 	if !*wait {
 		return nil
 	}
-	report := waitReport{summary: m.Stdout}
-	if cf.output == "json" { // stdout holds one JSON document: the jobs
-		report.summary = m.Stderr
+	return m.waitFor(ctx, c, answer.IDs, false, time.Duration(0), waitReport{summary: m.Stdout})
+}
+
+// jobsNow reads the jobs ids as they are now, a few requests at a time.
+func jobsNow(ctx context.Context, c *client.Client, ids []string) ([]*berth.Job, error) {
+	jobs := make([]*berth.Job, len(ids))
+	errs := make([]error, len(ids))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(8, len(ids)) {
+		wg.Go(func() {
+			for i := range next {
+				var d *berth.JobDetail
+				if d, errs[i] = c.Job(ctx, ids[i]); errs[i] == nil {
+					jobs[i] = d.Job
+				}
+			}
+		})
 	}
-	return m.waitFor(ctx, c, ids, false, time.Duration(0), report)
+	for i := range ids {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return jobs, nil
 }
 
 // noteReplay tells the user on stderr when the server answered req, which

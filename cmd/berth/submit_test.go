@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -74,5 +76,45 @@ func TestJobTrees(t *testing.T) {
 		if j.State != berth.JobCancelled {
 			t.Errorf("child %s after its parent was cancelled: %s", j.ID, j.State)
 		}
+	}
+}
+
+// TestSubmitWaitJSON: submit -o json --wait prints the jobs as they ended,
+// once the wait is over, and the wait's summary on stderr.
+func TestSubmitWaitJSON(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	var out bytes.Buffer
+	errOut := newOutputWatch()
+	m := &Main{Stdout: &out, Stderr: errOut, Getenv: func(k string) string {
+		if k == "BERTH_SERVER" {
+			return c.url
+		}
+		return ""
+	}}
+	code := make(chan int, 1)
+	go func() {
+		code <- m.Run(t.Context(), []string{"submit", "--name", "sweep", "--array", "2", "--wait", "-o", "json", "--", "sleep", "1000"})
+	}()
+	// No worker serves the queue: the warning comes once the jobs are
+	// stored, before the wait.
+	errOut.await(t, "submit --wait", "no worker serves")
+	if code, _, _ := c.run("cancel", "--name", "sweep"); code != 0 {
+		t.Fatalf("cancel --name sweep: exit %d", code)
+	}
+	if got := <-code; got != exitFailed {
+		t.Errorf("submit --wait of cancelled jobs: exit %d, want %d", got, exitFailed)
+	}
+	var jobs []berth.Job
+	if err := json.Unmarshal(out.Bytes(), &jobs); err != nil || len(jobs) != 2 {
+		t.Fatalf("stdout %q (%v), want the 2 jobs as one JSON array", out.String(), err)
+	}
+	for _, j := range jobs {
+		if j.State != berth.JobCancelled {
+			t.Errorf("job %s printed %s, want cancelled, as it ended", j.ID, j.State)
+		}
+	}
+	if !strings.Contains(errOut.String(), "2 cancelled") {
+		t.Errorf("stderr %q, want the wait's summary", errOut.String())
 	}
 }
