@@ -51,9 +51,13 @@ func (c *Controller) explainPending(ctx context.Context, jobs []*berth.Job) erro
 		var tasks []*scheduler.Task
 		var queued []*berth.Job // the job of pending whose task is tasks[i]
 		for _, j := range pending {
-			if js := c.jobs[j.ID]; js != nil && js.task != nil && !js.placed() {
+			js := c.jobs[j.ID]
+			if js == nil || js.task == nil || js.placed() {
+				continue
+			}
+			j.Reason = js.job.Reason // what the controller adds, e.g. a retry's backoff
+			if _, backingOff := c.restarting[js]; !backingOff { // else not queued: its backoff is why it waits
 				tasks, queued = append(tasks, js.task), append(queued, j)
-				j.Reason = js.job.Reason // what the controller adds, e.g. a restart's backoff
 			}
 		}
 		if len(tasks) == 0 {

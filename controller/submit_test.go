@@ -9,6 +9,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/wire"
 )
 
 // keyed returns a request of user with idempotency key and command.
@@ -283,5 +284,26 @@ func TestIdempotencyBeforeTheFirstSubmissionIsDurable(t *testing.T) {
 	}
 	if n := storedJobs(t, c); n != 3 {
 		t.Errorf("store holds %d jobs, want 3", n)
+	}
+}
+
+// TestABackingOffJobSaysWhy: a job waiting out its retry's backoff is not
+// queued, so its reason is the backoff alone, not a wait for resources.
+func TestABackingOffJobSaysWhy(t *testing.T) {
+	t.Parallel()
+	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Now())
+	agent := registerAgent(t, c, workerReg())
+	id := submitSleep(t, c, func(spec *berth.JobSpec) { spec.Retries = 1 })
+	assign := agent.await(wire.TypeJobAssign).(*wire.JobAssign)
+	agent.send(wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: assign.AttemptID})
+	exit := 1
+	agent.send(wire.TypeJobResult, &wire.JobResult{AttemptID: assign.AttemptID, State: berth.AttemptFailed, ExitCode: &exit})
+	agent.await(wire.TypeAck) // the result is handled
+	d, err := c.Job(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.State != berth.JobPending || !strings.HasPrefix(d.Reason, "retrying in 1s after attempt 1 failed") {
+		t.Errorf("job in its backoff: %s, %q; want pending, retrying in 1s", d.State, d.Reason)
 	}
 }

@@ -20,7 +20,7 @@ import (
 )
 
 // demoScript is the demo job: it shows what a job sees.
-const demoScript = `echo "hello from Berth: job $BERTH_JOB_ID, attempt $BERTH_ATTEMPT_ID on $(hostname)"
+const demoScript = `echo "hello from Berth: job $BERTH_JOB_ID, attempt $BERTH_ATTEMPT_ID on $BERTH_HOST"
 echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
 for step in 1 2 3; do echo "training step $step/3"; done
 echo "done"`
@@ -32,7 +32,7 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 	var af agentFlags
 	m.addAgentFlags(fs, &af)
 	agents := fs.Int("agents", 0, "local agents to start (default 2, or 1 when nvidia-smi finds GPUs)")
-	demo := fs.Bool("demo", true, "submit a demo job and show its output (on the first start in a data dir, or when given)")
+	demo := fs.Bool("demo", true, "submit a demo job and show its output on the first start in a data dir (--demo: on a later start too; --demo=false: never)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}

@@ -185,6 +185,13 @@ func TestUpRunsTheDemoOnItsFirstStart(t *testing.T) {
 		if got := demos(url); got != tc.demos || ran != (i != 1) {
 			t.Errorf("start %d (%q): %d demo jobs, demo shown %v; want %d, shown %v", i+1, tc.args, got, ran, tc.demos, i != 1)
 		}
+		if i == 0 { // the job names the host it ran on as berth up does
+			ran := regexp.MustCompile(`attempt \S+ on (\S+)\n`).FindStringSubmatch(stdout.String())
+			ended := regexp.MustCompile(`succeeded on (\S+)\n`).FindStringSubmatch(stdout.String())
+			if ran == nil || ended == nil || ran[1] != ended[1] {
+				t.Errorf("the demo's host %q and where it succeeded %q differ in:\n%s", ran, ended, stdout)
+			}
+		}
 		interrupt()
 	}
 }
