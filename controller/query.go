@@ -55,8 +55,10 @@ func (c *Controller) explainPending(ctx context.Context, jobs []*berth.Job) erro
 			if js == nil || js.task == nil || js.placed() {
 				continue
 			}
-			j.Reason = js.job.Reason // what the controller adds, e.g. a retry's backoff
-			if _, backingOff := c.restarting[js]; !backingOff { // else not queued: its backoff is why it waits
+			// What the controller adds, e.g. a retry's backoff; a job
+			// waiting one out is not queued, and the backoff is why.
+			j.Reason = js.job.Reason
+			if _, backingOff := c.restarting[js]; !backingOff {
 				tasks, queued = append(tasks, js.task), append(queued, j)
 			}
 		}
