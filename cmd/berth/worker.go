@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/berth-dev/berth"
@@ -93,20 +94,19 @@ func runWorkerSet(ctx context.Context, m *Main, desired string, args []string) e
 }
 
 // desiredSummary describes a worker's controls for berth workers: "on",
-// "off (hard)", or per queue, e.g. "gpu:off(drain)".
+// "off (hard)", or per queue, e.g. "gpu:off(drain)". A queue turned back
+// on while the whole host is on is the default again, and not shown.
 func desiredSummary(w *berth.Worker) string {
+	hostOff := slices.ContainsFunc(w.Controls, func(c *berth.WorkerControl) bool { return c.Queue == berth.AllQueues && c.Off() })
 	var parts []string
 	for _, c := range w.Controls {
-		if c.Queue == berth.AllQueues && c.Off() {
+		switch {
+		case c.Queue == berth.AllQueues && c.Off():
 			parts = append([]string{"off (" + c.StopPolicy + ")"}, parts...)
-			continue
-		}
-		if c.Queue == berth.AllQueues {
-			continue
-		}
-		if c.Off() {
+		case c.Queue == berth.AllQueues:
+		case c.Off():
 			parts = append(parts, c.Queue+":off("+c.StopPolicy+")")
-		} else {
+		case hostOff:
 			parts = append(parts, c.Queue+":on")
 		}
 	}

@@ -36,6 +36,13 @@ func TestWorkerOnOff(t *testing.T) {
 	if s := desiredSummary(&berth.Worker{Controls: resp.Controls}); s != "off (hard) cpu:on gpu:off(hard)" {
 		t.Fatalf("DESIRED = %q", s)
 	}
+	code, out, _ = c.run("worker", "on", "-o", "json", "spark")
+	if code != 0 || json.Unmarshal([]byte(out), &resp) != nil {
+		t.Fatalf("worker on every queue -o json: exit %d, %q", code, out)
+	}
+	if s := desiredSummary(&berth.Worker{Controls: resp.Controls}); s != "on" {
+		t.Fatalf("DESIRED once every queue is on again = %q, want on", s)
+	}
 }
 
 func TestWorkerBadInput(t *testing.T) {
