@@ -184,30 +184,41 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	if cfg.Advertise != "" && !strings.HasPrefix(cfg.Advertise, "http://") && !strings.HasPrefix(cfg.Advertise, "https://") {
 		return nil, berth.Invalidf("--advertise", "must be an http:// or https:// URL")
 	}
+	// The address first: a port in use leaves no data dir behind, whose
+	// first start would then have passed without showing its admin token.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
 	lock, err := dirlock.Acquire(cfg.DataDir)
 	if errors.Is(err, dirlock.ErrInUse) {
-		return nil, berth.Invalidf("--data-dir", "%v: another berth server uses it; stop that one or give this one its own --data-dir", err)
+		err = berth.Invalidf("--data-dir", "%v: another berth server uses it; stop that one or give this one its own --data-dir", err)
+	} else if err != nil {
+		err = fmt.Errorf("data dir: %w", err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+		ln.Close()
+		return nil, err
 	}
 	st, err := openStore(ctx, cfg)
 	if err != nil {
+		ln.Close()
 		lock.Release()
 		return nil, err
 	}
 	keepHeapFloor(heapFloor)
 	rs := &runningServer{store: st, lock: lock, done: make(chan error, 1)}
-	if err := rs.start(ctx, cfg, sched, host); err != nil {
+	if err := rs.start(ctx, cfg, sched, host, ln); err != nil {
+		ln.Close()
 		rs.release()
 		return nil, err
 	}
 	return rs, nil
 }
 
-// start does startServer's work once the store is open; on error, release
-// undoes what it did.
-func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *scheduler.Config, host string) error {
+// start does startServer's work once the store is open, serving on ln; on
+// error, release undoes what it did.
+func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *scheduler.Config, host string, ln net.Listener) error {
 	templates, err := service.LoadDir(cfg.Templates)
 	if err != nil {
 		return berth.Invalidf("--templates", "%v", err)
@@ -226,10 +237,6 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	tlsConfig, caFile, fingerprint, err := cfg.Security.serverTLS(cfg.DataDir, []string{host, hostname})
 	if err != nil {
 		return err
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
 	}
 	rs.URL = "http://" + ln.Addr().String()
 	if tlsConfig != nil {

@@ -3,7 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -193,5 +197,27 @@ func TestUpRunsTheDemoOnItsFirstStart(t *testing.T) {
 			}
 		}
 		interrupt()
+	}
+}
+
+// TestUpOnABusyPortLeavesNoDataDir: berth up on an address in use fails
+// with the address named and creates nothing, so that its next start is
+// still the first (it shows the admin token and runs the demo).
+func TestUpOnABusyPortLeavesNoDataDir(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	data := filepath.Join(t.TempDir(), "data")
+	var stdout, stderr bytes.Buffer
+	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	code := m.Run(t.Context(), []string{"up", "--data-dir", data, "--listen", busy.Addr().String(), "--agents", "0"})
+	if code != exitUsage || !strings.Contains(stderr.String(), "address already in use") {
+		t.Errorf("berth up on a busy port: exit %d, %q; want %d naming the address", code, stderr.String(), exitUsage)
+	}
+	if _, err := os.Stat(data); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("data dir after the failed start: %v, want none", err)
 	}
 }
