@@ -37,7 +37,7 @@ func ParseBytes(given string) (Bytes, error) {
 	}
 	f, err := strconv.ParseFloat(s, 64)
 	switch {
-	case err != nil || f < 0 || f*float64(mult) > 1<<62:
+	case err != nil || !(f >= 0) || f*float64(mult) > 1<<62: // NaN too
 		return 0, fmt.Errorf("%q is not a size such as 80GiB or 512MiB", given)
 	case mult == 0 && f != 0:
 		return 0, bareSize(s)

@@ -26,6 +26,7 @@ func TestDecodeYAML(t *testing.T) {
 		{"command: [x]\narray: many\n", "array", "must be a whole number"},
 		{"command: [x]\npriority: high\n", "priority", "must be a whole number"}, // a field of the embedded JobSpec
 		{"command: [x]\nresources: {memory: -5GiB}\n", "resources.memory", `"-5GiB" is not a size`},
+		{"command: [x]\nresources: {memory: NaNGiB}\n", "resources.memory", `"NaNGiB" is not a size`},
 		{"command: [x]\nresources: {memory: [1]}\n", "resources.memory", "must be a size such as 80GiB"},
 		{"command: [x]\nmax_runtime: soon\n", "max_runtime", `"soon" is not a duration such as 90s`},
 		// A duration or size needs its unit in a file (0 needs none); the
