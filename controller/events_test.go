@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/wire"
 )
 
 // TestEndEventsCarryTheExitCode checks that a job's end event names the
@@ -22,10 +21,7 @@ func TestEndEventsCarryTheExitCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	assign := agent.await(wire.TypeJobAssign).(*wire.JobAssign)
-	agent.send(wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: assign.AttemptID})
-	exit := 3
-	agent.send(wire.TypeJobResult, &wire.JobResult{AttemptID: assign.AttemptID, State: berth.AttemptFailed, ExitCode: &exit})
+	agent.exit(agent.acceptNext(), 3)
 	var after uint64
 	for { // readEvents fails the test if the event never comes
 		for _, e := range readEvents(t, c, after) {

@@ -120,6 +120,25 @@ func (a *fakeAgent) await(typ string) any {
 	}
 }
 
+// acceptNext awaits the server's next assignment and accepts it.
+func (a *fakeAgent) acceptNext() *wire.JobAssign {
+	a.t.Helper()
+	assign := a.await(wire.TypeJobAssign).(*wire.JobAssign)
+	a.send(wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: assign.AttemptID})
+	return assign
+}
+
+// exit reports the attempt of assign ended with code: succeeded for 0,
+// failed for any other.
+func (a *fakeAgent) exit(assign *wire.JobAssign, code int) {
+	a.t.Helper()
+	st := berth.AttemptSucceeded
+	if code != 0 {
+		st = berth.AttemptFailed
+	}
+	a.send(wire.TypeJobResult, &wire.JobResult{AttemptID: assign.AttemptID, State: st, ExitCode: &code})
+}
+
 // TestAssignedJobKeepsItsAttemptOverARestart restarts the server while a
 // job's only attempt is assigned and not yet started, a state its stored
 // row does not count: the restarted controller counts it, so the failure

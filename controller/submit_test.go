@@ -294,10 +294,7 @@ func TestABackingOffJobSaysWhy(t *testing.T) {
 	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Now())
 	agent := registerAgent(t, c, workerReg())
 	id := submitSleep(t, c, func(spec *berth.JobSpec) { spec.Retries = 1 })
-	assign := agent.await(wire.TypeJobAssign).(*wire.JobAssign)
-	agent.send(wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: assign.AttemptID})
-	exit := 1
-	agent.send(wire.TypeJobResult, &wire.JobResult{AttemptID: assign.AttemptID, State: berth.AttemptFailed, ExitCode: &exit})
+	agent.exit(agent.acceptNext(), 1)
 	agent.await(wire.TypeAck) // the result is handled
 	d, err := c.Job(t.Context(), id)
 	if err != nil {

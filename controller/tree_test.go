@@ -79,13 +79,7 @@ func TestAFailedParentCancelsItsChildren(t *testing.T) {
 	}{{1, berth.JobCancelled}, {0, berth.JobPending}} {
 		parent := submitChild(t, c, berth.DefaultQueue, "")
 		child := submitChild(t, c, "elsewhere", parent)
-		assign := agent.await(wire.TypeJobAssign).(*wire.JobAssign)
-		agent.send(wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: assign.AttemptID})
-		st := berth.AttemptSucceeded
-		if tc.exit != 0 {
-			st = berth.AttemptFailed
-		}
-		agent.send(wire.TypeJobResult, &wire.JobResult{AttemptID: assign.AttemptID, State: st, ExitCode: &tc.exit})
+		agent.exit(agent.acceptNext(), tc.exit)
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		res, err := c.Wait(ctx, []string{parent}, false, "")
 		cancel()
@@ -137,8 +131,7 @@ func TestCancelMatching(t *testing.T) {
 		return submitSleep(t, c, func(spec *berth.JobSpec) { spec.Name, spec.Queue, spec.Parent = name, queue, parent })
 	}
 	running := named("driver", berth.DefaultQueue, "")
-	assign := agent.await(wire.TypeJobAssign).(*wire.JobAssign)
-	agent.send(wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: assign.AttemptID})
+	assign := agent.acceptNext()
 	pending := named("driver", "q", "")
 	child := named("step", "q", pending)
 	step := named("step", "q", "")

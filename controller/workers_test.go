@@ -38,8 +38,7 @@ func TestWorkersCountTheGPUsInUse(t *testing.T) {
 		t.Errorf("GPUs in use while a 2-GPU job is assigned: %d, want 2", n)
 	}
 	agent.send(wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: assign.AttemptID})
-	exit := 0
-	agent.send(wire.TypeJobResult, &wire.JobResult{AttemptID: assign.AttemptID, State: berth.AttemptSucceeded, ExitCode: &exit})
+	agent.exit(assign, 0)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if res, err := c.Wait(ctx, []string{jobs[0].ID}, false, ""); err != nil || !res.Done {
