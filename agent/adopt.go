@@ -32,31 +32,31 @@ type serviceRecord struct {
 	Port   int             `json:"port"`
 }
 
-func (a *Agent) servicesDir() string { return filepath.Join(a.cfg.DataDir, "services") }
+func (s *supervisor) servicesDir() string { return filepath.Join(s.cfg.DataDir, "services") }
 
 // saveServiceRecord writes m's record (write and rename, mode 0600).
-func (a *Agent) saveServiceRecord(m *wire.JobAssign, port int) error {
+func (s *supervisor) saveServiceRecord(m *wire.JobAssign, port int) error {
 	data, err := json.Marshal(serviceRecord{Assign: m, Port: port})
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(a.servicesDir(), 0o700); err != nil {
+	if err := os.MkdirAll(s.servicesDir(), 0o700); err != nil {
 		return err
 	}
-	return replaceFile(filepath.Join(a.servicesDir(), m.AttemptID+".json"), data, 0o600)
+	return replaceFile(filepath.Join(s.servicesDir(), m.AttemptID+".json"), data, 0o600)
 }
 
 // dropServiceRecord removes an ended attempt's record, if any.
-func (a *Agent) dropServiceRecord(id string) {
-	_ = os.Remove(filepath.Join(a.servicesDir(), id+".json"))
+func (s *supervisor) dropServiceRecord(id string) {
+	_ = os.Remove(filepath.Join(s.servicesDir(), id+".json"))
 }
 
 // adoptServices takes over, from the process groups a previous agent left
 // (by attempt id), those of service attempts with a record and a live
 // group; it removes those from groups and drops the other records. The
 // adopted attempts are followed once Run starts.
-func (a *Agent) adoptServices(groups map[string]int) error {
-	entries, err := os.ReadDir(a.servicesDir())
+func (s *supervisor) adoptServices(groups map[string]int) error {
+	entries, err := os.ReadDir(s.servicesDir())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -67,22 +67,22 @@ func (a *Agent) adoptServices(groups map[string]int) error {
 	for _, e := range entries {
 		id := e.Name()[:len(e.Name())-len(filepath.Ext(e.Name()))]
 		pgid, live := groups[id]
-		rec, err := readServiceRecord(filepath.Join(a.servicesDir(), e.Name()))
+		rec, err := readServiceRecord(filepath.Join(s.servicesDir(), e.Name()))
 		if !live || err != nil || rec.Assign.AttemptID != id || syscall.Kill(-pgid, 0) != nil {
-			a.dropServiceRecord(id)
+			s.dropServiceRecord(id)
 			continue
 		}
 		delete(groups, id)
 		proc := adoptProcess(pgid, rec.Assign.Grace)
-		at := &attempt{id: id, dir: filepath.Join(a.attDir, id), scratch: rec.Assign.Workdir == "",
-			log: filepath.Join(a.attDir, id) + ".log", queue: rec.Assign.Queue, gpus: rec.Assign.GPUs, proc: proc,
-			keep: a.cfg.KeepServices}
-		a.attempts[id] = at
-		a.adopted = append(a.adopted, adoption{at: at, assign: rec.Assign, svc: &serviceRun{port: rec.Port}, proc: proc})
+		at := &attempt{id: id, dir: filepath.Join(s.attDir, id), scratch: rec.Assign.Workdir == "",
+			log: filepath.Join(s.attDir, id) + ".log", queue: rec.Assign.Queue, gpus: rec.Assign.GPUs, proc: proc,
+			keep: s.cfg.KeepServices}
+		s.attempts[id] = at
+		s.adopted = append(s.adopted, adoption{at: at, assign: rec.Assign, svc: &serviceRun{port: rec.Port}, proc: proc})
 		kept = append(kept, id)
-		a.log.Info("adopted a service the previous agent left running", "attempt", id, "pgid", pgid, "port", rec.Port)
+		s.log.Info("adopted a service the previous agent left running", "attempt", id, "pgid", pgid, "port", rec.Port)
 	}
-	if _, err := a.ports.Recover(kept); err != nil {
+	if _, err := s.ports.Recover(kept); err != nil {
 		return fmt.Errorf("adopt services: %w", err)
 	}
 	return nil
@@ -110,10 +110,10 @@ type adoption struct {
 
 // follow watches the adopted group and follows the attempt like a started
 // one.
-func (ad adoption) follow(ctx context.Context, a *Agent) {
+func (ad adoption) follow(ctx context.Context, s *supervisor) {
 	id := ad.at.id
-	go ad.proc.watch(func() { _ = a.groups.Ended(id) })
-	a.follow(ctx, ad.at, ad.assign, ad.svc)
+	go ad.proc.watch(func() { _ = s.groups.Ended(id) })
+	s.follow(ctx, ad.at, ad.assign, ad.svc)
 }
 
 // adoptedProcess is a process group a previous agent started: not a child

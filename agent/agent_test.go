@@ -506,7 +506,7 @@ func TestAgentSendsProgressFromOutput(t *testing.T) {
 		}
 	}
 	fs.await("progress 0.5", isProgress("0.5"))
-	if err := os.WriteFile(filepath.Join(a.attDir, "a1", "next"), []byte("go\n"), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(a.work.attDir, "a1", "next"), []byte("go\n"), 0); err != nil {
 		t.Fatal(err)
 	}
 	fs.await("progress done", isProgress("done"))
@@ -634,7 +634,7 @@ func TestAgentHardStop(t *testing.T) {
 	fs.assign(&wire.JobAssign{AttemptID: "a1", Queue: "gpu", GPUs: []int{0, 1}, Command: []string{"sh", "-c",
 		`trap "" TERM; sh -c 'sleep 1000 & echo $! >grandchild; wait' & echo $! >child; while [ ! -s grandchild ]; do sleep 0.01; done; echo ready; wait`}})
 	fs.output("a1", "ready")
-	dir := filepath.Join(a.attDir, "a1")
+	dir := filepath.Join(a.work.attDir, "a1")
 	pids := append(pidsIn(t, filepath.Join(dir, "child")), pidsIn(t, filepath.Join(dir, "grandchild"))...)
 	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: reason, Cause: berth.CauseOperator})
 	checkResult(t, fs.result("a1"), berth.AttemptCancelled, berth.CauseOperator, intp(79),
@@ -650,8 +650,8 @@ func TestAgentHardStop(t *testing.T) {
 
 func TestConfirmStoppedNamesLingeringProcesses(t *testing.T) {
 	t.Parallel()
-	a := &Agent{}
-	if got, want := a.confirmStopped(context.Background(), nil, []int{12, 34}), "processes still alive after SIGKILL: pid 12, 34"; got != want {
+	s := &supervisor{cfg: &Config{}}
+	if got, want := s.confirmStopped(context.Background(), nil, []int{12, 34}), "processes still alive after SIGKILL: pid 12, 34"; got != want {
 		t.Fatalf("confirmStopped = %q, want %q", got, want)
 	}
 }
@@ -903,11 +903,11 @@ func TestAgentSecrets(t *testing.T) {
 		Command: []string{"sh", "-c", `mkfifo next; echo hello, the key follows; printf 'key=%s' "${K%????}"; read x <next; printf '%s\n' "${K#"${K%????}"}"; ` +
 			`echo "BERTH_PROGRESS 0.5 $K"; echo arg={{SECRET:KEY}}; exit 3`}})
 	fs.output("s1", "hello")                    // shipped while the start of the value is held back
-	ownLog := filepath.Join(a.attDir, "s1.log") // not a kept file other attempts append to
+	ownLog := filepath.Join(a.work.attDir, "s1.log") // not a kept file other attempts append to
 	if _, err := os.Stat(ownLog); err != nil {
 		t.Fatalf("an attempt with secrets writes %s: %v", ownLog, err)
 	}
-	if err := os.WriteFile(filepath.Join(a.attDir, "s1", "next"), []byte("go\n"), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(a.work.attDir, "s1", "next"), []byte("go\n"), 0); err != nil {
 		t.Fatal(err)
 	}
 	checkResult(t, fs.result("s1"), berth.AttemptFailed, "", intp(3), "exit code 3")

@@ -33,16 +33,16 @@ func SavedCredential(dataDir string) (string, error) {
 // join trades the join token for a credential of this agent's own, bound
 // to its host, and saves it (mode 0600) so that later starts need no join
 // token.
-func (a *Agent) join(ctx context.Context) error {
-	issued, err := client.New(a.cfg.Server, a.cfg.JoinToken, a.cfg.TLS).Join(ctx, a.cfg.Host)
+func (s *session) join(ctx context.Context) error {
+	issued, err := client.New(s.cfg.Server, s.cfg.JoinToken, s.cfg.TLS).Join(ctx, s.cfg.Host)
 	if err != nil {
 		return fmt.Errorf("agent: join with the join token: %w", err)
 	}
-	if err := SaveCredential(a.cfg.DataDir, issued.Secret); err != nil {
+	if err := SaveCredential(s.cfg.DataDir, issued.Secret); err != nil {
 		return err
 	}
-	a.cfg.Token, a.credFile = issued.Secret, credentialPath(a.cfg.DataDir)
-	a.log.Info("joined: credential saved", "token_id", issued.ID)
+	s.cfg.Token, s.credFile = issued.Secret, credentialPath(s.cfg.DataDir)
+	s.log.Info("joined: credential saved", "token_id", issued.ID)
 	return nil
 }
 

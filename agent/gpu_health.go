@@ -3,8 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -181,4 +184,102 @@ func gpuIndexes(gpus []berth.GPU) string {
 		s[i] = strconv.Itoa(g.Index)
 	}
 	return strings.Join(s, ",")
+}
+
+// gpuState is what the agent last learnt of its GPUs: which are faulty,
+// and their load.
+type gpuState struct {
+	mu     sync.Mutex
+	faults map[int]string  // faulty GPUs by index: what is wrong with each
+	stats  []berth.GPUStat // the GPUs' load, as nvidia-smi last said
+}
+
+// snapshot returns the faulty GPUs' indexes, sorted, and the GPUs' load.
+func (g *gpuState) snapshot() (faulty []int, stats []berth.GPUStat) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Sorted(maps.Keys(g.faults)), g.stats
+}
+
+// watchGPUs checks the GPUs' health now and every HealthEvery until ctx
+// ends; a failed check is logged and changes nothing.
+func (s *supervisor) watchGPUs(ctx context.Context) {
+	health := newGPUHealth(s.cfg.NvidiaSMI, s.cfg.GPUs)
+	t := time.NewTicker(s.cfg.HealthEvery)
+	defer t.Stop()
+	for {
+		faults, err := health.check(ctx)
+		switch {
+		case err == nil:
+			s.setFaults(faults)
+		case ctx.Err() == nil:
+			s.log.Warn("GPU health check failed; ignored", "err", err)
+		}
+		if stats, err := gpuStats(ctx, s.cfg.NvidiaSMI); err == nil {
+			s.gpus.mu.Lock()
+			s.gpus.stats = stats
+			s.gpus.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// setFaults records which GPUs are faulty, logging changes, and stops the
+// attempts on them.
+func (s *supervisor) setFaults(faults map[int]string) {
+	s.gpus.mu.Lock()
+	for idx, what := range faults {
+		if _, was := s.gpus.faults[idx]; !was {
+			s.log.Error("GPU faulty", "gpu", idx, "fault", what)
+		}
+	}
+	for idx := range s.gpus.faults {
+		if _, still := faults[idx]; !still {
+			s.log.Info("GPU healthy again", "gpu", idx)
+		}
+	}
+	s.gpus.faults = faults
+	s.gpus.mu.Unlock()
+	var stops []stopRequest
+	s.mu.Lock()
+	for _, at := range s.attempts {
+		for _, g := range at.gpus {
+			if what, faulty := faults[g]; faulty {
+				stops = append(stops, stopRequest{at, "gpu health: " + what})
+				break
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.stopFor(berth.CauseGPUHealth, "stopping attempt: its GPU is faulty", stops)
+}
+
+// confirmStopped checks what a hard stop must have freed, once the attempt
+// has ended: no process of its group is left (lingering lists those that
+// are) and, when the agent has nvidia-smi, no compute app holds memory on
+// its GPUs any more. It says what it found: "processes gone; GPU memory
+// released on GPU 0,1".
+func (s *supervisor) confirmStopped(ctx context.Context, gpus, lingering []int) string {
+	found := "processes gone"
+	if len(lingering) > 0 {
+		pids := make([]string, len(lingering))
+		for i, pid := range lingering {
+			pids[i] = strconv.Itoa(pid)
+		}
+		found = "processes still alive after SIGKILL: pid " + strings.Join(pids, ", ")
+	}
+	var held []berth.GPU
+	for _, g := range s.cfg.GPUs {
+		if slices.Contains(gpus, g.Index) {
+			held = append(held, g)
+		}
+	}
+	if s.cfg.NvidiaSMI == "" || len(held) == 0 {
+		return found
+	}
+	return found + "; " + awaitGPURelease(ctx, s.cfg.NvidiaSMI, held, s.cfg.ReleaseTimeout)
 }

@@ -3,10 +3,13 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -27,22 +30,46 @@ func ValidModel(field, name string) error {
 	return nil
 }
 
-// Models returns the models warm on this worker, sorted: those it started
-// with, those of attempts that succeeded here and those it prewarmed.
-func (a *Agent) Models() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.modelsLocked()
+// warmModels are the models warm on a worker (their weights cached):
+// those it started with, those of attempts that succeeded there and those
+// it prewarmed.
+type warmModels struct {
+	cfg    *Config // read only
+	log    *slog.Logger
+	groups *GroupJournal
+
+	mu      sync.Mutex
+	warm    map[string]bool
+	warming map[string]bool // the models being prewarmed
+
+	prewarms sync.WaitGroup // running prewarm commands
 }
 
-// modelsLocked returns the warm models, sorted; nil when there are none.
-func (a *Agent) modelsLocked() []string { return slices.Sorted(maps.Keys(a.models)) }
+// newWarmModels returns cfg.Models as the warm models, or the error of the
+// first that fails ValidModel.
+func newWarmModels(cfg *Config) (*warmModels, error) {
+	m := &warmModels{cfg: cfg, log: cfg.Log, warm: map[string]bool{}, warming: map[string]bool{}}
+	for _, name := range cfg.Models {
+		if err := ValidModel("models", name); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		m.warm[name] = true
+	}
+	return m, nil
+}
 
-// warm adds model to the warm models.
-func (a *Agent) warm(model string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.models[model] = true
+// list returns the warm models, sorted; nil when there are none.
+func (m *warmModels) list() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.warm))
+}
+
+// add adds model to the warm models.
+func (m *warmModels) add(model string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.warm[model] = true
 }
 
 // prewarmLog is the file, in DataDir, where prewarm commands write.
@@ -54,40 +81,40 @@ const prewarmLog = "prewarm.log"
 // must not hold GPU memory that jobs are given) for at most PrewarmTimeout,
 // and the model is warm once the command exits 0. The command is killed
 // when ctx ends.
-func (a *Agent) prewarm(ctx context.Context, model string) {
+func (m *warmModels) prewarm(ctx context.Context, model string) {
 	if model == "" {
-		a.log.Warn("prewarm hint without a model; ignored")
+		m.log.Warn("prewarm hint without a model; ignored")
 		return
 	}
-	if a.cfg.Prewarm == "" {
-		a.log.Debug("prewarm hint ignored: no prewarm command", "model", model)
+	if m.cfg.Prewarm == "" {
+		m.log.Debug("prewarm hint ignored: no prewarm command", "model", model)
 		return
 	}
-	a.mu.Lock()
+	m.mu.Lock()
 	switch {
-	case a.models[model]:
-		a.mu.Unlock()
-		a.log.Debug("prewarm hint ignored: model already warm", "model", model)
+	case m.warm[model]:
+		m.mu.Unlock()
+		m.log.Debug("prewarm hint ignored: model already warm", "model", model)
 		return
-	case a.warming[model]:
-		a.mu.Unlock()
-		a.log.Debug("prewarm hint ignored: model already being prewarmed", "model", model)
+	case m.warming[model]:
+		m.mu.Unlock()
+		m.log.Debug("prewarm hint ignored: model already being prewarmed", "model", model)
 		return
 	}
-	a.warming[model] = true
-	a.prewarms.Add(1)
-	a.mu.Unlock()
-	logPath := filepath.Join(a.cfg.DataDir, prewarmLog)
+	m.warming[model] = true
+	m.prewarms.Add(1)
+	m.mu.Unlock()
+	logPath := filepath.Join(m.cfg.DataDir, prewarmLog)
 	id := "prewarm-" + rand.Text() // a journal entry, so that a restarted agent kills it
-	command := strings.ReplaceAll(a.cfg.Prewarm, "{model}", berth.ShellQuote(model))
+	command := strings.ReplaceAll(m.cfg.Prewarm, "{model}", berth.ShellQuote(model))
 	proc, err := ProcessExecutor{}.Start(ctx, Spec{AttemptID: id, Command: []string{"sh", "-c", command},
-		Dir: filepath.Join(a.cfg.DataDir, "prewarm"), LogPath: logPath, Groups: a.groups, MaxRuntime: a.cfg.PrewarmTimeout})
+		Dir: filepath.Join(m.cfg.DataDir, "prewarm"), LogPath: logPath, Groups: m.groups, MaxRuntime: m.cfg.PrewarmTimeout})
 	if err != nil {
 		proc = failedProcess("start: " + err.Error())
 	}
-	a.log.Info("prewarming model", "model", model, "log", logPath)
+	m.log.Info("prewarming model", "model", model, "log", logPath)
 	go func() {
-		defer a.prewarms.Done()
+		defer m.prewarms.Done()
 		select {
 		case <-proc.Done():
 		case <-ctx.Done():
@@ -96,16 +123,16 @@ func (a *Agent) prewarm(ctx context.Context, model string) {
 		}
 		ex := proc.Exit()
 		ok := ex.State == berth.AttemptSucceeded
-		a.mu.Lock()
-		delete(a.warming, model)
+		m.mu.Lock()
+		delete(m.warming, model)
 		if ok {
-			a.models[model] = true
+			m.warm[model] = true
 		}
-		a.mu.Unlock()
+		m.mu.Unlock()
 		if ok {
-			a.log.Info("model prewarmed", "model", model)
+			m.log.Info("model prewarmed", "model", model)
 		} else {
-			a.log.Warn("prewarm failed", "model", model, "reason", ex.Reason, "log", logPath)
+			m.log.Warn("prewarm failed", "model", model, "reason", ex.Reason, "log", logPath)
 		}
 	}()
 }

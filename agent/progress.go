@@ -133,10 +133,10 @@ const progressPath = "/v1/progress/"
 // /v1/progress/ATTEMPT/TOKEN with the value as body answers 204; 404 for
 // an unknown attempt or a wrong token, 400 for an empty or too long value,
 // 405 for another method.
-func (a *Agent) progressHandler() http.Handler {
+func (s *supervisor) progressHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+progressPath+"{attempt}/{token}", func(w http.ResponseWriter, r *http.Request) {
-		at := a.get(r.PathValue("attempt"))
+		at := s.get(r.PathValue("attempt"))
 		if at == nil || subtle.ConstantTimeCompare([]byte(r.PathValue("token")), []byte(at.token)) != 1 {
 			http.Error(w, "no such attempt", http.StatusNotFound)
 			return

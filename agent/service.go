@@ -29,9 +29,9 @@ type serviceRun struct {
 // ({{SERVICE_PORT}}, {{WORKER_ID}}, {{GPU_DEVICES}}…). It returns m's
 // copy to run, or the error of allocating the port (svc then says it is
 // the machine's fault: class infra_fatal).
-func (a *Agent) prepareService(m *wire.JobAssign, svc *serviceRun) (*wire.JobAssign, error) {
+func (s *supervisor) prepareService(m *wire.JobAssign, svc *serviceRun) (*wire.JobAssign, error) {
 	if m.Service.NeedsPort {
-		port, err := a.ports.Allocate(m.AttemptID)
+		port, err := s.ports.Allocate(m.AttemptID)
 		if err != nil {
 			svc.class = berth.FailureInfraFatal
 			return nil, err
@@ -42,11 +42,11 @@ func (a *Agent) prepareService(m *wire.JobAssign, svc *serviceRun) (*wire.JobAss
 	for i, g := range m.GPUs {
 		gpus[i] = strconv.Itoa(g)
 	}
-	rt := service.Runtime{ServicePort: svc.port, WorkerID: a.workerID, TaskID: fmt.Sprintf("%s-%d", m.JobID, m.TaskIndex),
+	rt := service.Runtime{ServicePort: svc.port, WorkerID: s.workerID, TaskID: fmt.Sprintf("%s-%d", m.JobID, m.TaskIndex),
 		ModelName: m.Service.Model, GPUCount: len(m.GPUs), GPUDevices: strings.Join(gpus, ","),
-		ModelCache: a.cfg.ModelCache, Workspace: m.Workdir}
+		ModelCache: s.cfg.ModelCache, Workspace: m.Workdir}
 	if rt.Workspace == "" {
-		rt.Workspace = filepath.Join(a.attDir, m.AttemptID)
+		rt.Workspace = filepath.Join(s.attDir, m.AttemptID)
 	}
 	out := *m
 	out.Command = make([]string, len(m.Command))
@@ -72,7 +72,7 @@ func (a *Agent) prepareService(m *wire.JobAssign, svc *serviceRun) (*wire.JobAss
 // stopped (cause readiness) with its failure class. The end of a service
 // that was ready, or that was stopped, is no readiness failure: the
 // attempt just ends.
-func (a *Agent) watchService(ctx context.Context, at *attempt, m *wire.JobAssign, svc *serviceRun) {
+func (s *supervisor) watchService(ctx context.Context, at *attempt, m *wire.JobAssign, svc *serviceRun) {
 	defer close(svc.watched)
 	wasReady := false
 	report := func(st ServiceStatus) {
@@ -82,7 +82,7 @@ func (a *Agent) watchService(ctx context.Context, at *attempt, m *wire.JobAssign
 		case st.Phase == ServiceFailed && (wasReady || stopped(at.proc)):
 			return
 		}
-		_ = a.send(ctx, wire.TypeServiceStatus, &wire.ServiceStatus{AttemptID: m.AttemptID, Phase: st.Phase,
+		_ = s.send(ctx, wire.TypeServiceStatus, &wire.ServiceStatus{AttemptID: m.AttemptID, Phase: st.Phase,
 			Port: svc.port, Class: st.Class, Reason: at.secrets.Redact(st.Reason), Marker: st.Marker})
 	}
 	if m.Service.Readiness == nil || svc.port == 0 {
@@ -90,7 +90,7 @@ func (a *Agent) watchService(ctx context.Context, at *attempt, m *wire.JobAssign
 		return
 	}
 	p, err := NewProber(ProberConfig{Spec: *m.Service.Readiness, Host: "127.0.0.1", Port: svc.port, LogPath: at.log,
-		Done: at.proc.Done(), Report: report})
+		Done: at.proc.Done(), Report: report, Now: s.cfg.Now})
 	if err != nil {
 		report(ServiceStatus{Phase: ServiceFailed, Class: berth.FailureInfraFatal, Reason: err.Error()})
 		at.proc.Stop(berth.CauseReadiness, "readiness check: "+err.Error())
