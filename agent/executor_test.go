@@ -66,16 +66,7 @@ func await(t *testing.T, p Process) Exit {
 func run(t *testing.T, s Spec) (Exit, string) {
 	t.Helper()
 	ex := await(t, start(t, s))
-	return ex, readLog(t, s)
-}
-
-func readLog(t *testing.T, s Spec) string {
-	t.Helper()
-	data, err := os.ReadFile(s.LogPath)
-	if err != nil {
-		t.Fatalf("read log: %v", err)
-	}
-	return string(data)
+	return ex, readFile(t, s.LogPath)
 }
 
 // waitForLog polls the log until it contains want (the child has reached
@@ -140,24 +131,6 @@ func awaitGroupGone(t *testing.T, pgid int) {
 	}
 }
 
-// pidsIn parses the pids a script wrote, one per line.
-func pidsIn(t *testing.T, path string) []int {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("read pids: %v", err)
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(data)) {
-		pid, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatalf("pids file holds %q", data)
-		}
-		pids = append(pids, pid)
-	}
-	return pids
-}
-
 func checkExit(t *testing.T, got Exit, state berth.AttemptState, code *int, reason string) {
 	t.Helper()
 	if got.State != state || got.Reason != reason || (got.ExitCode == nil) != (code == nil) ||
@@ -173,8 +146,6 @@ func checkExit(t *testing.T, got Exit, state berth.AttemptState, code *int, reas
 		t.Fatalf("exit = {%s %s %q}, want {%s %s %q}", got.State, gotCode, got.Reason, state, wantCode, reason)
 	}
 }
-
-func intp(n int) *int { return &n }
 
 func checkCause(t *testing.T, got Exit, cause string) {
 	t.Helper()

@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/wire"
 )
 
 // stateSMI is an nvidia-smi stand-in that answers the health query with
@@ -149,4 +151,67 @@ func TestAwaitGPURelease(t *testing.T) {
 		"GPU memory release on GPU 1 unconfirmed: nvidia-smi: exit status 9: GPU is lost"; got != want {
 		t.Errorf("nvidia-smi failing: %q, want %q", got, want)
 	}
+}
+
+func TestAgentHardStop(t *testing.T) {
+	t.Parallel()
+	smi := newStateSMI(t)
+	smi.set("gpus", "0, GPU-aaaa, 0\n1, GPU-bbbb, 0\n")
+	fs := newFakeServer(t)
+	a, _ := startAgent(t, fs, func(c *Config) { c.GPUs, c.NvidiaSMI, c.ReleaseTimeout = testGPUs, smi.path, 300*time.Millisecond })
+	const reason = "stopped by operator: queue gpu of box turned off (hard) by alice"
+
+	// A process tree: a child and a grandchild, both ignoring SIGTERM.
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Queue: "gpu", GPUs: []int{0, 1}, Command: []string{"sh", "-c",
+		`trap "" TERM; sh -c 'sleep 1000 & echo $! >grandchild; wait' & echo $! >child; while [ ! -s grandchild ]; do sleep 0.01; done; echo ready; wait`}})
+	fs.output("a1", "ready")
+	dir := filepath.Join(a.work.attDir, "a1")
+	pids := append(pidsIn(t, filepath.Join(dir, "child")), pidsIn(t, filepath.Join(dir, "grandchild"))...)
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: reason, Cause: berth.CauseOperator})
+	checkResult(t, fs.result("a1"), berth.AttemptCancelled, berth.CauseOperator, intp(79),
+		reason+"; processes gone; GPU memory released on GPU 0,1")
+	assertDead(t, pids...)
+
+	smi.set("apps", "GPU-bbbb, 4242, 500\n")
+	fs.assign(&wire.JobAssign{AttemptID: "a2", Queue: "gpu", GPUs: []int{1}, Command: []string{"sleep", "1000"}})
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a2", Reason: reason, Cause: berth.CauseOperator})
+	checkResult(t, fs.result("a2"), berth.AttemptCancelled, berth.CauseOperator, intp(79),
+		reason+"; processes gone; GPU memory still held on GPU 1 (pid 4242, 500 MiB) after 300ms")
+}
+
+func TestConfirmStoppedNamesLingeringProcesses(t *testing.T) {
+	t.Parallel()
+	s := &supervisor{cfg: &Config{}}
+	if got, want := s.confirmStopped(context.Background(), nil, []int{12, 34}), "processes still alive after SIGKILL: pid 12, 34"; got != want {
+		t.Fatalf("confirmStopped = %q, want %q", got, want)
+	}
+}
+
+func TestAgentGPUHealth(t *testing.T) {
+	t.Parallel()
+	smi := newStateSMI(t)
+	smi.set("gpus", "0, GPU-aaaa, 0\n1, GPU-bbbb, 0\n")
+	fs := newFakeServer(t)
+	startAgent(t, fs, func(c *Config) { c.GPUs, c.NvidiaSMI, c.HealthEvery = testGPUs, smi.path, 20*time.Millisecond })
+	sleep := []string{"sleep", "1000"}
+	fs.assign(&wire.JobAssign{AttemptID: "on0", GPUs: []int{0}, Command: sleep})
+	fs.assign(&wire.JobAssign{AttemptID: "on1", GPUs: []int{1}, Command: sleep})
+
+	smi.set("gpus", "0, GPU-aaaa, 0\n")
+	checkResult(t, fs.result("on1"), berth.AttemptFailed, berth.CauseGPUHealth, intp(78), "gpu health: GPU 1 (GPU-bbbb) disappeared")
+	fs.await("a heartbeat naming GPU 1 faulty", func(m wire.Message) bool {
+		hb, ok := m.Body.(*wire.Heartbeat)
+		return ok && slices.Equal(hb.FaultyGPUs, []int{1}) && slices.Equal(hb.Running, []string{"on0"})
+	})
+
+	// GPU 1 is back; the heartbeats carry the GPUs' load.
+	smi.set("gpus", "0, GPU-aaaa, 0\n1, GPU-bbbb, 0\n")
+	smi.set("stats", "0, 57, 1024\n1, [N/A], 0\n")
+	fs.await("a heartbeat with no faulty GPU after the first, with GPU 0's load", func(m wire.Message) bool {
+		hb, ok := m.Body.(*wire.Heartbeat)
+		return ok && len(hb.FaultyGPUs) == 0 && slices.Equal(hb.Running, []string{"on0"}) &&
+			slices.Equal(hb.GPUStats, []berth.GPUStat{{Index: 0, Utilization: 57, MemoryUsed: 1 << 30}})
+	})
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "on0", Reason: "cancelled by erin"})
+	checkResult(t, fs.result("on0"), berth.AttemptCancelled, "", nil, "cancelled by erin")
 }

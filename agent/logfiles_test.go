@@ -133,13 +133,3 @@ func TestOpenLogFilesTakesFilesLeftBehind(t *testing.T) {
 		t.Fatalf("Take with none kept = %s at %d, want %s at 0 (past every name left behind)", p, start, filepath.Join(dir, "13"))
 	}
 }
-
-// readFile returns the content of path, failing the test if it cannot.
-func readFile(t *testing.T, path string) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}

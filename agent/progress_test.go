@@ -1,9 +1,18 @@
 package agent
 
 import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/wire"
 )
 
 // scanAll feeds output to a fresh scanner in the pieces given and returns
@@ -117,4 +126,87 @@ func TestProgressSentOncePerChange(t *testing.T) {
 	if v, ok := p.pending(); ok {
 		t.Fatalf("pending = %q after the same value again; want nothing", v)
 	}
+}
+
+// progressURL returns the BERTH_PROGRESS_URL an attempt printed as
+// "url=URL.".
+func progressURL(t *testing.T, fs *fakeServer, id string) string {
+	t.Helper()
+	out := fs.output(id, "url=")
+	return out[strings.Index(out, "url=")+4 : strings.Index(out, ".\n")]
+}
+
+func TestAgentProgressEndpointKeepsStallAway(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, nil)
+	done := filepath.Join(t.TempDir(), "done")
+	// Silent after printing its URL, with an 800ms stall timeout: only the
+	// reports posted to the URL over 1.2s keep it from stalling.
+	fs.assign(&wire.JobAssign{AttemptID: "a1", StallTimeout: 800 * time.Millisecond, Command: []string{"sh", "-c",
+		`echo "url=$BERTH_PROGRESS_URL."; while [ ! -e ` + done + ` ]; do sleep 0.05; done`}})
+	u := progressURL(t, fs, "a1")
+	for i := range 10 {
+		resp, err := http.Post(u, "text/plain", strings.NewReader("0."+strconv.Itoa(i)))
+		if err != nil || resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("report %d: %v %v", i, resp, err)
+		}
+		resp.Body.Close()
+		time.Sleep(120 * time.Millisecond) // the pace of a slow job's reports
+	}
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, fs.result("a1"), berth.AttemptSucceeded, "", intp(0), "")
+	fs.await("progress 0.9", func(m wire.Message) bool {
+		p, ok := m.Body.(*wire.Progress)
+		return ok && p.AttemptID == "a1" && p.Progress == "0.9"
+	})
+}
+
+func TestAgentProgressEndpoint(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, nil)
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sh", "-c", `echo "url=$BERTH_PROGRESS_URL."; sleep 1000`}})
+	u := progressURL(t, fs, "a1")
+	if !strings.HasPrefix(u, "http://127.0.0.1:") || !strings.Contains(u, "/v1/progress/a1/") {
+		t.Fatalf("BERTH_PROGRESS_URL = %q, want http://127.0.0.1:PORT/v1/progress/a1/TOKEN", u)
+	}
+	base, token := u[:strings.LastIndex(u, "/a1/")], u[strings.LastIndex(u, "/")+1:]
+	for _, tc := range []struct {
+		name, method, url, body string
+		want                    int
+	}{
+		{"report", "POST", u, "0.5", http.StatusNoContent},
+		{"trimmed 1 KiB", "POST", u, strings.Repeat("x", maxProgress) + "\n", http.StatusNoContent},
+		{"empty", "POST", u, "", http.StatusBadRequest},
+		{"blank", "POST", u, " \n", http.StatusBadRequest},
+		{"over 1 KiB", "POST", u, strings.Repeat("x", maxProgress+1), http.StatusBadRequest},
+		{"far over 1 KiB", "POST", u, strings.Repeat("x", 1<<20), http.StatusBadRequest},
+		{"GET", "GET", u, "", http.StatusMethodNotAllowed},
+		{"PUT", "PUT", u, "0.6", http.StatusMethodNotAllowed},
+		{"wrong token", "POST", base + "/a1/" + strings.ToLower(token), "0.7", http.StatusNotFound},
+		{"no token", "POST", base + "/a1/", "0.7", http.StatusNotFound},
+		{"unknown attempt", "POST", base + "/a2/" + token, "0.7", http.StatusNotFound},
+		{"last", "POST", u, "step 9/10", http.StatusNoContent},
+	} {
+		req, err := http.NewRequest(tc.method, tc.url, strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s: %s = %d, want %d", tc.name, tc.method, resp.StatusCode, tc.want)
+		}
+	}
+	fs.await("progress from the last report", func(m wire.Message) bool {
+		p, ok := m.Body.(*wire.Progress)
+		return ok && p.AttemptID == "a1" && p.Progress == "step 9/10"
+	})
 }

@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/wire"
+)
+
+func TestAgentSendsProgressFromOutput(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	a, _ := startAgent(t, fs, nil)
+	// Past the first 64 KiB read, so that the lines cross a read's end;
+	// one write with two values, of which only the latest is sent. Then
+	// another once the test has seen that.
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sh", "-c",
+		`mkfifo next; yes filler | head -c 65530; printf '\nBERTH_PROGRESS 0.25\nBERTH_PROGRESS 0.5\n'; read x <next; echo "BERTH_PROGRESS done"; sleep 1000`}})
+	isProgress := func(v string) func(wire.Message) bool {
+		return func(m wire.Message) bool {
+			p, ok := m.Body.(*wire.Progress)
+			return ok && p.AttemptID == "a1" && (v == "" || p.Progress == v)
+		}
+	}
+	fs.await("progress 0.5", isProgress("0.5"))
+	if err := os.WriteFile(filepath.Join(a.work.attDir, "a1", "next"), []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	fs.await("progress done", isProgress("done"))
+	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: "cancelled by alice"})
+	checkResult(t, fs.result("a1"), berth.AttemptCancelled, "", nil, "cancelled by alice")
+	var values []string
+	for _, m := range fs.sent(isProgress("")) {
+		values = append(values, m.Body.(*wire.Progress).Progress)
+	}
+	if !slices.Equal(values, []string{"0.5", "done"}) {
+		t.Fatalf("progress sent: %q, want [0.5 done]", values)
+	}
+}
+
+func TestAgentSendsLastProgressBeforeResult(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, func(c *Config) { c.ShipEvery = time.Hour }) // nothing is shipped while it runs
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sh", "-c", `echo "BERTH_PROGRESS 1"`}})
+	checkResult(t, fs.result("a1"), berth.AttemptSucceeded, "", intp(0), "")
+	var order []string
+	for _, m := range fs.sent(func(m wire.Message) bool { return m.Type == wire.TypeProgress || m.Type == wire.TypeJobResult }) {
+		order = append(order, m.Type)
+		if p, ok := m.Body.(*wire.Progress); ok && p.Progress != "1" {
+			t.Fatalf("progress = %q, want 1", p.Progress)
+		}
+	}
+	if !slices.Equal(order, []string{wire.TypeProgress, wire.TypeJobResult}) {
+		t.Fatalf("the agent sent %q, want the progress, then the result", order)
+	}
+}
+
+func TestAgentSecrets(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	a, _ := startAgent(t, fs, nil)
+	const value = "s3cr3t-value-42"
+	secrets := map[string]string{"KEY": value}
+	// The value written in two pieces, the first shipped before the second
+	// is written: neither may be shipped in the clear.
+	fs.assign(&wire.JobAssign{AttemptID: "s1", Secrets: secrets, Env: map[string]string{"K": "{{SECRET:KEY}}"},
+		Command: []string{"sh", "-c", `mkfifo next; echo hello, the key follows; printf 'key=%s' "${K%????}"; read x <next; printf '%s\n' "${K#"${K%????}"}"; ` +
+			`echo "BERTH_PROGRESS 0.5 $K"; echo arg={{SECRET:KEY}}; exit 3`}})
+	fs.output("s1", "hello")                         // shipped while the start of the value is held back
+	ownLog := filepath.Join(a.work.attDir, "s1.log") // not a kept file other attempts append to
+	if _, err := os.Stat(ownLog); err != nil {
+		t.Fatalf("an attempt with secrets writes %s: %v", ownLog, err)
+	}
+	if err := os.WriteFile(filepath.Join(a.work.attDir, "s1", "next"), []byte("go\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, fs.result("s1"), berth.AttemptFailed, "", intp(3), "exit code 3")
+	fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckResult, AttemptID: "s1"})
+	// A command whose program is the secret: the start error names it.
+	fs.assign(&wire.JobAssign{AttemptID: "s2", Secrets: secrets, Command: []string{"{{SECRET:KEY}}"}})
+	if _, err := os.Stat(ownLog); !os.IsNotExist(err) { // the ack came before s2's assignment
+		t.Errorf("%s, with a secret's value, is still on disk once shipped (err %v)", ownLog, err)
+	}
+	res := fs.result("s2")
+	// A reference the server sent no value for fails the attempt, naming it.
+	fs.assign(&wire.JobAssign{AttemptID: "s3", Command: []string{"echo", "{{SECRET:GONE}}"}})
+	gone := fs.result("s3")
+	if gone.State != berth.AttemptFailed || !strings.Contains(gone.Reason, "GONE") {
+		t.Errorf("a reference without a value: %s %q, want failed naming GONE", gone.State, gone.Reason)
+	}
+
+	var shipped strings.Builder
+	for _, m := range fs.sent(func(m wire.Message) bool { _, ok := m.Body.(*wire.Log); return ok }) {
+		shipped.Write(m.Body.(*wire.Log).Data)
+	}
+	for _, m := range fs.sent(func(m wire.Message) bool { _, ok := m.Body.(*wire.Progress); return ok }) {
+		shipped.WriteString(m.Body.(*wire.Progress).Progress + "\n")
+	}
+	shipped.WriteString(res.Reason)
+	out := shipped.String()
+	if strings.Contains(out, value) || strings.Contains(out, value[:len(value)-4]) {
+		t.Fatalf("the secret's value was shipped:\n%s", out)
+	}
+	masked := strings.Repeat("*", len(value))
+	for _, want := range []string{"key=" + masked + "\n", "arg=" + masked + "\n", "0.5 ***", `"***"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("shipped output lacks %q (the substituted value, masked):\n%s", want, out)
+		}
+	}
+}
+
+func TestAgentAttemptsShareALogFileApart(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	a, _ := startAgent(t, fs, func(c *Config) { c.Slots = 1 })
+	for _, id := range []string{"first", "second"} {
+		fs.assign(&wire.JobAssign{AttemptID: id, Command: []string{"echo", id}})
+		checkResult(t, fs.result(id), berth.AttemptSucceeded, "", intp(0), "")
+		fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckResult, AttemptID: id}) // done with the file: the next attempt takes it
+	}
+	for _, id := range []string{"first", "second"} {
+		var shipped strings.Builder
+		for _, m := range fs.sent(func(m wire.Message) bool { l, ok := m.Body.(*wire.Log); return ok && l.AttemptID == id }) {
+			l := m.Body.(*wire.Log)
+			if l.Offset != int64(shipped.Len()) {
+				t.Fatalf("%s: a chunk at offset %d after %d bytes", id, l.Offset, shipped.Len())
+			}
+			shipped.Write(l.Data)
+		}
+		if got := shipped.String(); got != id+"\n" {
+			t.Errorf("%s shipped %q, want only its own output", id, got)
+		}
+	}
+	dir := filepath.Join(a.cfg.DataDir, "logs")
+	if names := spares(t, dir); len(names) != 1 || readFile(t, filepath.Join(dir, names[0])) != "first\nsecond\n" {
+		t.Errorf("%s holds %v; want one file the second attempt appended to", dir, names)
+	}
+}
