@@ -49,6 +49,8 @@ type supervisor struct {
 	parked   atomic.Bool // the server last said that every queue of this worker is off
 }
 
+// attempt is one attempt the supervisor runs, from its start until the
+// server acknowledges its result.
 type attempt struct {
 	id       string
 	dir      string
@@ -187,6 +189,7 @@ func (s *supervisor) removeFiles(at *attempt) {
 	}
 }
 
+// get returns attempt id, nil if unknown.
 func (s *supervisor) get(id string) *attempt {
 	s.mu.Lock()
 	defer s.mu.Unlock()
