@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/strict"
 )
 
 // Catalog is what the arbiter can swap a pool of workers to: pools by name
@@ -59,7 +60,7 @@ func LoadCatalog(path string) (*Catalog, error) {
 		return nil, fmt.Errorf("catalog: %w", err)
 	}
 	var f catalogFile
-	if err := berth.DecodeYAML(data, &f); err != nil && !errors.Is(err, berth.ErrEmptyYAML) { // an empty file is an empty catalog
+	if err := strict.DecodeYAML(data, &f); err != nil && !errors.Is(err, strict.ErrEmptyYAML) { // an empty file is an empty catalog
 		return nil, fmt.Errorf("catalog %s: %w", path, err)
 	}
 	if f.Pools != nil {
