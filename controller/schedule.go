@@ -82,7 +82,7 @@ func (c *Controller) schedule() {
 	if len(plan.QuotaExceeded) > 0 {
 		events := make([]berth.Event, len(plan.QuotaExceeded))
 		for i, q := range plan.QuotaExceeded {
-			events[i] = berth.Event{Time: s.Now, Type: EventQuotaExceeded, JobID: q.JobID, User: q.User, Quota: q.Rule,
+			events[i] = berth.Event{Time: s.Now, Type: berth.EventQuotaExceeded, JobID: q.JobID, User: q.User, Quota: q.Rule,
 				Reason:    fmt.Sprintf("%s<=%d: %d in use, %d requested", q.Resource, q.Limit, q.InUse, q.Requested),
 				Requested: q.Requested, Limit: q.Limit}
 		}
@@ -142,7 +142,7 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 		if c.cfg.Secrets != nil && referencesSecrets(j) {
 			msg.Secrets = c.cfg.Secrets.Resolve(j.User, jobText(j)...)
 		}
-		c.audit(berth.Event{Time: now, Type: AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
+		c.audit(berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
 			Attempts: []string{a.ID}})
 		s := ws.sess
 		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
@@ -257,7 +257,7 @@ func (c *Controller) preempt(p scheduler.Preemption, now time.Time) {
 	c.preempted = append(c.preempted, now)
 	reason := "preempted by job " + p.For
 	c.sendCancel(as, reason)
-	ev := berth.Event{Time: now, Type: EventJobPreempted, JobID: as.job.job.ID, WorkerID: as.worker.w.ID,
+	ev := berth.Event{Time: now, Type: berth.EventJobPreempted, JobID: as.job.job.ID, WorkerID: as.worker.w.ID,
 		Host: as.worker.w.Host, Reason: reason}
 	c.emit(ev)
 }
