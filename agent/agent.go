@@ -48,9 +48,9 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/dirlock"
+	"github.com/berth-dev/berth/redact"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -157,9 +157,9 @@ type attempt struct {
 	logStart int64 // where its output begins in log
 	queue    string
 	gpus     []int
-	token    string         // the secret of its progress URL
-	secrets  *auth.Redactor // hides its secrets' values in what is shipped
-	keep     bool           // a service left running when the agent shuts down, for the next agent to adopt
+	token    string           // the secret of its progress URL
+	secrets  *redact.Redactor // hides its secrets' values in what is shipped
+	keep     bool             // a service left running when the agent shuts down, for the next agent to adopt
 	proc     Process
 	progress progress
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
@@ -156,11 +155,11 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 // referencesSecrets reports whether j's command, env or workdir may
 // reference a secret, without allocating (it is asked of every job).
 func referencesSecrets(j *berth.Job) bool {
-	if auth.HasSecretRefs(j.Workdir) || slices.ContainsFunc(j.Command, auth.HasSecretRefs) {
+	if berth.HasSecretRefs(j.Workdir) || slices.ContainsFunc(j.Command, berth.HasSecretRefs) {
 		return true
 	}
 	for _, v := range j.Env {
-		if auth.HasSecretRefs(v) {
+		if berth.HasSecretRefs(v) {
 			return true
 		}
 	}
