@@ -339,6 +339,18 @@ type Swap struct {
 	RequestedBy string   `json:"requested_by,omitempty"`
 }
 
+// CatalogModel is one entry of the arbiter's catalog, by key (the body of
+// PUT /api/v1/catalog/models/{key}): a service job (a template with its
+// variables, or a command) and the pool that serves it.
+type CatalogModel struct {
+	Pool      string            `json:"pool"`
+	Template  string            `json:"template,omitempty"`
+	Vars      map[string]string `json:"vars,omitempty"`
+	Command   Argv              `json:"command,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Resources Resources         `json:"resources,omitzero"`
+}
+
 // SwapRequest is the body of POST /api/swap.
 type SwapRequest struct {
 	ModelKey string `json:"model_key"`

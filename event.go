@@ -24,3 +24,29 @@ type Event struct {
 	Policy    string    `json:"policy,omitempty"`    // worker control: the stop policy
 	Attempts  []string  `json:"attempts,omitempty"`  // attempts a control stopped, or the one a requeue follows
 }
+
+// Event types: the Type of an Event, published on the event stream, sent
+// to webhooks and audited.
+const (
+	EventJobSubmitted      = "job.submitted"
+	EventJobRunning        = "job.running"
+	EventJobRequeued       = "job.requeued"
+	EventJobPreempted      = "job.preempted"  // a running attempt is stopped for a waiting job
+	EventQuotaExceeded     = "quota.exceeded" // a job is held back by a quota rule
+	EventJobSucceeded      = "job.succeeded"
+	EventJobFailed         = "job.failed"
+	EventJobCancelled      = "job.cancelled"
+	EventWorkerRegistered  = "worker.registered"
+	EventWorkerLost        = "worker.lost"
+	EventWorkerDisconnects = "worker.disconnected"
+	EventQuotaSet          = "quota.set"       // a quota rule was created or replaced
+	EventQuotaDeleted      = "quota.deleted"   // a quota rule was deleted
+	EventWorkerControl     = "worker.control"  // an operator turned a host's queue on or off
+	EventServiceReady      = "service.ready"   // a service attempt passed its readiness probe: its endpoint is listed
+	EventServiceUnready    = "service.unready" // a ready service attempt fails its liveness probe: its endpoint is withdrawn
+	EventServiceFailed     = "service.failed"  // a service attempt did not become ready (its failure class says why)
+)
+
+// AuditJobAssigned is the audit record of an attempt placed on a worker:
+// audited, not published (job.running follows once it starts).
+const AuditJobAssigned = "job.assigned"

@@ -3,6 +3,7 @@ package berth
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -161,4 +162,11 @@ func (a *Argv) UnmarshalJSON(data []byte) error {
 	}
 	*a = list
 	return nil
+}
+
+// rejectValue is the error of a Berth type's UnmarshalJSON for a value it
+// rejects: an *json.UnmarshalTypeError, so that encoding/json adds the
+// path of the field, with msg, what is wrong, as its Value.
+func rejectValue[T any](msg string) error {
+	return &json.UnmarshalTypeError{Value: msg, Type: reflect.TypeFor[T]()}
 }

@@ -4,7 +4,8 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/redact"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -12,17 +13,17 @@ import (
 // command, env values and workdir replaced by the values it carries (m
 // itself when it has none); an unknown name is an error naming it.
 func expandSecrets(m *wire.JobAssign) (*wire.JobAssign, error) {
-	if !slices.ContainsFunc(jobTexts(m), auth.HasSecretRefs) {
+	if !slices.ContainsFunc(jobTexts(m), berth.HasSecretRefs) {
 		return m, nil
 	}
 	out := *m
 	var err error
 	expand := func(s string) string {
-		if err != nil || !auth.HasSecretRefs(s) {
+		if err != nil || !berth.HasSecretRefs(s) {
 			return s
 		}
 		var v string
-		v, err = auth.ExpandSecrets(s, m.Secrets)
+		v, err = berth.ExpandSecrets(s, m.Secrets)
 		return v
 	}
 	out.Command = make([]string, len(m.Command))
@@ -44,9 +45,9 @@ func jobTexts(m *wire.JobAssign) []string {
 
 // secretRedactor returns the redactor of an assignment's secrets; nil (which
 // redacts nothing) when it carries none.
-func secretRedactor(m *wire.JobAssign) *auth.Redactor {
+func secretRedactor(m *wire.JobAssign) *redact.Redactor {
 	if len(m.Secrets) == 0 {
 		return nil
 	}
-	return auth.NewRedactor(slices.Collect(maps.Values(m.Secrets)))
+	return redact.NewRedactor(slices.Collect(maps.Values(m.Secrets)))
 }

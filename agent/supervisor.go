@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/redact"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -60,7 +60,7 @@ type attempt struct {
 	queue    string
 	gpus     []int
 	token    string         // the secret of its progress URL
-	secrets  *auth.Redactor // hides its secrets' values in what is shipped
+	secrets  *redact.Redactor // hides its secrets' values in what is shipped
 	keep     bool           // a service left running when the agent shuts down, for the next agent to adopt
 	proc     Process
 	progress progress

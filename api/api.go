@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/internal/strict"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/webhook"
 )
@@ -200,7 +201,7 @@ func decode(r *http.Request, v any) error {
 	if len(body) > MaxBody {
 		return berth.Invalidf("body", "larger than %d bytes", MaxBody)
 	}
-	if err := berth.DecodeJSON(body, v); err != nil {
+	if err := strict.DecodeJSON(body, v); err != nil {
 		if e, ok := err.(*berth.Error); ok && e.Field == "" {
 			e.Field = "body"
 		}

@@ -888,7 +888,7 @@ func TestEventsStream(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no job.submitted event for %s: %v", j.ID, err)
 		}
-		if e.typ != controller.EventJobSubmitted {
+		if e.typ != berth.EventJobSubmitted {
 			continue
 		}
 		var ev berth.Event
@@ -898,7 +898,7 @@ func TestEventsStream(t *testing.T) {
 		if ev.JobID != j.ID {
 			continue
 		}
-		if ev.Type != controller.EventJobSubmitted || ev.State != berth.JobPending || e.id != strconv.FormatUint(ev.Seq, 10) {
+		if ev.Type != berth.EventJobSubmitted || ev.State != berth.JobPending || e.id != strconv.FormatUint(ev.Seq, 10) {
 			t.Errorf("event = id %q %+v", e.id, ev)
 		}
 		break

@@ -15,7 +15,6 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/api/apitest"
 	"github.com/berth-dev/berth/auth"
-	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -129,7 +128,7 @@ func untilSubmitted(t *testing.T, r *bufio.Reader, id string) sseEvent {
 		if err := json.Unmarshal([]byte(e.data), &ev); err != nil {
 			t.Fatalf("event %+v: %v", e, err)
 		}
-		if ev.Type == controller.EventJobSubmitted && ev.JobID == id {
+		if ev.Type == berth.EventJobSubmitted && ev.JobID == id {
 			return first
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/controller"
 )
 
 // quotas GETs /api/v1/quotas and requires 200 and {"quotas":[...]}.
@@ -103,9 +102,9 @@ func TestQuotaSetListDelete(t *testing.T) {
 		seen = append(seen, e.Type+" "+e.Quota)
 	}
 	want := []string{
-		controller.EventQuotaSet + " user:alice", controller.EventQuotaSet + " user:alice",
-		controller.EventQuotaSet + " queue:gpu", controller.EventQuotaSet + " template:jupyter",
-		controller.EventQuotaSet + " template:jupyter", controller.EventQuotaDeleted + " user:alice",
+		berth.EventQuotaSet + " user:alice", berth.EventQuotaSet + " user:alice",
+		berth.EventQuotaSet + " queue:gpu", berth.EventQuotaSet + " template:jupyter",
+		berth.EventQuotaSet + " template:jupyter", berth.EventQuotaDeleted + " user:alice",
 	}
 	if len(seen) != len(want) {
 		t.Fatalf("events = %q, want %q", seen, want)

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/arbiter"
 )
 
 // The swap endpoints of seed 000: POST /api/swap swaps what a pool of
@@ -83,7 +82,7 @@ func (s *Server) putCatalogModel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, berth.Errorf(berth.ECodeNotFound, "no model catalog on this server"))
 		return
 	}
-	var m arbiter.Model
+	var m berth.CatalogModel
 	if err := decode(r, &m); err != nil {
 		writeError(w, err)
 		return

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/strict"
 )
 
 // Catalog is what the arbiter can swap a pool of workers to: pools by name
@@ -22,13 +23,13 @@ type Catalog struct {
 
 	mu     sync.RWMutex
 	pools  map[string]Pool
-	models map[string]Model
+	models map[string]berth.CatalogModel
 }
 
 // catalogFile is a catalog's file: YAML, or JSON (which Berth writes).
 type catalogFile struct {
-	Pools  map[string]Pool  `json:"pools"`
-	Models map[string]Model `json:"models"`
+	Pools  map[string]Pool               `json:"pools"`
+	Models map[string]berth.CatalogModel `json:"models"`
 }
 
 // Pool is a set of workers, by label.
@@ -36,21 +37,10 @@ type Pool struct {
 	Labels map[string]string `json:"labels"`
 }
 
-// Model is one entry of the catalog: a service job (a template with its
-// variables, or a command) and the pool that serves it.
-type Model struct {
-	Pool      string            `json:"pool"`
-	Template  string            `json:"template,omitempty"`
-	Vars      map[string]string `json:"vars,omitempty"`
-	Command   berth.Argv        `json:"command,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	Resources berth.Resources   `json:"resources,omitzero"`
-}
-
 // LoadCatalog reads the catalog file at path (YAML or JSON); "" is an
 // empty catalog kept in memory. Errors name the file and the entry.
 func LoadCatalog(path string) (*Catalog, error) {
-	c := &Catalog{path: path, pools: map[string]Pool{}, models: map[string]Model{}}
+	c := &Catalog{path: path, pools: map[string]Pool{}, models: map[string]berth.CatalogModel{}}
 	if path == "" {
 		return c, nil
 	}
@@ -59,7 +49,7 @@ func LoadCatalog(path string) (*Catalog, error) {
 		return nil, fmt.Errorf("catalog: %w", err)
 	}
 	var f catalogFile
-	if err := berth.DecodeYAML(data, &f); err != nil && !errors.Is(err, berth.ErrEmptyYAML) { // an empty file is an empty catalog
+	if err := strict.DecodeYAML(data, &f); err != nil && !errors.Is(err, strict.ErrEmptyYAML) { // an empty file is an empty catalog
 		return nil, fmt.Errorf("catalog %s: %w", path, err)
 	}
 	if f.Pools != nil {
@@ -76,7 +66,7 @@ func LoadCatalog(path string) (*Catalog, error) {
 
 // check validates model m under key against the pools. Caller holds mu
 // (or owns c).
-func (c *Catalog) check(key string, m Model) error {
+func (c *Catalog) check(key string, m berth.CatalogModel) error {
 	if ValidScheduleID(key) != nil {
 		return berth.Invalidf("model_key", "%q: must be 1-64 letters, digits, '_', '.' or '-'", key)
 	}
@@ -91,12 +81,12 @@ func (c *Catalog) check(key string, m Model) error {
 
 // Model returns the model of key and its pool; an unknown key is
 // ECodeNotFound naming the keys there are.
-func (c *Catalog) Model(key string) (Model, Pool, error) {
+func (c *Catalog) Model(key string) (berth.CatalogModel, Pool, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	m, ok := c.models[key]
 	if !ok {
-		return Model{}, Pool{}, &berth.Error{Code: berth.ECodeNotFound, Field: "model_key",
+		return berth.CatalogModel{}, Pool{}, &berth.Error{Code: berth.ECodeNotFound, Field: "model_key",
 			Message: fmt.Sprintf("no model %q in the catalog (have: %v)", key, slices.Sorted(maps.Keys(c.models)))}
 	}
 	return m, c.pools[m.Pool], nil
@@ -112,7 +102,7 @@ func (c *Catalog) MarshalJSON() ([]byte, error) {
 // Put adds or replaces model key: it is checked (ECodeInvalid naming the
 // field), then the catalog file is rewritten (as JSON) before the change
 // is made, so that a restart keeps it; the file's error is returned.
-func (c *Catalog) Put(key string, m Model) error {
+func (c *Catalog) Put(key string, m berth.CatalogModel) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.check(key, m); err != nil {
@@ -138,7 +128,7 @@ func (c *Catalog) Delete(key string) error {
 
 // save writes models (with the pools) to the catalog file, then makes them
 // the catalog's. Caller holds mu.
-func (c *Catalog) save(models map[string]Model) error {
+func (c *Catalog) save(models map[string]berth.CatalogModel) error {
 	if c.path != "" {
 		data, err := json.MarshalIndent(catalogFile{Pools: c.pools, Models: models}, "", "  ")
 		if err != nil {

@@ -1,8 +1,9 @@
-// Package auth holds Berth's security primitives: the master key and the keys
-// derived from it, signed tokens and roles, secret encryption and redaction,
-// the ingress layers that turn an HTTP request into an Identity, rate
-// limiting, and the TLS helpers for development certificates and pinning.
-// It depends on the standard library and the root berth package only.
+// Package auth holds Berth's credentials: the master key and the keys
+// derived from it, signed tokens and roles, the token registry, secret
+// sealing and the vault of sealed secrets, and the ingress layers that turn
+// an HTTP request into an Identity, with rate limiting. The {{SECRET:…}}
+// reference syntax is the root package's, the masking of secret values
+// package redact's, and development TLS package devca's.
 package auth
 
 import (

@@ -53,7 +53,7 @@ func (v *Vault) keep(s *berth.Secret) {
 // the sealed value is stored. It returns the secret without its value; an
 // invalid name is ECodeInvalid.
 func (v *Vault) Set(ctx context.Context, owner, name, value, by string, record func() error) (*berth.Secret, error) {
-	if err := ValidSecretName(name); err != nil {
+	if err := berth.ValidSecretName(name); err != nil {
 		return nil, err
 	}
 	sealed, err := v.keys.Seal(owner, name, []byte(value))
@@ -158,8 +158,8 @@ func (v *Vault) Resolve(owner string, texts ...string) map[string]string {
 func refs(texts []string) []string {
 	var names []string
 	for _, t := range texts {
-		if HasSecretRefs(t) {
-			names = append(names, SecretRefs(t)...)
+		if berth.HasSecretRefs(t) {
+			names = append(names, berth.SecretRefs(t)...)
 		}
 	}
 	return names

@@ -39,7 +39,7 @@ type Client struct {
 // New returns a client of servers, one URL (e.g. http://127.0.0.1:7070) or
 // the comma-separated URLs of the servers of one control plane, sending
 // token, if set, as a bearer token; tlsConfig, when not nil, verifies
-// https:// servers (a pinned CA, see auth.ClientConfig), else the system's
+// https:// servers (a pinned CA, see devca.ClientConfig), else the system's
 // roots do.
 //
 // With several servers a request goes to the one that answered last (at

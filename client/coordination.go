@@ -7,7 +7,6 @@ import (
 	"net/url"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/arbiter"
 )
 
 // AcquireSwapLock takes the swap lock for req.Holder, or extends it when
@@ -107,7 +106,7 @@ func (c *Client) Catalog(ctx context.Context) (json.RawMessage, error) {
 
 // PutCatalogModel adds or replaces model key of the catalog; an invalid
 // model is the server's ECodeInvalid error naming the field.
-func (c *Client) PutCatalogModel(ctx context.Context, key string, m arbiter.Model) error {
+func (c *Client) PutCatalogModel(ctx context.Context, key string, m berth.CatalogModel) error {
 	return c.do(ctx, http.MethodPut, "/api/v1/catalog/models/"+url.PathEscape(key), m, nil)
 }
 

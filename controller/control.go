@@ -240,7 +240,7 @@ func (c *Controller) setControls(rows []*berth.WorkerControl, now time.Time, act
 	c.dirty = true
 	events := make([]berth.Event, len(rows))
 	for i, r := range rows {
-		events[i] = berth.Event{Time: now, Type: EventWorkerControl, Host: host, Queue: r.Queue, Desired: r.DesiredState,
+		events[i] = berth.Event{Time: now, Type: berth.EventWorkerControl, Host: host, Queue: r.Queue, Desired: r.DesiredState,
 			Policy: r.StopPolicy, Actor: cmp.Or(actor, r.RequestedBy)}
 	}
 	events[0].Attempts = stopping

@@ -95,7 +95,7 @@ func TestControlsWrittenToTheStoreApply(t *testing.T) {
 		events := readEvents(t, c, seq)
 		seq = events[len(events)-1].Seq
 		applied = slices.ContainsFunc(events, func(e berth.Event) bool {
-			return e.Type == EventWorkerControl && e.Host == "spark" && e.Queue == "gpu" && e.Desired == "off" && e.Actor == "rails"
+			return e.Type == berth.EventWorkerControl && e.Host == "spark" && e.Queue == "gpu" && e.Desired == "off" && e.Actor == "rails"
 		})
 	}
 	var off *berth.WorkerControl

@@ -8,28 +8,6 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
-// Event types.
-const (
-	EventJobSubmitted      = "job.submitted"
-	EventJobRunning        = "job.running"
-	EventJobRequeued       = "job.requeued"
-	EventJobPreempted      = "job.preempted"  // a running attempt is stopped for a waiting job
-	EventQuotaExceeded     = "quota.exceeded" // a job is held back by a quota rule
-	EventJobSucceeded      = "job.succeeded"
-	EventJobFailed         = "job.failed"
-	EventJobCancelled      = "job.cancelled"
-	EventWorkerRegistered  = "worker.registered"
-	EventWorkerLost        = "worker.lost"
-	EventWorkerDisconnects = "worker.disconnected"
-	EventQuotaSet          = "quota.set"      // a quota rule was created or replaced
-	EventQuotaDeleted      = "quota.deleted"  // a quota rule was deleted
-	EventWorkerControl     = "worker.control" // an operator turned a host's queue on or off
-)
-
-// AuditJobAssigned is the audit record of an attempt placed on a worker:
-// audited, not published (job.running follows once it starts).
-const AuditJobAssigned = "job.assigned"
-
 // audit records events in the audit log only, with the loop's pending
 // writes. Loop only.
 func (c *Controller) audit(events ...berth.Event) {

@@ -26,7 +26,7 @@ func TestEndEventsCarryTheExitCode(t *testing.T) {
 	for { // readEvents fails the test if the event never comes
 		for _, e := range readEvents(t, c, after) {
 			after = e.Seq
-			if e.Type == EventJobFailed && e.JobID == jobs[0].ID {
+			if e.Type == berth.EventJobFailed && e.JobID == jobs[0].ID {
 				if e.ExitCode == nil || *e.ExitCode != 3 {
 					t.Fatalf("job.failed event %+v: exit code %v, want 3", e, e.ExitCode)
 				}

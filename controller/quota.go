@@ -28,7 +28,7 @@ func (c *Controller) SetQuota(ctx context.Context, q berth.QuotaRule) (rule *ber
 		c.quotas[id] = &kept
 		c.write(&store.Batch{Quotas: []*berth.QuotaRule{&stored}})
 		c.dirty = true
-		ev := berth.Event{Time: q.UpdatedAt, Type: EventQuotaSet, Quota: id, Limits: q.Limits(), Actor: berth.ActorFrom(ctx)}
+		ev := berth.Event{Time: q.UpdatedAt, Type: berth.EventQuotaSet, Quota: id, Limits: q.Limits(), Actor: berth.ActorFrom(ctx)}
 		c.emit(ev)
 		rule, created, written = &reply, !existed, c.durable()
 	}); err != nil {
@@ -54,7 +54,7 @@ func (c *Controller) DeleteQuota(ctx context.Context, id string) error {
 			delete(c.quotas, id)
 			c.write(&store.Batch{QuotaDeletes: []string{id}})
 			c.dirty = true
-			ev := berth.Event{Time: c.now().UTC(), Type: EventQuotaDeleted, Quota: id, Actor: berth.ActorFrom(ctx)}
+			ev := berth.Event{Time: c.now().UTC(), Type: berth.EventQuotaDeleted, Quota: id, Actor: berth.ActorFrom(ctx)}
 			c.emit(ev)
 		}
 		written = c.durable() // an answer either way reflects only durable writes

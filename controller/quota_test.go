@@ -109,7 +109,7 @@ func TestQuotaRules(t *testing.T) {
 	if *got != alice {
 		t.Errorf("SetQuota returned %+v, want %+v", *got, alice)
 	}
-	if ev := readEvents(t, c, 0); len(ev) != 1 || ev[0].Type != EventQuotaSet || ev[0].Quota != "user:alice" ||
+	if ev := readEvents(t, c, 0); len(ev) != 1 || ev[0].Type != berth.EventQuotaSet || ev[0].Quota != "user:alice" ||
 		ev[0].Limits != "gpus<=8 jobs<=4 weight=2" || ev[0].Actor != "" {
 		t.Errorf("events after set = %+v, want one quota.set of user:alice", ev)
 	}
@@ -147,7 +147,7 @@ func TestQuotaRules(t *testing.T) {
 	if err := c.DeleteQuota(ctx, "queue:gpu"); err != nil {
 		t.Fatalf("DeleteQuota(queue:gpu): %v", err)
 	}
-	if ev := readEvents(t, c, last); len(ev) != 1 || ev[0].Type != EventQuotaDeleted || ev[0].Quota != "queue:gpu" {
+	if ev := readEvents(t, c, last); len(ev) != 1 || ev[0].Type != berth.EventQuotaDeleted || ev[0].Quota != "queue:gpu" {
 		t.Errorf("events after delete = %+v, want one quota.deleted of queue:gpu", ev)
 	}
 	if err := c.DeleteQuota(ctx, "queue:gpu"); berth.ErrorCode(err) != berth.ECodeNotFound {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
@@ -82,7 +81,7 @@ func (c *Controller) schedule() {
 	if len(plan.QuotaExceeded) > 0 {
 		events := make([]berth.Event, len(plan.QuotaExceeded))
 		for i, q := range plan.QuotaExceeded {
-			events[i] = berth.Event{Time: s.Now, Type: EventQuotaExceeded, JobID: q.JobID, User: q.User, Quota: q.Rule,
+			events[i] = berth.Event{Time: s.Now, Type: berth.EventQuotaExceeded, JobID: q.JobID, User: q.User, Quota: q.Rule,
 				Reason:    fmt.Sprintf("%s<=%d: %d in use, %d requested", q.Resource, q.Limit, q.InUse, q.Requested),
 				Requested: q.Requested, Limit: q.Limit}
 		}
@@ -142,7 +141,7 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 		if c.cfg.Secrets != nil && referencesSecrets(j) {
 			msg.Secrets = c.cfg.Secrets.Resolve(j.User, jobText(j)...)
 		}
-		c.audit(berth.Event{Time: now, Type: AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
+		c.audit(berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
 			Attempts: []string{a.ID}})
 		s := ws.sess
 		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
@@ -156,11 +155,11 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 // referencesSecrets reports whether j's command, env or workdir may
 // reference a secret, without allocating (it is asked of every job).
 func referencesSecrets(j *berth.Job) bool {
-	if auth.HasSecretRefs(j.Workdir) || slices.ContainsFunc(j.Command, auth.HasSecretRefs) {
+	if berth.HasSecretRefs(j.Workdir) || slices.ContainsFunc(j.Command, berth.HasSecretRefs) {
 		return true
 	}
 	for _, v := range j.Env {
-		if auth.HasSecretRefs(v) {
+		if berth.HasSecretRefs(v) {
 			return true
 		}
 	}
@@ -257,7 +256,7 @@ func (c *Controller) preempt(p scheduler.Preemption, now time.Time) {
 	c.preempted = append(c.preempted, now)
 	reason := "preempted by job " + p.For
 	c.sendCancel(as, reason)
-	ev := berth.Event{Time: now, Type: EventJobPreempted, JobID: as.job.job.ID, WorkerID: as.worker.w.ID,
+	ev := berth.Event{Time: now, Type: berth.EventJobPreempted, JobID: as.job.job.ID, WorkerID: as.worker.w.ID,
 		Host: as.worker.w.Host, Reason: reason}
 	c.emit(ev)
 }

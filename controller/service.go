@@ -49,17 +49,10 @@ func (c *Controller) restartService(js *jobState, f *memberEnd, last *berth.Atte
 	if js.task != nil {
 		js.task.Front = false
 	}
-	c.requeueEvent(js, berth.Event{Time: now, Type: EventJobRequeued, JobID: j.ID, State: berth.JobPending,
+	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: j.ID, State: berth.JobPending,
 		Reason:   fmt.Sprintf("restarting in %v (restart %d of %d) after attempt %s", delay, j.Attempts, j.Retries, how),
 		Attempts: []string{last.ID}})
 }
-
-// Service events, published on the event stream and audited.
-const (
-	EventServiceReady   = "service.ready"   // a service attempt passed its readiness probe: its endpoint is listed
-	EventServiceUnready = "service.unready" // a ready service attempt fails its liveness probe: its endpoint is withdrawn
-	EventServiceFailed  = "service.failed"  // a service attempt did not become ready (its failure class says why)
-)
 
 // ServiceResolver says how an agent runs a service job's attempts: its
 // port, model and readiness check (from the job's template).
@@ -97,13 +90,13 @@ func (c *Controller) onServiceStatus(s *session, m *wire.ServiceStatus) {
 	switch m.Phase {
 	case berth.PhaseReady:
 		as.readySince, as.leaseUntil = now, now.Add(c.cfg.Lease)
-		ev.Type = EventServiceReady
+		ev.Type = berth.EventServiceReady
 	case berth.PhaseUnready:
 		as.leaseUntil = time.Time{}
-		ev.Type = EventServiceUnready
+		ev.Type = berth.EventServiceUnready
 	case berth.PhaseFailed:
 		as.leaseUntil = time.Time{}
-		ev.Type, ev.Reason = EventServiceFailed, m.Class+": "+m.Reason
+		ev.Type, ev.Reason = berth.EventServiceFailed, m.Class+": "+m.Reason
 	}
 	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}})
 	if ev.Type != "" {

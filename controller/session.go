@@ -250,7 +250,7 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 		s.send(wire.TypeAck, ack)
 		s.send(wire.TypeControl, ctl)
 	})
-	c.emit(berth.Event{Time: now, Type: EventWorkerRegistered, WorkerID: w.ID, Host: w.Host})
+	c.emit(berth.Event{Time: now, Type: berth.EventWorkerRegistered, WorkerID: w.ID, Host: w.Host})
 	for _, as := range ws.attempts {
 		if why := as.stopReason(); why != "" {
 			c.sendCancel(as, why)
@@ -324,7 +324,7 @@ func (c *Controller) markRunning(as *attemptState, now time.Time) {
 		if !js.cancelRequested() {
 			j.Reason = ""
 		}
-		events = append(events, berth.Event{Time: now, Type: EventJobRunning, JobID: j.ID, State: berth.JobRunning, WorkerID: as.worker.w.ID, Host: as.worker.w.Host})
+		events = append(events, berth.Event{Time: now, Type: berth.EventJobRunning, JobID: j.ID, State: berth.JobRunning, WorkerID: as.worker.w.ID, Host: as.worker.w.Host})
 	}
 	b.JobUpdates = []store.JobUpdate{js.update()}
 	c.stats.started.observe(now.Sub(j.CreatedAt))
@@ -504,13 +504,13 @@ func (c *Controller) requeue(js *jobState, reason string, now time.Time) {
 	if js.task != nil {
 		js.task.Front = false
 	}
-	c.requeueEvent(js, berth.Event{Time: now, Type: EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
+	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
 }
 
 // requeueFront puts a job an operator stopped back at the front of its
 // priority class, with an event naming who stopped it and which attempt.
 func (c *Controller) requeueFront(js *jobState, f *memberEnd, now time.Time) {
-	ev := berth.Event{Time: now, Type: EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: f.reason,
+	ev := berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: f.reason,
 		Attempts: []string{f.attempt}}
 	if f.stoppedBy != nil {
 		ev.Actor, ev.Host, ev.Queue, ev.Policy = f.stoppedBy.RequestedBy, f.stoppedBy.Host, f.stoppedBy.Queue, f.stoppedBy.StopPolicy
@@ -546,7 +546,7 @@ func (c *Controller) disconnected(s *session) {
 	ws.recompute()
 	w := c.workerCopy(ws)
 	c.write(&store.Batch{Workers: []*berth.Worker{w}})
-	ev := berth.Event{Time: c.now().UTC(), Type: EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: s.reason}
+	ev := berth.Event{Time: c.now().UTC(), Type: berth.EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: s.reason}
 	c.emit(ev)
 }
 
@@ -571,7 +571,7 @@ func (c *Controller) housekeep() {
 		ws.recompute()
 		w := c.workerCopy(ws)
 		c.write(&store.Batch{Workers: []*berth.Worker{w}})
-		ev := berth.Event{Time: now, Type: EventWorkerLost, WorkerID: w.ID, Host: w.Host}
+		ev := berth.Event{Time: now, Type: berth.EventWorkerLost, WorkerID: w.ID, Host: w.Host}
 		c.emit(ev)
 	}
 	for js := range c.restarting {

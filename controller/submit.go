@@ -194,7 +194,7 @@ func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth
 		if key.key != "" {
 			c.idem[key] = append(c.idem[key], j.ID)
 		}
-		events[i] = berth.Event{Time: now, Type: EventJobSubmitted, JobID: j.ID, State: berth.JobPending, Actor: actor, User: j.User}
+		events[i] = berth.Event{Time: now, Type: berth.EventJobSubmitted, JobID: j.ID, State: berth.JobPending, Actor: actor, User: j.User}
 	}
 	c.stats.jobs[berth.JobPending] += n
 	c.write(b)

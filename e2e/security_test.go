@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/devca"
 )
 
 // caller makes raw API requests to one server as one bearer token ("" for
@@ -661,12 +661,12 @@ func TestSecurityTLSSelfSigned(t *testing.T) {
 		t.Fatalf("%s: %v (CA %v), want a CA certificate", caFile, err, ca != nil && ca.IsCA)
 	}
 	// The server prints the CA's fingerprint, for clients to pin.
-	fp := auth.Fingerprint(ca)
+	fp := devca.Fingerprint(ca)
 	if line, ok := server.out.await("fingerprint", 0); !ok || !strings.Contains(line, fp) || !strings.Contains(line, caFile) {
 		t.Fatalf("the server prints %q; want the CA %s and its fingerprint %s", line, caFile, fp)
 	}
 
-	caCfg, err := auth.ClientConfig(caFile, "")
+	caCfg, err := devca.ClientConfig(caFile, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,7 +684,7 @@ func TestSecurityTLSSelfSigned(t *testing.T) {
 	cl.awaitWorker("t1", berth.WorkerReady)
 
 	// The CA pin alone works for a client too.
-	pinCfg, err := auth.ClientConfig("", fp)
+	pinCfg, err := devca.ClientConfig("", fp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -693,7 +693,7 @@ func TestSecurityTLSSelfSigned(t *testing.T) {
 	}
 
 	wrong := "sha256:" + strings.Repeat("ab", sha256.Size)
-	wrongCfg, err := auth.ClientConfig("", wrong)
+	wrongCfg, err := devca.ClientConfig("", wrong)
 	if err != nil {
 		t.Fatal(err)
 	}

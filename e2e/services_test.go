@@ -275,10 +275,10 @@ models:
 	cl.awaitState(first.Service, 30*time.Second, berth.JobCancelled)
 
 	// The catalog changes through the API, written back to its file.
-	if err := cl.c.PutCatalogModel(ctx, "tiny", arbiter.Model{Pool: "nowhere", Template: "fakellm"}); berth.ErrorCode(err) != berth.ECodeInvalid {
+	if err := cl.c.PutCatalogModel(ctx, "tiny", berth.CatalogModel{Pool: "nowhere", Template: "fakellm"}); berth.ErrorCode(err) != berth.ECodeInvalid {
 		t.Fatalf("a model on an unknown pool: %v, want invalid", err)
 	}
-	tiny := arbiter.Model{Pool: "spark", Template: "fakellm", Vars: map[string]string{"MODEL_NAME": "org/tiny"}}
+	tiny := berth.CatalogModel{Pool: "spark", Template: "fakellm", Vars: map[string]string{"MODEL_NAME": "org/tiny"}}
 	if err := cl.c.PutCatalogModel(ctx, "tiny", tiny); err != nil {
 		t.Fatal(err)
 	}

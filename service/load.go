@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/strict"
 )
 
 // LoadDir returns the built-in templates plus the user templates in dir: one
@@ -58,7 +59,7 @@ func loadFile(path, name string) (*Template, error) {
 		return nil, err
 	}
 	t := &Template{}
-	if err := berth.DecodeYAML(data, t); err != nil {
+	if err := strict.DecodeYAML(data, t); err != nil {
 		return nil, err
 	}
 	if t.Name == "" {

@@ -188,12 +188,12 @@ func (h *Handler) Stop() {
 // eventTypes are the server-sent events a page listens for (EventSource
 // needs each named); the pages also refresh on a timer for anything else.
 var eventTypes = []string{
-	controller.EventJobSubmitted, controller.EventJobRunning, controller.EventJobRequeued,
-	controller.EventJobPreempted, controller.EventJobSucceeded, controller.EventJobFailed,
-	controller.EventJobCancelled, controller.EventQuotaExceeded, controller.EventQuotaSet,
-	controller.EventQuotaDeleted, controller.EventWorkerRegistered, controller.EventWorkerLost,
-	controller.EventWorkerDisconnects, controller.EventWorkerControl, controller.EventServiceReady,
-	controller.EventServiceUnready, controller.EventServiceFailed, "missed",
+	berth.EventJobSubmitted, berth.EventJobRunning, berth.EventJobRequeued,
+	berth.EventJobPreempted, berth.EventJobSucceeded, berth.EventJobFailed,
+	berth.EventJobCancelled, berth.EventQuotaExceeded, berth.EventQuotaSet,
+	berth.EventQuotaDeleted, berth.EventWorkerRegistered, berth.EventWorkerLost,
+	berth.EventWorkerDisconnects, berth.EventWorkerControl, berth.EventServiceReady,
+	berth.EventServiceUnready, berth.EventServiceFailed, "missed",
 }
 
 // view is what the layout renders around a page's main section.

@@ -222,8 +222,8 @@ func TestDispatcherRetriesSignedDeliveryWithBackoff(t *testing.T) {
 		t.Fatalf("created %+v and %+v", jobs, services)
 	}
 
-	ev := berth.Event{Seq: 1, Time: t0.Add(-time.Minute), Type: controller.EventJobSucceeded, JobID: "J1", State: berth.JobSucceeded}
-	bus.Publish(ev, berth.Event{Seq: 2, Time: t0, Type: controller.EventWorkerLost, Host: "gpu-1"})
+	ev := berth.Event{Seq: 1, Time: t0.Add(-time.Minute), Type: berth.EventJobSucceeded, JobID: "J1", State: berth.JobSucceeded}
+	bus.Publish(ev, berth.Event{Seq: 2, Time: t0, Type: berth.EventWorkerLost, Host: "gpu-1"})
 
 	// Attempt 1 fails: put off by 1 s.
 	rcv.awaitHits(t, 1)
@@ -285,7 +285,7 @@ func TestDispatcherRetriesSignedDeliveryWithBackoff(t *testing.T) {
 	}
 
 	// A service event reaches the other webhook, unsigned.
-	bus.Publish(berth.Event{Seq: 3, Time: t0, Type: controller.EventServiceReady, JobID: "S1"})
+	bus.Publish(berth.Event{Seq: 3, Time: t0, Type: berth.EventServiceReady, JobID: "S1"})
 	other.awaitHits(t, 1)
 	if h := other.hit(0); h.header.Get(webhook.BerthSignatureHeader) != "" || h.header.Get(webhook.BerthEventHeader) != "service.ready" {
 		t.Errorf("unsigned webhook got headers %v", h.header)
@@ -318,7 +318,7 @@ func TestDispatcherGivesUpAfterMaxAttempts(t *testing.T) {
 	d, bus, clk := newDispatcher(t, func(c *webhook.DispatcherConfig) { c.MaxAttempts = 3 })
 	rcv := newHookReceiver(t, func(int) int { return http.StatusServiceUnavailable })
 	w := create(t, d, berth.WebhookRequest{URL: rcv.url})
-	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventWorkerRegistered, Host: "gpu-1"})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: berth.EventWorkerRegistered, Host: "gpu-1"})
 	rcv.awaitHits(t, 1)
 	id := onlyDelivery(t, d, w.ID).ID
 	for n := 1; n < 3; n++ {
@@ -355,7 +355,7 @@ func TestDispatcherTimeout(t *testing.T) {
 	hold := make(chan struct{})
 	rcv.hold = hold
 	w := create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{"*"}})
-	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "J1"})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: berth.EventJobSubmitted, JobID: "J1"})
 	id := func() string { rcv.awaitHits(t, 1); return onlyDelivery(t, d, w.ID).ID }()
 	dl := awaitDelivery(t, d, id, "timed out", func(dl *berth.Delivery) bool { return dl.Attempts == 1 })
 	if dl.State != berth.DeliveryPending || dl.LastStatus != 0 || !strings.Contains(dl.LastError, "deadline") {
@@ -376,7 +376,7 @@ func TestDispatcherRedeliverWhileInFlight(t *testing.T) {
 	hold := make(chan struct{})
 	rcv.hold = hold
 	w := create(t, d, berth.WebhookRequest{URL: rcv.url})
-	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "J1"})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: berth.EventJobSubmitted, JobID: "J1"})
 	rcv.awaitHits(t, 1)
 	id := onlyDelivery(t, d, w.ID).ID
 	if queued, err := d.Redeliver(context.Background(), id); err != nil || queued.State != berth.DeliveryPending {
@@ -427,7 +427,7 @@ func TestDispatcherRedeliverAfterOutcomeWritten(t *testing.T) {
 	d := startDispatcher(t, st, bus, clk, nil)
 	rcv := newHookReceiver(t, failFirst(0))
 	w := create(t, d, berth.WebhookRequest{URL: rcv.url})
-	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "J1"})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: berth.EventJobSubmitted, JobID: "J1"})
 	<-st.written
 	id := onlyDelivery(t, d, w.ID).ID
 	queued, err := d.Redeliver(context.Background(), id)
@@ -464,13 +464,13 @@ func TestDispatcherRestartDeliversPending(t *testing.T) {
 	}
 	rcv := newHookReceiver(t, func(int) int { return http.StatusBadGateway })
 	w := create(t, d, berth.WebhookRequest{URL: rcv.url, Secret: "k", Events: []string{"job.succeeded", "job.failed"}})
-	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSucceeded, JobID: "J1"})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: berth.EventJobSucceeded, JobID: "J1"})
 	rcv.awaitHits(t, 1)
 	first := onlyDelivery(t, d, w.ID)
 	awaitDelivery(t, d, first.ID, "attempted", func(dl *berth.Delivery) bool { return dl.Attempts == 1 })
 	// Published just before the stop: recorded by it.
-	bus.Publish(berth.Event{Seq: 2, Time: t0, Type: controller.EventJobFailed, JobID: "J2"},
-		berth.Event{Seq: 3, Time: t0, Type: controller.EventJobRunning, JobID: "J3"})
+	bus.Publish(berth.Event{Seq: 2, Time: t0, Type: berth.EventJobFailed, JobID: "J2"},
+		berth.Event{Seq: 3, Time: t0, Type: berth.EventJobRunning, JobID: "J3"})
 	if err := d.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +519,7 @@ func TestDispatcherCreateDelete(t *testing.T) {
 	t.Parallel()
 	st := openStore(t, filepath.Join(t.TempDir(), "berth.db"))
 	bus := controller.NewBus(64)
-	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "old"})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: berth.EventJobSubmitted, JobID: "old"})
 	clk := fakeclock.New(t0)
 	d := startDispatcher(t, st, bus, clk, nil)
 	rcv := newHookReceiver(t, failFirst(0))
@@ -553,7 +553,7 @@ func TestDispatcherCreateDelete(t *testing.T) {
 	if len(w.Events) != 0 {
 		t.Errorf("events with * = %v, want none (every event)", w.Events)
 	}
-	bus.Publish(berth.Event{Seq: 2, Time: t0, Type: controller.EventJobSubmitted, JobID: "new"})
+	bus.Publish(berth.Event{Seq: 2, Time: t0, Type: berth.EventJobSubmitted, JobID: "new"})
 	rcv.awaitHits(t, 1)
 	awaitDelivery(t, d, onlyDelivery(t, d, w.ID).ID, "delivered", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryDelivered })
 	var p webhook.Payload
@@ -577,7 +577,7 @@ func TestDispatcherCreateDelete(t *testing.T) {
 	if ds, err := st.Deliveries(context.Background(), w.ID, 0); err != nil || len(ds) != 0 {
 		t.Errorf("deliveries of a deleted webhook: %+v, %v", ds, err)
 	}
-	bus.Publish(berth.Event{Seq: 3, Time: t0, Type: controller.EventJobSubmitted, JobID: "after"})
+	bus.Publish(berth.Event{Seq: 3, Time: t0, Type: berth.EventJobSubmitted, JobID: "after"})
 	rcv.stillHits(t, 1)
 }
 
@@ -590,7 +590,7 @@ func TestDispatcherDoesNotFollowRedirects(t *testing.T) {
 	hs := httptest.NewServer(http.RedirectHandler(target.url, http.StatusFound))
 	t.Cleanup(hs.Close)
 	w := create(t, d, berth.WebhookRequest{URL: hs.URL})
-	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: controller.EventJobSubmitted, JobID: "J1"})
+	bus.Publish(berth.Event{Seq: 1, Time: t0, Type: berth.EventJobSubmitted, JobID: "J1"})
 	var id string
 	eventually(t, "a delivery", func() bool {
 		ds, _ := d.Deliveries(context.Background(), w.ID, 0)

@@ -21,6 +21,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/devca"
 )
 
 // Version is the build version, set with -ldflags "-X main.Version=…".
@@ -394,7 +395,7 @@ func (cf *clientFlags) check() error {
 		}
 	}
 	var err error
-	cf.tls, err = auth.ClientConfig(cf.ca, cf.fingerprint)
+	cf.tls, err = devca.ClientConfig(cf.ca, cf.fingerprint)
 	return err
 }
 
@@ -430,7 +431,7 @@ func (m *Main) client(cf *clientFlags) *client.Client {
 	tlsConfig := cf.tls
 	saved, ok := m.savedServers()[client.ParseServers(cf.server).URLs()[0]]
 	if ok && tlsConfig == nil {
-		tlsConfig, _ = auth.ClientConfig(saved.CA, saved.Fingerprint) // a bad saved CA fails the request instead
+		tlsConfig, _ = devca.ClientConfig(saved.CA, saved.Fingerprint) // a bad saved CA fails the request instead
 	}
 	return client.New(cf.server, m.token(cf), tlsConfig)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/audit"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/devca"
 )
 
 // securityConfig is how a server admits requests and keeps its keys and
@@ -82,7 +83,7 @@ func (sc *securityConfig) serverTLS(dataDir string, hosts []string) (cfg *tls.Co
 	cert, key := sc.TLSCert, sc.TLSKey
 	if sc.TLSSelfSigned {
 		dir := filepath.Join(dataDir, "tls")
-		if cert, key, fingerprint, err = auth.DevCA(dir, hosts); err != nil {
+		if cert, key, fingerprint, err = devca.DevCA(dir, hosts); err != nil {
 			return nil, "", "", fmt.Errorf("development CA: %w", err)
 		}
 		caFile = filepath.Join(dir, "ca.pem")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/strict"
 )
 
 // keyValueFlag collects a repeatable KEY=VALUE flag.
@@ -53,7 +54,7 @@ func loadJobFile(path string, stdin io.Reader, req *berth.SubmitRequest) error {
 	if err != nil {
 		return berth.Invalidf("-f", "%v", err)
 	}
-	if err := berth.DecodeYAML(data, req); err != nil {
+	if err := strict.DecodeYAML(data, req); err != nil {
 		e := err.(*berth.Error)
 		return berth.Invalidf(cmp.Or(e.Field, "-f"), "in %s: %s", path, e.Message)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/audit"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/devca"
 )
 
 // demoScript is the demo job: it shows what a job sees.
@@ -152,7 +153,7 @@ func (m *Main) saveLocalCLI(rs *runningServer, dataDir string) (string, *tls.Con
 	var tlsConfig *tls.Config
 	if rs.CAFile != "" {
 		var err error
-		if tlsConfig, err = auth.ClientConfig(rs.CAFile, ""); err != nil {
+		if tlsConfig, err = devca.ClientConfig(rs.CAFile, ""); err != nil {
 			return "", nil, err
 		}
 		fmt.Fprintf(m.Stdout, "TLS: development CA %s, fingerprint %s\n", rs.CAFile, rs.Fingerprint)

@@ -1,4 +1,4 @@
-package berth
+package strict
 
 import (
 	"bytes"
@@ -6,21 +6,23 @@ import (
 	"reflect"
 
 	"github.com/goccy/go-yaml"
+
+	"github.com/berth-dev/berth"
 )
 
 // ErrEmptyYAML is DecodeYAML's error for a document with nothing in it
 // (an empty file, or only comments).
-var ErrEmptyYAML error = Invalidf("", "the document is empty")
+var ErrEmptyYAML error = berth.Invalidf("", "the document is empty")
 
 // DecodeYAML decodes a YAML (or JSON) document into v strictly, as
 // DecodeJSON does: malformed YAML, an unknown field or a bad value is an
-// invalid *Error naming the field where there is one, and an empty
-// document is ErrEmptyYAML. Job files, service templates and
-// the arbiter's catalog are read with it.
+// invalid *berth.Error naming the field where there is one, and an empty
+// document is ErrEmptyYAML. Job files, service templates and the
+// arbiter's catalog are read with it.
 func DecodeYAML(data []byte, v any) error {
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
-		return Invalidf("", "not valid YAML: %s", yaml.FormatError(err, false, false))
+		return berth.Invalidf("", "not valid YAML: %s", yaml.FormatError(err, false, false))
 	}
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 		return ErrEmptyYAML
@@ -31,35 +33,41 @@ func DecodeYAML(data []byte, v any) error {
 	return DecodeJSON(js, v)
 }
 
-// bareUnitNumber returns an invalid *Error for the first duration or size
-// in js, a document of type t converted from YAML, written as a bare
+// bareUnitNumber returns an invalid *berth.Error for the first duration or
+// size in js, a document of type t converted from YAML, written as a bare
 // number other than 0. The API takes numbers of seconds and bytes from
 // programs, but in a file people write, "max_runtime: 90" could mean
 // minutes (as Slurm reads it) and "memory: 16000" megabytes; as with
-// flags, the unit must be written.
+// flags, the unit must be written, and a size is read as berth.ParseBytes
+// reads one.
 func bareUnitNumber(js []byte, t reflect.Type) error {
 	var bare json.Number
-	var unit reflect.Type
+	var sizeErr error
 	field, ok, _ := walkJSON(numberDecoder(js), t, "", func(vt reflect.Type, tok json.Token, _ bool) bool {
 		n, isNumber := tok.(json.Number)
-		if isNumber && (vt == durationType || vt == bytesType) {
+		switch {
+		case !isNumber:
+		case vt == durationType:
 			if f, err := n.Float64(); err != nil || f != 0 {
-				bare, unit = n, vt
+				bare = n
 				return true
 			}
+		case vt == bytesType:
+			_, sizeErr = berth.ParseBytes(n.String())
+			return sizeErr != nil
 		}
 		return false
 	})
 	switch {
 	case !ok:
 		return nil
-	case unit == durationType:
-		return Invalidf(field, "%s is a bare number; write the unit: a duration such as %ss, %sm or %sh", bare, bare, bare, bare)
+	case sizeErr != nil:
+		return berth.Invalidf(field, "%v", sizeErr)
 	}
-	return Invalidf(field, "%v", bareSize(bare.String()))
+	return berth.Invalidf(field, "%s is a bare number; write the unit: a duration such as %ss, %sm or %sh", bare, bare, bare, bare)
 }
 
 var (
-	durationType = reflect.TypeFor[Duration]()
-	bytesType    = reflect.TypeFor[Bytes]()
+	durationType = reflect.TypeFor[berth.Duration]()
+	bytesType    = reflect.TypeFor[berth.Bytes]()
 )

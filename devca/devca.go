@@ -1,4 +1,8 @@
-package auth
+// Package devca is Berth's development-mode TLS: a certificate authority
+// made once in the server's data dir, the server certificate it signs, and
+// the client configuration that trusts it, by CA file or by a pinned
+// fingerprint.
+package devca
 
 import (
 	"bytes"

@@ -1,19 +1,21 @@
-package berth
+package strict
 
 import (
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth"
 )
 
 func TestDecodeYAML(t *testing.T) {
 	t.Parallel()
-	var ok SubmitRequest
+	var ok berth.SubmitRequest
 	if err := DecodeYAML([]byte("# a job\ncommand: [python, train.py]\narray: 3\nresources: {gpus: 2, gpu_memory: 0, memory: 16GiB}\n"+
 		"max_runtime: 90m\nenv: {EPOCHS: \"3\"}\n"), &ok); err != nil ||
 		len(ok.Command) != 2 || ok.Array != 3 || ok.Resources.GPUs != 2 || ok.Resources.Memory != 16<<30 ||
-		ok.MaxRuntime != Duration(90*time.Minute) || ok.Env["EPOCHS"] != "3" {
+		ok.MaxRuntime != berth.Duration(90*time.Minute) || ok.Env["EPOCHS"] != "3" {
 		t.Fatalf("DecodeYAML of a good file = %+v, %v", ok, err)
 	}
 	for _, tt := range []struct {
@@ -41,15 +43,15 @@ func TestDecodeYAML(t *testing.T) {
 		{"command: {run: x}\n", "command", "must be a list of strings or one shell command string"},
 		{"[1, 2]\n", "", "must be an object"},
 	} {
-		var req SubmitRequest
+		var req berth.SubmitRequest
 		err := DecodeYAML([]byte(tt.doc), &req)
-		var e *Error
-		if !errors.As(err, &e) || e.Code != ECodeInvalid || e.Field != tt.field || !strings.Contains(e.Message, tt.part) {
+		var e *berth.Error
+		if !errors.As(err, &e) || e.Code != berth.ECodeInvalid || e.Field != tt.field || !strings.Contains(e.Message, tt.part) {
 			t.Errorf("DecodeYAML(%q) = %v; want invalid, field %q, saying %q", tt.doc, err, tt.field, tt.part)
 		}
 	}
 	for _, doc := range []string{"", "\n  \n", "# only a comment\n"} {
-		var req SubmitRequest
+		var req berth.SubmitRequest
 		if err := DecodeYAML([]byte(doc), &req); err != ErrEmptyYAML {
 			t.Errorf("DecodeYAML(%q) = %v, want ErrEmptyYAML", doc, err)
 		}

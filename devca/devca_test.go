@@ -1,4 +1,4 @@
-package auth
+package devca
 
 import (
 	"crypto/tls"

@@ -1,4 +1,7 @@
-package berth
+// Package strict reads JSON and YAML documents into Berth's types
+// strictly: an unknown field, a value of the wrong type or one a Berth type
+// rejects is an invalid *berth.Error naming the field at fault.
+package strict
 
 import (
 	"bytes"
@@ -11,12 +14,14 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+
+	"github.com/berth-dev/berth"
 )
 
 // DecodeJSON decodes one JSON value into v strictly: an unknown field, a
 // value of the wrong type or one a Berth type rejects, malformed JSON,
 // nothing at all or anything but whitespace after the value is an invalid
-// *Error. Its Field is the JSON path of the field at fault
+// *berth.Error. Its Field is the JSON path of the field at fault
 // ("resources.memory"), or "" when the fault is the document's.
 func DecodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -26,13 +31,13 @@ func DecodeJSON(data []byte, v any) error {
 	}
 	// Only JSON whitespace may follow; dec.More would miss a stray ] or }.
 	if len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) > 0 {
-		return Invalidf("", "trailing data after the JSON object")
+		return berth.Invalidf("", "trailing data after the JSON object")
 	}
 	return nil
 }
 
 // decodeError turns err, from decoding data into a value of type t, into
-// an invalid *Error.
+// an invalid *berth.Error.
 func decodeError(err error, data []byte, t reflect.Type) error {
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
@@ -40,9 +45,10 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 	case errors.As(err, &typeErr):
 		field := jsonPath(typeErr.Field)
 		// encoding/json makes no UnmarshalTypeError for a type with its
-		// own UnmarshalJSON: one for such a type is rejectValue's.
+		// own UnmarshalJSON: one for such a type is how the type rejects a
+		// value, with what is wrong as its Value (berth.Bytes does so).
 		if reflect.PointerTo(typeErr.Type).Implements(unmarshaler) {
-			return Invalidf(field, "%s", typeErr.Value)
+			return berth.Invalidf(field, "%s", typeErr.Value)
 		}
 		// encoding/json names no map keys: find the value to name its key
 		// too ("env.EPOCHS", not "env").
@@ -57,11 +63,11 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 			field = at
 		}
 		if n, ok := wrong.(json.Number); ok && typeErr.Type.Kind() == reflect.String {
-			return Invalidf(field, "must be a string; quote it: %q", n.String())
+			return berth.Invalidf(field, "must be a string; quote it: %q", n.String())
 		}
-		return Invalidf(field, "must be %s", kindOf(typeErr.Type))
+		return berth.Invalidf(field, "must be %s", kindOf(typeErr.Type))
 	case errors.As(err, &syntaxErr):
-		return Invalidf("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
+		return berth.Invalidf("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		// encoding/json names the key alone (with %q), not where it is.
 		key, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
@@ -69,11 +75,11 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 		if !ok {
 			field = key
 		}
-		return Invalidf(field, `unknown field %q`, field)
+		return berth.Invalidf(field, `unknown field %q`, field)
 	case errors.Is(err, io.EOF):
-		return Invalidf("", "empty; want a JSON object")
+		return berth.Invalidf("", "empty; want a JSON object")
 	}
-	return Invalidf("", "%v", err)
+	return berth.Invalidf("", "%v", err)
 }
 
 var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
@@ -103,13 +109,6 @@ func fitsKind(t reflect.Type, tok json.Token) bool {
 		return ok || tok == nil
 	}
 	return true
-}
-
-// rejectValue is the error of a Berth type's UnmarshalJSON for a value it
-// rejects: an *json.UnmarshalTypeError, so that encoding/json adds the
-// path of the field, with msg, what is wrong, as its Value.
-func rejectValue[T any](msg string) error {
-	return &json.UnmarshalTypeError{Value: msg, Type: reflect.TypeFor[T]()}
 }
 
 // unknownField reads one JSON value from dec as encoding/json decodes it
