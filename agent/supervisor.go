@@ -59,9 +59,9 @@ type attempt struct {
 	logStart int64 // where its output begins in log
 	queue    string
 	gpus     []int
-	token    string         // the secret of its progress URL
+	token    string           // the secret of its progress URL
 	secrets  *redact.Redactor // hides its secrets' values in what is shipped
-	keep     bool           // a service left running when the agent shuts down, for the next agent to adopt
+	keep     bool             // a service left running when the agent shuts down, for the next agent to adopt
 	proc     Process
 	progress progress
 
