@@ -16,7 +16,7 @@ import (
 func h100s(n int) []*Worker {
 	ws := make([]*Worker, n)
 	for i := range ws {
-		ws[i] = worker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30))
+		ws[i] = newWorker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30))
 	}
 	return ws
 }
@@ -143,7 +143,7 @@ func TestFairShareLetsALateUserIn(t *testing.T) {
 	}
 	ws := make([]*Worker, 4)
 	for i := range ws {
-		ws[i] = worker(fmt.Sprint("w", i), gpus(1, "H100", 80<<30))
+		ws[i] = newWorker(fmt.Sprint("w", i), gpus(1, "H100", 80<<30))
 	}
 	now := t0.Add(20 * time.Minute)
 	q, _ := build(100)
@@ -170,7 +170,7 @@ func TestPreemption(t *testing.T) {
 	t.Parallel()
 	now := t0.Add(time.Hour)
 	setup := func() (*Worker, []*Running) {
-		w := worker("w0", gpus(8, "H100", 80<<30))
+		w := newWorker("w0", gpus(8, "H100", 80<<30))
 		var rs []*Running
 		for i := range 4 {
 			r := run(w, fmt.Sprint("low", i), 10+i, t0, 2*i, 2*i+1)
@@ -242,7 +242,7 @@ func TestPreemption(t *testing.T) {
 
 	// Gang-aware: two members need two machines; only one has victims.
 	w, _ = setup()
-	busy := worker("w1", gpus(8, "H100", 80<<30))
+	busy := newWorker("w1", gpus(8, "H100", 80<<30))
 	run(busy, "keep", 10, t0, 0, 1, 2, 3, 4, 5, 6, 7)
 	q = NewQueue(preemptConfig())
 	g := gang("g", 2, 8, now)
@@ -329,7 +329,7 @@ func randomCluster(rt *rapid.T, now time.Time) []*Worker {
 	nw := rapid.IntRange(1, 6).Draw(rt, "workers")
 	ws := make([]*Worker, nw)
 	for i := range ws {
-		ws[i] = worker(fmt.Sprint("w", i), gpus(rapid.SampledFrom([]int{0, 2, 4, 8}).Draw(rt, "gpus"), rapid.SampledFrom([]string{"H100", "A100"}).Draw(rt, "model"), 80<<30))
+		ws[i] = newWorker(fmt.Sprint("w", i), gpus(rapid.SampledFrom([]int{0, 2, 4, 8}).Draw(rt, "gpus"), rapid.SampledFrom([]string{"H100", "A100"}).Draw(rt, "model"), 80<<30))
 		for g := 0; g < len(ws[i].GPUs); g += 2 {
 			if rapid.IntRange(0, 3).Draw(rt, "busy") == 0 {
 				r := run(ws[i], fmt.Sprint("r", i, g), rapid.IntRange(0, 500).Draw(rt, "rprio"), now.Add(-time.Hour), g, g+1)
@@ -460,7 +460,7 @@ func TestEveryFittingJobRuns(t *testing.T) {
 		now := t0
 		ws := make([]*Worker, rapid.IntRange(1, 4).Draw(rt, "workers"))
 		for i := range ws {
-			ws[i] = worker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30))
+			ws[i] = newWorker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30))
 		}
 		cfg := DefaultConfig()
 		q := NewQueue(cfg)
@@ -498,7 +498,7 @@ func TestEveryFittingJobRuns(t *testing.T) {
 // counts.
 func TestServiceReplicasSpreadAcrossHosts(t *testing.T) {
 	t.Parallel()
-	workers := []*Worker{worker("a", gpus(4, "H100", 80<<30)), worker("b", gpus(4, "H100", 80<<30))}
+	workers := []*Worker{newWorker("a", gpus(4, "H100", 80<<30)), newWorker("b", gpus(4, "H100", 80<<30))}
 	q := NewQueue(DefaultConfig())
 	for i := range 3 {
 		tk := task(fmt.Sprint("r", i), 100, t0.Add(time.Duration(i)), 1)
@@ -518,14 +518,14 @@ func TestServiceReplicasSpreadAcrossHosts(t *testing.T) {
 	}
 
 	// A replica already running on a: the next goes to b.
-	running := worker("a", gpus(4, "H100", 80<<30))
+	running := newWorker("a", gpus(4, "H100", 80<<30))
 	running.Running = []*Running{{AttemptID: "x", JobID: "r-old", Spread: "alice/chat", GPUs: []int{0}, Started: t0}}
 	running.GPUUsed[0] = true
 	q = NewQueue(DefaultConfig())
 	tk := task("r-new", 100, t0, 1)
 	tk.Spread = "alice/chat"
 	q.Push(tk)
-	plan = Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{running, worker("b", gpus(4, "H100", 80<<30))}})
+	plan = Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{running, newWorker("b", gpus(4, "H100", 80<<30))}})
 	if len(plan.Assignments) != 1 || plan.Assignments[0].WorkerID != "b" {
 		t.Fatalf("with a replica running on a: %v, want the new one on b", summary(plan))
 	}

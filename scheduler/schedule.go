@@ -233,27 +233,27 @@ func (p *pass) place(t *Task) bool {
 	n := t.nodes()
 	p.stamp++
 	p.sawRes = nil
-	chosen := make([]*node, 0, n)
+	chosen := make([]*worker, 0, n)
 	gpus := make([][]int, 0, n)
 	for range n {
-		nd, g := p.find(t)
-		if nd == nil {
-			for i, c := range chosen {
-				c.give(p, t, gpus[i])
-				p.addReplica(t.Spread, c.w.Host, -1)
-				c.stamp = 0
+		wk, g := p.find(t)
+		if wk == nil {
+			for i, undo := range chosen {
+				undo.give(p, t, gpus[i])
+				p.addReplica(t.Spread, undo.w.Host, -1)
+				undo.stamp = 0
 			}
 			return false
 		}
-		nd.take(p, t, g)
-		p.addReplica(t.Spread, nd.w.Host, 1)
-		nd.stamp = p.stamp
-		chosen = append(chosen, nd)
+		wk.take(p, t, g)
+		p.addReplica(t.Spread, wk.w.Host, 1)
+		wk.stamp = p.stamp
+		chosen = append(chosen, wk)
 		gpus = append(gpus, g)
 	}
-	for rank, nd := range chosen {
-		nd.stamp = 0
-		p.plan.Assignments = append(p.plan.Assignments, Assignment{Task: t, Rank: rank, WorkerID: nd.w.ID, GPUs: gpus[rank]})
+	for rank, wk := range chosen {
+		wk.stamp = 0
+		p.plan.Assignments = append(p.plan.Assignments, Assignment{Task: t, Rank: rank, WorkerID: wk.w.ID, GPUs: gpus[rank]})
 	}
 	p.charge(t)
 	t.Reason = Reason{}
