@@ -10,7 +10,7 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// pass is the working state of one Schedule call.
+// pass is the working state of one RunPass call.
 type pass struct {
 	q    *Queue
 	cfg  *Config

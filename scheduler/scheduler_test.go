@@ -130,7 +130,7 @@ func TestFeasibility(t *testing.T) {
 		tt.mod(tk)
 		q := NewQueue(DefaultConfig())
 		q.Push(tk)
-		plan := Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{w}})
+		plan := RunPass(q, &Snapshot{Now: t0, Workers: []*Worker{w}})
 		if got := len(plan.Assignments) == 1; got != tt.fits {
 			t.Errorf("%s: placed = %v, want %v", tt.name, got, tt.fits)
 		}
@@ -152,7 +152,7 @@ func TestBestFitKeepsWholeMachinesFree(t *testing.T) {
 	q := NewQueue(DefaultConfig())
 	q.Push(task("small", 100, t0, 2))
 	q.Push(task("big", 100, t0.Add(time.Second), 8))
-	plan := Schedule(q, &Snapshot{Now: t0.Add(time.Minute), Workers: []*Worker{full, partial}})
+	plan := RunPass(q, &Snapshot{Now: t0.Add(time.Minute), Workers: []*Worker{full, partial}})
 	got := map[string]string{}
 	for _, a := range plan.Assignments {
 		got[a.Task.JobID] = fmt.Sprint(a.WorkerID, a.GPUs)
@@ -191,7 +191,7 @@ func TestRetriesGoElsewhere(t *testing.T) {
 			tk := task("retry", 100, t0, 1)
 			tk.Avoid, tk.Constraints.Host = tc.avoid, tc.host
 			q.Push(tk)
-			plan := Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{tight, roomy}})
+			plan := RunPass(q, &Snapshot{Now: t0, Workers: []*Worker{tight, roomy}})
 			if len(plan.Assignments) != 1 || plan.Assignments[0].WorkerID != tc.want {
 				t.Fatalf("assignments %+v; want one on %s", plan.Assignments, tc.want)
 			}
@@ -206,7 +206,7 @@ func TestOffWorkersGetNothing(t *testing.T) {
 	q := NewQueue(DefaultConfig())
 	tk := task("j", 100, t0, 0)
 	q.Push(tk)
-	if plan := Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{w}}); len(plan.Assignments) != 0 {
+	if plan := RunPass(q, &Snapshot{Now: t0, Workers: []*Worker{w}}); len(plan.Assignments) != 0 {
 		t.Fatalf("placed on an off worker: %+v", plan.Assignments)
 	}
 	if r := ExplainAll(q, []*Task{tk}, &Snapshot{Now: t0, Workers: []*Worker{w}})[0]; r.Code != ReasonOff {
@@ -271,7 +271,7 @@ func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
 		q := NewQueue(DefaultConfig())
 		q.Push(tk)
 		s := &Snapshot{Now: t0, Workers: tt.workers}
-		if plan := Schedule(q, s); len(plan.Assignments) != 0 || tk.Reason.Message != tt.want {
+		if plan := RunPass(q, s); len(plan.Assignments) != 0 || tk.Reason.Message != tt.want {
 			t.Errorf("%s: pass placed %d, reason %q; want none placed and %q", tt.name, len(plan.Assignments), tk.Reason.Message, tt.want)
 		}
 		if r := ExplainAll(q, []*Task{tk}, s)[0]; r.Message != tt.want {
@@ -347,9 +347,9 @@ func TestNeverOvercommit(t *testing.T) {
 		}
 		q := build()
 		now := t0.Add(3 * time.Hour)
-		plan := Schedule(q, &Snapshot{Now: now, Workers: workers})
+		plan := RunPass(q, &Snapshot{Now: now, Workers: workers})
 		checkNoOvercommit(rt, workers, plan)
-		again := Schedule(q, &Snapshot{Now: now, Workers: workers})
+		again := RunPass(q, &Snapshot{Now: now, Workers: workers})
 		if fmt.Sprint(summary(again)) != fmt.Sprint(summary(plan)) {
 			rt.Fatalf("plans differ for the same input:\n%v\n%v", summary(plan), summary(again))
 		}
@@ -403,9 +403,9 @@ func summary(p Plan) []string {
 	return out
 }
 
-// BenchmarkSchedule is one full pass over the synthetic workload: 10,000
+// BenchmarkPass is one full pass over the synthetic workload: 10,000
 // workers × 100,000 pending tasks with gangs, quotas and fair share on.
-func BenchmarkSchedule(b *testing.B) {
+func BenchmarkPass(b *testing.B) {
 	placed := 0
 	var pass time.Duration
 	for b.Loop() {
@@ -413,7 +413,7 @@ func BenchmarkSchedule(b *testing.B) {
 		q, s := Synthetic(10_000, 100_000, t0)
 		b.StartTimer()
 		start := time.Now()
-		placed += len(Schedule(q, s).Assignments)
+		placed += len(RunPass(q, s).Assignments)
 		pass += time.Since(start)
 	}
 	b.ReportMetric(float64(placed)/pass.Seconds(), "placements/s")
@@ -445,7 +445,7 @@ func TestQueueYieldsEachQueuedTaskOnce(t *testing.T) {
 				q.Remove(tk)
 				delete(queued, tk)
 			case 2:
-				Schedule(q, &Snapshot{Now: now, Workers: []*Worker{newWorker("w", nil)}})
+				RunPass(q, &Snapshot{Now: now, Workers: []*Worker{newWorker("w", nil)}})
 			}
 		}
 		seen := map[*Task]int{}

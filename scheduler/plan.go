@@ -127,7 +127,7 @@ type QuotaExceeded struct {
 	Limit     int
 }
 
-// Plan is what one scheduling pass decided.
+// Plan is what one pass decided.
 type Plan struct {
 	Assignments   []Assignment
 	Preemptions   []Preemption
@@ -154,14 +154,14 @@ type Reason struct {
 	Message string `json:"message"`
 }
 
-// Schedule runs one pass: it walks the queue in order (effective priority
+// RunPass runs one pass: it walks the queue in order (effective priority
 // less fair share), places each task on the feasible workers it fits best
 // (fewest GPUs left free), all members of a gang or none, within quotas, and
 // never overcommits GPUs, CPUs, memory or slots. A task that does not fit
 // may preempt lower-priority preemptible attempts or, once it has waited
-// Config.ReserveAfter, reserve workers. Schedule records on each task it
+// Config.ReserveAfter, reserve workers. RunPass records on each task it
 // examines why it is still pending; it changes nothing else of q or s.
-func Schedule(q *Queue, s *Snapshot) Plan {
+func RunPass(q *Queue, s *Snapshot) Plan {
 	q.pass++
 	p := newPass(q, s)
 	if p.open == 0 && !p.canPreempt() {
