@@ -217,22 +217,22 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 		return err
 	}
 	c := m.client(cf)
-	answer, err := c.SubmitAnswer(ctx, &req, cf.output != "json")
+	sub, err := c.SubmitFull(ctx, &req, cf.output != "json")
 	if err != nil {
 		return err
 	}
-	m.noteReplay(&req, answer.Replayed)
-	for _, w := range answer.Warnings {
+	m.noteReplay(&req, sub.Replayed)
+	for _, w := range sub.Warnings {
 		fmt.Fprintf(m.Stderr, "berth: warning: %s\n", w)
 	}
 	switch {
 	case cf.output == "json" && *wait:
 		// stdout holds one JSON document: the jobs as they ended.
-		waited := m.waitFor(ctx, c, answer.IDs, false, time.Duration(0), waitReport{summary: m.Stderr})
-		jobs := answer.Jobs // as submitted when interrupted, so that their ids are not lost
+		waited := m.waitFor(ctx, c, sub.IDs, false, time.Duration(0), waitReport{summary: m.Stderr})
+		jobs := sub.Jobs // as submitted when interrupted, so that their ids are not lost
 		if ctx.Err() == nil {
 			var err error
-			if jobs, err = jobsNow(ctx, c, answer.IDs); err != nil {
+			if jobs, err = jobsNow(ctx, c, sub.IDs); err != nil {
 				return err
 			}
 		}
@@ -241,13 +241,13 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 		}
 		return waited
 	case cf.output == "json":
-		return printJSON(m.Stdout, answer.Jobs)
+		return printJSON(m.Stdout, sub.Jobs)
 	}
-	fmt.Fprintln(m.Stdout, strings.Join(answer.IDs, "\n"))
+	fmt.Fprintln(m.Stdout, strings.Join(sub.IDs, "\n"))
 	if !*wait {
 		return nil
 	}
-	return m.waitFor(ctx, c, answer.IDs, false, time.Duration(0), waitReport{summary: m.Stdout})
+	return m.waitFor(ctx, c, sub.IDs, false, time.Duration(0), waitReport{summary: m.Stdout})
 }
 
 // jobsNow reads the jobs ids as they are now, a few requests at a time.
