@@ -295,7 +295,7 @@ func alibabaWorkers(path string, data []byte) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		gpus, err := f.integer("gpu", 0, berth.MaxGPUsPerNode)
+		gpus, err := f.integer("gpu", 0, berth.MaxGPUsPerWorker)
 		if err != nil {
 			return nil, err
 		}
@@ -374,11 +374,11 @@ func alibabaPod(f *csvFile) (Job, bool, error) {
 	if err != nil {
 		return j, false, err
 	}
-	gpus, err := f.integer("num_gpu", 0, berth.MaxGPUsPerNode)
+	gpus, err := f.integer("num_gpu", 0, berth.MaxGPUsPerWorker)
 	if err != nil {
 		return j, false, err
 	}
-	gpuMilli, err := f.number("gpu_milli", 0, 1000*berth.MaxGPUsPerNode)
+	gpuMilli, err := f.number("gpu_milli", 0, 1000*berth.MaxGPUsPerWorker)
 	if err != nil {
 		return j, false, err
 	}
@@ -417,7 +417,7 @@ func tiresiasCluster(path string, data []byte) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		gpus, err := f.integer("num_gpu_p_node", 0, berth.MaxGPUsPerNode)
+		gpus, err := f.integer("num_gpu_p_node", 0, berth.MaxGPUsPerWorker)
 		if err != nil {
 			return nil, err
 		}
@@ -496,7 +496,7 @@ func tiresiasJob(f *csvFile, n, perWorker int) (Job, error) {
 	}
 	j.Resources.GPUs = 1
 	if f.has("num_gpu") {
-		if j.Resources.GPUs, err = f.integer("num_gpu", 0, berth.MaxNodes*berth.MaxGPUsPerNode); err != nil {
+		if j.Resources.GPUs, err = f.integer("num_gpu", 0, berth.MaxNodes*berth.MaxGPUsPerWorker); err != nil {
 			return j, err
 		}
 	}
