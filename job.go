@@ -89,14 +89,14 @@ type SubmitRequest struct {
 
 // Defaults and limits of a job spec.
 const (
-	DefaultQueue    = "default"
-	DefaultPriority = 100
-	MaxPriority     = 1000
-	MaxNodes        = 256
-	MaxGPUsPerNode  = 64
-	MaxArray        = 100_000
-	MaxRetries      = 100
-	MaxCommandBytes = 64 << 10
+	DefaultQueue     = "default"
+	DefaultPriority  = 100
+	MaxPriority      = 1000
+	MaxNodes         = 256
+	MaxGPUsPerWorker = 64
+	MaxArray         = 100_000
+	MaxRetries       = 100
+	MaxCommandBytes  = 64 << 10
 	// DefaultServiceRestarts is how many times in a row a service is
 	// restarted before it fails, when its retries are not set.
 	DefaultServiceRestarts = 10
@@ -208,8 +208,8 @@ func emptyShell(cmd Argv) bool {
 
 func (r *Resources) validate() error {
 	switch {
-	case r.GPUs < 0 || r.GPUs > MaxGPUsPerNode:
-		return Invalidf("resources.gpus", "must be between 0 and %d", MaxGPUsPerNode)
+	case r.GPUs < 0 || r.GPUs > MaxGPUsPerWorker:
+		return Invalidf("resources.gpus", "must be between 0 and %d", MaxGPUsPerWorker)
 	case r.GPUMemory < 0 || r.GPUMemory > 4<<40:
 		return Invalidf("resources.gpu_memory", "must be between 0 and 4TiB")
 	case r.GPUMemory > 0 && r.GPUs == 0:

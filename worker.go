@@ -139,8 +139,8 @@ func ParseGPUSpec(spec string) ([]GPU, error) {
 			return nil, fmt.Errorf("%q is not COUNTxMODEL:MEMORY (e.g. 4xH100:80GiB)", part)
 		}
 		count, err := strconv.Atoi(countStr)
-		if err != nil || count < 1 || count > MaxGPUsPerNode {
-			return nil, fmt.Errorf("count %q must be between 1 and %d", countStr, MaxGPUsPerNode)
+		if err != nil || count < 1 || count > MaxGPUsPerWorker {
+			return nil, fmt.Errorf("count %q must be between 1 and %d", countStr, MaxGPUsPerWorker)
 		}
 		model, memStr, ok := strings.Cut(rest, ":")
 		if !ok || model == "" {
@@ -155,8 +155,8 @@ func ParseGPUSpec(spec string) ([]GPU, error) {
 				UUID: fmt.Sprintf("GPU-fake-%s-%d", strings.ToLower(model), len(gpus))})
 		}
 	}
-	if len(gpus) > MaxGPUsPerNode {
-		return nil, fmt.Errorf("at most %d GPUs per worker", MaxGPUsPerNode)
+	if len(gpus) > MaxGPUsPerWorker {
+		return nil, fmt.Errorf("at most %d GPUs per worker", MaxGPUsPerWorker)
 	}
 	return gpus, nil
 }

@@ -235,7 +235,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	sub, err := s.ctl.SubmitAnswer(r.Context(), &req)
+	sub, err := s.ctl.SubmitFull(r.Context(), &req)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -50,7 +50,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	writeSeries(w, "berth_gpus_in_use", "gauge", "GPUs that running attempts hold.", float64(inUse))
 	writeHistogram(w, "berth_scheduling_latency_seconds", "Submit to placement on a worker.", m.PlaceLatency)
 	writeHistogram(w, "berth_start_latency_seconds", "Submit to process started.", m.StartLatency)
-	writeHistogram(w, "berth_scheduler_pass_seconds", "Duration of one scheduling pass.", m.ScheduleLength)
+	writeHistogram(w, "berth_scheduler_pass_seconds", "Duration of one scheduling pass.", m.PassLength)
 	writeProcessMetrics(w)
 }
 

@@ -181,25 +181,25 @@ func idempotent(method string, in any) bool {
 // again to another: the server answers a repeated key with the jobs of
 // the first submission.
 func (c *Client) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
-	answer, err := c.SubmitAnswer(ctx, req, false)
+	sub, err := c.SubmitFull(ctx, req, false)
 	if err != nil {
 		return nil, err
 	}
-	return answer.Jobs, nil
+	return sub.Jobs, nil
 }
 
 // SubmitIDs queues a job or an array like Submit and returns only the new
 // jobs' ids: the answer to a large array is a fraction of the size.
 func (c *Client) SubmitIDs(ctx context.Context, req *berth.SubmitRequest) ([]string, error) {
-	answer, err := c.SubmitAnswer(ctx, req, true)
+	sub, err := c.SubmitFull(ctx, req, true)
 	if err != nil {
 		return nil, err
 	}
-	return answer.IDs, nil
+	return sub.IDs, nil
 }
 
-// Submitted is the server's whole answer to a submission.
-type Submitted struct {
+// Submission is what a submission made, as the server reports it.
+type Submission struct {
 	Jobs []*berth.Job // nil when only the ids were asked for
 	IDs  []string
 	// Replayed is true when the server answered with the jobs of an
@@ -209,32 +209,32 @@ type Submitted struct {
 	Warnings []string // what the server noticed, e.g. a queue no worker serves
 }
 
-// SubmitAnswer queues a job or an array like Submit and returns all the
-// server said: the jobs in full, or with idsOnly their ids alone, whether
+// SubmitFull queues a job or an array like Submit and returns the whole
+// Submission: the jobs in full, or with idsOnly their ids alone, whether
 // they were replayed, and warnings. Errors are Submit's; a different
 // request under a key its user has used is the server's ECodeConflict
 // error.
-func (c *Client) SubmitAnswer(ctx context.Context, req *berth.SubmitRequest, idsOnly bool) (*Submitted, error) {
+func (c *Client) SubmitFull(ctx context.Context, req *berth.SubmitRequest, idsOnly bool) (*Submission, error) {
 	var status int
 	var err error
-	answer := &Submitted{}
+	sub := &Submission{}
 	if idsOnly {
 		var out berth.SubmitIDsResponse
 		status, err = c.doStatus(ctx, http.MethodPost, "/api/v1/jobs?ids_only=true", c.keyed(req), &out)
-		answer.IDs, answer.Warnings = out.IDs, out.Warnings
+		sub.IDs, sub.Warnings = out.IDs, out.Warnings
 	} else {
 		var out berth.SubmitResponse
 		status, err = c.doStatus(ctx, http.MethodPost, "/api/v1/jobs", c.keyed(req), &out)
-		answer.Jobs, answer.Warnings = out.Jobs, out.Warnings
+		sub.Jobs, sub.Warnings = out.Jobs, out.Warnings
 		for _, j := range out.Jobs {
-			answer.IDs = append(answer.IDs, j.ID)
+			sub.IDs = append(sub.IDs, j.ID)
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	answer.Replayed = status == http.StatusOK
-	return answer, nil
+	sub.Replayed = status == http.StatusOK
+	return sub, nil
 }
 
 // keyed returns req with an idempotency key when it has none and there is

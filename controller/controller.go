@@ -320,7 +320,7 @@ func (c *Controller) loop() {
 			return
 		}
 		if c.dirty {
-			c.schedule()
+			c.runPass()
 		}
 		c.flush()
 	}

@@ -43,18 +43,18 @@ func (c *Controller) snapshot() *scheduler.Snapshot {
 	return s
 }
 
-// schedule runs one scheduling pass and applies its plan: each assignment
+// runPass runs one scheduler pass and applies its plan: each assignment
 // becomes a durable attempt, then a job_assign to the worker's agent;
 // preemptions stop their victims; reservations and quota holds become
 // visible.
-func (c *Controller) schedule() {
+func (c *Controller) runPass() {
 	c.dirty = false
 	start := time.Now()
 	for _, ws := range c.workers {
 		ws.got = false
 	}
 	s := c.snapshot()
-	plan := scheduler.Schedule(c.queue, s)
+	plan := scheduler.RunPass(c.queue, s)
 	if n := len(plan.Assignments); n > 0 {
 		b := &store.Batch{Attempts: make([]*berth.Attempt, 0, n)}
 		for i := 0; i < n; {

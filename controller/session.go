@@ -188,7 +188,7 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 	case m.WorkerID == "" || m.Host == "" || len(m.WorkerID) > 128 || len(m.Host) > 253:
 		c.protocolError(s, "register needs worker_id and host")
 		return
-	case m.Slots < 1 || m.CPUs < 0 || m.Memory < 0 || len(m.GPUs) > berth.MaxGPUsPerNode:
+	case m.Slots < 1 || m.CPUs < 0 || m.Memory < 0 || len(m.GPUs) > berth.MaxGPUsPerWorker:
 		c.protocolError(s, "register has invalid capacity")
 		return
 	}

@@ -81,10 +81,10 @@ type Metrics struct {
 	GPUsInUse map[string]int
 	// OldestPending is, by queue, when its oldest pending job was
 	// submitted (the dashboard's longest wait).
-	OldestPending  map[string]time.Time
-	PlaceLatency   Histogram
-	StartLatency   Histogram
-	ScheduleLength Histogram
+	OldestPending map[string]time.Time
+	PlaceLatency  Histogram
+	StartLatency  Histogram
+	PassLength    Histogram
 }
 
 // Metrics returns the current counters.
@@ -120,7 +120,7 @@ func (c *Controller) Metrics(ctx context.Context) (*Metrics, error) {
 		}
 		m.PlaceLatency = c.stats.placed.snapshot()
 		m.StartLatency = c.stats.started.snapshot()
-		m.ScheduleLength = c.stats.passes.snapshot()
+		m.PassLength = c.stats.passes.snapshot()
 	})
 	return m, err
 }

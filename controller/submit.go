@@ -21,14 +21,14 @@ import (
 // ECodeConflict *berth.Error on idempotency_key and stores nothing. Invalid
 // input returns an ECodeInvalid *berth.Error and stores nothing.
 func (c *Controller) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
-	sub, err := c.SubmitAnswer(ctx, req)
+	sub, err := c.SubmitFull(ctx, req)
 	if err != nil {
 		return nil, err
 	}
 	return sub.Jobs, nil
 }
 
-// Submission is what a submission made, as SubmitAnswer reports it.
+// Submission is what a submission made, as SubmitFull reports it.
 type Submission struct {
 	Jobs []*berth.Job
 	// Replayed is true when the jobs are those of an earlier submission of
@@ -38,9 +38,9 @@ type Submission struct {
 	Warnings []string // what the user should hear of, e.g. a queue no worker serves
 }
 
-// SubmitAnswer is Submit that also reports whether the jobs were replayed
+// SubmitFull is Submit that also reports whether the jobs were replayed
 // and what the user should be warned of. Errors are Submit's.
-func (c *Controller) SubmitAnswer(ctx context.Context, req *berth.SubmitRequest) (*Submission, error) {
+func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (*Submission, error) {
 	if c.cfg.Expand != nil {
 		if err := c.cfg.Expand(&req.JobSpec); err != nil {
 			return nil, err

@@ -24,7 +24,7 @@ func keyed(user, key string, command ...string) *berth.SubmitRequest {
 func submitKeyed(t *testing.T, c *Controller, req *berth.SubmitRequest, wantReplayed bool) []string {
 	t.Helper()
 	r := *req
-	sub, err := c.SubmitAnswer(t.Context(), &r)
+	sub, err := c.SubmitFull(t.Context(), &r)
 	if err != nil {
 		t.Fatalf("submit %s as %q: %v", req.Command, req.User, err)
 	}
@@ -98,11 +98,11 @@ func TestIdempotencyKeysArePerUser(t *testing.T) {
 
 	// A different request under a used key: refused, nothing stored.
 	other := keyed("alice", "nightly-eval", "echo", "bye")
-	_, err = c.SubmitAnswer(t.Context(), other)
+	_, err = c.SubmitFull(t.Context(), other)
 	checkConflict(t, err, mine[0])
 	array := keyed("alice", "nightly-eval", "echo", "alice")
 	array.Array = 1 // one job too, but an array's
-	_, err = c.SubmitAnswer(t.Context(), array)
+	_, err = c.SubmitFull(t.Context(), array)
 	checkConflict(t, err, mine[0])
 	if n := storedJobs(t, c); n != 2 {
 		t.Fatalf("store holds %d jobs after refused requests, want 2", n)
@@ -118,7 +118,7 @@ func TestIdempotencyKeysArePerUser(t *testing.T) {
 	if ids := submitKeyed(t, c, alice, true); !slices.Equal(ids, mine) {
 		t.Errorf("alice's repeat after restart returned %v, want %v", ids, mine)
 	}
-	_, err = c.SubmitAnswer(t.Context(), other)
+	_, err = c.SubmitFull(t.Context(), other)
 	checkConflict(t, err, mine[0])
 	var rebuilt []string
 	if err := c.do(t.Context(), func() { rebuilt = c.idem[idemKey{user: "alice", key: "nightly-eval"}] }); err != nil {
@@ -178,7 +178,7 @@ func TestIdempotencyReplayComparesWithDefaults(t *testing.T) {
 	} {
 		r := *full
 		change(&r)
-		_, err := c.SubmitAnswer(t.Context(), &r)
+		_, err := c.SubmitFull(t.Context(), &r)
 		if e, ok := err.(*berth.Error); !ok || e.Code != berth.ECodeConflict {
 			t.Errorf("changed %s: err %v, want a conflict", name, err)
 		}
@@ -213,7 +213,7 @@ func TestIdempotencyBeforeTheFirstSubmissionIsDurable(t *testing.T) {
 	for _, req := range reqs {
 		go func() {
 			r := *req
-			sub, err := c.SubmitAnswer(t.Context(), &r)
+			sub, err := c.SubmitFull(t.Context(), &r)
 			a := answer{req: req, err: err}
 			if err == nil {
 				a.replayed = sub.Replayed
@@ -262,7 +262,7 @@ func TestIdempotencyBeforeTheFirstSubmissionIsDurable(t *testing.T) {
 	errs := make(chan error, 2)
 	for _, cmd := range []string{"sleep", "date"} {
 		go func() {
-			_, err := c.SubmitAnswer(t.Context(), keyed("erin", "k2", cmd))
+			_, err := c.SubmitFull(t.Context(), keyed("erin", "k2", cmd))
 			errs <- err
 		}()
 	}

@@ -28,15 +28,15 @@ func (p *pass) whyNot(t *Task) Reason {
 func (p *pass) groups(t *Task) []group {
 	var out []group
 	if t.shape.host != "" {
-		for _, n := range p.byHost[t.shape.host] {
-			out = append(out, group{w: n.w, n: 1, on: onCount(n.w)})
+		for _, wk := range p.byHost[t.shape.host] {
+			out = append(out, group{w: wk.w, n: 1, on: onCount(wk.w)})
 		}
 		return out
 	}
 	for _, c := range p.classOrder {
-		g := group{w: c.rep, n: len(c.nodes)}
-		for _, n := range c.nodes {
-			g.on += onCount(n.w)
+		g := group{w: c.rep, n: len(c.workers)}
+		for _, wk := range c.workers {
+			g.on += onCount(wk.w)
 		}
 		out = append(out, g)
 	}

@@ -10,24 +10,24 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// pass is the working state of one Schedule call.
+// pass is the working state of one RunPass call.
 type pass struct {
 	q    *Queue
 	cfg  *Config
 	s    *Snapshot
 	plan Plan
 
-	nodes      []*node
+	workers    []*worker
 	classes    map[string]*class
-	classOrder []*class // by first node
+	classOrder []*class // by first worker
 	eligible   map[*shape][]*class
-	byHost     map[string][]*node
-	byModel    map[string][]*node
+	byHost     map[string][]*worker
+	byModel    map[string][]*worker
 	replicas   map[string]map[string]int // replica set → host → replicas there
 	classFit   map[classShape]bool
 	statics    map[*shape]Reason
-	open       int // nodes that can take work: on, with a free slot
-	stamp      int // marks the nodes chosen for the gang being placed
+	open       int // workers that can take work: on, with a free slot
+	stamp      int // marks the workers chosen for the gang being placed
 
 	failed    map[memoKey]Reason // shapes that found no worker this pass
 	noPreempt map[*shape]bool
@@ -68,8 +68,8 @@ type ruleUse struct {
 // amount is a quantity of the resources fair share weighs.
 type amount struct{ gpus, cpus, mem float64 }
 
-// node is a worker's free capacity during a pass.
-type node struct {
+// worker is a Worker's free capacity during a pass.
+type worker struct {
 	w        *Worker
 	cls      *class
 	order    int // position in the snapshot
@@ -78,48 +78,48 @@ type node struct {
 	cpus     float64
 	mem      berth.Bytes
 	slots    int
-	res      *reservation // holding this node, or nil
+	res      *reservation // holding this worker, or nil
 	stamp    int
 	bucket   int // free GPUs when in a bucket, -1 when not
 	pos      int // index in the bucket
 }
 
 // class groups workers that are alike for feasibility: same queues,
-// labels, GPUs, CPUs and memory. Its open nodes sit in buckets by free GPU
-// count, so best fit is the first fitting node of the lowest bucket.
+// labels, GPUs, CPUs and memory. Its open workers sit in buckets by free GPU
+// count, so best fit is the first fitting worker of the lowest bucket.
 type class struct {
 	rep         *Worker
 	homogeneous bool // every GPU has the same model and memory
-	nodes       []*node
-	buckets     [][]*node
+	workers     []*worker
+	buckets     [][]*worker
 }
 
 func newPass(q *Queue, s *Snapshot) *pass {
 	p := &pass{q: q, cfg: &q.cfg, s: s,
-		classes: map[string]*class{}, byHost: map[string][]*node{}, byModel: map[string][]*node{},
+		classes: map[string]*class{}, byHost: map[string][]*worker{}, byModel: map[string][]*worker{},
 		classFit: map[classShape]bool{}, eligible: map[*shape][]*class{}, statics: map[*shape]Reason{}, failed: map[memoKey]Reason{},
 		noPreempt: map[*shape]bool{}, blocked: map[string]*Task{}, usage: map[listKey]*amount{},
 		capQueue: map[string]*amount{}, stopping: map[*Running]bool{}}
-	p.nodes = make([]*node, len(s.Workers))
+	p.workers = make([]*worker, len(s.Workers))
 	var key []byte
 	for i, w := range s.Workers {
-		n := &node{w: w, order: i, gpuUsed: slices.Clone(w.GPUUsed), cpus: w.FreeCPUs, mem: w.FreeMemory,
+		wk := &worker{w: w, order: i, gpuUsed: slices.Clone(w.GPUUsed), cpus: w.FreeCPUs, mem: w.FreeMemory,
 			slots: w.FreeSlots, bucket: -1}
-		for _, u := range n.gpuUsed {
+		for _, u := range wk.gpuUsed {
 			if !u {
-				n.freeGPUs++
+				wk.freeGPUs++
 			}
 		}
-		p.nodes[i] = n
+		p.workers[i] = wk
 		c := p.classFor(w, &key)
-		n.cls = c
-		c.nodes = append(c.nodes, n)
-		p.byHost[w.Host] = append(p.byHost[w.Host], n)
+		wk.cls = c
+		c.workers = append(c.workers, wk)
+		p.byHost[w.Host] = append(p.byHost[w.Host], wk)
 		for _, m := range w.Models {
-			p.byModel[m] = append(p.byModel[m], n)
+			p.byModel[m] = append(p.byModel[m], wk)
 		}
 		if !w.Off {
-			p.rebucket(n)
+			p.rebucket(wk)
 			add := amount{float64(len(w.GPUs)), w.CPUs, float64(w.Memory)}
 			if len(w.Queues) == 0 {
 				p.capAll.add(add)
@@ -180,7 +180,7 @@ func (p *pass) classFor(w *Worker, key *[]byte) *class {
 	*key = k
 	c := p.classes[string(k)]
 	if c == nil {
-		c = &class{rep: w, homogeneous: homogeneous, buckets: make([][]*node, len(w.GPUs)+1)}
+		c = &class{rep: w, homogeneous: homogeneous, buckets: make([][]*worker, len(w.GPUs)+1)}
 		p.classes[string(k)] = c
 		p.classOrder = append(p.classOrder, c)
 	}
@@ -341,72 +341,72 @@ func (p *pass) fairPenalty(k listKey) float64 {
 	return p.cfg.FairShare * share / w
 }
 
-// rebucket files n under its free GPU count, or out of every bucket when
+// rebucket files wk under its free GPU count, or out of every bucket when
 // it cannot take work.
-func (p *pass) rebucket(n *node) {
-	c := n.cls
-	if n.bucket >= 0 {
-		b := c.buckets[n.bucket]
+func (p *pass) rebucket(wk *worker) {
+	c := wk.cls
+	if wk.bucket >= 0 {
+		b := c.buckets[wk.bucket]
 		last := b[len(b)-1]
-		b[n.pos], last.pos = last, n.pos
-		c.buckets[n.bucket] = b[:len(b)-1]
-		n.bucket = -1
-		if n.slots <= 0 {
+		b[wk.pos], last.pos = last, wk.pos
+		c.buckets[wk.bucket] = b[:len(b)-1]
+		wk.bucket = -1
+		if wk.slots <= 0 {
 			p.open--
 		}
-	} else if n.slots > 0 {
+	} else if wk.slots > 0 {
 		p.open++
 	}
-	if n.slots > 0 {
-		n.bucket, n.pos = n.freeGPUs, len(c.buckets[n.freeGPUs])
-		c.buckets[n.freeGPUs] = append(c.buckets[n.freeGPUs], n)
+	if wk.slots > 0 {
+		wk.bucket, wk.pos = wk.freeGPUs, len(c.buckets[wk.freeGPUs])
+		c.buckets[wk.freeGPUs] = append(c.buckets[wk.freeGPUs], wk)
 	}
 }
 
-// take gives n's resources to one member of t.
-func (n *node) take(p *pass, t *Task, gpus []int) {
-	n.setGPUs(gpus, true)
-	n.cpus -= t.Resources.CPUs
-	n.mem -= t.Resources.Memory
-	n.slots--
-	p.rebucket(n)
+// take gives wk's resources to one member of t.
+func (wk *worker) take(p *pass, t *Task, gpus []int) {
+	wk.setGPUs(gpus, true)
+	wk.cpus -= t.Resources.CPUs
+	wk.mem -= t.Resources.Memory
+	wk.slots--
+	p.rebucket(wk)
 }
 
 // give returns what take took.
-func (n *node) give(p *pass, t *Task, gpus []int) {
-	n.setGPUs(gpus, false)
-	n.cpus += t.Resources.CPUs
-	n.mem += t.Resources.Memory
-	n.slots++
-	p.rebucket(n)
+func (wk *worker) give(p *pass, t *Task, gpus []int) {
+	wk.setGPUs(gpus, false)
+	wk.cpus += t.Resources.CPUs
+	wk.mem += t.Resources.Memory
+	wk.slots++
+	p.rebucket(wk)
 }
 
-func (n *node) setGPUs(indexes []int, used bool) {
+func (wk *worker) setGPUs(indexes []int, used bool) {
 	for _, idx := range indexes {
-		for i, g := range n.w.GPUs {
-			if g.Index == idx && n.gpuUsed[i] != used {
-				n.gpuUsed[i] = used
+		for i, g := range wk.w.GPUs {
+			if g.Index == idx && wk.gpuUsed[i] != used {
+				wk.gpuUsed[i] = used
 				if used {
-					n.freeGPUs--
+					wk.freeGPUs--
 				} else {
-					n.freeGPUs++
+					wk.freeGPUs++
 				}
 			}
 		}
 	}
 }
 
-// find returns the node that fits one more member of t best, with the GPUs
+// find returns the worker that fits one more member of t best, with the GPUs
 // it would take: the best by findBest, unless it is a worker t avoids and
 // one it does not avoid fits now.
-func (p *pass) find(t *Task) (*node, []int) {
-	n, g := p.findBest(t)
-	if n == nil || !slices.Contains(t.Avoid, n.w.ID) {
-		return n, g
+func (p *pass) find(t *Task) (*worker, []int) {
+	wk, g := p.findBest(t)
+	if wk == nil || !slices.Contains(t.Avoid, wk.w.ID) {
+		return wk, g
 	}
-	var others []*node
+	var others []*worker
 	for _, c := range p.eligibleClasses(t) {
-		for _, o := range c.nodes {
+		for _, o := range c.workers {
 			if !slices.Contains(t.Avoid, o.w.ID) {
 				others = append(others, o)
 			}
@@ -415,29 +415,29 @@ func (p *pass) find(t *Task) (*node, []int) {
 	if o, h := p.bestOf(t, others); o != nil {
 		return o, h
 	}
-	return n, g
+	return wk, g
 }
 
-// findBest returns the node that fits one more member of t best, with the
+// findBest returns the worker that fits one more member of t best, with the
 // GPUs it would take: where t's model is loaded if any fits, else the
-// fitting node with the fewest free GPUs, the earlier class and bucket
+// fitting worker with the fewest free GPUs, the earlier class and bucket
 // among equals.
-func (p *pass) findBest(t *Task) (*node, []int) {
+func (p *pass) findBest(t *Task) (*worker, []int) {
 	sh := t.shape
 	if sh.host != "" {
 		return p.bestOf(t, p.byHost[sh.host])
 	}
 	if t.Spread != "" {
-		if n, g := p.spreadOut(t); n != nil {
-			return n, g
+		if wk, g := p.spreadOut(t); wk != nil {
+			return wk, g
 		}
 	}
 	if t.Model != "" {
-		if n, g := p.bestOf(t, p.byModel[t.Model]); n != nil {
-			return n, g
+		if wk, g := p.bestOf(t, p.byModel[t.Model]); wk != nil {
+			return wk, g
 		}
 	}
-	var best *node
+	var best *worker
 	var bestGPUs []int
 	for _, c := range p.eligibleClasses(t) {
 		limit := len(c.buckets)
@@ -446,9 +446,9 @@ func (p *pass) findBest(t *Task) (*node, []int) {
 		}
 	scan:
 		for k := sh.gpus; k < limit; k++ {
-			for _, n := range c.buckets[k] {
-				if g, ok := p.fits(n, t); ok {
-					best, bestGPUs = n, g
+			for _, wk := range c.buckets[k] {
+				if g, ok := p.fits(wk, t); ok {
+					best, bestGPUs = wk, g
 					break scan
 				}
 			}
@@ -457,23 +457,23 @@ func (p *pass) findBest(t *Task) (*node, []int) {
 	return best, bestGPUs
 }
 
-// spreadOut returns the best fitting node on a host that runs no replica
+// spreadOut returns the best fitting worker on a host that runs no replica
 // of t's set (preferring where t's model is loaded), or nil.
-func (p *pass) spreadOut(t *Task) (*node, []int) {
+func (p *pass) spreadOut(t *Task) (*worker, []int) {
 	hosts := p.replicas[t.Spread]
-	var free, warm []*node
+	var free, warm []*worker
 	for _, c := range p.eligibleClasses(t) {
-		for _, n := range c.nodes {
-			if hosts[n.w.Host] == 0 {
-				free = append(free, n)
-				if t.Model != "" && slices.Contains(n.w.Models, t.Model) {
-					warm = append(warm, n)
+		for _, wk := range c.workers {
+			if hosts[wk.w.Host] == 0 {
+				free = append(free, wk)
+				if t.Model != "" && slices.Contains(wk.w.Models, t.Model) {
+					warm = append(warm, wk)
 				}
 			}
 		}
 	}
-	if n, g := p.bestOf(t, warm); n != nil {
-		return n, g
+	if wk, g := p.bestOf(t, warm); wk != nil {
+		return wk, g
 	}
 	return p.bestOf(t, free)
 }
@@ -492,41 +492,41 @@ func (p *pass) addReplica(set, host string, delta int) {
 	p.replicas[set][host] += delta
 }
 
-// bestOf returns the fitting node of nodes with the fewest free GPUs.
-func (p *pass) bestOf(t *Task, nodes []*node) (*node, []int) {
-	var best *node
+// bestOf returns the fitting one of workers with the fewest free GPUs.
+func (p *pass) bestOf(t *Task, workers []*worker) (*worker, []int) {
+	var best *worker
 	var bestGPUs []int
-	for _, n := range nodes {
-		if best != nil && n.freeGPUs >= best.freeGPUs {
+	for _, wk := range workers {
+		if best != nil && wk.freeGPUs >= best.freeGPUs {
 			continue
 		}
-		if !p.classFits(n.cls, t) || (t.shape.host != "" && n.w.Host != t.shape.host) {
+		if !p.classFits(wk.cls, t) || (t.shape.host != "" && wk.w.Host != t.shape.host) {
 			continue
 		}
-		if g, ok := p.fits(n, t); ok {
-			best, bestGPUs = n, g
+		if g, ok := p.fits(wk, t); ok {
+			best, bestGPUs = wk, g
 		}
 	}
 	return best, bestGPUs
 }
 
-// fits returns the GPUs one member of t would take on n, lowest index
-// first, if it fits there now. n's class must be eligible for t.
-func (p *pass) fits(n *node, t *Task) ([]int, bool) {
+// fits returns the GPUs one member of t would take on wk, lowest index
+// first, if it fits there now. wk's class must be eligible for t.
+func (p *pass) fits(wk *worker, t *Task) ([]int, bool) {
 	r := &t.Resources
-	if n.w.Off || n.slots <= 0 || n.stamp == p.stamp || n.cpus < r.CPUs || n.mem < r.Memory || n.freeGPUs < r.GPUs {
+	if wk.w.Off || wk.slots <= 0 || wk.stamp == p.stamp || wk.cpus < r.CPUs || wk.mem < r.Memory || wk.freeGPUs < r.GPUs {
 		return nil, false
 	}
-	if n.res != nil && n.res.task != t && !p.backfills(t, n.res) {
-		p.sawRes = n.res
+	if wk.res != nil && wk.res.task != t && !p.backfills(t, wk.res) {
+		p.sawRes = wk.res
 		return nil, false
 	}
 	if r.GPUs == 0 {
 		return nil, true
 	}
 	gpus := make([]int, 0, r.GPUs)
-	for i, g := range n.w.GPUs {
-		if !n.gpuUsed[i] && (n.cls.homogeneous || gpuMatches(g, r)) {
+	for i, g := range wk.w.GPUs {
+		if !wk.gpuUsed[i] && (wk.cls.homogeneous || gpuMatches(g, r)) {
 			gpus = append(gpus, g.Index)
 			if len(gpus) == r.GPUs {
 				return gpus, true
@@ -537,7 +537,7 @@ func (p *pass) fits(n *node, t *Task) ([]int, bool) {
 }
 
 // eligibleClasses returns the classes whose workers could ever run t, in
-// the order of their first node.
+// the order of their first worker.
 func (p *pass) eligibleClasses(t *Task) []*class {
 	if list, ok := p.eligible[t.shape]; ok {
 		return list

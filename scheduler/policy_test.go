@@ -16,7 +16,7 @@ import (
 func h100s(n int) []*Worker {
 	ws := make([]*Worker, n)
 	for i := range ws {
-		ws[i] = worker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30))
+		ws[i] = newWorker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30))
 	}
 	return ws
 }
@@ -55,7 +55,7 @@ func TestGangAllOrNothing(t *testing.T) {
 	two := gang("two", 2, 8, t0.Add(time.Second))
 	q.Push(three)
 	q.Push(two)
-	plan := Schedule(q, &Snapshot{Now: t0.Add(time.Minute), Workers: ws})
+	plan := RunPass(q, &Snapshot{Now: t0.Add(time.Minute), Workers: ws})
 	got := placements(plan)
 	if len(got["three"]) != 0 {
 		t.Fatalf("gang of 3 partly placed with only 2 whole machines free: %v", got["three"])
@@ -69,7 +69,7 @@ func TestGangAllOrNothing(t *testing.T) {
 	four := gang("four", 4, 8, t0)
 	q2 := NewQueue(Config{})
 	q2.Push(four)
-	Schedule(q2, &Snapshot{Now: t0, Workers: ws})
+	RunPass(q2, &Snapshot{Now: t0, Workers: ws})
 	if four.Reason.Code != ReasonUnfit || !strings.Contains(four.Reason.Message, "needs 4 workers") {
 		t.Fatalf("gang of 4 on 3 workers: reason %+v, want unfit", four.Reason)
 	}
@@ -91,7 +91,7 @@ func TestQuotaCapsGPUsAndJobs(t *testing.T) {
 	q.Push(bob)
 	rule := berth.QuotaRule{Scope: berth.QuotaUser, Name: "alice", MaxGPUs: 8, MaxJobs: berth.NoLimit}
 	s := &Snapshot{Now: t0.Add(time.Hour), Workers: ws, Quotas: []berth.QuotaRule{rule}}
-	plan := Schedule(q, s)
+	plan := RunPass(q, s)
 	got := placements(plan)
 	if len(got["a0"]) != 1 || len(got["a1"]) != 1 || len(got["a2"]) != 0 || len(got["b0"]) != 1 {
 		t.Fatalf("placements = %v, want a0, a1 and b0 but not a2 (alice gpus<=8)", got)
@@ -110,7 +110,7 @@ func TestQuotaCapsGPUsAndJobs(t *testing.T) {
 	q.Remove(bob)
 	run(ws[0], "a0", 100, t0, 0, 1, 2, 3).User = "alice"
 	run(ws[0], "a1", 100, t0, 4, 5, 6, 7).User = "alice"
-	plan = Schedule(q, s)
+	plan = RunPass(q, s)
 	if len(plan.Assignments) != 0 || len(plan.QuotaExceeded) != 0 || tasks[2].Reason.Code != ReasonQuota {
 		t.Fatalf("second pass: %+v, reason %+v; want nothing placed, nothing newly reported", plan, tasks[2].Reason)
 	}
@@ -122,7 +122,7 @@ func TestQuotaCapsGPUsAndJobs(t *testing.T) {
 		q3.Push(tk)
 	}
 	jobs := berth.QuotaRule{Scope: berth.QuotaQueue, Name: "cpu", MaxGPUs: berth.NoLimit, MaxJobs: 2}
-	if n := len(Schedule(q3, &Snapshot{Now: t0, Workers: h100s(1), Quotas: []berth.QuotaRule{jobs}}).Assignments); n != 2 {
+	if n := len(RunPass(q3, &Snapshot{Now: t0, Workers: h100s(1), Quotas: []berth.QuotaRule{jobs}}).Assignments); n != 2 {
 		t.Fatalf("queue:cpu jobs<=2 placed %d jobs", n)
 	}
 }
@@ -143,21 +143,21 @@ func TestFairShareLetsALateUserIn(t *testing.T) {
 	}
 	ws := make([]*Worker, 4)
 	for i := range ws {
-		ws[i] = worker(fmt.Sprint("w", i), gpus(1, "H100", 80<<30))
+		ws[i] = newWorker(fmt.Sprint("w", i), gpus(1, "H100", 80<<30))
 	}
 	now := t0.Add(20 * time.Minute)
 	q, _ := build(100)
-	if got := placements(Schedule(q, &Snapshot{Now: now, Workers: ws})); len(got["bob"]) != 1 {
+	if got := placements(RunPass(q, &Snapshot{Now: now, Workers: ws})); len(got["bob"]) != 1 {
 		t.Fatalf("with fair share bob got nothing: %v", got)
 	}
 	q, _ = build(0)
-	if got := placements(Schedule(q, &Snapshot{Now: now, Workers: ws})); len(got["bob"]) != 0 {
+	if got := placements(RunPass(q, &Snapshot{Now: now, Workers: ws})); len(got["bob"]) != 0 {
 		t.Fatalf("without fair share bob should wait behind alice's older jobs: %v", got)
 	}
 	// A weight of 4 lets alice hold more before bob passes her.
 	q, _ = build(100)
 	heavy := berth.QuotaRule{Scope: berth.QuotaUser, Name: "alice", MaxGPUs: berth.NoLimit, MaxJobs: berth.NoLimit, Weight: 100}
-	if got := placements(Schedule(q, &Snapshot{Now: now, Workers: ws, Quotas: []berth.QuotaRule{heavy}})); len(got["bob"]) != 0 {
+	if got := placements(RunPass(q, &Snapshot{Now: now, Workers: ws, Quotas: []berth.QuotaRule{heavy}})); len(got["bob"]) != 0 {
 		t.Fatalf("alice with weight 100 should keep the cluster: %v", got)
 	}
 }
@@ -170,7 +170,7 @@ func TestPreemption(t *testing.T) {
 	t.Parallel()
 	now := t0.Add(time.Hour)
 	setup := func() (*Worker, []*Running) {
-		w := worker("w0", gpus(8, "H100", 80<<30))
+		w := newWorker("w0", gpus(8, "H100", 80<<30))
 		var rs []*Running
 		for i := range 4 {
 			r := run(w, fmt.Sprint("low", i), 10+i, t0, 2*i, 2*i+1)
@@ -187,7 +187,7 @@ func TestPreemption(t *testing.T) {
 
 	w, _ := setup()
 	q := urgent(4)
-	plan := Schedule(q, &Snapshot{Now: now, Workers: []*Worker{w}})
+	plan := RunPass(q, &Snapshot{Now: now, Workers: []*Worker{w}})
 	var victims []string
 	for _, p := range plan.Preemptions {
 		victims = append(victims, p.JobID)
@@ -206,7 +206,7 @@ func TestPreemption(t *testing.T) {
 	w, rs := setup()
 	rs[0].Stopping, rs[1].Stopping = true, true
 	q = urgent(4)
-	plan = Schedule(q, &Snapshot{Now: now, Workers: []*Worker{w}})
+	plan = RunPass(q, &Snapshot{Now: now, Workers: []*Worker{w}})
 	if len(plan.Preemptions) != 0 || len(plan.Reservations) != 1 {
 		t.Fatalf("with victims stopping: %+v", plan)
 	}
@@ -235,20 +235,20 @@ func TestPreemption(t *testing.T) {
 		w, rs := setup()
 		s := &Snapshot{Now: now, Workers: []*Worker{w}}
 		mod(w, rs, s)
-		if plan := Schedule(urgent(4), s); len(plan.Preemptions) != 0 {
+		if plan := RunPass(urgent(4), s); len(plan.Preemptions) != 0 {
 			t.Errorf("%s: preempted %+v", name, plan.Preemptions)
 		}
 	}
 
 	// Gang-aware: two members need two machines; only one has victims.
 	w, _ = setup()
-	busy := worker("w1", gpus(8, "H100", 80<<30))
+	busy := newWorker("w1", gpus(8, "H100", 80<<30))
 	run(busy, "keep", 10, t0, 0, 1, 2, 3, 4, 5, 6, 7)
 	q = NewQueue(preemptConfig())
 	g := gang("g", 2, 8, now)
 	g.Priority = 500
 	q.Push(g)
-	if plan := Schedule(q, &Snapshot{Now: now, Workers: []*Worker{w, busy}}); len(plan.Preemptions) != 0 {
+	if plan := RunPass(q, &Snapshot{Now: now, Workers: []*Worker{w, busy}}); len(plan.Preemptions) != 0 {
 		t.Fatalf("preempted for a gang that still could not start: %+v", plan.Preemptions)
 	}
 }
@@ -275,7 +275,7 @@ func TestReservationAndBackfill(t *testing.T) {
 	long.MaxRuntime, long.Seq = 2*time.Hour, 3
 	q.Push(long)
 
-	plan := Schedule(q, &Snapshot{Now: now, Workers: ws})
+	plan := RunPass(q, &Snapshot{Now: now, Workers: ws})
 	if len(plan.Reservations) != 1 {
 		t.Fatalf("reservations = %+v, want one for big", plan.Reservations)
 	}
@@ -304,7 +304,7 @@ func TestHeadOfLineBlocksTheQueue(t *testing.T) {
 	small := task("small", 100, t0.Add(time.Second), 1)
 	small.Seq = 1
 	q.Push(small)
-	plan := Schedule(q, &Snapshot{Now: t0, Workers: h100s(1)})
+	plan := RunPass(q, &Snapshot{Now: t0, Workers: h100s(1)})
 	if len(plan.Assignments) != 0 || small.Reason.Code != ReasonOrder {
 		t.Fatalf("plan %+v, small reason %+v; want small held behind big", plan, small.Reason)
 	}
@@ -318,7 +318,7 @@ func TestModelAffinity(t *testing.T) {
 	tk := task("j", 100, t0, 1)
 	tk.Model = "llama-70b"
 	q.Push(tk)
-	if got := placements(Schedule(q, &Snapshot{Now: t0, Workers: ws})); fmt.Sprint(got["j"]) != "[0@w2]" {
+	if got := placements(RunPass(q, &Snapshot{Now: t0, Workers: ws})); fmt.Sprint(got["j"]) != "[0@w2]" {
 		t.Fatalf("placed %v, want on w2 where the model is warm", got["j"])
 	}
 }
@@ -329,7 +329,7 @@ func randomCluster(rt *rapid.T, now time.Time) []*Worker {
 	nw := rapid.IntRange(1, 6).Draw(rt, "workers")
 	ws := make([]*Worker, nw)
 	for i := range ws {
-		ws[i] = worker(fmt.Sprint("w", i), gpus(rapid.SampledFrom([]int{0, 2, 4, 8}).Draw(rt, "gpus"), rapid.SampledFrom([]string{"H100", "A100"}).Draw(rt, "model"), 80<<30))
+		ws[i] = newWorker(fmt.Sprint("w", i), gpus(rapid.SampledFrom([]int{0, 2, 4, 8}).Draw(rt, "gpus"), rapid.SampledFrom([]string{"H100", "A100"}).Draw(rt, "model"), 80<<30))
 		for g := 0; g < len(ws[i].GPUs); g += 2 {
 			if rapid.IntRange(0, 3).Draw(rt, "busy") == 0 {
 				r := run(ws[i], fmt.Sprint("r", i, g), rapid.IntRange(0, 500).Draw(rt, "rprio"), now.Add(-time.Hour), g, g+1)
@@ -371,7 +371,7 @@ func TestPlanInvariants(t *testing.T) {
 		s := &Snapshot{Now: now, Workers: ws, Quotas: []berth.QuotaRule{quota}}
 		q := NewQueue(cfg)
 		randomTasks(rt, q, now)
-		plan := Schedule(q, s)
+		plan := RunPass(q, s)
 		checkNoOvercommit(rt, ws, plan)
 		byID := map[string]*Worker{}
 		for _, w := range ws {
@@ -435,7 +435,7 @@ func TestPlanInvariants(t *testing.T) {
 			c.queued = false
 			again.Push(&c)
 		}
-		if a, b := describe(plan), describe(Schedule(again, s)); a != b {
+		if a, b := describe(plan), describe(RunPass(again, s)); a != b {
 			rt.Fatalf("plans differ for the same input:\n%s\n%s", a, b)
 		}
 	})
@@ -460,7 +460,7 @@ func TestEveryFittingJobRuns(t *testing.T) {
 		now := t0
 		ws := make([]*Worker, rapid.IntRange(1, 4).Draw(rt, "workers"))
 		for i := range ws {
-			ws[i] = worker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30))
+			ws[i] = newWorker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30))
 		}
 		cfg := DefaultConfig()
 		q := NewQueue(cfg)
@@ -478,7 +478,7 @@ func TestEveryFittingJobRuns(t *testing.T) {
 				rt.Fatalf("%d tasks still pending after %d passes", q.Len(), pass)
 			}
 			now = now.Add(time.Minute)
-			plan := Schedule(q, &Snapshot{Now: now, Workers: ws})
+			plan := RunPass(q, &Snapshot{Now: now, Workers: ws})
 			for _, a := range plan.Assignments {
 				if a.Rank == 0 {
 					if placed[a.Task.JobID] {
@@ -498,7 +498,7 @@ func TestEveryFittingJobRuns(t *testing.T) {
 // counts.
 func TestServiceReplicasSpreadAcrossHosts(t *testing.T) {
 	t.Parallel()
-	workers := []*Worker{worker("a", gpus(4, "H100", 80<<30)), worker("b", gpus(4, "H100", 80<<30))}
+	workers := []*Worker{newWorker("a", gpus(4, "H100", 80<<30)), newWorker("b", gpus(4, "H100", 80<<30))}
 	q := NewQueue(DefaultConfig())
 	for i := range 3 {
 		tk := task(fmt.Sprint("r", i), 100, t0.Add(time.Duration(i)), 1)
@@ -508,7 +508,7 @@ func TestServiceReplicasSpreadAcrossHosts(t *testing.T) {
 	other := task("batch", 100, t0.Add(time.Second), 1)
 	other.Seq = 9
 	q.Push(other)
-	plan := Schedule(q, &Snapshot{Now: t0, Workers: workers})
+	plan := RunPass(q, &Snapshot{Now: t0, Workers: workers})
 	hosts := map[string]string{}
 	for _, a := range plan.Assignments {
 		hosts[a.Task.JobID] = a.WorkerID
@@ -518,14 +518,14 @@ func TestServiceReplicasSpreadAcrossHosts(t *testing.T) {
 	}
 
 	// A replica already running on a: the next goes to b.
-	running := worker("a", gpus(4, "H100", 80<<30))
+	running := newWorker("a", gpus(4, "H100", 80<<30))
 	running.Running = []*Running{{AttemptID: "x", JobID: "r-old", Spread: "alice/chat", GPUs: []int{0}, Started: t0}}
 	running.GPUUsed[0] = true
 	q = NewQueue(DefaultConfig())
 	tk := task("r-new", 100, t0, 1)
 	tk.Spread = "alice/chat"
 	q.Push(tk)
-	plan = Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{running, worker("b", gpus(4, "H100", 80<<30))}})
+	plan = RunPass(q, &Snapshot{Now: t0, Workers: []*Worker{running, newWorker("b", gpus(4, "H100", 80<<30))}})
 	if len(plan.Assignments) != 1 || plan.Assignments[0].WorkerID != "b" {
 		t.Fatalf("with a replica running on a: %v, want the new one on b", summary(plan))
 	}

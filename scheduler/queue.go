@@ -1,4 +1,4 @@
-// Package scheduler decides where pending jobs run. It is pure: Schedule
+// Package scheduler decides where pending jobs run. It is pure: RunPass
 // reads a queue and a snapshot of the cluster and returns a plan, with no
 // I/O, goroutines or clock of its own; the same input gives the same plan.
 //
@@ -53,7 +53,7 @@ type Task struct {
 	Constraints berth.Constraints
 
 	// Reason is why the task was still pending after the last pass that
-	// examined it; Schedule sets it. Queue.Reason tells whether it is fresh.
+	// examined it; RunPass sets it. Queue.Reason tells whether it is fresh.
 	Reason Reason
 
 	key        float64 // priority − submitted × rate, in hours

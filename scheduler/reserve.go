@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// reservation holds nodes for a task during a pass.
+// reservation holds workers for a task during a pass.
 type reservation struct {
-	task  *Task
-	start time.Time // zero: unknown
-	nodes []*node
+	task    *Task
+	start   time.Time // zero: unknown
+	workers []*worker
 }
 
-// backfills reports whether t may use a node held by res: only if t's
+// backfills reports whether t may use a worker held by res: only if t's
 // max_runtime ends before the reservation's expected start.
 func (p *pass) backfills(t *Task, res *reservation) bool {
 	return t.MaxRuntime > 0 && !res.start.IsZero() && !p.s.Now.Add(t.MaxRuntime).After(res.start)
@@ -41,21 +41,21 @@ func (p *pass) maxReservations() int {
 	return 8
 }
 
-// candidates returns the nodes, on and not held for another task, that
+// candidates returns the workers, on and not held for another task, that
 // could ever run a member of t.
-func (p *pass) candidates(t *Task) []*node {
-	var out []*node
+func (p *pass) candidates(t *Task) []*worker {
+	var out []*worker
 	for _, c := range p.eligibleClasses(t) {
-		for _, n := range c.nodes {
-			if !n.w.Off && (n.res == nil || n.res.task == t) && (t.shape.host == "" || n.w.Host == t.shape.host) {
-				out = append(out, n)
+		for _, wk := range c.workers {
+			if !wk.w.Off && (wk.res == nil || wk.res.task == t) && (t.shape.host == "" || wk.w.Host == t.shape.host) {
+				out = append(out, wk)
 			}
 		}
 	}
 	return out
 }
 
-// avail is what a node would have free once some attempts have gone.
+// avail is what a worker would have free once some attempts have gone.
 type avail struct {
 	gpus  int
 	cpus  float64
@@ -68,15 +68,15 @@ func (a *avail) fits(t *Task) bool {
 	return a.slots > 0 && a.gpus >= r.GPUs && a.cpus >= r.CPUs && a.mem >= float64(r.Memory)
 }
 
-// freeFor returns what n has free now that matches t's GPU needs.
-func (n *node) freeFor(t *Task) avail {
-	a := avail{cpus: n.cpus, mem: float64(n.mem), slots: n.slots}
-	if n.cls.homogeneous {
-		a.gpus = n.freeGPUs // the class fits t, so every GPU matches
+// freeFor returns what wk has free now that matches t's GPU needs.
+func (wk *worker) freeFor(t *Task) avail {
+	a := avail{cpus: wk.cpus, mem: float64(wk.mem), slots: wk.slots}
+	if wk.cls.homogeneous {
+		a.gpus = wk.freeGPUs // the class fits t, so every GPU matches
 		return a
 	}
-	for i, g := range n.w.GPUs {
-		if !n.gpuUsed[i] && (n.cls.homogeneous || gpuMatches(g, &t.Resources)) {
+	for i, g := range wk.w.GPUs {
+		if !wk.gpuUsed[i] && (wk.cls.homogeneous || gpuMatches(g, &t.Resources)) {
 			a.gpus++
 		}
 	}
@@ -84,13 +84,13 @@ func (n *node) freeFor(t *Task) avail {
 }
 
 // release adds what r holds (GPUs matching t's needs) to a.
-func (n *node) release(a *avail, r *Running, t *Task) {
+func (wk *worker) release(a *avail, r *Running, t *Task) {
 	a.cpus += r.CPUs
 	a.mem += float64(r.Memory)
 	a.slots++
 	for _, idx := range r.GPUs {
-		for _, g := range n.w.GPUs {
-			if g.Index == idx && (n.cls.homogeneous || gpuMatches(g, &t.Resources)) {
+		for _, g := range wk.w.GPUs {
+			if g.Index == idx && (wk.cls.homogeneous || gpuMatches(g, &t.Resources)) {
 				a.gpus++
 			}
 		}
@@ -99,27 +99,27 @@ func (n *node) release(a *avail, r *Running, t *Task) {
 
 func (p *pass) isStopping(r *Running) bool { return r.Stopping || p.stopping[r] }
 
-// reserve holds, for t, the nodes that will fit its members soonest,
+// reserve holds, for t, the workers that will fit its members soonest,
 // judging by when the attempts on them end (start + max_runtime).
 func (p *pass) reserve(t *Task) {
 	if len(p.reservations) >= p.maxReservations() {
 		return
 	}
 	type estimate struct {
-		n     *node
+		wk    *worker
 		at    time.Time
 		known bool
 		free  int
 	}
 	now := p.s.Now
 	var ests []estimate
-	for _, n := range p.candidates(t) {
-		a := n.freeFor(t)
-		e := estimate{n: n, at: now, known: true, free: a.gpus}
+	for _, wk := range p.candidates(t) {
+		a := wk.freeFor(t)
+		e := estimate{wk: wk, at: now, known: true, free: a.gpus}
 		if !a.fits(t) {
 			e.known = false
-			runs := make([]*Running, len(n.w.Running))
-			copy(runs, n.w.Running)
+			runs := make([]*Running, len(wk.w.Running))
+			copy(runs, wk.w.Running)
 			ends := make(map[*Running]time.Time, len(runs))
 			for _, r := range runs {
 				end, ok := r.end(now)
@@ -143,7 +143,7 @@ func (p *pass) reserve(t *Task) {
 				if !ok {
 					break
 				}
-				n.release(&a, r, t)
+				wk.release(&a, r, t)
 				if a.fits(t) {
 					e.at, e.known = maxTime(end, now), true
 					break
@@ -173,25 +173,25 @@ func (p *pass) reserve(t *Task) {
 			res.start = maxTime(res.start, e.at)
 		}
 	}
-	nodes := make([]*node, need)
+	workers := make([]*worker, need)
 	for i, e := range ests[:need] {
-		nodes[i] = e.n
+		workers[i] = e.wk
 	}
-	p.hold(res, nodes)
+	p.hold(res, workers)
 	start := "unknown (running jobs have no max_runtime)"
 	if !res.start.IsZero() {
 		start = res.start.Format(time.RFC3339)
 	}
-	t.Reason = Reason{ReasonReservation, fmt.Sprintf("reserved %s; expected start %s", workerList(res.nodes), start)}
+	t.Reason = Reason{ReasonReservation, fmt.Sprintf("reserved %s; expected start %s", workerList(res.workers), start)}
 }
 
-// hold records res on nodes and in the plan.
-func (p *pass) hold(res *reservation, nodes []*node) {
-	res.nodes = nodes
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		n.res = res
-		ids[i] = n.w.ID
+// hold records res on workers and in the plan.
+func (p *pass) hold(res *reservation, workers []*worker) {
+	res.workers = workers
+	ids := make([]string, len(workers))
+	for i, wk := range workers {
+		wk.res = res
+		ids[i] = wk.w.ID
 	}
 	p.reservations = append(p.reservations, res)
 	p.plan.Reservations = append(p.plan.Reservations, Reservation{JobID: res.task.JobID, Workers: ids, Start: res.start})
@@ -227,10 +227,10 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-func workerList(nodes []*node) string {
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		ids[i] = n.w.ID
+func workerList(workers []*worker) string {
+	ids := make([]string, len(workers))
+	for i, wk := range workers {
+		ids[i] = wk.w.ID
 	}
 	if len(ids) > 4 {
 		return fmt.Sprintf("workers %s and %d more", strings.Join(ids[:4], ", "), len(ids)-4)
@@ -251,28 +251,28 @@ func (p *pass) canPreempt() bool { return p.cfg.Preempt && p.budget > 0 && p.vic
 
 // preempt stops the fewest, lowest-priority preemptible attempts that let
 // every member of t fit (all or none), within the preemption budget, and
-// holds their nodes for t. Attempts already stopping count as free.
+// holds their workers for t. Attempts already stopping count as free.
 func (p *pass) preempt(t *Task) bool {
 	if !p.canPreempt() || p.noPreempt[t.shape] {
 		return false
 	}
 	type option struct {
-		n       *node
+		wk      *worker
 		victims []*Running
 		cost    int // summed victim priority
 	}
 	var opts []option
-	for _, n := range p.candidates(t) {
-		a := n.freeFor(t)
+	for _, wk := range p.candidates(t) {
+		a := wk.freeFor(t)
 		var cands []*Running
-		for _, r := range n.w.Running {
+		for _, r := range wk.w.Running {
 			if p.isStopping(r) {
-				n.release(&a, r, t)
+				wk.release(&a, r, t)
 			} else if p.victim(r, t.Priority) {
 				cands = append(cands, r)
 			}
 		}
-		o := option{n: n}
+		o := option{wk: wk}
 		if !a.fits(t) {
 			sort.SliceStable(cands, func(i, j int) bool {
 				if cands[i].Priority != cands[j].Priority {
@@ -281,7 +281,7 @@ func (p *pass) preempt(t *Task) bool {
 				return cands[i].Started.After(cands[j].Started)
 			})
 			for _, r := range cands {
-				n.release(&a, r, t)
+				wk.release(&a, r, t)
 				o.victims = append(o.victims, r)
 				o.cost += r.Priority
 				if a.fits(t) {
@@ -316,19 +316,19 @@ func (p *pass) preempt(t *Task) bool {
 		for _, r := range o.victims {
 			p.stopping[r] = true
 			p.plan.Preemptions = append(p.plan.Preemptions, Preemption{AttemptID: r.AttemptID, JobID: r.JobID,
-				WorkerID: o.n.w.ID, For: t.JobID})
+				WorkerID: o.wk.w.ID, For: t.JobID})
 		}
 	}
 	p.budget -= total
 	res := &reservation{task: t, start: p.s.Now}
-	nodes := make([]*node, need)
+	workers := make([]*worker, need)
 	for i, o := range chosen {
-		nodes[i] = o.n
+		workers[i] = o.wk
 	}
-	p.hold(res, nodes)
-	msg := fmt.Sprintf("preempted %d attempts; waiting for them to stop on %s", total, workerList(res.nodes))
+	p.hold(res, workers)
+	msg := fmt.Sprintf("preempted %d attempts; waiting for them to stop on %s", total, workerList(res.workers))
 	if total == 0 {
-		msg = "waiting for preempted attempts to stop on " + workerList(res.nodes)
+		msg = "waiting for preempted attempts to stop on " + workerList(res.workers)
 	}
 	t.Reason = Reason{ReasonPreempting, msg}
 	return true

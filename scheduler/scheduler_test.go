@@ -21,7 +21,7 @@ func gpus(n int, model string, mem berth.Bytes) []berth.GPU {
 	return out
 }
 
-func worker(id string, gs []berth.GPU) *Worker {
+func newWorker(id string, gs []berth.GPU) *Worker {
 	return &Worker{ID: id, Host: id, GPUs: gs, GPUUsed: make([]bool, len(gs)),
 		CPUs: 64, Memory: 512 << 30, FreeCPUs: 64, FreeMemory: 512 << 30, FreeSlots: 100}
 }
@@ -104,7 +104,7 @@ func TestRemoveAndRepush(t *testing.T) {
 
 func TestFeasibility(t *testing.T) {
 	t.Parallel()
-	w := worker("w1", gpus(4, "NVIDIA H100 80GB HBM3", 80<<30))
+	w := newWorker("w1", gpus(4, "NVIDIA H100 80GB HBM3", 80<<30))
 	w.Labels = map[string]string{"zone": "a"}
 	tests := []struct {
 		name string
@@ -130,7 +130,7 @@ func TestFeasibility(t *testing.T) {
 		tt.mod(tk)
 		q := NewQueue(DefaultConfig())
 		q.Push(tk)
-		plan := Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{w}})
+		plan := RunPass(q, &Snapshot{Now: t0, Workers: []*Worker{w}})
 		if got := len(plan.Assignments) == 1; got != tt.fits {
 			t.Errorf("%s: placed = %v, want %v", tt.name, got, tt.fits)
 		}
@@ -144,15 +144,15 @@ func TestFeasibility(t *testing.T) {
 
 func TestBestFitKeepsWholeMachinesFree(t *testing.T) {
 	t.Parallel()
-	full := worker("empty8", gpus(8, "H100", 80<<30))
-	partial := worker("half", gpus(8, "H100", 80<<30))
+	full := newWorker("empty8", gpus(8, "H100", 80<<30))
+	partial := newWorker("half", gpus(8, "H100", 80<<30))
 	for i := 0; i < 6; i++ {
 		partial.GPUUsed[i] = true
 	}
 	q := NewQueue(DefaultConfig())
 	q.Push(task("small", 100, t0, 2))
 	q.Push(task("big", 100, t0.Add(time.Second), 8))
-	plan := Schedule(q, &Snapshot{Now: t0.Add(time.Minute), Workers: []*Worker{full, partial}})
+	plan := RunPass(q, &Snapshot{Now: t0.Add(time.Minute), Workers: []*Worker{full, partial}})
 	got := map[string]string{}
 	for _, a := range plan.Assignments {
 		got[a.Task.JobID] = fmt.Sprint(a.WorkerID, a.GPUs)
@@ -181,7 +181,7 @@ func TestRetriesGoElsewhere(t *testing.T) {
 		{"pinned to its host", []string{"tight"}, nil, "tight", "tight"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tight, roomy := worker("tight", gpus(2, "A100", 40<<30)), worker("roomy", gpus(8, "A100", 40<<30))
+			tight, roomy := newWorker("tight", gpus(2, "A100", 40<<30)), newWorker("roomy", gpus(8, "A100", 40<<30))
 			for _, w := range []*Worker{tight, roomy} {
 				if slices.Contains(tc.busy, w.ID) {
 					w.FreeSlots = 0
@@ -191,7 +191,7 @@ func TestRetriesGoElsewhere(t *testing.T) {
 			tk := task("retry", 100, t0, 1)
 			tk.Avoid, tk.Constraints.Host = tc.avoid, tc.host
 			q.Push(tk)
-			plan := Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{tight, roomy}})
+			plan := RunPass(q, &Snapshot{Now: t0, Workers: []*Worker{tight, roomy}})
 			if len(plan.Assignments) != 1 || plan.Assignments[0].WorkerID != tc.want {
 				t.Fatalf("assignments %+v; want one on %s", plan.Assignments, tc.want)
 			}
@@ -201,12 +201,12 @@ func TestRetriesGoElsewhere(t *testing.T) {
 
 func TestOffWorkersGetNothing(t *testing.T) {
 	t.Parallel()
-	w := worker("w", nil)
+	w := newWorker("w", nil)
 	w.Off = true
 	q := NewQueue(DefaultConfig())
 	tk := task("j", 100, t0, 0)
 	q.Push(tk)
-	if plan := Schedule(q, &Snapshot{Now: t0, Workers: []*Worker{w}}); len(plan.Assignments) != 0 {
+	if plan := RunPass(q, &Snapshot{Now: t0, Workers: []*Worker{w}}); len(plan.Assignments) != 0 {
 		t.Fatalf("placed on an off worker: %+v", plan.Assignments)
 	}
 	if r := ExplainAll(q, []*Task{tk}, &Snapshot{Now: t0, Workers: []*Worker{w}})[0]; r.Code != ReasonOff {
@@ -223,7 +223,7 @@ func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
 	cluster := func(n, ngpu, off int) []*Worker {
 		ws := make([]*Worker, n)
 		for i := range ws {
-			ws[i] = worker(fmt.Sprint("w", i), gpus(ngpu, "H100", 80<<30))
+			ws[i] = newWorker(fmt.Sprint("w", i), gpus(ngpu, "H100", 80<<30))
 			ws[i].Off = i < off
 		}
 		return ws
@@ -254,13 +254,13 @@ func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
 			"needs 9 workers; 4 exist"},
 		{"gang with labels", oneLabeled, func(t *Task) { t.Nodes, t.Constraints.Labels = 2, map[string]string{"zone": "a"} },
 			"needs 2 workers with the required labels; 1 exist"},
-		{"gang of big workers", append(cluster(3, 8, 0), worker("small", gpus(4, "H100", 80<<30))),
+		{"gang of big workers", append(cluster(3, 8, 0), newWorker("small", gpus(4, "H100", 80<<30))),
 			func(t *Task) { t.Nodes, t.Resources.GPUs = 4, 8 }, "needs 4 workers with 8 GPUs; 3 exist"},
 		{"gpu type", cluster(2, 2, 0), func(t *Task) { t.Resources.GPUs, t.Resources.GPUType = 2, "A100" },
 			"no worker has 2 GPUs of type A100"},
 		{"gpu type among the workers of its queue", splitQueues, func(t *Task) { t.Queue, t.Resources.GPUs, t.Resources.GPUType = "gpu", 1, "A100" },
 			`no worker serving queue "gpu" has 1 GPU of type A100`},
-		{"gang among the workers of its queue", append(splitQueues, worker("w2", gpus(1, "H100", 80<<30))),
+		{"gang among the workers of its queue", append(splitQueues, newWorker("w2", gpus(1, "H100", 80<<30))),
 			func(t *Task) { t.Queue, t.Nodes, t.Resources.GPUs = "gpu", 2, 2 }, `needs 2 workers serving queue "gpu" with 2 GPUs; 0 exist`},
 		{"gang that fits off workers too", cluster(2, 1, 1), func(t *Task) { t.Nodes, t.Resources.GPUs = 2, 1 },
 			"the workers that fit are off or disconnected (1 of 2 on)"},
@@ -271,7 +271,7 @@ func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
 		q := NewQueue(DefaultConfig())
 		q.Push(tk)
 		s := &Snapshot{Now: t0, Workers: tt.workers}
-		if plan := Schedule(q, s); len(plan.Assignments) != 0 || tk.Reason.Message != tt.want {
+		if plan := RunPass(q, s); len(plan.Assignments) != 0 || tk.Reason.Message != tt.want {
 			t.Errorf("%s: pass placed %d, reason %q; want none placed and %q", tt.name, len(plan.Assignments), tk.Reason.Message, tt.want)
 		}
 		if r := ExplainAll(q, []*Task{tk}, s)[0]; r.Message != tt.want {
@@ -285,7 +285,7 @@ func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
 // task alone gives, in the order asked.
 func TestReasonsExplainEachTaskAsAlone(t *testing.T) {
 	t.Parallel()
-	w := worker("w", gpus(2, "H100", 80<<30))
+	w := newWorker("w", gpus(2, "H100", 80<<30))
 	w.GPUUsed[0], w.GPUUsed[1] = true, true
 	q := NewQueue(DefaultConfig())
 	a, b, c, d := task("a", 100, t0, 2), task("b", 100, t0.Add(time.Second), 1),
@@ -309,7 +309,7 @@ func TestReasonsExplainEachTaskAsAlone(t *testing.T) {
 			t.Errorf("reason of %s alone = %q, among others %q", tk.JobID, alone, got[i])
 		}
 	}
-	none := worker("cpu-only", nil)
+	none := newWorker("cpu-only", nil)
 	if r := q.Reasons([]*Task{b}, &Snapshot{Now: t0, Workers: []*Worker{none}})[0]; r.Message != "no worker has 1 GPU" {
 		t.Errorf("one GPU on a worker with none: %q", r.Message)
 	}
@@ -324,7 +324,7 @@ func TestNeverOvercommit(t *testing.T) {
 		nw := rapid.IntRange(1, 8).Draw(rt, "workers")
 		var workers []*Worker
 		for i := 0; i < nw; i++ {
-			w := worker(fmt.Sprint("w", i), gpus(rapid.IntRange(0, 8).Draw(rt, "gpus"), rapid.SampledFrom([]string{"H100", "A100"}).Draw(rt, "model"), berth.Bytes(rapid.SampledFrom([]int64{40, 80}).Draw(rt, "mem"))<<30))
+			w := newWorker(fmt.Sprint("w", i), gpus(rapid.IntRange(0, 8).Draw(rt, "gpus"), rapid.SampledFrom([]string{"H100", "A100"}).Draw(rt, "model"), berth.Bytes(rapid.SampledFrom([]int64{40, 80}).Draw(rt, "mem"))<<30))
 			for g := range w.GPUUsed {
 				w.GPUUsed[g] = rapid.Bool().Draw(rt, "used")
 			}
@@ -347,9 +347,9 @@ func TestNeverOvercommit(t *testing.T) {
 		}
 		q := build()
 		now := t0.Add(3 * time.Hour)
-		plan := Schedule(q, &Snapshot{Now: now, Workers: workers})
+		plan := RunPass(q, &Snapshot{Now: now, Workers: workers})
 		checkNoOvercommit(rt, workers, plan)
-		again := Schedule(q, &Snapshot{Now: now, Workers: workers})
+		again := RunPass(q, &Snapshot{Now: now, Workers: workers})
 		if fmt.Sprint(summary(again)) != fmt.Sprint(summary(plan)) {
 			rt.Fatalf("plans differ for the same input:\n%v\n%v", summary(plan), summary(again))
 		}
@@ -403,9 +403,9 @@ func summary(p Plan) []string {
 	return out
 }
 
-// BenchmarkSchedule is one full pass over the synthetic workload: 10,000
+// BenchmarkPass is one full pass over the synthetic workload: 10,000
 // workers × 100,000 pending tasks with gangs, quotas and fair share on.
-func BenchmarkSchedule(b *testing.B) {
+func BenchmarkPass(b *testing.B) {
 	placed := 0
 	var pass time.Duration
 	for b.Loop() {
@@ -413,7 +413,7 @@ func BenchmarkSchedule(b *testing.B) {
 		q, s := Synthetic(10_000, 100_000, t0)
 		b.StartTimer()
 		start := time.Now()
-		placed += len(Schedule(q, s).Assignments)
+		placed += len(RunPass(q, s).Assignments)
 		pass += time.Since(start)
 	}
 	b.ReportMetric(float64(placed)/pass.Seconds(), "placements/s")
@@ -445,7 +445,7 @@ func TestQueueYieldsEachQueuedTaskOnce(t *testing.T) {
 				q.Remove(tk)
 				delete(queued, tk)
 			case 2:
-				Schedule(q, &Snapshot{Now: now, Workers: []*Worker{worker("w", nil)}})
+				RunPass(q, &Snapshot{Now: now, Workers: []*Worker{newWorker("w", nil)}})
 			}
 		}
 		seen := map[*Task]int{}

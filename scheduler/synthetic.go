@@ -9,7 +9,7 @@ import (
 )
 
 // Synthetic builds the benchmark workload of `berth bench scheduler` and
-// BenchmarkSchedule: an empty cluster of workers (8 GPUs each: mostly
+// BenchmarkPass: an empty cluster of workers (8 GPUs each: mostly
 // H100, some A100 with a zone label) and pending tasks from 50 users with
 // 1, 2, 4 or 8 GPUs, one in twenty a gang of 2–4 whole machines, and a GPU
 // quota on every fifth user. The same arguments give the same workload.

@@ -32,7 +32,7 @@ import (
 //     a job drawn from the workload could not use because of what runs
 //     beside them. Fragmentation is its time average over the makespan.
 //   - LongestStarvation: the largest Wait, and the job that waited it.
-//   - Passes: scheduler.Schedule calls; Examined: pending tasks those passes
+//   - Passes: scheduler.RunPass calls; Examined: pending tasks those passes
 //     looked at.
 type Result struct {
 	Policy                   string         `json:"policy"`

@@ -34,7 +34,7 @@ func TestSimRequeuedTaskIsPlacedOnce(t *testing.T) {
 	q.Push(b)
 	// The cluster has room for one: a is placed, b stays queued.
 	s.Workers[0].FreeSlots = 1
-	plan := scheduler.Schedule(q, s)
+	plan := scheduler.RunPass(q, s)
 	if len(plan.Assignments) != 1 || plan.Assignments[0].Task != a {
 		t.Fatalf("first pass placed %d tasks, want a alone", len(plan.Assignments))
 	}
@@ -46,7 +46,7 @@ func TestSimRequeuedTaskIsPlacedOnce(t *testing.T) {
 	}
 	s.Workers[0].FreeSlots = 100
 	s.Now = now.Add(time.Minute)
-	plan = scheduler.Schedule(q, s)
+	plan = scheduler.RunPass(q, s)
 	placed := map[string]int{}
 	for _, as := range plan.Assignments {
 		placed[as.Task.JobID]++

@@ -3,7 +3,7 @@
 // goroutines or processes. Its events are job arrivals and completions
 // (and wake-ups at the instants where the scheduler's decisions depend on
 // time); after each instant's events it builds a scheduler.Snapshot, runs
-// scheduler.Schedule and applies the plan, exactly as the controller does.
+// scheduler.RunPass and applies the plan, exactly as the controller does.
 // Run returns the metrics that compare policies; the loaders in trace.go
 // and yaml.go read real traces (Alibaba GPU v2023, Tiresias) and Berth's
 // own small YAML format. docs/scheduling.md describes it all.
@@ -346,7 +346,7 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}
 		if pass && e.q.Len() > 0 {
-			if err := e.schedule(); err != nil {
+			if err := e.runPasses(); err != nil {
 				return err
 			}
 		}
@@ -409,14 +409,14 @@ func (e *engine) wake(at time.Time, j *job) {
 	e.push(at, kind, j)
 }
 
-// schedule runs passes at this instant until one neither preempts nor
+// runPasses runs passes at this instant until one neither preempts nor
 // drops: a preemption frees resources for the job that asked for it, and a
 // dropped job may have blocked a queue (head-of-line policy).
-func (e *engine) schedule() error {
+func (e *engine) runPasses() error {
 	for range maxPassesPerInstant {
 		e.snap.Now = e.now
 		e.snap.RecentPreemptions = e.recentPreemptions()
-		plan := scheduler.Schedule(e.q, &e.snap)
+		plan := scheduler.RunPass(e.q, &e.snap)
 		e.passes++
 		e.examined += plan.Examined
 		if err := e.assign(plan.Assignments); err != nil {

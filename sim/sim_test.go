@@ -222,9 +222,9 @@ func TestSimMaxRuntimeStopsJob(t *testing.T) {
 	}
 }
 
-// TestSimMetricsOfKnownSchedule checks each metric on a schedule worked out
+// TestSimMetricsOfKnownPlacements checks each metric on placements worked out
 // by hand: one 8-GPU worker, a 4-GPU job and an 8-GPU job at 0, 1h each.
-func TestSimMetricsOfKnownSchedule(t *testing.T) {
+func TestSimMetricsOfKnownPlacements(t *testing.T) {
 	t.Parallel()
 	doc := `workers:
   - {gpus: 8xH100:80GiB, cpus: 64, memory: 512GiB}

@@ -70,7 +70,7 @@ func LoadCluster(path, format string) (*Cluster, error) {
 	var c *Cluster
 	switch format {
 	case FormatAlibaba:
-		c, err = alibabaNodes(path, data)
+		c, err = alibabaWorkers(path, data)
 	case FormatTiresias:
 		c, err = tiresiasCluster(path, data)
 	default:
@@ -270,9 +270,9 @@ func (f *csvFile) seconds(name string) (time.Duration, error) {
 // maxCPUs bounds the CPUs of a worker or job.
 const maxCPUs = 1 << 20
 
-// alibabaNodes reads openb_node_list_*.csv: sn, cpu_milli, memory_mib, gpu,
+// alibabaWorkers reads openb_node_list_*.csv: sn, cpu_milli, memory_mib, gpu,
 // model. GPU memory is not in the trace and is left 0.
-func alibabaNodes(path string, data []byte) (*Cluster, error) {
+func alibabaWorkers(path string, data []byte) (*Cluster, error) {
 	f, err := openCSV(path, data, "sn", "cpu_milli", "memory_mib", "gpu", "model")
 	if err != nil {
 		return nil, err
@@ -295,7 +295,7 @@ func alibabaNodes(path string, data []byte) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		gpus, err := f.integer("gpu", 0, berth.MaxGPUsPerNode)
+		gpus, err := f.integer("gpu", 0, berth.MaxGPUsPerWorker)
 		if err != nil {
 			return nil, err
 		}
@@ -374,11 +374,11 @@ func alibabaPod(f *csvFile) (Job, bool, error) {
 	if err != nil {
 		return j, false, err
 	}
-	gpus, err := f.integer("num_gpu", 0, berth.MaxGPUsPerNode)
+	gpus, err := f.integer("num_gpu", 0, berth.MaxGPUsPerWorker)
 	if err != nil {
 		return j, false, err
 	}
-	gpuMilli, err := f.number("gpu_milli", 0, 1000*berth.MaxGPUsPerNode)
+	gpuMilli, err := f.number("gpu_milli", 0, 1000*berth.MaxGPUsPerWorker)
 	if err != nil {
 		return j, false, err
 	}
@@ -413,11 +413,11 @@ func tiresiasCluster(path string, data []byte) (*Cluster, error) {
 		if err != nil {
 			return nil, err
 		}
-		nodes, err := f.integer("num_node_p_switch", 1, 1<<14)
+		perSwitch, err := f.integer("num_node_p_switch", 1, 1<<14)
 		if err != nil {
 			return nil, err
 		}
-		gpus, err := f.integer("num_gpu_p_node", 0, berth.MaxGPUsPerNode)
+		gpus, err := f.integer("num_gpu_p_node", 0, berth.MaxGPUsPerWorker)
 		if err != nil {
 			return nil, err
 		}
@@ -430,7 +430,7 @@ func tiresiasCluster(path string, data []byte) (*Cluster, error) {
 			return nil, err
 		}
 		for range switches {
-			for n := range nodes {
+			for n := range perSwitch {
 				w := Worker{ID: fmt.Sprintf("s%d-n%03d", sw, n), CPUs: cpus, Memory: berth.Bytes(mem * (1 << 30))}
 				for g := range gpus {
 					w.GPUs = append(w.GPUs, berth.GPU{Index: g, Model: "GPU"})
@@ -457,9 +457,9 @@ func tiresiasJobs(path string, data []byte, c *Cluster) (*Workload, error) {
 	if c == nil {
 		return nil, loadErr(path, 0, "", "a Tiresias job list needs the cluster it runs on")
 	}
-	perNode := 0
+	perWorker := 0
 	for _, w := range c.Workers {
-		perNode = max(perNode, len(w.GPUs))
+		perWorker = max(perWorker, len(w.GPUs))
 	}
 	w := &Workload{}
 	for {
@@ -467,7 +467,7 @@ func tiresiasJobs(path string, data []byte, c *Cluster) (*Workload, error) {
 		if err != nil || !ok {
 			return w, err
 		}
-		j, err := tiresiasJob(f, len(w.Jobs), perNode)
+		j, err := tiresiasJob(f, len(w.Jobs), perWorker)
 		if err != nil {
 			return nil, err
 		}
@@ -475,7 +475,7 @@ func tiresiasJobs(path string, data []byte, c *Cluster) (*Workload, error) {
 	}
 }
 
-func tiresiasJob(f *csvFile, n, perNode int) (Job, error) {
+func tiresiasJob(f *csvFile, n, perWorker int) (Job, error) {
 	j := Job{ID: strconv.Itoa(n), User: traceUser, Queue: traceQueue, Priority: berth.DefaultPriority, Nodes: 1}
 	if f.has("job_id") {
 		if j.ID = f.str("job_id"); j.ID == "" {
@@ -496,13 +496,13 @@ func tiresiasJob(f *csvFile, n, perNode int) (Job, error) {
 	}
 	j.Resources.GPUs = 1
 	if f.has("num_gpu") {
-		if j.Resources.GPUs, err = f.integer("num_gpu", 0, berth.MaxNodes*berth.MaxGPUsPerNode); err != nil {
+		if j.Resources.GPUs, err = f.integer("num_gpu", 0, berth.MaxNodes*berth.MaxGPUsPerWorker); err != nil {
 			return j, err
 		}
 	}
-	if perNode > 0 && j.Resources.GPUs > perNode {
-		j.Nodes = (j.Resources.GPUs + perNode - 1) / perNode
-		j.Resources.GPUs = perNode
+	if perWorker > 0 && j.Resources.GPUs > perWorker {
+		j.Nodes = (j.Resources.GPUs + perWorker - 1) / perWorker
+		j.Resources.GPUs = perWorker
 	}
 	if j.Nodes > berth.MaxNodes {
 		return j, f.err("num_gpu", "%d GPUs need %d workers; at most %d", j.Resources.GPUs*j.Nodes, j.Nodes, berth.MaxNodes)

@@ -24,7 +24,7 @@ func traces(t *testing.T, parts ...string) string {
 	return path
 }
 
-func TestSimLoadAlibabaNodes(t *testing.T) {
+func TestSimLoadAlibabaWorkers(t *testing.T) {
 	t.Parallel()
 	c, err := LoadCluster(traces(t, "alibaba-gpu-v2023", "openb_node_list_gpu_node.csv"), FormatAuto)
 	if err != nil {

@@ -388,7 +388,7 @@ func setJobField(j *Job, key string, s scalar) error {
 	case "nodes":
 		j.Nodes, err = s.integer(1, berth.MaxNodes)
 	case "gpus":
-		r.GPUs, err = s.integer(0, berth.MaxGPUsPerNode)
+		r.GPUs, err = s.integer(0, berth.MaxGPUsPerWorker)
 	case "gpu_memory":
 		r.GPUMemory, err = s.bytes()
 	case "cpus":

@@ -12,7 +12,7 @@ import (
 )
 
 // SchedulerBenchResult is what berth bench scheduler measures: full
-// scheduling passes over scheduler.Synthetic's workload (gangs, quotas and
+// scheduler passes over scheduler.Synthetic's workload (gangs, quotas and
 // fair share on), each on a freshly built queue.
 type SchedulerBenchResult struct {
 	Workers           int     `json:"workers"`
@@ -51,7 +51,7 @@ func runBenchScheduler(_ context.Context, m *Main, args []string) error {
 		q, s := scheduler.Synthetic(*workers, *pending, now)
 		runtime.GC()
 		start := time.Now()
-		res.PlacementsPerPass = len(scheduler.Schedule(q, s).Assignments)
+		res.PlacementsPerPass = len(scheduler.RunPass(q, s).Assignments)
 		times[i] = time.Since(start)
 	}
 	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })

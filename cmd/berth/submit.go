@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -76,38 +77,9 @@ func runServe(ctx context.Context, m *Main, args []string) error {
 func submitJobs(ctx context.Context, m *Main, args []string, command, kind string) error {
 	fs := m.flagSet(command, "[flags] [-- COMMAND ARGS...]")
 	cf := m.addClientFlags(fs, true)
-	template := fs.String("template", "", "run from a template: vllm, jupyterlab, notebook or one of the server's --templates")
-	var vars keyValueFlag
-	fs.Var(&vars, "var", "KEY=VALUE template variable, e.g. MODEL_NAME=Qwen/Qwen2-7B-Instruct (repeatable)")
 	file := fs.String("f", "", "job file (YAML or JSON; - for stdin); flags override its fields")
-	name := fs.String("name", "", "job name")
-	// Defaults are those of a job that does not set the field (they show
-	// in -h); a flag is applied only when given, over the job file's field.
-	def := berth.DefaultJobSpec()
-	queue := fs.String("queue", def.Queue, "queue")
-	gpus := fs.Int("gpus", def.Resources.GPUs, "GPUs per node")
-	gpuType := fs.String("gpu-type", "", "GPU model: a whole word of it, any case (H100 matches \"NVIDIA H100 80GB HBM3\"; A10 does not match A100)")
-	gpuMem := fs.String("gpu-memory", "", "least memory per GPU, e.g. 40GiB")
-	cpus := fs.Float64("cpus", def.Resources.CPUs, "CPUs per node")
-	memory := fs.String("memory", "", "memory per node, e.g. 16GiB")
-	nodes := fs.Int("nodes", def.Nodes, "nodes (gang size)")
-	priority := fs.Int("priority", def.Priority, "priority 0-1000")
-	array := fs.Int("array", 0, "submit N jobs as an array; each gets BERTH_ARRAY_INDEX 0..N-1 (0: one job, not an array)")
-	retries := fs.Int("retries", def.Retries, fmt.Sprintf("times a failed or lost attempt is retried (a service's default: %d)", berth.DefaultServiceRestarts))
-	var maxRuntime, stallTimeout time.Duration
-	durationVar(fs, &maxRuntime, "max-runtime", 0, "kill the job after this long, a `duration` such as 2h or 3d (exit code 75)")
-	durationVar(fs, &stallTimeout, "stall-timeout", 0, "kill the job when it writes no output and reports no progress for this long, a `duration` (exit code 76)")
-	workdir := fs.String("workdir", "", "working directory on the worker (default: the current directory)")
-	host := fs.String("host", "", "run only on the worker with this host label")
-	labels := fs.String("labels", "", "comma-separated KEY=VALUE worker labels required")
-	preemptible := fs.Bool("preemptible", false, "a more urgent job may stop this one (it is requeued without spending a retry)")
-	model := fs.String("model", "", "model the job serves or trains; placed preferably where it is loaded")
-	user := fs.String("user", "", "user the job runs for (quotas and fair share count it)")
-	idem := fs.String("idempotency-key", "", "your key for this request: a repeat of it returns the first submission's jobs; another request under it is refused")
-	parent := fs.String("parent", "", "the job these are submitted under (in a job: $BERTH_JOB_ID); they are cancelled when it fails or is cancelled")
 	wait := fs.Bool("wait", false, "wait for the jobs to end; exit 0 only if all succeeded")
-	var env keyValueFlag
-	fs.Var(&env, "env", "KEY=VALUE environment variable (repeatable)")
+	fields := defineJobFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -121,89 +93,18 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 			return err
 		}
 	}
-	set := givenFlags(fs)
 	if cmd := fs.Args(); len(cmd) > 0 {
 		req.Command = cmd
 	}
-	if set["name"] {
-		req.Name = *name
-	}
-	if set["template"] {
-		req.Template = *template
-	}
-	vars.into(&req.Vars)
-	if set["queue"] {
-		req.Queue = *queue
-	}
-	if set["gpus"] {
-		req.Resources.GPUs = *gpus
-	}
-	if set["gpu-type"] {
-		req.Resources.GPUType = *gpuType
-	}
-	if set["cpus"] {
-		req.Resources.CPUs = *cpus
-	}
-	if set["nodes"] {
-		req.Nodes = *nodes
-	}
-	if set["priority"] {
-		req.Priority = *priority
-	}
-	if set["array"] {
-		req.Array = *array
-	}
-	if set["retries"] {
-		req.Retries = *retries
-	}
-	if set["max-runtime"] {
-		req.MaxRuntime = berth.Duration(maxRuntime)
-	}
-	if set["stall-timeout"] {
-		req.StallTimeout = berth.Duration(stallTimeout)
-	}
-	if set["host"] {
-		req.Constraints.Host = *host
-	}
-	if set["idempotency-key"] {
-		req.IdempotencyKey = *idem
-	}
-	if set["preemptible"] {
-		req.Preemptible = *preemptible
-	}
-	if set["model"] {
-		req.Model = *model
-	}
-	if set["user"] {
-		req.User = *user
-	}
-	if set["parent"] {
-		req.Parent = *parent
-	}
-	for _, sz := range []struct {
-		flag string
-		val  string
-		dst  *berth.Bytes
-	}{{"gpu-memory", *gpuMem, &req.Resources.GPUMemory}, {"memory", *memory, &req.Resources.Memory}} {
-		if set[sz.flag] {
-			b, err := berth.ParseBytes(sz.val)
-			if err != nil {
-				return berth.Invalidf("--"+sz.flag, "%v", err)
+	set := givenFlags(fs)
+	for _, f := range fields {
+		if set[f.name] {
+			if err := f.apply(&req); err != nil {
+				return err
 			}
-			*sz.dst = b
 		}
 	}
-	if set["labels"] {
-		l, err := parseKeyValues(*labels, "--labels")
-		if err != nil {
-			return err
-		}
-		req.Constraints.Labels = l
-	}
-	env.into(&req.Env)
-	if set["workdir"] {
-		req.Workdir = *workdir
-	} else if req.Workdir == "" {
+	if req.Workdir == "" && !set["workdir"] {
 		if wd, err := os.Getwd(); err == nil {
 			req.Workdir = wd
 		}
@@ -218,22 +119,30 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 		return err
 	}
 	c := m.client(cf)
-	answer, err := c.SubmitAnswer(ctx, &req, cf.output != "json")
+	sub, err := c.SubmitFull(ctx, &req, cf.output != "json")
 	if err != nil {
 		return err
 	}
-	m.noteReplay(&req, answer.Replayed)
-	for _, w := range answer.Warnings {
+	m.noteReplay(&req, sub.Replayed)
+	return m.printSubmission(ctx, c, sub, cf.output == "json", *wait)
+}
+
+// printSubmission prints the warnings of sub and its jobs: their ids, one
+// a line, or with asJSON the jobs in full; with wait, it waits for them to
+// end and returns an error unless all succeeded (with asJSON, printing
+// the jobs as they ended).
+func (m *Main) printSubmission(ctx context.Context, c *client.Client, sub *client.Submission, asJSON, wait bool) error {
+	for _, w := range sub.Warnings {
 		fmt.Fprintf(m.Stderr, "berth: warning: %s\n", w)
 	}
 	switch {
-	case cf.output == "json" && *wait:
+	case asJSON && wait:
 		// stdout holds one JSON document: the jobs as they ended.
-		waited := m.waitFor(ctx, c, answer.IDs, false, time.Duration(0), waitReport{summary: m.Stderr})
-		jobs := answer.Jobs // as submitted when interrupted, so that their ids are not lost
+		waited := m.waitFor(ctx, c, sub.IDs, false, time.Duration(0), waitReport{summary: m.Stderr})
+		jobs := sub.Jobs // as submitted when interrupted, so that their ids are not lost
 		if ctx.Err() == nil {
 			var err error
-			if jobs, err = jobsNow(ctx, c, answer.IDs); err != nil {
+			if jobs, err = jobsNow(ctx, c, sub.IDs); err != nil {
 				return err
 			}
 		}
@@ -241,14 +150,127 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 			return err
 		}
 		return waited
-	case cf.output == "json":
-		return printJSON(m.Stdout, answer.Jobs)
+	case asJSON:
+		return printJSON(m.Stdout, sub.Jobs)
 	}
-	fmt.Fprintln(m.Stdout, strings.Join(answer.IDs, "\n"))
-	if !*wait {
+	fmt.Fprintln(m.Stdout, strings.Join(sub.IDs, "\n"))
+	if !wait {
 		return nil
 	}
-	return m.waitFor(ctx, c, answer.IDs, false, time.Duration(0), waitReport{summary: m.Stdout})
+	return m.waitFor(ctx, c, sub.IDs, false, time.Duration(0), waitReport{summary: m.Stdout})
+}
+
+// jobFlag is a flag of berth submit and serve that sets a field of the
+// request. apply sets the field from the flag's value; it runs only when
+// the flag is given, over the job file's field, and an error it returns
+// is ECodeInvalid naming the flag.
+type jobFlag struct {
+	name  string
+	apply func(req *berth.SubmitRequest) error
+}
+
+// defineJobFlags defines on fs the flags that set fields of the request,
+// one row each, with the defaults of a job that does not set the field
+// (they show in -h), and returns them in the order they apply.
+func defineJobFlags(fs *flag.FlagSet) []jobFlag {
+	type req = berth.SubmitRequest
+	def := berth.DefaultJobSpec()
+	duration := func(name string, value time.Duration, usage string) *time.Duration {
+		p := new(time.Duration)
+		durationVar(fs, p, name, value, usage)
+		return p
+	}
+	return []jobFlag{
+		field(fs.String, "name", "", "job name", func(r *req, v string) { r.Name = v }),
+		field(fs.String, "template", "", "run from a template: vllm, jupyterlab, notebook or one of the server's --templates",
+			func(r *req, v string) { r.Template = v }),
+		keyValuesFlag(fs, "var", "KEY=VALUE template variable, e.g. MODEL_NAME=Qwen/Qwen2-7B-Instruct (repeatable)",
+			func(r *req) *map[string]string { return &r.Vars }),
+		field(fs.String, "queue", def.Queue, "queue", func(r *req, v string) { r.Queue = v }),
+		field(fs.Int, "gpus", def.Resources.GPUs, "GPUs per node", func(r *req, v int) { r.Resources.GPUs = v }),
+		field(fs.String, "gpu-type", "", "GPU model: a whole word of it, any case (H100 matches \"NVIDIA H100 80GB HBM3\"; A10 does not match A100)",
+			func(r *req, v string) { r.Resources.GPUType = v }),
+		field(fs.Float64, "cpus", def.Resources.CPUs, "CPUs per node", func(r *req, v float64) { r.Resources.CPUs = v }),
+		field(fs.Int, "nodes", def.Nodes, "nodes (gang size)", func(r *req, v int) { r.Nodes = v }),
+		field(fs.Int, "priority", def.Priority, "priority 0-1000", func(r *req, v int) { r.Priority = v }),
+		field(fs.Int, "array", 0, "submit N jobs as an array; each gets BERTH_ARRAY_INDEX 0..N-1 (0: one job, not an array)",
+			func(r *req, v int) { r.Array = v }),
+		field(fs.Int, "retries", def.Retries, fmt.Sprintf("times a failed or lost attempt is retried (a service's default: %d)", berth.DefaultServiceRestarts),
+			func(r *req, v int) { r.Retries = v }),
+		field(duration, "max-runtime", 0, "kill the job after this long, a `duration` such as 2h or 3d (exit code 75)",
+			func(r *req, v time.Duration) { r.MaxRuntime = berth.Duration(v) }),
+		field(duration, "stall-timeout", 0, "kill the job when it writes no output and reports no progress for this long, a `duration` (exit code 76)",
+			func(r *req, v time.Duration) { r.StallTimeout = berth.Duration(v) }),
+		field(fs.String, "host", "", "run only on the worker with this host label",
+			func(r *req, v string) { r.Constraints.Host = v }),
+		field(fs.String, "idempotency-key", "", "your key for this request: a repeat of it returns the first submission's jobs; another request under it is refused",
+			func(r *req, v string) { r.IdempotencyKey = v }),
+		field(fs.Bool, "preemptible", false, "a more urgent job may stop this one (it is requeued without spending a retry)",
+			func(r *req, v bool) { r.Preemptible = v }),
+		field(fs.String, "model", "", "model the job serves or trains; placed preferably where it is loaded",
+			func(r *req, v string) { r.Model = v }),
+		field(fs.String, "user", "", "user the job runs for (quotas and fair share count it)",
+			func(r *req, v string) { r.User = v }),
+		field(fs.String, "parent", "", "the job these are submitted under (in a job: $BERTH_JOB_ID); they are cancelled when it fails or is cancelled",
+			func(r *req, v string) { r.Parent = v }),
+		bytesFlag(fs, "gpu-memory", "least memory per GPU, e.g. 40GiB",
+			func(r *req) *berth.Bytes { return &r.Resources.GPUMemory }),
+		bytesFlag(fs, "memory", "memory per node, e.g. 16GiB", func(r *req) *berth.Bytes { return &r.Resources.Memory }),
+		labelsFlag(fs, "labels", "comma-separated KEY=VALUE worker labels required",
+			func(r *req) *map[string]string { return &r.Constraints.Labels }),
+		keyValuesFlag(fs, "env", "KEY=VALUE environment variable (repeatable)",
+			func(r *req) *map[string]string { return &r.Env }),
+		field(fs.String, "workdir", "", "working directory on the worker (default: the current directory)",
+			func(r *req, v string) { r.Workdir = v }),
+	}
+}
+
+// field defines flag name with define (fs.String, fs.Int, …) and returns
+// its row: set copies the flag's value into the request.
+func field[T any](define func(name string, value T, usage string) *T, name string, value T, usage string, set func(*berth.SubmitRequest, T)) jobFlag {
+	v := define(name, value, usage)
+	return jobFlag{name, func(r *berth.SubmitRequest) error {
+		set(r, *v)
+		return nil
+	}}
+}
+
+// bytesFlag defines a size flag such as 16GiB, stored where dst points.
+func bytesFlag(fs *flag.FlagSet, name, usage string, dst func(*berth.SubmitRequest) *berth.Bytes) jobFlag {
+	v := fs.String(name, "", usage)
+	return jobFlag{name, func(r *berth.SubmitRequest) error {
+		b, err := berth.ParseBytes(*v)
+		if err != nil {
+			return berth.Invalidf("--"+name, "%v", err)
+		}
+		*dst(r) = b
+		return nil
+	}}
+}
+
+// labelsFlag defines a flag of comma-separated KEY=VALUE pairs, which
+// replace the map dst points to.
+func labelsFlag(fs *flag.FlagSet, name, usage string, dst func(*berth.SubmitRequest) *map[string]string) jobFlag {
+	v := fs.String(name, "", usage)
+	return jobFlag{name, func(r *berth.SubmitRequest) error {
+		l, err := parseKeyValues(*v, "--"+name)
+		if err != nil {
+			return err
+		}
+		*dst(r) = l
+		return nil
+	}}
+}
+
+// keyValuesFlag defines a repeatable KEY=VALUE flag, whose pairs are added
+// to the map dst points to.
+func keyValuesFlag(fs *flag.FlagSet, name, usage string, dst func(*berth.SubmitRequest) *map[string]string) jobFlag {
+	var f keyValueFlag
+	fs.Var(&f, name, usage)
+	return jobFlag{name, func(r *berth.SubmitRequest) error {
+		f.into(dst(r))
+		return nil
+	}}
 }
 
 // jobsNow reads the jobs ids as they are now, a few requests at a time.

@@ -127,7 +127,7 @@ type QuotaExceeded struct {
 	Limit     int
 }
 
-// Plan is what one scheduling pass decided.
+// Plan is what one pass decided.
 type Plan struct {
 	Assignments   []Assignment
 	Preemptions   []Preemption
@@ -154,14 +154,14 @@ type Reason struct {
 	Message string `json:"message"`
 }
 
-// Schedule runs one pass: it walks the queue in order (effective priority
+// RunPass runs one pass: it walks the queue in order (effective priority
 // less fair share), places each task on the feasible workers it fits best
 // (fewest GPUs left free), all members of a gang or none, within quotas, and
 // never overcommits GPUs, CPUs, memory or slots. A task that does not fit
 // may preempt lower-priority preemptible attempts or, once it has waited
-// Config.ReserveAfter, reserve workers. Schedule records on each task it
+// Config.ReserveAfter, reserve workers. RunPass records on each task it
 // examines why it is still pending; it changes nothing else of q or s.
-func Schedule(q *Queue, s *Snapshot) Plan {
+func RunPass(q *Queue, s *Snapshot) Plan {
 	q.pass++
 	p := newPass(q, s)
 	if p.open == 0 && !p.canPreempt() {
@@ -233,27 +233,27 @@ func (p *pass) place(t *Task) bool {
 	n := t.nodes()
 	p.stamp++
 	p.sawRes = nil
-	chosen := make([]*node, 0, n)
+	chosen := make([]*worker, 0, n)
 	gpus := make([][]int, 0, n)
 	for range n {
-		nd, g := p.find(t)
-		if nd == nil {
-			for i, c := range chosen {
-				c.give(p, t, gpus[i])
-				p.addReplica(t.Spread, c.w.Host, -1)
-				c.stamp = 0
+		wk, g := p.find(t)
+		if wk == nil {
+			for i, undo := range chosen {
+				undo.give(p, t, gpus[i])
+				p.addReplica(t.Spread, undo.w.Host, -1)
+				undo.stamp = 0
 			}
 			return false
 		}
-		nd.take(p, t, g)
-		p.addReplica(t.Spread, nd.w.Host, 1)
-		nd.stamp = p.stamp
-		chosen = append(chosen, nd)
+		wk.take(p, t, g)
+		p.addReplica(t.Spread, wk.w.Host, 1)
+		wk.stamp = p.stamp
+		chosen = append(chosen, wk)
 		gpus = append(gpus, g)
 	}
-	for rank, nd := range chosen {
-		nd.stamp = 0
-		p.plan.Assignments = append(p.plan.Assignments, Assignment{Task: t, Rank: rank, WorkerID: nd.w.ID, GPUs: gpus[rank]})
+	for rank, wk := range chosen {
+		wk.stamp = 0
+		p.plan.Assignments = append(p.plan.Assignments, Assignment{Task: t, Rank: rank, WorkerID: wk.w.ID, GPUs: gpus[rank]})
 	}
 	p.charge(t)
 	t.Reason = Reason{}
