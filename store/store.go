@@ -13,12 +13,12 @@ import (
 )
 
 // Batch is a set of writes applied in one transaction, list by list in
-// the order sqlstore.Steps gives. Within each list a later entry for the same id wins. Because
-// quota deletes come after quota upserts, a batch holding both an upsert
-// and a delete of one rule deletes it; likewise progress comes after
-// attempt upserts, which write an attempt's Progress too. Append keeps the
-// order of these writes across batches by dropping a delete or a progress
-// that a later upsert supersedes.
+// the order sqlstore.Steps gives. Within each list a later entry for the
+// same id wins. Because quota deletes come after quota upserts, a batch
+// holding both an upsert and a delete of one rule deletes it; likewise
+// progress comes after attempt upserts, which write an attempt's Progress
+// too. Append keeps the order of these writes across batches by dropping a
+// delete or a progress that a later upsert supersedes.
 type Batch struct {
 	Jobs         []*berth.Job
 	JobUpdates   []JobUpdate
@@ -127,8 +127,7 @@ type Store interface {
 	JobStore
 	ControlReader
 	LogReader
-	TokenStore
-	SecretStore
+	CredentialStore
 	ArbiterStore
 	WebhookStore
 
@@ -190,6 +189,13 @@ type ControlReader interface {
 type LogReader interface {
 	// Logs returns up to limit bytes of an attempt's output from offset.
 	Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error)
+}
+
+// CredentialStore keeps the credentials: the token registry and users'
+// secrets (package auth's Registry and Vault).
+type CredentialStore interface {
+	TokenStore
+	SecretStore
 }
 
 // TokenStore keeps the token registry. Each write is a transaction of its
