@@ -49,20 +49,32 @@ type Server struct {
 	EventKeepalive time.Duration
 
 	ctl   *controller.Controller
+	store Store
 	reads reader // the controller; a standby's store
 	sec   *Security
 	log   *slog.Logger
 	mux   *http.ServeMux
 }
 
-// New returns a server for ctl that admits requests as sec says: every
-// request but GET /healthz must authenticate, and each route allows the
-// roles docs/security.md lists.
-func New(ctl *controller.Controller, sec *Security, log *slog.Logger) *Server {
+// Store is what the API reads and writes in the store itself rather than
+// through the controller: job output (read with the job and its attempts),
+// the swap lock and the schedule registry. It is ctl's store; store.Store
+// is one.
+type Store interface {
+	store.JobReader
+	store.LogReader
+	arbiter.LockStore
+	arbiter.ScheduleStore
+}
+
+// New returns a server for ctl, whose store st is, that admits requests as
+// sec says: every request but GET /healthz must authenticate, and each
+// route allows the roles docs/security.md lists.
+func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{ctl: ctl, reads: ctl, sec: sec, log: log, mux: http.NewServeMux()}
+	s := &Server{ctl: ctl, store: st, reads: ctl, sec: sec, log: log, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.readRoutes()
 	s.route("GET /metrics", auth.Identity.SeesAllJobs, "viewer, operator or admin", s.metrics)

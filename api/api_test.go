@@ -38,6 +38,7 @@ type server struct {
 	url   string
 	token string
 	ctl   *controller.Controller
+	st    store.Store // ctl's
 	sec   *api.Security
 }
 
@@ -50,12 +51,12 @@ func newSecuredServer(t *testing.T) *server { return startServer(t, "") }
 
 func startServer(t *testing.T, trustLoopback auth.Role) *server {
 	t.Helper()
-	_, ctl, sec := startController(t, t.TempDir(), func(st store.Store) *api.Security {
+	st, ctl, sec := startController(t, t.TempDir(), func(st store.Store) *api.Security {
 		return apitest.Security(t, st, trustLoopback)
 	})
-	hs := httptest.NewServer(api.New(ctl, sec, nil))
+	hs := httptest.NewServer(api.New(ctl, st, sec, nil))
 	t.Cleanup(hs.Close)
-	s := &server{t: t, url: hs.URL, ctl: ctl, sec: sec}
+	s := &server{t: t, url: hs.URL, ctl: ctl, st: st, sec: sec}
 	if trustLoopback == "" {
 		s.token = apitest.Token(t, sec, "root", auth.RoleAdmin, "")
 	}

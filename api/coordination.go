@@ -21,13 +21,12 @@ import (
 // Lock or Registry made per request sees what every other one (and every
 // server sharing the database) wrote. docs/coordination.md describes them.
 
-// swapLock returns the swap lock kept in the controller's store. The swap
+// swapLock returns the swap lock kept in the store. The swap
 // endpoints gate on its Check with the request's swapLockToken.
-func (s *Server) swapLock() *arbiter.Lock { return arbiter.NewLock(s.ctl.Store()) }
+func (s *Server) swapLock() *arbiter.Lock { return arbiter.NewLock(s.store) }
 
-// scheduleRegistry returns the schedule registry kept in the controller's
-// store.
-func (s *Server) scheduleRegistry() *arbiter.Registry { return arbiter.NewRegistry(s.ctl.Store()) }
+// scheduleRegistry returns the schedule registry kept in the store.
+func (s *Server) scheduleRegistry() *arbiter.Registry { return arbiter.NewRegistry(s.store) }
 
 // swapLockToken returns the swap lock token r carries: the
 // X-Swap-Lock-Token header, else the token query parameter, else "".

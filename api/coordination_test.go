@@ -155,7 +155,7 @@ func TestSwapLockAPI(t *testing.T) {
 	}
 
 	// 423 is what the swap path gets from the lock's Check.
-	lock := arbiter.NewLock(s.ctl.Store())
+	lock := arbiter.NewLock(s.st)
 	err := lock.Check(t.Context(), "")
 	if code := berth.ErrorCode(err); code != berth.ECodeLocked || api.Status(code) != http.StatusLocked {
 		t.Errorf("Check without the token: %v, want 423", err)
@@ -262,13 +262,13 @@ func TestSwapLockAPIExpiry(t *testing.T) {
 	a := s.call("POST", "/api/swap/lock", `{"holder":"a","ttl_seconds":60}`)
 	token := a.str("token")
 	old := &berth.SwapLock{Holder: "a", Token: token, AcquiredAt: time.Now().Add(-2 * time.Minute), ExpiresAt: time.Now().Add(-time.Minute)}
-	if err := s.ctl.Store().PutSwapLock(t.Context(), old, token); err != nil {
+	if err := s.st.PutSwapLock(t.Context(), old, token); err != nil {
 		t.Fatal(err)
 	}
 	if a = s.call("GET", "/api/swap/lock", ""); strings.TrimSpace(string(a.body)) != `{"held":false}` {
 		t.Fatalf("GET of an expired lock: %s", a.body)
 	}
-	if err := arbiter.NewLock(s.ctl.Store()).Check(t.Context(), ""); err != nil {
+	if err := arbiter.NewLock(s.st).Check(t.Context(), ""); err != nil {
 		t.Errorf("Check of an expired lock: %v", err)
 	}
 	a = s.call("POST", "/api/swap/lock", `{"holder":"b"}`)

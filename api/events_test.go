@@ -22,14 +22,14 @@ import (
 // and sends a keepalive after keepalive of silence (0: the default).
 func newEventServer(t *testing.T, keepalive time.Duration) *server {
 	t.Helper()
-	_, ctl, sec := startController(t, t.TempDir(), func(st store.Store) *api.Security {
+	st, ctl, sec := startController(t, t.TempDir(), func(st store.Store) *api.Security {
 		return apitest.Security(t, st, auth.RoleAdmin)
 	})
-	srv := api.New(ctl, sec, nil)
+	srv := api.New(ctl, st, sec, nil)
 	srv.EventKeepalive = keepalive
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return &server{t: t, url: hs.URL, ctl: ctl, sec: sec}
+	return &server{t: t, url: hs.URL, ctl: ctl, st: st, sec: sec}
 }
 
 // openEvents opens the event stream at path with the Last-Event-ID

@@ -44,7 +44,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	st := s.ctl.Store()
+	st := s.store
 	j, err := s.ownJob(r, id, false)
 	if err != nil {
 		writeError(w, err)

@@ -124,8 +124,8 @@ func serveJob(t *testing.T, job *berth.Job, attempts []*berth.Attempt, logs []st
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	_, ctl, sec := startController(t, dir, func(st store.Store) *api.Security { return apitest.Security(t, st, auth.RoleAdmin) })
-	hs := httptest.NewServer(api.New(ctl, sec, nil))
+	st, ctl, sec := startController(t, dir, func(st store.Store) *api.Security { return apitest.Security(t, st, auth.RoleAdmin) })
+	hs := httptest.NewServer(api.New(ctl, st, sec, nil))
 	t.Cleanup(hs.Close)
 	return &server{t: t, url: hs.URL}
 }

@@ -42,14 +42,14 @@ func startSecured(t *testing.T, trustLoopback auth.Role, allow ...auth.CIDRRule)
 	t.Helper()
 	dir := t.TempDir()
 	auditPath := filepath.Join(t.TempDir(), "audit.log")
-	_, ctl, sec := startController(t, dir, func(st store.Store) *api.Security {
+	st, ctl, sec := startController(t, dir, func(st store.Store) *api.Security {
 		return apitest.SecurityWithAudit(t, st, trustLoopback, auditPath)
 	})
 	sec.Ingress.Allow = allow
-	h := api.New(ctl, sec, nil)
+	h := api.New(ctl, st, sec, nil)
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	s := &server{t: t, url: hs.URL, ctl: ctl, sec: sec}
+	s := &server{t: t, url: hs.URL, ctl: ctl, st: st, sec: sec}
 	s.token = apitest.Token(t, sec, "root", auth.RoleAdmin, "")
 	return &secured{server: s, h: h, dir: dir, auditPath: auditPath}
 }

@@ -24,12 +24,12 @@ type reader interface {
 }
 
 // storeReads answers reads from the store, as a standby does.
-type storeReads struct{ store.Store }
+type storeReads struct{ store.JobReader }
 
 // Job reads a job and its attempts; a pending job's reason is the one
 // stored (only the leader's scheduler can explain it further).
 func (r storeReads) Job(ctx context.Context, id string) (*berth.JobDetail, error) {
-	return store.JobDetail(ctx, r.Store, id)
+	return store.JobDetail(ctx, r.JobReader, id)
 }
 
 // Standby is the HTTP face of a server waiting to lead. It reads job
@@ -44,7 +44,7 @@ func (r storeReads) Job(ctx context.Context, id string) (*berth.JobDetail, error
 // known); self is this server's URL. Requests are admitted as by New
 // before they are answered or forwarded; a forwarded request carries
 // X-Forwarded-For, so the leader admits it by its token only.
-func Standby(st store.Store, leader func(context.Context) (string, error), self string, sec *Security) http.Handler {
+func Standby(st store.JobReader, leader func(context.Context) (string, error), self string, sec *Security) http.Handler {
 	s := &Server{reads: storeReads{st}, sec: sec, log: slog.New(slog.DiscardHandler), mux: http.NewServeMux()}
 	s.readRoutes()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

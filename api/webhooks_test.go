@@ -34,7 +34,7 @@ func startHookServer(t *testing.T) *hookServer {
 	st, ctl, sec := startController(t, t.TempDir(), func(st store.Store) *api.Security {
 		return apitest.SecurityWithAudit(t, st, "", auditPath)
 	})
-	h := api.New(ctl, sec, nil)
+	h := api.New(ctl, st, sec, nil)
 	h.Webhooks = webhook.NewDispatcher(webhook.DispatcherConfig{Store: st, Events: ctl.Bus(), Poll: 10 * time.Millisecond})
 	if err := h.Webhooks.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func startHookServer(t *testing.T) *hookServer {
 	})
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
-	s := &server{t: t, url: hs.URL, ctl: ctl, sec: sec}
+	s := &server{t: t, url: hs.URL, ctl: ctl, st: st, sec: sec}
 	s.token = apitest.Token(t, sec, "root", auth.RoleAdmin, "")
 	return &hookServer{server: s, auditPath: auditPath}
 }

@@ -17,7 +17,7 @@ import (
 // whenever they are older than that (a standby, which sees the leader's
 // changes through the store only). It is safe for concurrent use.
 type Registry struct {
-	store  store.Store
+	store  store.TokenStore
 	keys   *Keys
 	now    func() time.Time
 	maxAge time.Duration
@@ -32,7 +32,7 @@ type Registry struct {
 // NewRegistry loads the registry from st. maxAge > 0 makes it re-read the
 // store when its copy is older than that; 0 trusts its own copy (the
 // leader, which makes every change). It returns the store's error.
-func NewRegistry(ctx context.Context, st store.Store, keys *Keys, now func() time.Time, maxAge time.Duration) (*Registry, error) {
+func NewRegistry(ctx context.Context, st store.TokenStore, keys *Keys, now func() time.Time, maxAge time.Duration) (*Registry, error) {
 	if now == nil {
 		now = time.Now
 	}

@@ -17,7 +17,7 @@ import (
 // the sealed values in memory so that jobs' references resolve at
 // dispatch without a store read. It is safe for concurrent use.
 type Vault struct {
-	store store.Store
+	store store.SecretStore
 	keys  *Keys
 	now   func() time.Time
 
@@ -26,7 +26,7 @@ type Vault struct {
 }
 
 // NewVault loads every secret of st. It returns the store's error.
-func NewVault(ctx context.Context, st store.Store, keys *Keys, now func() time.Time) (*Vault, error) {
+func NewVault(ctx context.Context, st store.SecretStore, keys *Keys, now func() time.Time) (*Vault, error) {
 	if now == nil {
 		now = time.Now
 	}

@@ -29,7 +29,7 @@ func newClient(t *testing.T) *client.Client {
 		t.Fatal(err)
 	}
 	sec := apitest.Security(t, st, "")
-	hs := httptest.NewServer(api.New(ctl, sec, nil))
+	hs := httptest.NewServer(api.New(ctl, st, sec, nil))
 	t.Cleanup(func() {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -360,7 +360,7 @@ func (s *restartable) start() {
 		s.t.Fatal(err)
 	}
 	s.addr = ln.Addr().String()
-	hs := httptest.NewUnstartedServer(api.New(ctl, apitest.Security(s.t, st, auth.RoleAdmin), nil))
+	hs := httptest.NewUnstartedServer(api.New(ctl, st, apitest.Security(s.t, st, auth.RoleAdmin), nil))
 	hs.Listener = ln
 	hs.Start()
 	s.stop = func() {

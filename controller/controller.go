@@ -19,9 +19,17 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
+// Store is what the controller needs of durable storage: the batches of
+// its lifecycle and the reads it rebuilds and answers from, and the worker
+// controls others may write; store.Store is one.
+type Store interface {
+	store.JobStore
+	store.ControlReader
+}
+
 // Config configures a Controller. Zero durations take the defaults.
 type Config struct {
-	Store     store.Store
+	Store     Store
 	Log       *slog.Logger
 	Now       func() time.Time
 	Scheduler *scheduler.Config // nil: scheduler.DefaultConfig
@@ -104,7 +112,7 @@ func (c *Config) setDefaults() {
 // Controller runs the state machine. Create it with New, then Start.
 type Controller struct {
 	cfg       Config
-	store     store.Store
+	store     Store
 	committer *store.Committer
 	log       *slog.Logger
 	now       func() time.Time

@@ -9,9 +9,6 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
-// Store returns the store the controller writes to, for reads.
-func (c *Controller) Store() store.Store { return c.store }
-
 // Job returns a job with its attempts; a pending job's Reason says why the
 // scheduler has not placed it. Unknown ids return ECodeNotFound.
 func (c *Controller) Job(ctx context.Context, id string) (*berth.JobDetail, error) {

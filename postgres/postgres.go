@@ -195,26 +195,46 @@ var (
 	eventTypes   = []string{"bigint", "json"}
 )
 
-// The statements of a batch. Each takes one array per column and writes
-// every row of its list at once.
-var (
-	insertJobs = `INSERT INTO jobs (` + sqlstore.JobColumns + `) ` + unnest(jobTypes)
-	// updateJobs fails, through berth_raise, if a job is missing.
-	updateJobs = `WITH v AS (` + unnest(jobUpdateTypes) + ` AS v (` + sqlstore.JobUpdateColumns + `)),
+// step is how a step of sqlstore.Steps is written: query, which takes one
+// array per column and writes every row of the step's list at once, with
+// the rows row returns (sqlstore's Row when nil).
+type step struct {
+	query string
+	row   func(b *store.Batch, i int) ([]any, error)
+}
+
+// steps holds the statement of each step.
+var steps = [sqlstore.StepCount]step{
+	sqlstore.InsertJobs: {query: `INSERT INTO jobs (` + sqlstore.JobColumns + `) ` + unnest(jobTypes)},
+	// The update of jobs fails, through berth_raise, if a job is missing.
+	sqlstore.UpdateJobs: {query: `WITH v AS (` + unnest(jobUpdateTypes) + ` AS v (` + sqlstore.JobUpdateColumns + `)),
 		updated AS (UPDATE jobs SET state = v.state, reason = v.reason, exit_code = v.exit_code, attempts = v.attempts,
 			started_at = v.started_at, finished_at = v.finished_at FROM v WHERE jobs.id = v.id RETURNING jobs.id)
-		SELECT berth_raise('no such job ' || v.id) FROM v WHERE v.id NOT IN (SELECT id FROM updated)`
-	upsertAttempts = `INSERT INTO attempts (` + sqlstore.AttemptColumns + `) ` + unnest(attemptTypes) + sqlstore.AttemptUpsert
-	upsertWorkers  = `INSERT INTO workers (` + sqlstore.WorkerColumns + `) ` + unnest(workerTypes) + sqlstore.WorkerUpsert
-	upsertQuotas   = `INSERT INTO quota_rules (` + sqlstore.QuotaColumns + `) ` + unnest(quotaTypes) + sqlstore.QuotaUpsert
-	deleteQuotas   = `DELETE FROM quota_rules WHERE id = ANY($1::text[])`
-	upsertControls = `INSERT INTO worker_controls (` + sqlstore.ControlColumns + `, updated_at_ns, updated_at) ` +
-		unnest(controlTypes) + sqlstore.ControlUpsert + `, updated_at_ns = excluded.updated_at_ns`
-	updateProgress = `UPDATE attempts SET progress = v.progress FROM unnest($1::text[], $2::text[]) AS v (id, progress)
-		WHERE attempts.id = v.id`
-	insertLogs   = `INSERT INTO logs (` + sqlstore.LogColumns + `) ` + unnest(logTypes)
-	insertEvents = `INSERT INTO events (` + sqlstore.EventColumns + `) ` + unnest(eventTypes)
-)
+		SELECT berth_raise('no such job ' || v.id) FROM v WHERE v.id NOT IN (SELECT id FROM updated)`},
+	sqlstore.UpsertAttempts: {query: `INSERT INTO attempts (` + sqlstore.AttemptColumns + `) ` + unnest(attemptTypes) + sqlstore.AttemptUpsert},
+	sqlstore.UpsertWorkers:  {query: `INSERT INTO workers (` + sqlstore.WorkerColumns + `) ` + unnest(workerTypes) + sqlstore.WorkerUpsert},
+	sqlstore.UpsertQuotas:   {query: `INSERT INTO quota_rules (` + sqlstore.QuotaColumns + `) ` + unnest(quotaTypes) + sqlstore.QuotaUpsert},
+	sqlstore.DeleteQuotas:   {query: `DELETE FROM quota_rules WHERE id = ANY($1::text[])`},
+	sqlstore.UpsertControls: {query: `INSERT INTO worker_controls (` + sqlstore.ControlColumns + `, updated_at_ns, updated_at) ` +
+		unnest(controlTypes) + sqlstore.ControlUpsert + `, updated_at_ns = excluded.updated_at_ns`,
+		row: controlRow},
+	sqlstore.SetProgress: {query: `UPDATE attempts SET progress = v.progress FROM unnest($1::text[], $2::text[]) AS v (progress, id)
+		WHERE attempts.id = v.id`},
+	sqlstore.AppendLogs:   {query: `INSERT INTO logs (` + sqlstore.LogColumns + `) ` + unnest(logTypes)},
+	sqlstore.InsertEvents: {query: `INSERT INTO events (` + sqlstore.EventColumns + `) ` + unnest(eventTypes)},
+}
+
+// controlRow returns worker control i's row, in ControlColumns order, then
+// its time in unix nanoseconds and as a timestamptz (NULL for the zero
+// time).
+func controlRow(b *store.Batch, i int) ([]any, error) {
+	c := b.Controls[i]
+	var at any
+	if !c.UpdatedAt.IsZero() {
+		at = c.UpdatedAt
+	}
+	return append(sqlstore.ControlRow(c), at), nil
+}
 
 // unnest returns "SELECT * FROM unnest($1::T1[], $2::T2[], …)" for the
 // column types types.
@@ -226,51 +246,37 @@ func unnest(types []string) string {
 	return "SELECT * FROM unnest(" + strings.Join(arrays, ", ") + ")"
 }
 
-// planBatch turns b, deduplicated, into statements in the order Batch
-// documents, skipping empty lists.
+// planBatch turns b, deduplicated, into statements, one for each step of
+// sqlstore.Steps with rows to write, in their order.
 func planBatch(b *store.Batch) ([]statement, error) {
 	var stmts []statement
-	var err error
-	add := func(what, query string, n int, row func(i int) ([]any, error)) {
-		if err != nil || n == 0 {
-			return
+	for i := range sqlstore.Steps {
+		n := sqlstore.Steps[i].Len(b)
+		if n == 0 {
+			continue
 		}
-		var args []any
-		if args, err = columns(n, row); err == nil {
-			stmts = append(stmts, statement{what: what, query: query, args: args})
+		row := steps[i].row
+		if row == nil {
+			row = sqlstore.Steps[i].Row
 		}
+		args, err := columns(b, n, row)
+		if err != nil {
+			return nil, err
+		}
+		stmts = append(stmts, statement{what: sqlstore.Steps[i].What, query: steps[i].query, args: args})
 	}
-	add("insert jobs", insertJobs, len(b.Jobs), func(i int) ([]any, error) { return sqlstore.JobRow(b.Jobs[i]) })
-	add("update jobs", updateJobs, len(b.JobUpdates),
-		func(i int) ([]any, error) { return sqlstore.JobUpdateRow(&b.JobUpdates[i]), nil })
-	add("upsert attempts", upsertAttempts, len(b.Attempts), func(i int) ([]any, error) { return sqlstore.AttemptRow(b.Attempts[i]), nil })
-	add("upsert workers", upsertWorkers, len(b.Workers), func(i int) ([]any, error) { return sqlstore.WorkerRow(b.Workers[i]) })
-	add("upsert quota rules", upsertQuotas, len(b.Quotas), func(i int) ([]any, error) { return sqlstore.QuotaRow(b.Quotas[i]), nil })
-	add("delete quota rules", deleteQuotas, len(b.QuotaDeletes), func(i int) ([]any, error) { return []any{b.QuotaDeletes[i]}, nil })
-	add("upsert worker controls", upsertControls, len(b.Controls), func(i int) ([]any, error) {
-		c := b.Controls[i]
-		var at any // NULL for the zero time
-		if !c.UpdatedAt.IsZero() {
-			at = c.UpdatedAt
-		}
-		return append(sqlstore.ControlRow(c), at), nil
-	})
-	add("set progress", updateProgress, len(b.Progress),
-		func(i int) ([]any, error) { return []any{b.Progress[i].AttemptID, b.Progress[i].Progress}, nil })
-	add("append logs", insertLogs, len(b.Logs), func(i int) ([]any, error) { return sqlstore.LogRow(&b.Logs[i]), nil })
-	add("insert events", insertEvents, len(b.Events), func(i int) ([]any, error) { return sqlstore.EventRow(b.Events[i]) })
 	if query, args, ok := sqlstore.PruneEvents(b.Events); ok {
 		stmts = append(stmts, statement{what: "prune events", query: query, args: args})
 	}
-	return stmts, err
+	return stmts, nil
 }
 
-// columns returns the n rows that row returns as one array per column,
+// columns returns the n rows of b that row returns as one array per column,
 // strings made storable as text.
-func columns(n int, row func(i int) ([]any, error)) ([]any, error) {
+func columns(b *store.Batch, n int, row func(b *store.Batch, i int) ([]any, error)) ([]any, error) {
 	var cols [][]any
 	for i := range n {
-		values, err := row(i)
+		values, err := row(b, i)
 		if err != nil {
 			return nil, err
 		}

@@ -56,13 +56,6 @@ func openWithConn(t *testing.T) (*postgres.Store, *pgx.Conn) {
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return openAt(t, pgtest.NewDatabase(t))
-	})
-}
-
-func TestDurable(t *testing.T) {
-	t.Parallel()
 	var mu sync.Mutex
 	databases := map[string]string{} // path → URL
 	database := func(t *testing.T, path string) string {
@@ -75,16 +68,17 @@ func TestDurable(t *testing.T) {
 		}
 		return url
 	}
-	storetest.RunDurable(t, func(t *testing.T, path string) store.Store {
-		return openAt(t, database(t, path))
-	}, func(t *testing.T, path string) (oldest, newest uint64) {
-		t.Helper()
-		err := connect(t, database(t, path)).QueryRow(t.Context(),
-			`SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events`).Scan(&oldest, &newest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return oldest, newest
+	storetest.Exercise(t, storetest.Driver{
+		Open: func(t *testing.T, path string) store.Store { return openAt(t, database(t, path)) },
+		StoredEvents: func(t *testing.T, path string) (oldest, newest uint64) {
+			t.Helper()
+			err := connect(t, database(t, path)).QueryRow(t.Context(),
+				`SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events`).Scan(&oldest, &newest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return oldest, newest
+		},
 	})
 }
 

@@ -156,11 +156,11 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 	for i, op := range ops {
 		res, err := tx.StmtContext(ctx, stmts[i]).ExecContext(ctx, op.args...)
 		if err != nil {
-			return fmt.Errorf("write: %s: %w", op.what, err)
+			return fmt.Errorf("write: %s: %w", op.what(), err)
 		}
-		if op.mustUpdate > 0 {
-			if n, _ := res.RowsAffected(); n != int64(op.mustUpdate) {
-				return fmt.Errorf("write: %s: %w", op.what, missingJob(ctx, tx, b.JobUpdates))
+		if op.step == sqlstore.UpdateJobs { // one row a job: a missing job hits none
+			if n, _ := res.RowsAffected(); n != int64(op.shape.rows) {
+				return fmt.Errorf("write: %s: %w", op.what(), missingJob(ctx, tx, b.JobUpdates))
 			}
 		}
 	}
@@ -192,10 +192,9 @@ func missingJob(ctx context.Context, tx *sql.Tx, updates []store.JobUpdate) erro
 
 // writeOp is one statement of a batch.
 type writeOp struct {
-	what       string // for errors
-	shape      shape
-	args       []any
-	mustUpdate int // rows an update of jobs must hit: one per job
+	step  sqlstore.StepID
+	shape shape
+	args  []any
 }
 
 // shape is the form of a statement: head, then rows tuples of width
@@ -214,74 +213,83 @@ func (s shape) query() string {
 	return s.head + strings.Repeat(tuple+", ", s.rows-1) + tuple + s.tail
 }
 
-const (
-	insertJobs     = `INSERT INTO jobs (` + sqlstore.JobColumns + `) VALUES `
-	updateJobsHead = `WITH v (` + sqlstore.JobUpdateColumns + `) AS (VALUES `
-	updateJobsTail = `) UPDATE jobs SET state = v.state, reason = v.reason, exit_code = v.exit_code, attempts = v.attempts,
-		started_at = v.started_at, finished_at = v.finished_at FROM v WHERE jobs.id = v.id`
-	upsertAttempts = `INSERT INTO attempts (` + sqlstore.AttemptColumns + `) VALUES `
-	upsertWorkers  = `INSERT INTO workers (` + sqlstore.WorkerColumns + `) VALUES `
-	upsertQuotas   = `INSERT INTO quota_rules (` + sqlstore.QuotaColumns + `) VALUES `
-	deleteQuota    = `DELETE FROM quota_rules WHERE id = ?`
-	upsertControls = `INSERT INTO worker_controls (` + sqlstore.ControlColumns + `, updated_at) VALUES `
-	updateProgress = `UPDATE attempts SET progress = ? WHERE id = ?`
-	insertLogs     = `INSERT INTO logs (` + sqlstore.LogColumns + `) VALUES `
-	insertEvents   = `INSERT INTO events (` + sqlstore.EventColumns + `) VALUES `
-)
-
-// planBatch turns b, deduplicated, into statements in the order Batch
-// documents. Each list is written as few multi-row statements.
-func planBatch(b *store.Batch) ([]writeOp, error) {
-	var ops []writeOp
-	var err error
-	rows := func(what, head string, n int, tail string, row func(i int) ([]any, error)) {
-		if err == nil {
-			ops, err = insertRows(ops, what, head, n, tail, row)
-		}
-	}
-	rows("insert jobs", insertJobs, len(b.Jobs), "", func(i int) ([]any, error) { return sqlstore.JobRow(b.Jobs[i]) })
-	first := len(ops)
-	rows("update jobs", updateJobsHead, len(b.JobUpdates), updateJobsTail,
-		func(i int) ([]any, error) { return sqlstore.JobUpdateRow(&b.JobUpdates[i]), nil })
-	for i := first; i < len(ops); i++ {
-		ops[i].mustUpdate = ops[i].shape.rows
-	}
-	rows("upsert attempts", upsertAttempts, len(b.Attempts), sqlstore.AttemptUpsert,
-		func(i int) ([]any, error) { return sqlstore.AttemptRow(b.Attempts[i]), nil })
-	rows("upsert workers", upsertWorkers, len(b.Workers), sqlstore.WorkerUpsert,
-		func(i int) ([]any, error) { return sqlstore.WorkerRow(b.Workers[i]) })
-	rows("upsert quota rules", upsertQuotas, len(b.Quotas), sqlstore.QuotaUpsert,
-		func(i int) ([]any, error) { return sqlstore.QuotaRow(b.Quotas[i]), nil })
-	for _, id := range b.QuotaDeletes {
-		ops = append(ops, writeOp{what: "delete quota rule " + id, shape: shape{head: deleteQuota}, args: []any{id}})
-	}
-	rows("upsert worker controls", upsertControls, len(b.Controls), sqlstore.ControlUpsert,
-		func(i int) ([]any, error) { return sqlstore.ControlRow(b.Controls[i]), nil })
-	for _, p := range b.Progress {
-		ops = append(ops, writeOp{what: "set progress of attempt " + p.AttemptID, shape: shape{head: updateProgress},
-			args: []any{p.Progress, p.AttemptID}})
-	}
-	rows("append logs", insertLogs, len(b.Logs), "", func(i int) ([]any, error) { return sqlstore.LogRow(&b.Logs[i]), nil })
-	rows("insert events", insertEvents, len(b.Events), "", func(i int) ([]any, error) { return sqlstore.EventRow(b.Events[i]) })
-	if query, args, ok := sqlstore.PruneEvents(b.Events); ok {
-		ops = append(ops, writeOp{what: "prune events", shape: shape{head: query}, args: args})
-	}
-	return ops, err
+// statement is how a step of sqlstore.Steps is written: head, rows tuples
+// and tail, for up to rowsPerInsert rows a statement; or, when single,
+// head alone once per row, with that row's values.
+type statement struct {
+	head, tail string
+	single     bool
 }
+
+// statements holds the statement of each step.
+var statements = [sqlstore.StepCount]statement{
+	sqlstore.InsertJobs: {head: `INSERT INTO jobs (` + sqlstore.JobColumns + `) VALUES `},
+	sqlstore.UpdateJobs: {head: `WITH v (` + sqlstore.JobUpdateColumns + `) AS (VALUES `,
+		tail: `) UPDATE jobs SET state = v.state, reason = v.reason, exit_code = v.exit_code, attempts = v.attempts,
+		started_at = v.started_at, finished_at = v.finished_at FROM v WHERE jobs.id = v.id`},
+	sqlstore.UpsertAttempts: {head: `INSERT INTO attempts (` + sqlstore.AttemptColumns + `) VALUES `, tail: sqlstore.AttemptUpsert},
+	sqlstore.UpsertWorkers:  {head: `INSERT INTO workers (` + sqlstore.WorkerColumns + `) VALUES `, tail: sqlstore.WorkerUpsert},
+	sqlstore.UpsertQuotas:   {head: `INSERT INTO quota_rules (` + sqlstore.QuotaColumns + `) VALUES `, tail: sqlstore.QuotaUpsert},
+	sqlstore.DeleteQuotas:   {head: `DELETE FROM quota_rules WHERE id = ?`, single: true},
+	sqlstore.UpsertControls: {head: `INSERT INTO worker_controls (` + sqlstore.ControlColumns + `, updated_at) VALUES `,
+		tail: sqlstore.ControlUpsert},
+	sqlstore.SetProgress:  {head: `UPDATE attempts SET progress = ? WHERE id = ?`, single: true},
+	sqlstore.AppendLogs:   {head: `INSERT INTO logs (` + sqlstore.LogColumns + `) VALUES `},
+	sqlstore.InsertEvents: {head: `INSERT INTO events (` + sqlstore.EventColumns + `) VALUES `},
+}
+
+// pruneStep marks the statement that prunes events, after every step.
+const pruneStep = sqlstore.StepCount
 
 // rowsPerInsert is how many rows one multi-row statement carries: far
 // fewer statements for large batches, well under SQLite's 32,766
 // parameters.
 const rowsPerInsert = 128
 
-// insertRows appends to ops the statements writing n rows, rowsPerInsert
-// at a time, with row returning the values of row i.
-func insertRows(ops []writeOp, what, head string, n int, tail string, row func(i int) ([]any, error)) ([]writeOp, error) {
+// planBatch turns b, deduplicated, into statements, step by step in the
+// order of sqlstore.Steps. Each list is written as few multi-row
+// statements.
+func planBatch(b *store.Batch) ([]writeOp, error) {
+	n := 1 // the prune
+	for i := range sqlstore.Steps {
+		if statements[i].single {
+			n += sqlstore.Steps[i].Len(b)
+		} else {
+			n += (sqlstore.Steps[i].Len(b) + rowsPerInsert - 1) / rowsPerInsert
+		}
+	}
+	ops := make([]writeOp, 0, n)
+	for i := range sqlstore.Steps {
+		var err error
+		if ops, err = stepOps(ops, b, sqlstore.StepID(i)); err != nil {
+			return nil, err
+		}
+	}
+	if query, args, ok := sqlstore.PruneEvents(b.Events); ok {
+		ops = append(ops, writeOp{step: pruneStep, shape: shape{head: query}, args: args})
+	}
+	return ops, nil
+}
+
+// stepOps appends to ops the statements writing the rows of step id of b.
+func stepOps(ops []writeOp, b *store.Batch, id sqlstore.StepID) ([]writeOp, error) {
+	step, st := &sqlstore.Steps[id], &statements[id]
+	n := step.Len(b)
+	if st.single {
+		for i := range n {
+			args, err := step.Row(b, i)
+			if err != nil {
+				return nil, err
+			}
+			ops = append(ops, writeOp{step: id, shape: shape{head: st.head}, args: args})
+		}
+		return ops, nil
+	}
 	for start := 0; start < n; start += rowsPerInsert {
 		var args []any
 		width := 0
 		for i := start; i < min(start+rowsPerInsert, n); i++ {
-			values, err := row(i)
+			values, err := step.Row(b, i)
 			if err != nil {
 				return nil, err
 			}
@@ -291,8 +299,16 @@ func insertRows(ops []writeOp, what, head string, n int, tail string, row func(i
 			}
 			args = append(args, values...)
 		}
-		ops = append(ops, writeOp{what: what, args: args,
-			shape: shape{head: head, tail: tail, rows: min(rowsPerInsert, n-start), width: width}})
+		ops = append(ops, writeOp{step: id, args: args,
+			shape: shape{head: st.head, tail: st.tail, rows: min(rowsPerInsert, n-start), width: width}})
 	}
 	return ops, nil
+}
+
+// what names op's statement in errors.
+func (op *writeOp) what() string {
+	if op.step == pruneStep {
+		return "prune events"
+	}
+	return sqlstore.Steps[op.step].What
 }

@@ -33,23 +33,17 @@ func openAt(t *testing.T, path string) *sqlite.Store {
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T) store.Store {
-		return openAt(t, filepath.Join(t.TempDir(), "berth.db"))
-	})
-}
-
-func TestDurable(t *testing.T) {
-	t.Parallel()
-	storetest.RunDurable(t, func(t *testing.T, path string) store.Store {
-		return openAt(t, path)
-	}, func(t *testing.T, path string) (oldest, newest uint64) {
-		t.Helper()
-		err := openRaw(t, path).QueryRowContext(t.Context(),
-			`SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events`).Scan(&oldest, &newest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return oldest, newest
+	storetest.Exercise(t, storetest.Driver{
+		Open: func(t *testing.T, path string) store.Store { return openAt(t, path) },
+		StoredEvents: func(t *testing.T, path string) (oldest, newest uint64) {
+			t.Helper()
+			err := openRaw(t, path).QueryRowContext(t.Context(),
+				`SELECT coalesce(min(seq), 0), coalesce(max(seq), 0) FROM events`).Scan(&oldest, &newest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return oldest, newest
+		},
 	})
 }
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 )
 
-// Committer is the one writer in front of a Store: it takes batches from
+// Committer is the one writer in front of a store (a Writer): it takes batches from
 // any goroutine, merges those that arrive while a transaction is being
 // made durable, and writes them as one transaction (group commit). Each
 // batch's callback runs, in submission order, once its writes are durable.
@@ -24,7 +24,7 @@ type Committer struct {
 	// the batch. Set it before Start.
 	Prepare func(*Batch) error
 
-	store Store
+	store Writer
 
 	mu      sync.Mutex
 	pending []commit
@@ -40,7 +40,7 @@ type commit struct {
 }
 
 // NewCommitter returns a committer over s. It writes nothing until Start.
-func NewCommitter(s Store) *Committer {
+func NewCommitter(s Writer) *Committer {
 	return &Committer{store: s, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 }
 

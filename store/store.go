@@ -12,15 +12,13 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// Batch is a set of writes applied in one transaction, in this order: new
-// jobs, job updates, attempt upserts, worker upserts, quota rule upserts,
-// quota rule deletes, worker control upserts, attempt progress, log
-// appends, events. Within each list a later entry for the same id wins. Because
-// deletes come after upserts, a batch holding both an upsert and a delete
-// of one rule deletes it; likewise progress comes after attempt upserts,
-// which write an attempt's Progress too. Append keeps the order of these
-// writes across batches by dropping a delete or a progress that a later
-// upsert supersedes.
+// Batch is a set of writes applied in one transaction, list by list in
+// the order sqlstore.Steps gives. Within each list a later entry for the
+// same id wins. Because quota deletes come after quota upserts, a batch
+// holding both an upsert and a delete of one rule deletes it; likewise
+// progress comes after attempt upserts, which write an attempt's Progress
+// too. Append keeps the order of these writes across batches by dropping a
+// delete or a progress that a later upsert supersedes.
 type Batch struct {
 	Jobs         []*berth.Job
 	JobUpdates   []JobUpdate
@@ -120,16 +118,45 @@ type Active struct {
 	Counts   map[berth.JobState]int
 }
 
-// Store is durable storage. Every method is safe for concurrent use.
-// Lookups of a missing object return a *berth.Error with ECodeNotFound.
+// Store is durable storage: every role below, as the drivers (sqlite,
+// postgres) implement it. Consumers take the role they need (a
+// controller.Store, an api.Store, a webhook.Store, an arbiter.LockStore …),
+// not Store. Every method is safe for concurrent use. Lookups of a missing
+// object return a *berth.Error with ECodeNotFound.
 type Store interface {
+	JobStore
+	ControlReader
+	LogReader
+	CredentialStore
+	ArbiterStore
+	WebhookStore
+
+	// Close releases the store.
+	Close() error
+}
+
+// Writer writes batches: what a Committer needs.
+type Writer interface {
 	// Write applies b atomically and durably (fsynced) before returning.
 	Write(ctx context.Context, b *Batch) error
+}
+
+// JobStore is the lifecycle's part of a Store: the batches that write jobs,
+// attempts, workers, quota rules, worker controls, progress, logs and
+// events, and the reads of what they wrote.
+type JobStore interface {
+	Writer
+	JobReader
 	// LoadActive returns every non-terminal job and attempt, all workers,
 	// all quota rules, all worker controls, the newest events (at most
 	// KeptEvents), log sizes of the active attempts and job counts by
 	// state.
 	LoadActive(ctx context.Context) (*Active, error)
+}
+
+// JobReader reads jobs, attempts, workers and quota rules: what a standby
+// server answers from the database itself.
+type JobReader interface {
 	// Job returns one job.
 	Job(ctx context.Context, id string) (*berth.Job, error)
 	// Jobs returns jobs matching f, newest first.
@@ -142,21 +169,38 @@ type Store interface {
 	JobStates(ctx context.Context, ids []string) (map[string]berth.JobState, error)
 	// Attempts returns a job's attempts, oldest first.
 	Attempts(ctx context.Context, jobID string) ([]*berth.Attempt, error)
-	// Logs returns up to limit bytes of an attempt's output from offset.
-	Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error)
 	// Workers returns every worker ever registered, by id.
 	Workers(ctx context.Context) ([]*berth.Worker, error)
 	// Quotas returns every quota rule, by id.
 	Quotas(ctx context.Context) ([]*berth.QuotaRule, error)
+}
+
+// ControlReader reads the worker controls (seed 001), which Write writes
+// and other programs may write too (plain SQL).
+type ControlReader interface {
 	// WorkerControls returns every worker control, by host, then queue
 	// (byte-wise; not the order of ID()). Controls may also be written
 	// from outside Berth (plain SQL); the controller reads them back
 	// periodically.
 	WorkerControls(ctx context.Context) ([]*berth.WorkerControl, error)
+}
 
-	// The token registry and secrets are written at once, each in a
-	// transaction of its own, not through Write.
+// LogReader reads the attempts' output, which Write appends.
+type LogReader interface {
+	// Logs returns up to limit bytes of an attempt's output from offset.
+	Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error)
+}
 
+// CredentialStore keeps the credentials: the token registry and users'
+// secrets (package auth's Registry and Vault).
+type CredentialStore interface {
+	TokenStore
+	SecretStore
+}
+
+// TokenStore keeps the token registry. Each write is a transaction of its
+// own, not through Write.
+type TokenStore interface {
 	// CreateToken adds t to the token registry; an id already there is
 	// ECodeConflict.
 	CreateToken(ctx context.Context, t *berth.Token) error
@@ -165,6 +209,11 @@ type Store interface {
 	// RevokeToken marks token id revoked at at (one already revoked keeps
 	// its first time) and returns it; an unknown id is ECodeNotFound.
 	RevokeToken(ctx context.Context, id string, at time.Time) (*berth.Token, error)
+}
+
+// SecretStore keeps users' sealed secrets. Each write is a transaction of
+// its own, not through Write.
+type SecretStore interface {
 	// PutSecret creates or replaces a secret (by owner and name).
 	PutSecret(ctx context.Context, s *berth.Secret) error
 	// Secrets returns owner's secrets, or every owner's when owner is "",
@@ -173,10 +222,12 @@ type Store interface {
 	// DeleteSecret deletes owner's secret name; an unknown one is
 	// ECodeNotFound.
 	DeleteSecret(ctx context.Context, owner, name string) error
+}
 
-	// The GPU arbiter's swap lock and schedule registry (seed 000) are
-	// written at once too, each write in a transaction of its own.
-
+// ArbiterStore keeps the GPU arbiter's swap lock and schedule registry
+// (seed 000); package arbiter takes the parts it needs (LockStore,
+// ScheduleStore, RunStore). Each write is a transaction of its own.
+type ArbiterStore interface {
 	// SwapLock returns the stored swap lock, expired or not; none stored
 	// is ECodeNotFound.
 	SwapLock(ctx context.Context) (*berth.SwapLock, error)
@@ -202,17 +253,10 @@ type Store interface {
 	// RecordScheduleRun sets schedule id's LastJobID and LastError if its
 	// LastRun is still scheduled; otherwise it changes nothing (no error).
 	RecordScheduleRun(ctx context.Context, id string, scheduled time.Time, jobID, errText string) error
-
-	// Webhook subscriptions and their delivery log are written at once
-	// too, each write in a transaction of its own.
-	WebhookStore
-
-	// Close releases the store.
-	Close() error
 }
 
-// WebhookStore is the part of a Store that keeps webhook subscriptions and
-// their delivery log (package webhook's Dispatcher needs no more).
+// WebhookStore keeps webhook subscriptions and their delivery log
+// (webhook.Store). Each write is a transaction of its own.
 type WebhookStore interface {
 	// CreateWebhook adds w; an id already there is ECodeConflict.
 	CreateWebhook(ctx context.Context, w *berth.Webhook) error
@@ -271,7 +315,7 @@ type Leadership interface {
 
 // JobDetail reads a job and its attempts from s; an unknown id returns
 // ECodeNotFound.
-func JobDetail(ctx context.Context, s Store, id string) (*berth.JobDetail, error) {
+func JobDetail(ctx context.Context, s JobReader, id string) (*berth.JobDetail, error) {
 	j, err := s.Job(ctx, id)
 	if err != nil {
 		return nil, err
@@ -318,8 +362,8 @@ func (b *Batch) Compact() {
 // upsert of each attempt, worker, quota rule and worker control, the last
 // progress of each attempt and each quota delete once. b is not changed;
 // the lists of the result may share b's arrays. Applying each list of the
-// result as one set-based statement, in the order Batch documents, leaves
-// what applying b does.
+// result as one set-based statement, in the order of sqlstore.Steps,
+// leaves what applying b does.
 func (b *Batch) Deduplicated() *Batch {
 	d := *b
 	d.JobUpdates = lastByID(b.JobUpdates, func(u JobUpdate) string { return u.ID })

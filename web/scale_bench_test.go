@@ -62,7 +62,7 @@ func BenchmarkPagesAtScale(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer ctl.Stop(ctx)
-	srv := api.New(ctl, sec, nil)
+	srv := api.New(ctl, st, sec, nil)
 	srv.Web = web.New(web.Config{Ctl: ctl, Store: st, CheckToken: sec.Ingress.CheckToken})
 	hs := httptest.NewServer(srv)
 	defer hs.Close()

@@ -35,13 +35,21 @@ var templateFS embed.FS
 //go:embed static
 var staticFS embed.FS
 
+// Store is what a dashboard reads from the store itself: the swap lock,
+// the schedule registry and the worker controls; store.Store is one.
+type Store interface {
+	arbiter.LockStore
+	arbiter.ScheduleStore
+	store.ControlReader
+}
+
 // Config is what a dashboard reads and how.
 type Config struct {
 	// Ctl is the controller whose cluster the pages show.
 	Ctl *controller.Controller
-	// Store is Ctl's store (Ctl.Store()), read for job lists, logs, the
-	// swap lock, the schedule registry and the worker controls.
-	Store store.Store
+	// Store is Ctl's store, read for the swap lock, the schedule registry
+	// and the worker controls.
+	Store Store
 	// CheckToken validates a token typed on the sign-in page
 	// ((*auth.Ingress).CheckToken); nil: no token is accepted.
 	CheckToken func(string) (auth.Identity, error)
@@ -96,9 +104,6 @@ func New(cfg Config) *Handler {
 	}
 	if cfg.SampleEvery <= 0 {
 		cfg.SampleEvery = DefaultSampleEvery
-	}
-	if cfg.Store == nil && cfg.Ctl != nil {
-		cfg.Store = cfg.Ctl.Store()
 	}
 	h := &Handler{cfg: cfg, mux: http.NewServeMux(), samples: newRing(int(SampleWindow / cfg.SampleEvery))}
 	h.parseTemplates()

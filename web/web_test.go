@@ -70,7 +70,7 @@ func newDash(t *testing.T, trust auth.Role, cfg web.Config) *dash {
 	})
 	cfg.Ctl, cfg.Store, cfg.CheckToken, cfg.AuditPath = ctl, st, sec.Ingress.CheckToken, auditPath
 	h := web.New(cfg)
-	srv := api.New(ctl, sec, nil)
+	srv := api.New(ctl, st, sec, nil)
 	srv.Web = h
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)

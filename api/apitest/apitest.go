@@ -18,14 +18,14 @@ import (
 // Security returns the security of a server on st that trusts direct
 // loopback clients as trustLoopback ("" for no one), with an audit log in
 // a temporary directory, closed when t ends.
-func Security(t testing.TB, st store.Store, trustLoopback auth.Role) *api.Security {
+func Security(t testing.TB, st store.CredentialStore, trustLoopback auth.Role) *api.Security {
 	t.Helper()
 	return SecurityWithAudit(t, st, trustLoopback, filepath.Join(t.TempDir(), "audit.log"))
 }
 
 // SecurityWithAudit is Security with its audit log at auditPath, for tests
 // that read the log.
-func SecurityWithAudit(t testing.TB, st store.Store, trustLoopback auth.Role, auditPath string) *api.Security {
+func SecurityWithAudit(t testing.TB, st store.CredentialStore, trustLoopback auth.Role, auditPath string) *api.Security {
 	t.Helper()
 	keys, err := auth.NewKeys([]byte(rand.Text() + rand.Text())[:auth.MasterKeySize])
 	if err != nil {

@@ -302,7 +302,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 		return err
 	}
 	apiSec := sec.api(rs.Tokens, vault)
-	apiServer := api.New(ctl, apiSec, cfg.Log)
+	apiServer := api.New(ctl, rs.store, apiSec, cfg.Log)
 	apiServer.Webhooks = rs.webhooks
 	// The dashboard, at /; its sampler runs until Close.
 	rs.dashboard = web.New(web.Config{Ctl: ctl, Store: rs.store, CheckToken: apiSec.Ingress.CheckToken,

@@ -1,7 +1,8 @@
 // Package sqlstore is what the SQL drivers of store.Store (sqlite,
-// postgres) share: the rows berth types are stored as, and the reads of
-// store.Store, written once over a query function and the little SQL that
-// differs between the drivers (Dialect).
+// postgres) share: the rows berth types are stored as, the steps a batch
+// is written in (Steps, in their one order), and the reads of store.Store,
+// written once over a query function and the little SQL that differs
+// between the drivers (Dialect).
 //
 // Both schemas use the same tables and columns: times are unix
 // nanoseconds (0 for the zero time), so that they round-trip exactly; a

@@ -10,6 +10,14 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
+// arbiterTests check store.ArbiterStore: the swap lock and the schedule
+// registry.
+var arbiterTests = []test{
+	{"SwapLock", testSwapLock},
+	{"Schedules", testSchedules},
+	{"ScheduleRuns", testScheduleRuns},
+}
+
 func testSwapLock(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	if _, err := s.SwapLock(ctx); berth.ErrorCode(err) != berth.ECodeNotFound {

@@ -9,6 +9,12 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
+// credentialTests check store.TokenStore and store.SecretStore.
+var credentialTests = []test{
+	{"Tokens", testTokens},
+	{"Secrets", testSecrets},
+}
+
 func testTokens(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)

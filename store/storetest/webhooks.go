@@ -11,6 +11,12 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
+// webhookTests check store.WebhookStore.
+var webhookTests = []test{
+	{"Webhooks", testWebhooks},
+	{"Deliveries", testDeliveries},
+}
+
 func testWebhooks(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	if ws, err := s.Webhooks(ctx); err != nil || len(ws) != 0 {

@@ -1,0 +1,244 @@
+package storetest
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
+)
+
+// lifecycleTests check what the controller's lifecycle relies on of
+// store.JobStore as a whole: LoadActive, batches of every size, and
+// writes concurrent with reads.
+func lifecycleTests() []test {
+	tests := []test{
+		{"LoadActiveEmpty", testLoadActiveEmpty},
+		{"LoadActive", testLoadActive},
+		{"ConcurrentWritesAndReads", testConcurrent},
+	}
+	for _, n := range []int{1, 127, 128, 129, 300, 1000} {
+		tests = append(tests, test{fmt.Sprintf("BatchOf%d", n), func(t *testing.T, s store.Store) { testBatchOf(t, s, n) }})
+	}
+	return tests
+}
+
+func testLoadActiveEmpty(t *testing.T, s store.Store) {
+	a := loadActive(t, s)
+	if len(a.Jobs)+len(a.Attempts)+len(a.Workers)+len(a.Quotas)+len(a.Controls)+len(a.Events) != 0 {
+		t.Errorf("LoadActive of an empty store = %s, want nothing", dump(a))
+	}
+	for st, n := range a.Counts {
+		if n != 0 {
+			t.Errorf("Counts[%s] = %d in an empty store", st, n)
+		}
+	}
+	for id, n := range a.LogSizes {
+		t.Errorf("LogSizes[%s] = %d in an empty store", id, n)
+	}
+}
+
+func testLoadActive(t *testing.T, s store.Store) {
+	var ids idSource
+	var jobs []*berth.Job
+	counts := map[berth.JobState]int{}
+	for i, st := range []berth.JobState{berth.JobPending, berth.JobSucceeded, berth.JobRunning, berth.JobPending,
+		berth.JobFailed, berth.JobCancelled, berth.JobRunning, berth.JobSucceeded, berth.JobPending, berth.JobSucceeded} {
+		j := newJob(ids.next(), []string{"gpu", "cpu"}[i%2], "alice", st)
+		if st != berth.JobPending {
+			j.StartedAt, j.Attempts = base.Add(time.Duration(i)), 1
+		}
+		jobs = append(jobs, j)
+	}
+	running := jobs[2]
+	var attempts []*berth.Attempt
+	for _, st := range allAttemptStates {
+		attempts = append(attempts, newAttempt(ids.next(), running.ID, st))
+	}
+	assigned, active, ended := attempts[0], attempts[1], attempts[2]
+	workers := []*berth.Worker{
+		{ID: ids.next(), Host: "gpu-1", State: berth.WorkerBusy, Running: 2, LastHeartbeat: base},
+		{ID: ids.next(), Host: "gpu-2", State: berth.WorkerLost},
+		{ID: ids.next(), Host: "cpu-1", State: berth.WorkerParked, Queues: []string{"cpu"}},
+	}
+	// Written out of id order; one is deleted later.
+	quotas := []*berth.QuotaRule{
+		quotaRule("user", "bob", berth.NoLimit, 2, 0.5, 1),
+		quotaRule("queue", "gpu", 16, berth.NoLimit, 0, 2),
+		quotaRule("template", "jupyter", 1, 1, 0, 3),
+		quotaRule("user", "alice", 8, 4, 2, 4),
+	}
+	write(t, s, &store.Batch{
+		Jobs:     jobs,
+		Attempts: attempts,
+		Workers:  workers,
+		Quotas:   quotas,
+		Logs: []store.LogChunk{
+			{AttemptID: active.ID, Offset: 0, Data: []byte("0123456789")},
+			{AttemptID: ended.ID, Offset: 0, Data: make([]byte, 100)},
+		},
+	})
+	// Updates move jobs between states; later writes add output.
+	u1 := store.JobUpdate{ID: jobs[0].ID, State: berth.JobRunning, Attempts: 1, StartedAt: base.Add(time.Hour)}
+	u2 := store.JobUpdate{ID: jobs[6].ID, State: berth.JobFailed, Reason: "lost", Attempts: 1,
+		StartedAt: jobs[6].StartedAt, FinishedAt: base.Add(time.Hour)}
+	write(t, s, &store.Batch{
+		JobUpdates:   []store.JobUpdate{u1, u2},
+		QuotaDeletes: []string{"template:jupyter"},
+		Logs:         []store.LogChunk{{AttemptID: active.ID, Offset: 10, Data: []byte("abcde")}},
+	})
+	apply(jobs[0], u1)
+	apply(jobs[6], u2)
+
+	var wantJobs []*berth.Job
+	for _, j := range jobs {
+		counts[j.State]++
+		if !j.State.Terminal() {
+			wantJobs = append(wantJobs, j)
+		}
+	}
+	a := loadActive(t, s)
+	sortByID(a.Jobs, func(j *berth.Job) string { return j.ID })
+	sortByID(a.Attempts, func(x *berth.Attempt) string { return x.ID })
+	sortByID(a.Workers, func(w *berth.Worker) string { return w.ID })
+	checkEqual(t, "Active.Jobs", a.Jobs, wantJobs)
+	checkEqual(t, "Active.Attempts", a.Attempts, []*berth.Attempt{assigned, active})
+	checkEqual(t, "Active.Workers", a.Workers, workers)
+	checkEqual(t, "Active.Quotas", a.Quotas, []*berth.QuotaRule{quotas[1], quotas[3], quotas[0]})
+	if a.LogSizes[active.ID] != 15 || a.LogSizes[assigned.ID] != 0 {
+		t.Errorf("LogSizes = %v, want %s: 15 (and %s: 0 or absent)", a.LogSizes, active.ID, assigned.ID)
+	}
+	for id := range a.LogSizes {
+		if id != active.ID && id != assigned.ID {
+			t.Errorf("LogSizes has %s, which is not an active attempt", id)
+		}
+	}
+	for _, st := range allJobStates {
+		if a.Counts[st] != counts[st] {
+			t.Errorf("Counts[%s] = %d, want %d (all counts %v)", st, a.Counts[st], counts[st], a.Counts)
+		}
+	}
+	for st := range a.Counts {
+		if !slices.Contains(allJobStates, st) {
+			t.Errorf("Counts has unknown state %q", st)
+		}
+	}
+}
+
+func testBatchOf(t *testing.T, s store.Store, n int) {
+	var ids idSource
+	jobs := make([]*berth.Job, n)
+	attempts := make([]*berth.Attempt, n)
+	logs := make([]store.LogChunk, n)
+	var out []byte
+	for i := range n {
+		j := fullJob(ids.next())
+		j.ArrayIndex, j.State, j.ExitCode, j.FinishedAt = intPtr(i), berth.JobRunning, nil, time.Time{}
+		j.CreatedAt = base.Add(time.Duration(i))
+		jobs[i] = j
+		attempts[i] = newAttempt(ids.next(), j.ID, berth.AttemptRunning)
+		line := fmt.Appendf(nil, "line %d\n", i)
+		logs[i] = store.LogChunk{AttemptID: attempts[0].ID, Offset: int64(len(out)), Data: line}
+		out = append(out, line...)
+	}
+	events := newEvents(1, n)
+	write(t, s, &store.Batch{Jobs: jobs, Attempts: attempts, Logs: logs, Events: events})
+
+	want := slices.Clone(jobs)
+	slices.Reverse(want)
+	checkEqual(t, "Jobs({})", listJobs(t, s, store.JobFilter{}), want)
+	checkEqual(t, "Attempts(last job)", getAttempts(t, s, jobs[n-1].ID), []*berth.Attempt{attempts[n-1]})
+	if got := getLogs(t, s, attempts[0].ID, 0, len(out)+1); !bytes.Equal(got, out) {
+		t.Errorf("Logs: got %d bytes, want %d", len(got), len(out))
+	}
+	a := loadActive(t, s)
+	if len(a.Jobs) != n || len(a.Attempts) != n || a.Counts[berth.JobRunning] != n {
+		t.Errorf("LoadActive: %d jobs, %d attempts, %d running, want %d of each", len(a.Jobs), len(a.Attempts), a.Counts[berth.JobRunning], n)
+	}
+	sortByID(a.Attempts, func(x *berth.Attempt) string { return x.ID })
+	checkEqual(t, "Active.Attempts", a.Attempts, attempts)
+	checkEqual(t, "Active.Events", a.Events, events)
+	if a.LogSizes[attempts[0].ID] != int64(len(out)) {
+		t.Errorf("LogSizes[first] = %d, want %d", a.LogSizes[attempts[0].ID], len(out))
+	}
+
+	// Setting the progress of every attempt in one batch.
+	progress := make([]store.AttemptProgress, n)
+	for i, a := range attempts {
+		a.Progress = fmt.Sprintf("step %d/%d", i, n)
+		progress[i] = store.AttemptProgress{AttemptID: a.ID, Progress: a.Progress}
+	}
+	write(t, s, &store.Batch{Progress: progress})
+	checkEqual(t, "Attempts(last job) after progress", getAttempts(t, s, jobs[n-1].ID), []*berth.Attempt{attempts[n-1]})
+	a = loadActive(t, s)
+	sortByID(a.Attempts, func(x *berth.Attempt) string { return x.ID })
+	checkEqual(t, "Active.Attempts after progress", a.Attempts, attempts)
+
+	// Updating every job in one batch.
+	updates := make([]store.JobUpdate, n)
+	for i, j := range jobs {
+		updates[i] = store.JobUpdate{ID: j.ID, State: berth.JobSucceeded, ExitCode: intPtr(0), Attempts: 1,
+			StartedAt: j.StartedAt, FinishedAt: base.Add(time.Hour + time.Duration(i))}
+		apply(j, updates[i])
+	}
+	write(t, s, &store.Batch{JobUpdates: updates})
+	checkEqual(t, "Jobs({}) after updates", listJobs(t, s, store.JobFilter{}), want)
+}
+
+func testConcurrent(t *testing.T, s store.Store) {
+	const writers, batches, perBatch, readers, reads = 4, 10, 5, 3, 10
+	ctx := t.Context()
+	var ids idSource
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for range batches {
+				b := &store.Batch{}
+				for range perBatch {
+					b.Jobs = append(b.Jobs, newJob(ids.next(), fmt.Sprint("q", w), "alice", berth.JobPending))
+				}
+				if err := s.Write(ctx, b); err != nil {
+					t.Errorf("Write: %v", err)
+					return
+				}
+			}
+		})
+	}
+	for range readers {
+		wg.Go(func() {
+			for range reads {
+				// Each batch is seen whole or not at all.
+				jobs, err := s.Jobs(ctx, store.JobFilter{})
+				if err != nil {
+					t.Errorf("Jobs: %v", err)
+					return
+				}
+				if len(jobs)%perBatch != 0 {
+					t.Errorf("Jobs saw %d jobs, not a whole number of %d-job batches", len(jobs), perBatch)
+				}
+				a, err := s.LoadActive(ctx)
+				if err != nil {
+					t.Errorf("LoadActive: %v", err)
+					return
+				}
+				if len(a.Jobs)%perBatch != 0 {
+					t.Errorf("LoadActive saw %d jobs, not a whole number of %d-job batches", len(a.Jobs), perBatch)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	jobs := listJobs(t, s, store.JobFilter{})
+	if len(jobs) != writers*batches*perBatch {
+		t.Fatalf("Jobs has %d jobs, want %d", len(jobs), writers*batches*perBatch)
+	}
+	for w := range writers {
+		if got := listJobs(t, s, store.JobFilter{Queue: fmt.Sprint("q", w)}); len(got) != batches*perBatch {
+			t.Errorf("queue q%d has %d jobs, want %d", w, len(got), batches*perBatch)
+		}
+	}
+}
