@@ -61,7 +61,7 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 		}
 		return Invalidf(field, "must be %s", kindOf(typeErr.Type))
 	case errors.As(err, &syntaxErr):
-		return Invalidf("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
+		return Invalidf("", "malformed JSON at byte %d", syntaxErr.Offset).WithCause(err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		// encoding/json names the key alone (with %q), not where it is.
 		key, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
@@ -73,7 +73,7 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 	case errors.Is(err, io.EOF):
 		return Invalidf("", "empty; want a JSON object")
 	}
-	return Invalidf("", "%v", err)
+	return &Error{Code: ECodeInvalid, Err: err}
 }
 
 var unmarshaler = reflect.TypeFor[json.Unmarshaler]()

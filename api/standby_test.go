@@ -51,7 +51,7 @@ func TestStandbyReadsAndForwards(t *testing.T) {
 		{"no leader", "", "POST", "/api/v1/jobs", "", http.StatusServiceUnavailable},
 		{"leader unreachable", dead.URL, "GET", "/api/v1/workers", "", http.StatusServiceUnavailable},
 	} {
-		h := api.Standby(st, func(context.Context) (string, error) { return c.lead, nil }, "http://standby", sec)
+		h := api.Standby(st, func(context.Context) (string, error) { return c.lead, nil }, "http://standby", sec, nil)
 		req := httptest.NewRequest(c.method, c.path, nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		if c.header != "" {

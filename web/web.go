@@ -10,7 +10,6 @@ package web
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -253,14 +252,9 @@ func (h *Handler) page(name, navName string, allow func(auth.Identity) bool, fn 
 		}
 		tpl := h.pages[name]
 		if err != nil {
-			v.Status = api.Status(berth.ErrorCode(err))
-			var be *berth.Error
-			if errors.As(err, &be) {
-				v.Error = be.Error()
-			} else {
-				h.cfg.Log.Error("dashboard page", "path", r.URL.Path, "err", err)
-				v.Error = err.Error()
-			}
+			pub := api.PublicError(r, err) // logs an internal error with the request id
+			v.Status = api.Status(pub.Code)
+			v.Error = pub.Error()
 			v.Title = http.StatusText(v.Status)
 			tpl = h.pages["error"]
 		}

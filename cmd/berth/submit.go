@@ -51,11 +51,11 @@ func loadJobFile(path string, stdin io.Reader, req *berth.SubmitRequest) error {
 		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return berth.Invalidf("-f", "%v", err)
+		return &berth.Error{Code: berth.ECodeInvalid, Field: "-f", Err: err}
 	}
 	if err := berth.DecodeYAML(data, req); err != nil {
 		e := err.(*berth.Error)
-		return berth.Invalidf(cmp.Or(e.Field, "-f"), "in %s: %s", path, e.Message)
+		return berth.Invalidf(cmp.Or(e.Field, "-f"), "in %s: %s", path, e.Text())
 	}
 	return nil
 }
@@ -187,7 +187,7 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 		if set[sz.flag] {
 			b, err := berth.ParseBytes(sz.val)
 			if err != nil {
-				return berth.Invalidf("--"+sz.flag, "%v", err)
+				return &berth.Error{Code: berth.ECodeInvalid, Field: "--" + sz.flag, Err: err}
 			}
 			*sz.dst = b
 		}
