@@ -262,7 +262,7 @@ func (h *Handler) page(name, navName string, allow func(auth.Identity) bool, fn 
 			lock := arbiter.NewLock(h.cfg.Store)
 			lock.Now = h.cfg.Now
 			if v.Lock, err = lock.Status(r.Context()); err != nil {
-				v.LockError = err.Error()
+				v.LockError = api.PublicError(r, err).Text() // a store failure is logged, not shown
 			}
 		}
 		h.render(w, r, tpl, v)
