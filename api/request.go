@@ -32,21 +32,17 @@ func (s *Server) tag(w http.ResponseWriter, r *http.Request) *http.Request {
 	return r.WithContext(ctx)
 }
 
-// RequestID returns the id the Server gave r (the dashboard's pages use
-// it); "" for a request it did not serve.
-func RequestID(r *http.Request) string {
-	req, _ := r.Context().Value(requestKey{}).(request)
-	return req.id
+// requestOf returns what tag attached to r: its id and its logger; for a
+// request the Server did not serve, no id and a logger that discards.
+func requestOf(r *http.Request) request {
+	if req, ok := r.Context().Value(requestKey{}).(request); ok {
+		return req
+	}
+	return request{log: slog.New(slog.DiscardHandler)}
 }
 
-// requestLog returns the logger for r, naming its request id; a logger
-// that discards for a request the Server did not serve.
-func requestLog(r *http.Request) *slog.Logger {
-	if req, ok := r.Context().Value(requestKey{}).(request); ok {
-		return req.log
-	}
-	return slog.New(slog.DiscardHandler)
-}
+// requestLog returns the logger for r, naming its request id.
+func requestLog(r *http.Request) *slog.Logger { return requestOf(r).log }
 
 // PublicError returns what the client making r is told of err, and logs
 // what it is not told. An error whose status is below 500 is err's
@@ -73,8 +69,12 @@ func PublicError(r *http.Request, err error) *berth.Error {
 		requestLog(r).Warn("unavailable", "method", r.Method, "path", r.URL.Path, "err", err)
 		return &berth.Error{Code: e.Code, Message: cmp.Or(e.Message, "service unavailable"), Field: e.Field}
 	}
-	requestLog(r).Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
-	return berth.Errorf(berth.ECodeInternal, "internal error (request %s)", RequestID(r))
+	req := requestOf(r)
+	req.log.Error("internal error", "method", r.Method, "path", r.URL.Path, "err", err)
+	if req.id == "" {
+		return berth.Errorf(berth.ECodeInternal, "internal error")
+	}
+	return berth.Errorf(berth.ECodeInternal, "internal error (request %s)", req.id)
 }
 
 // writeError answers r with err as PublicError says, with the status its
