@@ -100,6 +100,12 @@ func (r *WaitResult) Add(id string, st JobState) {
 // (empty when it knows no leader), for clients and agents to fail over to.
 const LeaderHeader = "Berth-Leader"
 
+// RequestIDHeader names the id a server gives each HTTP request it answers,
+// sent on every answer: the id its log lines for that request carry, and
+// the one a 500's message names. The server always makes its own; one a
+// client sends is ignored.
+const RequestIDHeader = "Berth-Request-Id"
+
 // ErrorBody is the body of every error response.
 type ErrorBody struct {
 	Error *Error `json:"error"`

@@ -22,19 +22,48 @@ const (
 )
 
 // Error is the one error type users see. Field names the offending input
-// field (JSON name) when there is one.
+// field (JSON name) when there is one. Err, when set, is the cause, in the
+// manner of Litestream's LTXError: Error's text ends with it, errors.Is and
+// errors.As see through to it (Unwrap), and Message is the context before
+// it ("" when the cause says it all). Err is not encoded: the api package
+// sends Text as the message of a 4xx answer, and only Message for a 5xx,
+// logging the cause.
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Field   string `json:"field,omitempty"`
+	Err     error  `json:"-"`
 }
 
-// Error returns "field: message" or just the message.
+// Error returns "field: message: cause", leaving out the parts that are
+// empty.
 func (e *Error) Error() string {
 	if e.Field != "" {
-		return e.Field + ": " + e.Message
+		return e.Field + ": " + e.Text()
 	}
-	return e.Message
+	return e.Text()
+}
+
+// Text returns the message and the cause's text after it ("read: unexpected
+// EOF"), or whichever of the two there is: the error without its field.
+func (e *Error) Text() string {
+	switch {
+	case e.Err == nil:
+		return e.Message
+	case e.Message == "":
+		return e.Err.Error()
+	}
+	return e.Message + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause, nil when there is none.
+func (e *Error) Unwrap() error { return e.Err }
+
+// WithCause sets e's cause to err and returns e, for chaining onto Errorf
+// and Invalidf: Invalidf("body", "read").WithCause(err).
+func (e *Error) WithCause(err error) *Error {
+	e.Err = err
+	return e
 }
 
 // Errorf returns an *Error with the given code and a formatted message.

@@ -6,7 +6,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -48,6 +47,7 @@ type Server struct {
 	// DefaultEventKeepalive.
 	EventKeepalive time.Duration
 
+	ids   berth.IDGen // request ids
 	ctl   *controller.Controller
 	store Store
 	reads reader // the controller; a standby's store
@@ -117,7 +117,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, berth.Errorf(berth.ECodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return s
 }
@@ -138,10 +138,11 @@ func (s *Server) readRoutes() {
 	s.route("GET /api/v1/quotas", readsCluster, jobReader, s.listQuotas)
 }
 
-// ServeHTTP authenticates and routes the request: the API, or, for other
-// paths, the dashboard (Web). /healthz, the sign-in page and the
-// dashboard's static files need no authentication.
+// ServeHTTP gives the request its id (tag), authenticates it and routes
+// it: the API, or, for other paths, the dashboard (Web). /healthz, the
+// sign-in page and the dashboard's static files need no authentication.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	r = s.tag(w, r)
 	path := r.URL.Path
 	page := s.Web != nil && !strings.HasPrefix(path, "/api/") && path != "/metrics" && path != "/healthz"
 	switch {
@@ -184,18 +185,6 @@ func Status(code string) int {
 	return http.StatusInternalServerError
 }
 
-func writeError(w http.ResponseWriter, err error) {
-	var e *berth.Error
-	if !errors.As(err, &e) {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			e = berth.Errorf(berth.ECodeUnavailable, "request cancelled")
-		} else {
-			e = berth.Errorf(berth.ECodeInternal, "internal error: %v", err)
-		}
-	}
-	writeJSON(w, Status(e.Code), berth.ErrorBody{Error: e})
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -208,7 +197,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func decode(r *http.Request, v any) error {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
-		return berth.Invalidf("body", "read: %v", err)
+		return berth.Invalidf("body", "read").WithCause(err)
 	}
 	if len(body) > MaxBody {
 		return berth.Invalidf("body", "larger than %d bytes", MaxBody)
@@ -224,7 +213,7 @@ func decode(r *http.Request, v any) error {
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 	if err := s.ctl.Err(); err != nil {
-		writeError(w, berth.Errorf(berth.ECodeUnavailable, "store failed: %v", err))
+		writeError(w, r, berth.Errorf(berth.ECodeUnavailable, "store unavailable").WithCause(err))
 		return
 	}
 	body := map[string]string{"status": "ok"}
@@ -244,12 +233,12 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		err = submitter(identity(r), &req)
 	}
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	sub, err := s.ctl.SubmitFull(r.Context(), &req)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	jobs, warnings := sub.Jobs, sub.Warnings
@@ -301,13 +290,13 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	before, err := berth.ParseCursor(q.Get("cursor"))
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	f := store.JobFilter{Queue: q.Get("queue"), User: q.Get("user"), Parent: q.Get("parent"), Before: before, Limit: 100}
 	if who := identity(r); !who.SeesAllJobs() {
 		if f.User != "" && f.User != who.Name {
-			writeError(w, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only list its own jobs", who.Name, who.Role))
+			writeError(w, r, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only list its own jobs", who.Name, who.Role))
 			return
 		}
 		f.User = who.Name
@@ -316,14 +305,14 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		for _, name := range strings.Split(v, ",") {
 			st, err := berth.ParseJobState(name)
 			if err != nil {
-				writeError(w, err)
+				writeError(w, r, err)
 				return
 			}
 			f.States = append(f.States, st)
 		}
 	}
 	if f.Limit, err = wholeQuery(r, "limit", f.Limit, "0 for all"); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	want := f.Limit
@@ -332,7 +321,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	jobs, err := s.reads.Jobs(r.Context(), f)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	out := berth.JobList{Jobs: jobs}
@@ -349,7 +338,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 	j, err := s.ownJob(r, r.PathValue("id"), false)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, j)
@@ -357,12 +346,12 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) cancel(w http.ResponseWriter, r *http.Request) {
 	if _, err := s.ownJob(r, r.PathValue("id"), true); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	j, err := s.ctl.Cancel(r.Context(), r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, j)
@@ -375,19 +364,19 @@ func (s *Server) cancelMatching(w http.ResponseWriter, r *http.Request) {
 		err = req.Validate() // before a user's own name is added as a filter
 	}
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if who := identity(r); !who.ActsOnAllJobs() {
 		if req.User != "" && req.User != who.Name {
-			writeError(w, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only cancel its own jobs", who.Name, who.Role))
+			writeError(w, r, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only cancel its own jobs", who.Name, who.Role))
 			return
 		}
 		req.User = who.Name
 	}
 	jobs, err := s.ctl.CancelMatching(r.Context(), req)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, berth.JobList{Jobs: jobs})
@@ -396,11 +385,11 @@ func (s *Server) cancelMatching(w http.ResponseWriter, r *http.Request) {
 func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	var req berth.WaitRequest
 	if err := decode(r, &req); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if len(req.IDs) == 0 && !req.All {
-		writeError(w, berth.Invalidf("ids", "name at least one job id, or set all"))
+		writeError(w, r, berth.Invalidf("ids", "name at least one job id, or set all"))
 		return
 	}
 	var user string // whose jobs all covers: every user's, or the caller's own
@@ -408,7 +397,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 		user = who.Name
 		for _, id := range req.IDs {
 			if _, err := s.ownJob(r, id, false); err != nil && berth.ErrorCode(err) != berth.ECodeNotFound {
-				writeError(w, err)
+				writeError(w, r, err)
 				return
 			}
 		}
@@ -421,7 +410,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := s.ctl.Wait(ctx, req.IDs, req.All, user)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
@@ -430,7 +419,7 @@ func (s *Server) wait(w http.ResponseWriter, r *http.Request) {
 func (s *Server) workers(w http.ResponseWriter, r *http.Request) {
 	list, err := s.ctl.Workers(r.Context())
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if list == nil {
@@ -465,5 +454,5 @@ func (s *Server) agent(w http.ResponseWriter, r *http.Request) {
 	}
 	c.SetReadLimit(4 << 20)
 	err = s.ctl.ServeAgent(r.Context(), wsConn{c}, identity(r).Worker)
-	s.log.Info("agent session ended", "remote", r.RemoteAddr, "err", err)
+	requestLog(r).Info("agent session ended", "remote", r.RemoteAddr, "err", err)
 }

@@ -11,12 +11,12 @@ import (
 func (s *Server) putControl(w http.ResponseWriter, r *http.Request) {
 	host := r.PathValue("host")
 	if err := berth.ValidHost("host", host); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	var req berth.ControlRequest
 	if err := decode(r, &req); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if req.RequestedBy == "" {
@@ -24,7 +24,7 @@ func (s *Server) putControl(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := s.ctl.SetWorkerControl(r.Context(), host, req)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -33,7 +33,7 @@ func (s *Server) putControl(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getControl(w http.ResponseWriter, r *http.Request) {
 	list, err := s.ctl.WorkerControls(r.Context(), r.PathValue("host"))
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, berth.ControlList{Controls: list})

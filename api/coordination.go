@@ -68,7 +68,7 @@ func (b *swapLockBody) ttl() (time.Duration, error) {
 func (s *Server) getSwapLock(w http.ResponseWriter, r *http.Request) {
 	st, err := s.swapLock().Status(r.Context())
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -82,12 +82,12 @@ func (s *Server) getSwapLock(w http.ResponseWriter, r *http.Request) {
 func (s *Server) acquireSwapLock(w http.ResponseWriter, r *http.Request) {
 	var body swapLockBody
 	if err := decode(r, &body); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	ttl, err := body.ttl()
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	token := swapLockToken(r)
@@ -96,7 +96,7 @@ func (s *Server) acquireSwapLock(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := s.sec.record(r, "swap_lock.acquire", "swap_lock", map[string]string{"holder": body.Holder,
 		"note": body.Note, "ttl": ttl.String()}); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	st, err := s.swapLock().Acquire(r.Context(), body.Holder, body.Note, ttl, token)
@@ -105,7 +105,7 @@ func (s *Server) acquireSwapLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
@@ -129,16 +129,16 @@ func writeHeld(w http.ResponseWriter, st berth.SwapLockState, err error) {
 func (s *Server) releaseSwapLock(w http.ResponseWriter, r *http.Request) {
 	force, err := boolQuery(r, "force")
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if err := s.sec.record(r, "swap_lock.release", "swap_lock", map[string]string{"force": strconv.FormatBool(force)}); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	released, err := s.swapLock().Release(r.Context(), swapLockToken(r), force)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, berth.SwapLockRelease{Held: false, Released: released})
@@ -149,7 +149,7 @@ func (s *Server) releaseSwapLock(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 	list, err := s.scheduleRegistry().List(r.Context())
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	// Everyone sees what is scheduled; a job's spec (its command and env)
@@ -179,7 +179,7 @@ func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	detail := map[string]string{"name": req.Name, "cron": req.Cron}
@@ -187,12 +187,12 @@ func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 		detail["job_user"] = req.Job.User
 	}
 	if err := s.sec.record(r, "schedule.set", "schedule/"+req.ID, detail); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	sc, err := s.scheduleRegistry().Put(r.Context(), req)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sc)
@@ -206,7 +206,7 @@ func decodeScheduleRequest(r *http.Request) (berth.ScheduleRequest, error) {
 	var req berth.ScheduleRequest
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
-		return req, berth.Invalidf("body", "read: %v", err)
+		return req, berth.Invalidf("body", "read").WithCause(err)
 	}
 	var keys map[string]json.RawMessage
 	if json.Unmarshal(body, &keys) == nil { // else decode says what is wrong
@@ -226,7 +226,7 @@ func decodeScheduleRequest(r *http.Request) (berth.ScheduleRequest, error) {
 func jobField(err error) error {
 	var e *berth.Error
 	if errors.As(err, &e) && e.Field != "" {
-		return &berth.Error{Code: e.Code, Field: "job." + e.Field, Message: e.Message}
+		return &berth.Error{Code: e.Code, Field: "job." + e.Field, Message: e.Message, Err: e.Err}
 	}
 	return err
 }
@@ -235,11 +235,11 @@ func jobField(err error) error {
 // 404 when no entry has that id.
 func (s *Server) deleteSchedule(w http.ResponseWriter, r *http.Request) {
 	if err := s.sec.record(r, "schedule.deleted", "schedule/"+r.PathValue("id"), nil); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if err := s.scheduleRegistry().Delete(r.Context(), r.PathValue("id")); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, berth.ScheduleDeleted{Deleted: true})

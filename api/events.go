@@ -26,13 +26,13 @@ const DefaultEventKeepalive = 15 * time.Second
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		writeError(w, berth.Errorf(berth.ECodeInternal, "streaming unsupported"))
+		writeError(w, r, berth.Errorf(berth.ECodeInternal, "streaming unsupported"))
 		return
 	}
 	last := s.ctl.Bus().Last()
 	after, err := eventPosition(r, last)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")

@@ -25,33 +25,33 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	follow, err := boolQuery(r, "follow")
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	download, err := boolQuery(r, "download")
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	only, err := wholeQuery(r, "attempt", 0, "1 for the first attempt, 0 for all")
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	skip, err := wholeQuery(r, "offset", 0, "bytes of the output to skip")
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	ctx := r.Context()
 	st := s.store
 	j, err := s.ownJob(r, id, false)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if made := placements(j.AttemptList); only > 0 && only > made[len(made)-1] && (!follow || j.State.Terminal()) {
-		writeError(w, berth.Errorf(berth.ECodeNotFound, "job %s has no attempt %d (it has %d)", id, only, made[len(made)-1]))
+		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "job %s has no attempt %d (it has %d)", id, only, made[len(made)-1]))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

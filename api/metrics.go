@@ -21,7 +21,7 @@ import (
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	m, err := s.ctl.Metrics(r.Context())
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -9,7 +9,7 @@ import (
 func (s *Server) listQuotas(w http.ResponseWriter, r *http.Request) {
 	list, err := s.reads.Quotas(r.Context())
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if list == nil {
@@ -25,26 +25,26 @@ func (s *Server) listQuotas(w http.ResponseWriter, r *http.Request) {
 func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
 	scope, name, err := berth.ParseQuotaID(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	q := berth.DefaultQuotaRule()
 	q.Scope, q.Name = scope, name
 	if err := decode(r, &q); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if q.Scope != scope {
-		writeError(w, berth.Invalidf("scope", "%q differs from the rule id's scope %q", q.Scope, scope))
+		writeError(w, r, berth.Invalidf("scope", "%q differs from the rule id's scope %q", q.Scope, scope))
 		return
 	}
 	if q.Name != name {
-		writeError(w, berth.Invalidf("name", "%q differs from the rule id's name %q", q.Name, name))
+		writeError(w, r, berth.Invalidf("name", "%q differs from the rule id's name %q", q.Name, name))
 		return
 	}
 	rule, created, err := s.ctl.SetQuota(r.Context(), q)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	status := http.StatusOK
@@ -56,7 +56,7 @@ func (s *Server) putQuota(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteQuota(w http.ResponseWriter, r *http.Request) {
 	if err := s.ctl.DeleteQuota(r.Context(), r.PathValue("id")); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

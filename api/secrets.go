@@ -12,12 +12,12 @@ const maxSecretSize = 64 << 10
 func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 	var req berth.SecretRequest
 	if err := decode(r, &req); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	owner, err := secretOwner(r, req.Owner)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	switch {
@@ -27,7 +27,7 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 		err = berth.Invalidf("value", "must be at most %d bytes", maxSecretSize)
 	}
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	name := r.PathValue("name")
@@ -35,7 +35,7 @@ func (s *Server) putSecret(w http.ResponseWriter, r *http.Request) {
 		return s.sec.record(r, "secret.set", "secret/"+owner+"/"+name, nil)
 	})
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sec)
@@ -48,7 +48,7 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 	} else {
 		var err error
 		if owner, err = secretOwner(r, owner); err != nil {
-			writeError(w, err)
+			writeError(w, r, err)
 			return
 		}
 	}
@@ -58,14 +58,14 @@ func (s *Server) listSecrets(w http.ResponseWriter, r *http.Request) {
 func (s *Server) deleteSecret(w http.ResponseWriter, r *http.Request) {
 	owner, err := secretOwner(r, r.URL.Query().Get("owner"))
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	name := r.PathValue("name")
 	if err := s.sec.Secrets.Delete(r.Context(), owner, name, func() error {
 		return s.sec.record(r, "secret.deleted", "secret/"+owner+"/"+name, nil)
 	}); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -64,17 +64,17 @@ func (sec *Security) admit(w http.ResponseWriter, r *http.Request, page bool) *h
 		// Refusals count against the client's address, so that guessing
 		// tokens is throttled too.
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
-		if !sec.allow(w, "refused:"+host) {
+		if !sec.allow(w, r, "refused:"+host) {
 			return nil
 		}
 		if page && r.Method == http.MethodGet && berth.ErrorCode(err) == berth.ECodeUnauthorized {
 			http.Redirect(w, r, LoginPath+"?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return nil
 		}
-		writeError(w, err)
+		writeError(w, r, err)
 		return nil
 	}
-	if !sec.allow(w, id.Via+":"+id.Name) {
+	if !sec.allow(w, r, id.Via+":"+id.Name) {
 		return nil
 	}
 	ctx := context.WithValue(r.Context(), identityKey{}, id)
@@ -83,14 +83,14 @@ func (sec *Security) admit(w http.ResponseWriter, r *http.Request, page bool) *h
 
 // allow takes one request from key's rate limit; past it, it answers 429
 // with Retry-After and returns false.
-func (sec *Security) allow(w http.ResponseWriter, key string) bool {
+func (sec *Security) allow(w http.ResponseWriter, r *http.Request, key string) bool {
 	if sec.Limiter == nil {
 		return true
 	}
 	ok, after := sec.Limiter.Allow(key)
 	if !ok {
 		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(after.Seconds()+0.999))))
-		writeError(w, berth.Errorf(berth.ECodeTooMany, "rate limit exceeded; retry after %v", after.Round(time.Millisecond)))
+		writeError(w, r, berth.Errorf(berth.ECodeTooMany, "rate limit exceeded; retry after %v", after.Round(time.Millisecond)))
 	}
 	return ok
 }
@@ -120,7 +120,7 @@ func speaksAgent(id auth.Identity) bool {
 func (s *Server) route(pattern string, allow func(auth.Identity) bool, need string, h http.HandlerFunc) {
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		if id := identity(r); !allow(id) {
-			writeError(w, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may not %s %s: that needs %s",
+			writeError(w, r, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may not %s %s: that needs %s",
 				id.Name, id.Role, r.Method, r.URL.Path, need))
 			return
 		}

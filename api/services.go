@@ -10,7 +10,7 @@ import (
 func (s *Server) services(w http.ResponseWriter, r *http.Request) {
 	list, err := s.ctl.Services(r.Context())
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if who := identity(r); !who.SeesAllJobs() {
@@ -25,7 +25,7 @@ func (s *Server) services(w http.ResponseWriter, r *http.Request) {
 func (s *Server) endpoints(w http.ResponseWriter, r *http.Request) {
 	list, err := s.ctl.Endpoints(r.Context())
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if who := identity(r); !who.SeesAllJobs() {

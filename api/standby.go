@@ -43,14 +43,19 @@ func (r storeReads) Job(ctx context.Context, id string) (*berth.JobDetail, error
 // berth.LeaderHeader. leader returns the leader's URL ("" when none is
 // known); self is this server's URL. Requests are admitted as by New
 // before they are answered or forwarded; a forwarded request carries
-// X-Forwarded-For, so the leader admits it by its token only.
-func Standby(st store.JobReader, leader func(context.Context) (string, error), self string, sec *Security) http.Handler {
-	s := &Server{reads: storeReads{st}, sec: sec, log: slog.New(slog.DiscardHandler), mux: http.NewServeMux()}
+// X-Forwarded-For, so the leader admits it by its token only. Each answer
+// carries a request id as New's do; a forwarded one, the leader's. log
+// gets what PublicError logs (nil: discarded).
+func Standby(st store.JobReader, leader func(context.Context) (string, error), self string, sec *Security, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{reads: storeReads{st}, sec: sec, log: log, mux: http.NewServeMux()}
 	s.readRoutes()
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		lead, err := leader(r.Context())
 		if err != nil {
-			writeError(w, berth.Errorf(berth.ECodeUnavailable, "this server is a standby and cannot read who leads: %v", err))
+			writeError(w, r, berth.Errorf(berth.ECodeUnavailable, "this server is a standby and cannot read who leads").WithCause(err))
 			return
 		}
 		if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
@@ -59,7 +64,7 @@ func Standby(st store.JobReader, leader func(context.Context) (string, error), s
 		}
 		target, perr := url.Parse(lead)
 		if lead == "" || lead == self || perr != nil || r.URL.Path == "/api/v1/agent" || r.Header.Get(forwardedHeader) != "" {
-			unavailable(w, lead)
+			unavailable(w, r, lead)
 			return
 		}
 		proxy := &httputil.ReverseProxy{
@@ -69,7 +74,16 @@ func Standby(st store.JobReader, leader func(context.Context) (string, error), s
 				pr.Out.Header.Set(forwardedHeader, self)
 			},
 			FlushInterval: -1, // logs -f and events stream as they come
-			ErrorHandler:  func(w http.ResponseWriter, _ *http.Request, _ error) { unavailable(w, lead) },
+			ModifyResponse: func(resp *http.Response) error {
+				if resp.Header.Get(berth.RequestIDHeader) != "" {
+					w.Header().Del(berth.RequestIDHeader) // the leader's id names its log lines
+				}
+				return nil
+			},
+			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+				requestLog(r).Warn("forward to the leader", "leader", lead, "err", err)
+				unavailable(w, r, lead)
+			},
 		}
 		proxy.ServeHTTP(w, r)
 	})
@@ -77,11 +91,11 @@ func Standby(st store.JobReader, leader func(context.Context) (string, error), s
 }
 
 // unavailable answers 503 naming the leader, for the client to go there.
-func unavailable(w http.ResponseWriter, lead string) {
+func unavailable(w http.ResponseWriter, r *http.Request, lead string) {
 	w.Header().Set(berth.LeaderHeader, lead)
 	msg := "this server is a standby; no server leads yet"
 	if lead != "" {
 		msg = "this server is a standby; the leader is " + lead
 	}
-	writeError(w, berth.Errorf(berth.ECodeUnavailable, "%s", msg))
+	writeError(w, r, berth.Errorf(berth.ECodeUnavailable, "%s", msg))
 }

@@ -16,14 +16,20 @@ import (
 	"github.com/berth-dev/berth/sqlite"
 )
 
+// leaderRequestID is the request id the leader of TestStandbyReadsAndForwards
+// answers with.
+const leaderRequestID = "01LEADER000000000000000000"
+
 // TestStandbyReadsAndForwards checks what a standby answers itself (reads,
-// from the store), forwards to the leader, and refuses with 503.
+// from the store), forwards to the leader, and refuses with 503; each
+// answer has one request id, a forwarded one the leader's.
 func TestStandbyReadsAndForwards(t *testing.T) {
 	t.Parallel()
 	var got []string
 	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = append(got, r.Method+" "+r.URL.RequestURI()+" by "+r.Header.Get("Berth-Forwarded-By"))
 		body, _ := io.ReadAll(r.Body)
+		w.Header().Set(berth.RequestIDHeader, leaderRequestID)
 		w.Write(body)
 	}))
 	defer leader.Close()
@@ -51,7 +57,7 @@ func TestStandbyReadsAndForwards(t *testing.T) {
 		{"no leader", "", "POST", "/api/v1/jobs", "", http.StatusServiceUnavailable},
 		{"leader unreachable", dead.URL, "GET", "/api/v1/workers", "", http.StatusServiceUnavailable},
 	} {
-		h := api.Standby(st, func(context.Context) (string, error) { return c.lead, nil }, "http://standby", sec)
+		h := api.Standby(st, func(context.Context) (string, error) { return c.lead, nil }, "http://standby", sec, nil)
 		req := httptest.NewRequest(c.method, c.path, nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		if c.header != "" {
@@ -62,6 +68,10 @@ func TestStandbyReadsAndForwards(t *testing.T) {
 		if rec.Code != c.want {
 			t.Errorf("%s: status %d, want %d: %s", c.name, rec.Code, c.want, rec.Body)
 			continue
+		}
+		ids := rec.Header().Values(berth.RequestIDHeader)
+		if len(ids) != 1 || len(ids[0]) != 26 || (c.name == "forwarded") != (ids[0] == leaderRequestID) {
+			t.Errorf("%s: request ids %q, want one, the leader's (%s) if forwarded", c.name, ids, leaderRequestID)
 		}
 		if c.want == http.StatusServiceUnavailable {
 			var body berth.ErrorBody

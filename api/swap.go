@@ -13,27 +13,27 @@ import (
 
 func (s *Server) startSwap(w http.ResponseWriter, r *http.Request) {
 	if s.Swapper == nil {
-		writeError(w, berth.Errorf(berth.ECodeNotFound, "no model catalog: start the server with --catalog FILE"))
+		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no model catalog: start the server with --catalog FILE"))
 		return
 	}
 	var req berth.SwapRequest
 	if err := decode(r, &req); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if req.ModelKey == "" {
-		writeError(w, berth.Invalidf("model_key", "required: a key of the model catalog"))
+		writeError(w, r, berth.Invalidf("model_key", "required: a key of the model catalog"))
 		return
 	}
 	if !req.DryRun {
 		if err := s.sec.record(r, "swap.requested", "swap/"+req.ModelKey, map[string]string{"model_key": req.ModelKey}); err != nil {
-			writeError(w, err)
+			writeError(w, r, err)
 			return
 		}
 	}
 	sw, err := s.Swapper.Start(r.Context(), req.ModelKey, swapLockToken(r), identity(r).Name, req.DryRun)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	status := http.StatusAccepted
@@ -45,12 +45,12 @@ func (s *Server) startSwap(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getSwap(w http.ResponseWriter, r *http.Request) {
 	if s.Swapper == nil {
-		writeError(w, berth.Errorf(berth.ECodeNotFound, "no model catalog: start the server with --catalog FILE"))
+		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no model catalog: start the server with --catalog FILE"))
 		return
 	}
 	sw, err := s.Swapper.Get(r.PathValue("id"))
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, sw)
@@ -58,12 +58,12 @@ func (s *Server) getSwap(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) validateSwap(w http.ResponseWriter, r *http.Request) {
 	if s.Swapper == nil {
-		writeError(w, berth.Errorf(berth.ECodeNotFound, "no model catalog: start the server with --catalog FILE"))
+		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no model catalog: start the server with --catalog FILE"))
 		return
 	}
 	v, err := s.Swapper.Validate(r.Context(), r.PathValue("key"))
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, v)
@@ -79,21 +79,21 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) putCatalogModel(w http.ResponseWriter, r *http.Request) {
 	if s.Swapper == nil {
-		writeError(w, berth.Errorf(berth.ECodeNotFound, "no model catalog on this server"))
+		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no model catalog on this server"))
 		return
 	}
 	var m berth.CatalogModel
 	if err := decode(r, &m); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	key := r.PathValue("key")
 	if err := s.sec.record(r, "catalog.model_set", "catalog/"+key, map[string]string{"pool": m.Pool, "template": m.Template}); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if err := s.Swapper.Catalog.Put(key, m); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"model_key": key, "model": m})
@@ -101,16 +101,16 @@ func (s *Server) putCatalogModel(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) deleteCatalogModel(w http.ResponseWriter, r *http.Request) {
 	if s.Swapper == nil {
-		writeError(w, berth.Errorf(berth.ECodeNotFound, "no model catalog on this server"))
+		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no model catalog on this server"))
 		return
 	}
 	key := r.PathValue("key")
 	if err := s.sec.record(r, "catalog.model_deleted", "catalog/"+key, nil); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if err := s.Swapper.Catalog.Delete(key); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -14,20 +14,20 @@ const maxTokenTTL = 10 * 365 * 24 * time.Hour
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 	var req berth.TokenRequest
 	if err := decode(r, &req); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if !validIdentityName(req.Name) {
-		writeError(w, berth.Invalidf("name", "%q: must be 1–64 letters, digits or ._@-", req.Name))
+		writeError(w, r, berth.Invalidf("name", "%q: must be 1–64 letters, digits or ._@-", req.Name))
 		return
 	}
 	role, err := auth.ParseRole(req.Role)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if req.TTL < 0 || time.Duration(req.TTL) > maxTokenTTL {
-		writeError(w, berth.Invalidf("ttl", "must be between 0 (never expires) and 10 years"))
+		writeError(w, r, berth.Invalidf("ttl", "must be between 0 (never expires) and 10 years"))
 		return
 	}
 	s.issue(w, r, req.Name, role, "", time.Duration(req.TTL), "token.created")
@@ -49,7 +49,7 @@ func (s *Server) issue(w http.ResponseWriter, r *http.Request, name string, role
 			return s.sec.record(r, action, "token/"+t.ID, fields)
 		})
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, tok)
@@ -65,7 +65,7 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 		return s.sec.record(r, "token.revoked", "token/"+t.ID, map[string]string{"name": t.Name, "role": t.Role})
 	})
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, tok)
@@ -76,11 +76,11 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request) {
 func (s *Server) join(w http.ResponseWriter, r *http.Request) {
 	var req berth.JoinRequest
 	if err := decode(r, &req); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if err := berth.ValidHost("host", req.Host); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	s.issue(w, r, req.Host, auth.RoleAgent, req.Host, 0, "agent.joined")

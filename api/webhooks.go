@@ -19,9 +19,9 @@ const defaultDeliveries = 100
 
 // webhooksEnabled reports whether the server has a webhook dispatcher,
 // writing 404 when it has none.
-func (s *Server) webhooksEnabled(w http.ResponseWriter) bool {
+func (s *Server) webhooksEnabled(w http.ResponseWriter, r *http.Request) bool {
 	if s.Webhooks == nil {
-		writeError(w, berth.Errorf(berth.ECodeNotFound, "webhooks are not enabled"))
+		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "webhooks are not enabled"))
 		return false
 	}
 	return true
@@ -30,19 +30,19 @@ func (s *Server) webhooksEnabled(w http.ResponseWriter) bool {
 // createWebhook answers POST /api/v1/webhooks: 201 with the webhook
 // (secret_set, never the secret); 400 naming the field for bad input.
 func (s *Server) createWebhook(w http.ResponseWriter, r *http.Request) {
-	if !s.webhooksEnabled(w) {
+	if !s.webhooksEnabled(w, r) {
 		return
 	}
 	var req berth.WebhookRequest
 	if err := decode(r, &req); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	hook, err := s.Webhooks.Create(r.Context(), req, identity(r).Name, func(h *berth.Webhook) error {
 		return s.sec.record(r, "webhook.created", "webhook/"+h.ID, webhookFields(h))
 	})
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, hook)
@@ -69,12 +69,12 @@ func webhookFields(h *berth.Webhook) map[string]string {
 // listWebhooks answers GET /api/v1/webhooks: {"webhooks":[...]}, oldest
 // first.
 func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
-	if !s.webhooksEnabled(w) {
+	if !s.webhooksEnabled(w, r) {
 		return
 	}
 	hooks, err := s.Webhooks.Webhooks(r.Context())
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if hooks == nil {
@@ -86,14 +86,14 @@ func (s *Server) listWebhooks(w http.ResponseWriter, r *http.Request) {
 // deleteWebhook answers DELETE /api/v1/webhooks/{id}: 204, or 404 for an
 // unknown id. Its delivery log goes with it.
 func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
-	if !s.webhooksEnabled(w) {
+	if !s.webhooksEnabled(w, r) {
 		return
 	}
 	err := s.Webhooks.Delete(r.Context(), r.PathValue("id"), func(h *berth.Webhook) error {
 		return s.sec.record(r, "webhook.deleted", "webhook/"+h.ID, webhookFields(h))
 	})
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -103,17 +103,17 @@ func (s *Server) deleteWebhook(w http.ResponseWriter, r *http.Request) {
 // {"deliveries":[...]}, newest first, at most N (default 100, 0: all);
 // 404 for an unknown webhook.
 func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
-	if !s.webhooksEnabled(w) {
+	if !s.webhooksEnabled(w, r) {
 		return
 	}
 	limit, err := wholeQuery(r, "limit", defaultDeliveries, "0 for all")
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	ds, err := s.Webhooks.Deliveries(r.Context(), r.PathValue("id"), limit)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if ds == nil {
@@ -125,22 +125,22 @@ func (s *Server) listDeliveries(w http.ResponseWriter, r *http.Request) {
 // redeliver answers POST /api/v1/deliveries/{id}/redeliver: 202 with the
 // delivery queued for an attempt now; 404 for an unknown id.
 func (s *Server) redeliver(w http.ResponseWriter, r *http.Request) {
-	if !s.webhooksEnabled(w) {
+	if !s.webhooksEnabled(w, r) {
 		return
 	}
 	id := r.PathValue("id")
 	dl, err := s.Webhooks.Delivery(r.Context(), id)
 	if err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if err := s.sec.record(r, "webhook.redelivered", "webhook/"+dl.WebhookID,
 		map[string]string{"delivery": dl.ID, "event": dl.EventType}); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	if dl, err = s.Webhooks.Redeliver(r.Context(), id); err != nil {
-		writeError(w, err)
+		writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusAccepted, dl)

@@ -142,7 +142,7 @@ func ValidateScheduleRequest(req *berth.ScheduleRequest) error {
 			return err
 		}
 		if _, err := ParseCron(req.Cron); err != nil {
-			return berth.Invalidf("cron", "%v", err)
+			return &berth.Error{Code: berth.ECodeInvalid, Field: "cron", Err: err}
 		}
 	}
 	if req.NextRun != "" {
@@ -150,7 +150,7 @@ func ValidateScheduleRequest(req *berth.ScheduleRequest) error {
 			return berth.Invalidf("next_run", "is %d bytes long; want an RFC 3339 time", len(req.NextRun))
 		}
 		if _, err := berth.ParseSparkTime(req.NextRun); err != nil {
-			return berth.Invalidf("next_run", "%v", err)
+			return &berth.Error{Code: berth.ECodeInvalid, Field: "next_run", Err: err}
 		}
 	}
 	if req.Job != nil {
@@ -172,9 +172,9 @@ func validateScheduleJob(req *berth.ScheduleRequest) error {
 	if err := req.Job.Validate(); err != nil {
 		var e *berth.Error
 		if errors.As(err, &e) && e.Field != "" {
-			return &berth.Error{Code: e.Code, Field: "job." + e.Field, Message: e.Message}
+			return &berth.Error{Code: e.Code, Field: "job." + e.Field, Message: e.Message, Err: e.Err}
 		}
-		return berth.Invalidf("job", "%v", err)
+		return &berth.Error{Code: berth.ECodeInvalid, Field: "job", Err: err}
 	}
 	return nil
 }

@@ -59,12 +59,12 @@ func ParseCIDRRule(s string) (CIDRRule, error) {
 		var err error
 		p, err = netip.ParsePrefix(pfx)
 		if err != nil {
-			return CIDRRule{}, berth.Invalidf("--allow", "%q: bad prefix: %v", s, err)
+			return CIDRRule{}, berth.Invalidf("--allow", "%q: bad prefix", s).WithCause(err)
 		}
 	} else {
 		a, err := netip.ParseAddr(pfx)
 		if err != nil {
-			return CIDRRule{}, berth.Invalidf("--allow", "%q: bad address: %v", s, err)
+			return CIDRRule{}, berth.Invalidf("--allow", "%q: bad address", s).WithCause(err)
 		}
 		p = netip.PrefixFrom(a, a.BitLen())
 	}

@@ -67,7 +67,7 @@ func (r *Registry) Check(c Claims) error {
 		r.mu.Unlock()
 		if stale {
 			if err := r.load(context.Background()); err != nil {
-				return berth.Errorf(berth.ECodeUnavailable, "cannot check the token: %v", err)
+				return berth.Errorf(berth.ECodeUnavailable, "cannot check the token").WithCause(err)
 			}
 		}
 	}

@@ -226,7 +226,7 @@ func (c *Controller) Err() error {
 
 // storeFailedError is what callers get once the store has failed.
 func (c *Controller) storeFailedError() error {
-	return berth.Errorf(berth.ECodeUnavailable, "store failed: %v", c.failErr)
+	return berth.Errorf(berth.ECodeUnavailable, "store failed").WithCause(c.failErr)
 }
 
 func (c *Controller) fail(err error) {

@@ -372,7 +372,7 @@ func ClientConfig(caFile, fingerprint string) (*tls.Config, error) {
 	if caFile != "" {
 		data, err := os.ReadFile(caFile)
 		if err != nil {
-			return nil, berth.Invalidf("--ca", "read CA file: %v", err)
+			return nil, berth.Invalidf("--ca", "read CA file").WithCause(err)
 		}
 		roots = x509.NewCertPool()
 		if !roots.AppendCertsFromPEM(data) {

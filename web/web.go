@@ -10,7 +10,6 @@ package web
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -258,14 +257,9 @@ func (h *Handler) page(name, navName string, allow func(auth.Identity) bool, fn 
 		}
 		tpl := h.pages[name]
 		if err != nil {
-			v.Status = api.Status(berth.ErrorCode(err))
-			var be *berth.Error
-			if errors.As(err, &be) {
-				v.Error = be.Error()
-			} else {
-				h.cfg.Log.Error("dashboard page", "path", r.URL.Path, "err", err)
-				v.Error = err.Error()
-			}
+			pub := api.PublicError(r, err) // logs an internal error with the request id
+			v.Status = api.Status(pub.Code)
+			v.Error = pub.Error()
 			v.Title = http.StatusText(v.Status)
 			tpl = h.pages["error"]
 		}
@@ -273,7 +267,7 @@ func (h *Handler) page(name, navName string, allow func(auth.Identity) bool, fn 
 			lock := arbiter.NewLock(h.cfg.Store)
 			lock.Now = h.cfg.Now
 			if v.Lock, err = lock.Status(r.Context()); err != nil {
-				v.LockError = err.Error()
+				v.LockError = api.PublicError(r, err).Text() // a store failure is logged, not shown
 			}
 		}
 		h.render(w, r, tpl, v)

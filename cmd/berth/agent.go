@@ -80,7 +80,7 @@ func (af *agentFlags) agentConfig(ctx context.Context) (agent.Config, error) {
 	if af.gpus != "" {
 		gpus, err := berth.ParseGPUSpec(af.gpus)
 		if err != nil {
-			return cfg, berth.Invalidf("--gpus", "%v", err)
+			return cfg, &berth.Error{Code: berth.ECodeInvalid, Field: "--gpus", Err: err}
 		}
 		cfg.GPUs = gpus
 	} else if smi, ok := agent.FindNvidiaSMI(); ok {

@@ -275,7 +275,7 @@ func startCPUProfile(path string) (func(), error) {
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, berth.Invalidf("--cpuprofile", "%v", err)
+		return nil, &berth.Error{Code: berth.ECodeInvalid, Field: "--cpuprofile", Err: err}
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()

@@ -93,7 +93,7 @@ func (sc *securityConfig) serverTLS(dataDir string, hosts []string) (cfg *tls.Co
 	}
 	pair, err := tls.LoadX509KeyPair(cert, key)
 	if err != nil {
-		return nil, "", "", berth.Invalidf("--tls-cert", "%v", err)
+		return nil, "", "", &berth.Error{Code: berth.ECodeInvalid, Field: "--tls-cert", Err: err}
 	}
 	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, caFile, fingerprint, nil
 }

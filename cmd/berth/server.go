@@ -83,7 +83,7 @@ func (cfg *serverConfig) schedulerConfig() (*scheduler.Config, error) {
 	}
 	sc, err := scheduler.PolicyConfig(cfg.Policy)
 	if err != nil {
-		return nil, berth.Invalidf("--policy", "%v", err)
+		return nil, &berth.Error{Code: berth.ECodeInvalid, Field: "--policy", Err: err}
 	}
 	if cfg.ReserveAfter < 0 {
 		return nil, berth.Invalidf("--reserve-after", "must not be negative")
@@ -192,7 +192,7 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	}
 	lock, err := dirlock.Acquire(cfg.DataDir)
 	if errors.Is(err, dirlock.ErrInUse) {
-		err = berth.Invalidf("--data-dir", "%v: another berth server uses it; stop that one or give this one its own --data-dir", err)
+		err = berth.Invalidf("--data-dir", "another berth server uses it; stop that one or give this one its own --data-dir").WithCause(err)
 	} else if err != nil {
 		err = fmt.Errorf("data dir: %w", err)
 	}
@@ -221,12 +221,12 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *scheduler.Config, host string, ln net.Listener) error {
 	templates, err := service.LoadDir(cfg.Templates)
 	if err != nil {
-		return berth.Invalidf("--templates", "%v", err)
+		return &berth.Error{Code: berth.ECodeInvalid, Field: "--templates", Err: err}
 	}
 	catalog := &service.Catalog{Templates: templates}
 	models, err := arbiter.LoadCatalog(cfg.Catalog)
 	if err != nil {
-		return berth.Invalidf("--catalog", "%v", err)
+		return &berth.Error{Code: berth.ECodeInvalid, Field: "--catalog", Err: err}
 	}
 	sec, err := openSecurity(cfg.DataDir, &cfg.Security)
 	if err != nil {
@@ -256,7 +256,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 			ln.Close()
 			return err
 		}
-		rs.setRoute(api.Standby(rs.store, l.Leader, self, sec.api(reg, nil)))
+		rs.setRoute(api.Standby(rs.store, l.Leader, self, sec.api(reg, nil), cfg.Log))
 		go func() { rs.done <- rs.http.Serve(ln) }()
 		if cfg.OnStandby != nil {
 			cfg.OnStandby(rs.URL)

@@ -91,7 +91,7 @@ func loadSim(trace, cluster, format, policies string, speedup float64) (*simRun,
 		name = strings.TrimSpace(name)
 		cfg, err := scheduler.PolicyConfig(name)
 		if err != nil {
-			return nil, berth.Invalidf("--policy", "%v", err)
+			return nil, &berth.Error{Code: berth.ECodeInvalid, Field: "--policy", Err: err}
 		}
 		if slices.Contains(r.policies, name) {
 			return nil, berth.Invalidf("--policy", "%s is named twice", name)

@@ -53,11 +53,11 @@ func loadJobFile(path string, stdin io.Reader, req *berth.SubmitRequest) error {
 		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return berth.Invalidf("-f", "%v", err)
+		return &berth.Error{Code: berth.ECodeInvalid, Field: "-f", Err: err}
 	}
 	if err := strict.DecodeYAML(data, req); err != nil {
 		e := err.(*berth.Error)
-		return berth.Invalidf(cmp.Or(e.Field, "-f"), "in %s: %s", path, e.Message)
+		return berth.Invalidf(cmp.Or(e.Field, "-f"), "in %s: %s", path, e.Text())
 	}
 	return nil
 }
@@ -241,7 +241,7 @@ func bytesFlag(fs *flag.FlagSet, name, usage string, dst func(*berth.SubmitReque
 	return jobFlag{name, func(r *berth.SubmitRequest) error {
 		b, err := berth.ParseBytes(*v)
 		if err != nil {
-			return berth.Invalidf("--"+name, "%v", err)
+			return &berth.Error{Code: berth.ECodeInvalid, Field: "--" + name, Err: err}
 		}
 		*dst(r) = b
 		return nil

@@ -67,7 +67,7 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 		}
 		return berth.Invalidf(field, "must be %s", kindOf(typeErr.Type))
 	case errors.As(err, &syntaxErr):
-		return berth.Invalidf("", "malformed JSON at byte %d: %v", syntaxErr.Offset, err)
+		return berth.Invalidf("", "malformed JSON at byte %d", syntaxErr.Offset).WithCause(err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		// encoding/json names the key alone (with %q), not where it is.
 		key, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
@@ -79,7 +79,7 @@ func decodeError(err error, data []byte, t reflect.Type) error {
 	case errors.Is(err, io.EOF):
 		return berth.Invalidf("", "empty; want a JSON object")
 	}
-	return berth.Invalidf("", "%v", err)
+	return &berth.Error{Code: berth.ECodeInvalid, Err: err}
 }
 
 var unmarshaler = reflect.TypeFor[json.Unmarshaler]()

@@ -1,0 +1,243 @@
+// Package layers_test checks the layer rules of docs/architecture.md
+// ("Layers") over the module's import graph: what each layer's packages
+// may import, directly or through others. It holds no code of its own, only
+// this test, which runs one `go list -deps` over the module and, for each
+// rule broken, names the rule and the chain of imports that breaks it
+// (agent → client → arbiter → store).
+//
+// The rules govern what is built into the binary: the packages' non-test
+// files. Tests are excepted: they import real drivers, servers and
+// controllers to test against real things (DESIGN.md: real SQLite, real
+// processes), and e2e drives the whole binary.
+package layers_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/berth-dev/berth"
+
+// A rule says what the packages it governs (subjects, less except) may
+// import, as patterns relative to the module root: "." is the root
+// package, "x" the package x, "x/..." x and the packages under it. With
+// only set, a package may import the standard library and the packages
+// only matches, nothing else (no other module's either); otherwise it may
+// import anything but what never matches.
+type rule struct {
+	text     string
+	subjects []string
+	except   []string
+	only     []string
+	never    []string
+}
+
+// drivers are the store drivers, which only cmd/berth chooses among.
+var drivers = []string{"sqlite/...", "postgres/..."}
+
+// server is every package that is the server's alone: a client has no use
+// for them, and the agent and the CLI would carry them. Of auth, the
+// package itself (tokens, registry, ingress) is the server's; leaves
+// under it (secret references, the development CA) are not.
+var server = append([]string{"api/...", "arbiter/...", "audit/...", "auth", "controller/...", "scheduler/...",
+	"service/...", "sim/...", "store/...", "web/...", "webhook/...", "cmd/..."}, drivers...)
+
+var rules = []rule{
+	{text: "the root package (berth) imports only the standard library",
+		subjects: []string{"."}, only: []string{}},
+	{text: "the scheduler imports only the root package and the standard library",
+		subjects: []string{"scheduler/..."}, only: []string{".", "scheduler/..."}},
+	{text: "the simulator imports only the root package, the scheduler and the standard library",
+		subjects: []string{"sim/..."}, only: []string{".", "scheduler/...", "sim/..."}},
+	{text: "the agent never imports the controller, the store or a store driver",
+		subjects: []string{"agent/..."}, never: append([]string{"controller/...", "store/..."}, drivers...)},
+	{text: "api and web never import a store driver",
+		subjects: []string{"api/...", "web/..."}, never: drivers},
+	{text: "client imports no server package",
+		subjects: []string{"client/..."}, never: server},
+	{text: "only cmd/berth imports a store driver",
+		subjects: []string{"..."}, except: append([]string{"cmd/berth"}, drivers...), never: drivers},
+}
+
+// matches reports whether the import path p is in the module and matches
+// one of patterns.
+func matches(p string, patterns []string) bool {
+	rel, ok := strings.CutPrefix(p, module)
+	if !ok || rel != "" && rel[0] != '/' {
+		return false
+	}
+	rel = strings.TrimPrefix(rel, "/")
+	for _, pat := range patterns {
+		switch {
+		case pat == "...":
+			return true
+		case pat == ".":
+			if rel == "" {
+				return true
+			}
+		case strings.HasSuffix(pat, "/..."):
+			dir := strings.TrimSuffix(pat, "/...")
+			if rel == dir || strings.HasPrefix(rel, dir+"/") {
+				return true
+			}
+		case rel == pat:
+			return true
+		}
+	}
+	return false
+}
+
+// graph is the import graph go list reports: each package's imports, and
+// which packages are the standard library's.
+type graph struct {
+	imports map[string][]string
+	std     map[string]bool
+	own     []string // the module's packages, sorted
+}
+
+// load runs one go list over the module.
+func load(t *testing.T) *graph {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{.Standard}} {{join .Imports \" \"}}", module+"/...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	g := &graph{imports: map[string][]string{}, std: map[string]bool{}}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			t.Fatalf("go list printed %q", sc.Text())
+		}
+		g.imports[f[0]] = f[2:]
+		g.std[f[0]] = f[1] == "true"
+		if matches(f[0], []string{"..."}) {
+			g.own = append(g.own, f[0])
+		}
+	}
+	slices.Sort(g.own)
+	return g
+}
+
+// forbids reports whether r forbids its subjects to import p.
+func (r rule) forbids(p string, g *graph) bool {
+	if r.only != nil {
+		return !g.std[p] && !matches(p, r.only)
+	}
+	return matches(p, r.never)
+}
+
+// breaches returns, for subject from, one import chain for each edge
+// p → q where from imports p (directly or not) without passing a
+// forbidden package, and q is forbidden: the shortest chain to p, then q.
+// So every import that must go is named, not only the first found.
+func (r rule) breaches(from string, g *graph) [][]string {
+	prev := map[string]string{from: ""}
+	queue := []string{from}
+	var found [][]string
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, q := range g.imports[p] {
+			if _, seen := prev[q]; seen || g.std[q] {
+				continue
+			}
+			if r.forbids(q, g) {
+				chain := []string{q}
+				for at := p; at != ""; at = prev[at] {
+					chain = append(chain, at)
+				}
+				slices.Reverse(chain)
+				found = append(found, chain)
+				continue
+			}
+			prev[q] = p
+			queue = append(queue, q)
+		}
+	}
+	return found
+}
+
+// short names p as docs/architecture.md does: "berth" for the root
+// package, the module-relative path for the module's others.
+func short(p string) string {
+	if p == module {
+		return "berth"
+	}
+	return strings.TrimPrefix(p, module+"/")
+}
+
+// chainText writes chain as "agent → auth → store".
+func chainText(chain []string) string {
+	names := make([]string, len(chain))
+	for i, p := range chain {
+		names[i] = short(p)
+	}
+	return strings.Join(names, " → ")
+}
+
+// TestLayers checks every rule for every package it governs.
+func TestLayers(t *testing.T) {
+	t.Parallel()
+	g := load(t)
+	for _, r := range rules {
+		var subjects int
+		var msg strings.Builder
+		for _, p := range g.own {
+			if !matches(p, r.subjects) || matches(p, r.except) {
+				continue
+			}
+			subjects++
+			for _, chain := range r.breaches(p, g) {
+				fmt.Fprintf(&msg, "\n\t%s", chainText(chain))
+			}
+		}
+		if subjects == 0 {
+			t.Errorf("rule %q governs no package: fix its subjects", r.text)
+		}
+		if msg.Len() > 0 {
+			t.Errorf("layer rule broken (docs/architecture.md, Layers): %s; these imports break it:%s", r.text, msg.String())
+		}
+	}
+}
+
+// TestBreachesNamesEveryChain checks the checker on a made-up graph: each
+// import of a forbidden package is named once, with the shortest chain to
+// it, and nothing is followed past a forbidden package.
+func TestBreachesNamesEveryChain(t *testing.T) {
+	t.Parallel()
+	m := func(p string) string { return module + "/" + p }
+	g := &graph{
+		imports: map[string][]string{
+			m("agent"):   {"fmt", m("auth"), m("client")},
+			m("auth"):    {m("store")},
+			m("client"):  {m("arbiter"), m("wire")},
+			m("arbiter"): {m("webhook")},
+			m("webhook"): {m("store")},
+			m("store"):   {m("sqlite")},
+			m("wire"):    {"fmt"},
+		},
+		std: map[string]bool{"fmt": true},
+	}
+	r := rule{never: []string{"store/...", "sqlite/..."}}
+	var got []string
+	for _, chain := range r.breaches(m("agent"), g) {
+		got = append(got, chainText(chain))
+	}
+	want := []string{"agent → auth → store", "agent → client → arbiter → webhook → store"}
+	if !slices.Equal(got, want) {
+		t.Errorf("breaches = %q, want %q", got, want)
+	}
+	only := rule{only: []string{".", "wire"}}
+	if got := only.breaches(m("client"), g); len(got) != 1 || short(got[0][1]) != "arbiter" {
+		t.Errorf("an only rule: breaches = %q, want client → arbiter", got)
+	}
+}
