@@ -1,4 +1,4 @@
-package sim
+package sim_test
 
 import (
 	"context"
@@ -12,41 +12,43 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/sim"
+	"github.com/berth-dev/berth/sim/trace"
 )
 
 // replay loads one Berth YAML file as both cluster and trace and runs it
 // under the named policy.
-func replay(t *testing.T, doc, policy string) Result {
+func replay(t *testing.T, doc, policy string) sim.Result {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "scenario.yaml")
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := LoadCluster(path, FormatAuto)
+	c, err := trace.LoadCluster(path, trace.FormatAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := LoadWorkload(path, FormatAuto, c)
+	w, err := trace.LoadWorkload(path, trace.FormatAuto, c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return run(t, c, w, policy)
 }
 
-func run(t *testing.T, c *Cluster, w *Workload, policy string) Result {
+func run(t *testing.T, c *sim.Cluster, w *sim.Workload, policy string) sim.Result {
 	t.Helper()
 	cfg, err := scheduler.PolicyConfig(policy)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), c, w, cfg)
+	res, err := sim.Run(context.Background(), c, w, cfg)
 	if err != nil {
 		t.Fatalf("%s: %v", policy, err)
 	}
 	return res
 }
 
-func outcome(t *testing.T, r Result, id string) Outcome {
+func outcome(t *testing.T, r sim.Result, id string) sim.Outcome {
 	t.Helper()
 	o, ok := r.Outcome(id)
 	if !ok {
@@ -78,7 +80,7 @@ func TestSimGangReservationAgainstStream(t *testing.T) {
 	doc := gangBehindStream()
 	drained := 57*time.Minute + 30*time.Second // the last fill job ends
 	fifo, greedy, berthRes := replay(t, doc, "fifo"), replay(t, doc, "greedy"), replay(t, doc, "berth")
-	for _, r := range []Result{fifo, greedy, berthRes} {
+	for _, r := range []sim.Result{fifo, greedy, berthRes} {
 		if r.Completed != r.Jobs || r.Jobs != 167 {
 			t.Fatalf("%d of %d jobs completed, want all 167", r.Completed, r.Jobs)
 		}
@@ -258,24 +260,6 @@ jobs:
 	}
 }
 
-func TestSimStatsNearestRank(t *testing.T) {
-	t.Parallel()
-	values := make([]float64, 0, 200)
-	for i := 200; i >= 1; i-- {
-		values = append(values, float64(i))
-	}
-	s := stats(values)
-	if s.Mean != 100.5 || s.P50 != 100 || s.P95 != 190 || s.P99 != 198 || s.Max != 200 {
-		t.Fatalf("stats of 1..200 = %+v", s)
-	}
-	if s := stats([]float64{7}); s != (Stats{7, 7, 7, 7, 7}) {
-		t.Fatalf("stats of one value = %+v", s)
-	}
-	if s := stats(nil); s != (Stats{}) {
-		t.Fatalf("stats of none = %+v", s)
-	}
-}
-
 func TestSimReplayIsDeterministic(t *testing.T) {
 	t.Parallel()
 	doc := gangBehindStream() + `  - {id: pre, user: carol, priority: 5, preemptible: true, submit: 3m, count: 20, every: 7m, gpus: 2, duration: 40m}
@@ -296,22 +280,22 @@ func TestSimReplayIsDeterministic(t *testing.T) {
 
 func TestSimRunRejectsInvalidInput(t *testing.T) {
 	t.Parallel()
-	c := &Cluster{Workers: []Worker{{ID: "w", GPUs: make([]berth.GPU, 8)}}}
-	ok := Job{ID: "j", Queue: "default", Duration: time.Hour}
+	c := &sim.Cluster{Workers: []sim.Worker{{ID: "w", GPUs: make([]berth.GPU, 8)}}}
+	ok := sim.Job{ID: "j", Queue: "default", Duration: time.Hour}
 	for _, tc := range []struct {
-		c     *Cluster
-		jobs  []Job
+		c     *sim.Cluster
+		jobs  []sim.Job
 		field string
 	}{
-		{&Cluster{}, []Job{ok}, "workers"},
-		{&Cluster{Workers: []Worker{{ID: "w"}, {ID: "w"}}}, []Job{ok}, "workers[1].id"},
-		{c, []Job{{ID: "j", Queue: "default"}}, "jobs[0].duration"},
-		{c, []Job{ok, ok}, "jobs[1].id"},
-		{c, []Job{{ID: "j", Queue: "default", Duration: 1, Priority: 5000}}, "jobs[0].priority"},
+		{&sim.Cluster{}, []sim.Job{ok}, "workers"},
+		{&sim.Cluster{Workers: []sim.Worker{{ID: "w"}, {ID: "w"}}}, []sim.Job{ok}, "workers[1].id"},
+		{c, []sim.Job{{ID: "j", Queue: "default"}}, "jobs[0].duration"},
+		{c, []sim.Job{ok, ok}, "jobs[1].id"},
+		{c, []sim.Job{{ID: "j", Queue: "default", Duration: 1, Priority: 5000}}, "jobs[0].priority"},
 	} {
-		_, err := Run(context.Background(), tc.c, &Workload{Jobs: tc.jobs}, scheduler.DefaultConfig())
+		_, err := sim.Run(context.Background(), tc.c, &sim.Workload{Jobs: tc.jobs}, scheduler.DefaultConfig())
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("Run(%+v): %v, want an error naming %s", tc.jobs, err, tc.field)
+			t.Errorf("sim.Run(%+v): %v, want an error naming %s", tc.jobs, err, tc.field)
 		}
 	}
 }
@@ -320,16 +304,16 @@ func TestSimRunStopsWhenContextEnds(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	c := &Cluster{Workers: []Worker{{ID: "w", GPUs: make([]berth.GPU, 8)}}}
-	w := &Workload{Jobs: []Job{{ID: "j", Queue: "default", Duration: time.Hour}}}
-	if _, err := Run(ctx, c, w, scheduler.DefaultConfig()); err != context.Canceled {
-		t.Fatalf("Run with a cancelled context: %v", err)
+	c := &sim.Cluster{Workers: []sim.Worker{{ID: "w", GPUs: make([]berth.GPU, 8)}}}
+	w := &sim.Workload{Jobs: []sim.Job{{ID: "j", Queue: "default", Duration: time.Hour}}}
+	if _, err := sim.Run(ctx, c, w, scheduler.DefaultConfig()); err != context.Canceled {
+		t.Fatalf("sim.Run with a cancelled context: %v", err)
 	}
 }
 
 func TestSimScaleArrivals(t *testing.T) {
 	t.Parallel()
-	w := &Workload{Jobs: []Job{{Submit: time.Hour}, {Submit: 10 * time.Second}}}
+	w := &sim.Workload{Jobs: []sim.Job{{Submit: time.Hour}, {Submit: 10 * time.Second}}}
 	if err := w.ScaleArrivals(10); err != nil {
 		t.Fatal(err)
 	}

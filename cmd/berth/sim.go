@@ -11,6 +11,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/sim"
+	"github.com/berth-dev/berth/sim/trace"
 )
 
 // simRun is one loaded simulation: the inputs and the policies to compare.
@@ -25,10 +26,10 @@ type simRun struct {
 
 func runSim(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("sim", "[--trace] TRACE --cluster FILE [flags]")
-	trace := fs.String("trace", "", "workload: an Alibaba pod list, a Tiresias job list or Berth YAML (jobs:)")
+	workload := fs.String("trace", "", "workload: an Alibaba pod list, a Tiresias job list or Berth YAML (jobs:)")
 	cluster := fs.String("cluster", "", "cluster: an Alibaba node list, a Tiresias cluster spec or Berth YAML (workers:)")
 	policy := fs.String("policy", strings.Join(scheduler.PolicyNames(), ","), "policies to compare, comma-separated")
-	format := fs.String("format", sim.FormatAuto, "format of both files: "+strings.Join(sim.Formats, ", "))
+	format := fs.String("format", trace.FormatAuto, "format of both files: "+strings.Join(trace.Formats, ", "))
 	speedup := fs.Float64("speedup", 1, "divide submission times by this, keeping durations (more load)")
 	output := fs.String("o", "table", "output: table or json")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the replays to this file")
@@ -43,13 +44,13 @@ func runSim(ctx context.Context, m *Main, args []string) error {
 		return berth.Invalidf("args", "unexpected argument %q", fs.Arg(0))
 	}
 	if positional != "" {
-		if *trace != "" {
-			return berth.Invalidf("--trace", "given twice, as %s and %s", positional, *trace)
+		if *workload != "" {
+			return berth.Invalidf("--trace", "given twice, as %s and %s", positional, *workload)
 		}
-		*trace = positional
+		*workload = positional
 	}
 	switch {
-	case *trace == "":
+	case *workload == "":
 		return berth.Invalidf("--trace", "is required")
 	case *cluster == "":
 		return berth.Invalidf("--cluster", "is required")
@@ -57,10 +58,10 @@ func runSim(ctx context.Context, m *Main, args []string) error {
 		return berth.Invalidf("-o", "must be table or json")
 	case !(*speedup > 0) || *speedup > 1e12:
 		return berth.Invalidf("--speedup", "must be a positive number")
-	case !slices.Contains(sim.Formats, *format):
-		return berth.Invalidf("--format", "must be one of %s", strings.Join(sim.Formats, ", "))
+	case !slices.Contains(trace.Formats, *format):
+		return berth.Invalidf("--format", "must be one of %s", strings.Join(trace.Formats, ", "))
 	}
-	r, err := loadSim(*trace, *cluster, *format, *policy, *speedup)
+	r, err := loadSim(*workload, *cluster, *format, *policy, *speedup)
 	if err != nil {
 		return err
 	}
@@ -85,8 +86,8 @@ func runSim(ctx context.Context, m *Main, args []string) error {
 }
 
 // loadSim reads the files and checks the policies and speed-up.
-func loadSim(trace, cluster, format, policies string, speedup float64) (*simRun, error) {
-	r := &simRun{tracePath: trace, clusterPath: cluster, speedup: speedup}
+func loadSim(workloadPath, cluster, format, policies string, speedup float64) (*simRun, error) {
+	r := &simRun{tracePath: workloadPath, clusterPath: cluster, speedup: speedup}
 	for _, name := range strings.Split(policies, ",") {
 		name = strings.TrimSpace(name)
 		cfg, err := scheduler.PolicyConfig(name)
@@ -99,10 +100,10 @@ func loadSim(trace, cluster, format, policies string, speedup float64) (*simRun,
 		r.policies, r.configs = append(r.policies, name), append(r.configs, cfg)
 	}
 	var err error
-	if r.cluster, err = sim.LoadCluster(cluster, format); err != nil {
+	if r.cluster, err = trace.LoadCluster(cluster, format); err != nil {
 		return nil, err
 	}
-	if r.workload, err = sim.LoadWorkload(trace, format, r.cluster); err != nil {
+	if r.workload, err = trace.LoadWorkload(workloadPath, format, r.cluster); err != nil {
 		return nil, err
 	}
 	if err := r.workload.ScaleArrivals(speedup); err != nil {

@@ -1,4 +1,4 @@
-package sim
+package trace_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/sim"
+	"github.com/berth-dev/berth/sim/trace"
 )
 
 // traces returns a file of the real traces, copied unchanged from
@@ -26,7 +28,7 @@ func traces(t *testing.T, parts ...string) string {
 
 func TestSimLoadAlibabaWorkers(t *testing.T) {
 	t.Parallel()
-	c, err := LoadCluster(traces(t, "alibaba-gpu-v2023", "openb_node_list_gpu_node.csv"), FormatAuto)
+	c, err := trace.LoadCluster(traces(t, "alibaba-gpu-v2023", "openb_node_list_gpu_node.csv"), trace.FormatAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func TestSimLoadAlibabaWorkers(t *testing.T) {
 
 func TestSimLoadAlibabaPods(t *testing.T) {
 	t.Parallel()
-	w, err := LoadWorkload(traces(t, "alibaba-gpu-v2023", "openb_pod_list_default.csv"), FormatAuto, nil)
+	w, err := trace.LoadWorkload(traces(t, "alibaba-gpu-v2023", "openb_pod_list_default.csv"), trace.FormatAuto, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func TestSimLoadAlibabaPods(t *testing.T) {
 	// openb-pod-0001,6000,12288,1,460,,LS,Running,427061,12902960,427061:
 	// a GPU fraction takes one whole GPU.
 	j := w.Jobs[1]
-	want := Job{ID: "openb-pod-0001", User: traceUser, Queue: traceQueue, Priority: berth.DefaultPriority, Nodes: 1,
+	want := sim.Job{ID: "openb-pod-0001", User: "trace", Queue: berth.DefaultQueue, Priority: berth.DefaultPriority, Nodes: 1,
 		Submit: 427061 * time.Second, Duration: (12902960 - 427061) * time.Second,
 		Resources: berth.Resources{GPUs: 1, CPUs: 6, Memory: 12288 << 20}}
 	if j != want {
@@ -83,7 +85,7 @@ func TestSimLoadAlibabaGPUSpec(t *testing.T) {
 	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w, err := LoadWorkload(path, FormatAlibaba, nil)
+	w, err := trace.LoadWorkload(path, trace.FormatAlibaba, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +103,7 @@ func TestSimLoadAlibabaGPUSpec(t *testing.T) {
 func TestSimLoadAlibabaMultiGPU50NamesMissingColumn(t *testing.T) {
 	t.Parallel()
 	path := traces(t, "alibaba-gpu-v2023", "openb_pod_list_multigpu50.csv")
-	_, err := LoadWorkload(path, FormatAuto, nil)
+	_, err := trace.LoadWorkload(path, trace.FormatAuto, nil)
 	if err == nil || !strings.Contains(err.Error(), path+":1: creation_time:") {
 		t.Fatalf("loading %s: %v; want an error naming line 1 and creation_time", path, err)
 	}
@@ -109,18 +111,18 @@ func TestSimLoadAlibabaMultiGPU50NamesMissingColumn(t *testing.T) {
 
 func TestSimLoadTiresias(t *testing.T) {
 	t.Parallel()
-	c, err := LoadCluster(traces(t, "tiresias", "n32g4.csv"), FormatAuto)
+	c, err := trace.LoadCluster(traces(t, "tiresias", "n32g4.csv"), trace.FormatAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(c.Workers) != 32 || c.GPUs() != 128 || c.Workers[31].ID != "s0-n031" || c.Workers[0].CPUs != 40 || c.Workers[0].Memory != 256<<30 {
 		t.Fatalf("n32g4: %d workers, %d GPUs, last %+v", len(c.Workers), c.GPUs(), c.Workers[31])
 	}
-	spec, err := LoadCluster(traces(t, "tiresias", "cluster_spec.csv"), FormatAuto)
+	spec, err := trace.LoadCluster(traces(t, "tiresias", "cluster_spec.csv"), trace.FormatAuto)
 	if err != nil || len(spec.Workers) != 16 || spec.GPUs() != 64 {
 		t.Fatalf("cluster_spec: %v", err)
 	}
-	w, err := LoadWorkload(traces(t, "tiresias", "60_job.csv"), FormatAuto, c)
+	w, err := trace.LoadWorkload(traces(t, "tiresias", "60_job.csv"), trace.FormatAuto, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +134,7 @@ func TestSimLoadTiresias(t *testing.T) {
 		t.Fatalf("job 1 = %+v", j)
 	}
 	// yarn-gput1000.csv holds durations only: one-GPU jobs, all at 0.
-	yarn, err := LoadWorkload(traces(t, "tiresias", "yarn-gput1000.csv"), FormatAuto, c)
+	yarn, err := trace.LoadWorkload(traces(t, "tiresias", "yarn-gput1000.csv"), trace.FormatAuto, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,11 +147,11 @@ func TestSimLoadTiresias(t *testing.T) {
 // arrivals 10× faster, under every policy.
 func TestSimReplayTiresias(t *testing.T) {
 	t.Parallel()
-	c, err := LoadCluster(traces(t, "tiresias", "cluster_spec.csv"), FormatTiresias)
+	c, err := trace.LoadCluster(traces(t, "tiresias", "cluster_spec.csv"), trace.FormatTiresias)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := LoadWorkload(traces(t, "tiresias", "60_job.csv"), FormatTiresias, c)
+	w, err := trace.LoadWorkload(traces(t, "tiresias", "60_job.csv"), trace.FormatTiresias, c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +159,14 @@ func TestSimReplayTiresias(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range scheduler.PolicyNames() {
-		r := run(t, c, w, p)
+		cfg, err := scheduler.PolicyConfig(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := sim.Run(context.Background(), c, w, cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
 		if r.Completed != 60 || r.Unschedulable != 0 || r.Wait.Max == 0 || r.GPUUtilization <= 0 || r.GPUUtilization > 1 {
 			t.Errorf("%s: %+v", p, r)
 		}
@@ -191,7 +200,7 @@ jobs:
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c, err := LoadCluster(path, FormatAuto)
+	c, err := trace.LoadCluster(path, trace.FormatAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,16 +208,16 @@ jobs:
 		c.Workers[12].GPUs[7].Model != "H100" || c.Workers[0].Memory != 512<<30 {
 		t.Fatalf("workers %+v", c.Workers)
 	}
-	w, err := LoadWorkload(path, FormatAuto, c)
+	w, err := trace.LoadWorkload(path, trace.FormatAuto, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Job{
+	want := []sim.Job{
 		{ID: "gang", User: "alice", Queue: "default", Priority: 100, Submit: 90 * time.Second, Nodes: 2,
 			Resources: berth.Resources{GPUs: 8, GPUType: "H100"}, Duration: 90 * time.Minute, MaxRuntime: 2 * time.Hour},
 	}
 	for k := range 3 {
-		want = append(want, Job{ID: "small-" + string(rune('0'+k)), User: "bob", Queue: "default", Priority: 50,
+		want = append(want, sim.Job{ID: "small-" + string(rune('0'+k)), User: "bob", Queue: "default", Priority: 50,
 			Submit: time.Minute + time.Duration(k)*30*time.Second, Nodes: 1,
 			Resources: berth.Resources{GPUs: 1, GPUMemory: 40 << 30, CPUs: 2.5, Memory: 16 << 30},
 			Duration:  10 * time.Minute, Preemptible: true})
@@ -227,7 +236,7 @@ jobs:
 func TestSimLoaderErrorsNameFileLineAndField(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := &Cluster{Workers: []Worker{{ID: "w", GPUs: make([]berth.GPU, 4)}}}
+	c := &sim.Cluster{Workers: []sim.Worker{{ID: "w", GPUs: make([]berth.GPU, 4)}}}
 	for _, tc := range []struct {
 		name, data string
 		cluster    bool
@@ -259,18 +268,18 @@ func TestSimLoaderErrorsNameFileLineAndField(t *testing.T) {
 		}
 		var err error
 		if tc.cluster {
-			_, err = LoadCluster(path, FormatAuto)
+			_, err = trace.LoadCluster(path, trace.FormatAuto)
 		} else {
-			_, err = LoadWorkload(path, FormatAuto, c)
+			_, err = trace.LoadWorkload(path, trace.FormatAuto, c)
 		}
 		if err == nil || !strings.HasPrefix(err.Error(), path+tc.want) {
 			t.Errorf("%s: %v\nwant an error starting %s%s", tc.name, err, path, tc.want)
 		}
 	}
-	if _, err := LoadCluster(filepath.Join(dir, "missing.csv"), FormatAuto); err == nil || !strings.Contains(err.Error(), "missing.csv: cannot read") {
+	if _, err := trace.LoadCluster(filepath.Join(dir, "missing.csv"), trace.FormatAuto); err == nil || !strings.Contains(err.Error(), "missing.csv: cannot read") {
 		t.Errorf("missing file: %v", err)
 	}
-	if _, err := LoadCluster(filepath.Join(dir, "nodes.csv"), "slurm"); err == nil || !strings.Contains(err.Error(), `unknown format "slurm"`) {
+	if _, err := trace.LoadCluster(filepath.Join(dir, "nodes.csv"), "slurm"); err == nil || !strings.Contains(err.Error(), `unknown format "slurm"`) {
 		t.Errorf("unknown format: %v", err)
 	}
 }
@@ -278,16 +287,16 @@ func TestSimLoaderErrorsNameFileLineAndField(t *testing.T) {
 func TestSimDetect(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ path, data, want string }{
-		{"a.yaml", "", FormatBerth},
-		{"a.YML", "", FormatBerth},
-		{"nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\n", FormatAlibaba},
-		{"pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n", FormatAlibaba},
-		{"spec.csv", "num_switch,num_node_p_switch\n", FormatTiresias},
-		{"jobs.csv", "job_id,num_gpu,submit_time,duration\n", FormatTiresias},
-		{"cluster", "workers:\n", FormatBerth},
+		{"a.yaml", "", trace.FormatBerth},
+		{"a.YML", "", trace.FormatBerth},
+		{"nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\n", trace.FormatAlibaba},
+		{"pods.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\n", trace.FormatAlibaba},
+		{"spec.csv", "num_switch,num_node_p_switch\n", trace.FormatTiresias},
+		{"jobs.csv", "job_id,num_gpu,submit_time,duration\n", trace.FormatTiresias},
+		{"cluster", "workers:\n", trace.FormatBerth},
 	} {
-		if got, err := Detect(tc.path, []byte(tc.data)); got != tc.want || err != nil {
-			t.Errorf("Detect(%s) = %q, %v; want %q", tc.path, got, err, tc.want)
+		if got, err := trace.Detect(tc.path, []byte(tc.data)); got != tc.want || err != nil {
+			t.Errorf("trace.Detect(%s) = %q, %v; want %q", tc.path, got, err, tc.want)
 		}
 	}
 }
@@ -297,12 +306,12 @@ func TestSimDetect(t *testing.T) {
 // GPUs than it has.
 func TestSimRunPlacesWithinCapacity(t *testing.T) {
 	t.Parallel()
-	c := &Cluster{Workers: []Worker{{ID: "a", GPUs: make([]berth.GPU, 4)}, {ID: "b", GPUs: make([]berth.GPU, 4)}}}
-	w, err := LoadWorkload(traces(t, "tiresias", "60_job.csv"), FormatTiresias, c)
+	c := &sim.Cluster{Workers: []sim.Worker{{ID: "a", GPUs: make([]berth.GPU, 4)}, {ID: "b", GPUs: make([]berth.GPU, 4)}}}
+	w, err := trace.LoadWorkload(traces(t, "tiresias", "60_job.csv"), trace.FormatTiresias, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Run(context.Background(), c, w, scheduler.DefaultConfig())
+	r, err := sim.Run(context.Background(), c, w, scheduler.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sim
+package trace
 
 import (
 	"encoding/csv"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/sim"
 )
 
 // Formats of trace and cluster files.
@@ -62,12 +63,12 @@ func loadErr(file string, line int, field, format string, args ...any) *LoadErro
 // LoadCluster reads a cluster file: an Alibaba node list, a Tiresias
 // cluster spec or Berth's YAML. format is one of Formats ("" is auto). It
 // returns a *LoadError naming the file, line and field for bad input.
-func LoadCluster(path, format string) (*Cluster, error) {
+func LoadCluster(path, format string) (*sim.Cluster, error) {
 	data, format, err := read(path, format, "cluster")
 	if err != nil {
 		return nil, err
 	}
-	var c *Cluster
+	var c *sim.Cluster
 	switch format {
 	case FormatAlibaba:
 		c, err = alibabaWorkers(path, data)
@@ -89,12 +90,12 @@ func LoadCluster(path, format string) (*Cluster, error) {
 // list or Berth's YAML. The Tiresias format needs the cluster, whose
 // largest worker sets how many GPUs a gang member takes. It returns a
 // *LoadError naming the file, line and field for bad input.
-func LoadWorkload(path, format string, c *Cluster) (*Workload, error) {
+func LoadWorkload(path, format string, c *sim.Cluster) (*sim.Workload, error) {
 	data, format, err := read(path, format, "trace")
 	if err != nil {
 		return nil, err
 	}
-	var w *Workload
+	var w *sim.Workload
 	switch format {
 	case FormatAlibaba:
 		w, err = alibabaPods(path, data)
@@ -272,18 +273,18 @@ const maxCPUs = 1 << 20
 
 // alibabaWorkers reads openb_node_list_*.csv: sn, cpu_milli, memory_mib, gpu,
 // model. GPU memory is not in the trace and is left 0.
-func alibabaWorkers(path string, data []byte) (*Cluster, error) {
+func alibabaWorkers(path string, data []byte) (*sim.Cluster, error) {
 	f, err := openCSV(path, data, "sn", "cpu_milli", "memory_mib", "gpu", "model")
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{}
+	c := &sim.Cluster{}
 	for {
 		ok, err := f.next()
 		if err != nil || !ok {
 			return c, err
 		}
-		w := Worker{ID: f.str("sn")}
+		w := sim.Worker{ID: f.str("sn")}
 		if w.ID == "" {
 			return nil, f.err("sn", "must not be empty")
 		}
@@ -318,13 +319,13 @@ func alibabaWorkers(path string, data []byte) (*Cluster, error) {
 // one whole GPU. A gpu_spec naming one model becomes the GPU type; one
 // naming several (V100M16|V100M32) is ignored. Pods have no user or
 // priority: all are the one user "trace", priority 100, queue default.
-func alibabaPods(path string, data []byte) (*Workload, error) {
+func alibabaPods(path string, data []byte) (*sim.Workload, error) {
 	f, err := openCSV(path, data, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
 		"creation_time", "deletion_time", "scheduled_time")
 	if err != nil {
 		return nil, err
 	}
-	w := &Workload{}
+	w := &sim.Workload{}
 	for {
 		ok, err := f.next()
 		if err != nil || !ok {
@@ -343,8 +344,8 @@ func alibabaPods(path string, data []byte) (*Workload, error) {
 }
 
 // alibabaPod converts one pod record and reports whether it ran.
-func alibabaPod(f *csvFile) (Job, bool, error) {
-	j := Job{ID: f.str("name"), User: traceUser, Queue: traceQueue, Priority: berth.DefaultPriority, Nodes: 1}
+func alibabaPod(f *csvFile) (sim.Job, bool, error) {
+	j := sim.Job{ID: f.str("name"), User: traceUser, Queue: traceQueue, Priority: berth.DefaultPriority, Nodes: 1}
 	if j.ID == "" {
 		return j, false, f.err("name", "must not be empty")
 	}
@@ -397,12 +398,12 @@ func alibabaPod(f *csvFile) (Job, bool, error) {
 // each with num_gpu_p_node GPUs (model "GPU", memory unknown),
 // num_cpu_p_node CPUs and mem_p_node GiB of memory. Every row adds its
 // switches.
-func tiresiasCluster(path string, data []byte) (*Cluster, error) {
+func tiresiasCluster(path string, data []byte) (*sim.Cluster, error) {
 	f, err := openCSV(path, data, "num_switch", "num_node_p_switch", "num_gpu_p_node", "num_cpu_p_node", "mem_p_node")
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{}
+	c := &sim.Cluster{}
 	sw := 0 // switches so far
 	for {
 		ok, err := f.next()
@@ -431,7 +432,7 @@ func tiresiasCluster(path string, data []byte) (*Cluster, error) {
 		}
 		for range switches {
 			for n := range perSwitch {
-				w := Worker{ID: fmt.Sprintf("s%d-n%03d", sw, n), CPUs: cpus, Memory: berth.Bytes(mem * (1 << 30))}
+				w := sim.Worker{ID: fmt.Sprintf("s%d-n%03d", sw, n), CPUs: cpus, Memory: berth.Bytes(mem * (1 << 30))}
 				for g := range gpus {
 					w.GPUs = append(w.GPUs, berth.GPU{Index: g, Model: "GPU"})
 				}
@@ -449,7 +450,7 @@ func tiresiasCluster(path string, data []byte) (*Cluster, error) {
 // more GPUs than the cluster's largest worker has becomes a gang of
 // ceil(num_gpu ÷ that count) workers taken whole. Jobs ask for no CPUs or
 // memory; all are user "trace", priority 100, queue default.
-func tiresiasJobs(path string, data []byte, c *Cluster) (*Workload, error) {
+func tiresiasJobs(path string, data []byte, c *sim.Cluster) (*sim.Workload, error) {
 	f, err := openCSV(path, data, "duration")
 	if err != nil {
 		return nil, err
@@ -461,7 +462,7 @@ func tiresiasJobs(path string, data []byte, c *Cluster) (*Workload, error) {
 	for _, w := range c.Workers {
 		perWorker = max(perWorker, len(w.GPUs))
 	}
-	w := &Workload{}
+	w := &sim.Workload{}
 	for {
 		ok, err := f.next()
 		if err != nil || !ok {
@@ -475,8 +476,8 @@ func tiresiasJobs(path string, data []byte, c *Cluster) (*Workload, error) {
 	}
 }
 
-func tiresiasJob(f *csvFile, n, perWorker int) (Job, error) {
-	j := Job{ID: strconv.Itoa(n), User: traceUser, Queue: traceQueue, Priority: berth.DefaultPriority, Nodes: 1}
+func tiresiasJob(f *csvFile, n, perWorker int) (sim.Job, error) {
+	j := sim.Job{ID: strconv.Itoa(n), User: traceUser, Queue: traceQueue, Priority: berth.DefaultPriority, Nodes: 1}
 	if f.has("job_id") {
 		if j.ID = f.str("job_id"); j.ID == "" {
 			return j, f.err("job_id", "must not be empty")

@@ -1,4 +1,4 @@
-package sim
+package trace
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/sim"
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
@@ -220,7 +221,7 @@ func (s scalar) boolean() (bool, error) {
 const maxCount = 1_000_000
 
 // berthCluster reads the workers section of Berth's YAML format.
-func berthCluster(path string, data []byte) (*Cluster, error) {
+func berthCluster(path string, data []byte) (*sim.Cluster, error) {
 	items, found, err := section(path, data, "workers")
 	if err != nil {
 		return nil, err
@@ -228,7 +229,7 @@ func berthCluster(path string, data []byte) (*Cluster, error) {
 	if !found {
 		return nil, loadErr(path, 1, "workers", "the file has no workers list")
 	}
-	c := &Cluster{}
+	c := &sim.Cluster{}
 	ids := map[string]int{} // id → line
 	for i, item := range items {
 		ws, err := berthWorkers(path, i, item)
@@ -247,14 +248,14 @@ func berthCluster(path string, data []byte) (*Cluster, error) {
 }
 
 // berthWorkers reads one entry of the workers list.
-func berthWorkers(path string, i int, item ast.Node) ([]Worker, error) {
+func berthWorkers(path string, i int, item ast.Node) ([]sim.Worker, error) {
 	prefix := fmt.Sprintf("workers[%d]", i)
 	fields, err := yamlMapping(path, prefix, item)
 	if err != nil {
 		return nil, err
 	}
 	name, count := fmt.Sprintf("w%d", i), 1
-	var tmpl Worker
+	var tmpl sim.Worker
 	for _, f := range fields {
 		s, err := newScalar(path, prefix, f)
 		if err != nil {
@@ -281,7 +282,7 @@ func berthWorkers(path string, i int, item ast.Node) ([]Worker, error) {
 			return nil, err
 		}
 	}
-	ws := make([]Worker, count)
+	ws := make([]sim.Worker, count)
 	width := len(strconv.Itoa(count - 1))
 	for k := range ws {
 		ws[k] = tmpl
@@ -295,7 +296,7 @@ func berthWorkers(path string, i int, item ast.Node) ([]Worker, error) {
 }
 
 // berthJobs reads the jobs section of Berth's YAML format.
-func berthJobs(path string, data []byte) (*Workload, error) {
+func berthJobs(path string, data []byte) (*sim.Workload, error) {
 	items, found, err := section(path, data, "jobs")
 	if err != nil {
 		return nil, err
@@ -303,7 +304,7 @@ func berthJobs(path string, data []byte) (*Workload, error) {
 	if !found {
 		return nil, loadErr(path, 1, "jobs", "the file has no jobs list")
 	}
-	w := &Workload{}
+	w := &sim.Workload{}
 	ids := map[string]int{}
 	for i, item := range items {
 		js, err := berthJobEntry(path, i, item)
@@ -322,13 +323,13 @@ func berthJobs(path string, data []byte) (*Workload, error) {
 }
 
 // berthJobEntry reads one entry of the jobs list: count copies of a job.
-func berthJobEntry(path string, i int, item ast.Node) ([]Job, error) {
+func berthJobEntry(path string, i int, item ast.Node) ([]sim.Job, error) {
 	prefix := fmt.Sprintf("jobs[%d]", i)
 	fields, err := yamlMapping(path, prefix, item)
 	if err != nil {
 		return nil, err
 	}
-	j := Job{ID: fmt.Sprintf("j%d", i), User: "user", Queue: berth.DefaultQueue, Priority: berth.DefaultPriority, Nodes: 1}
+	j := sim.Job{ID: fmt.Sprintf("j%d", i), User: "user", Queue: berth.DefaultQueue, Priority: berth.DefaultPriority, Nodes: 1}
 	count, every, hasDuration := 1, time.Duration(0), false
 	for _, f := range fields {
 		s, err := newScalar(path, prefix, f)
@@ -355,7 +356,7 @@ func berthJobEntry(path string, i int, item ast.Node) ([]Job, error) {
 	if !hasDuration {
 		return nil, loadErr(path, line(item), prefix+".duration", "is required")
 	}
-	js := make([]Job, count)
+	js := make([]sim.Job, count)
 	for k := range js {
 		js[k] = j
 		if count > 1 {
@@ -367,7 +368,7 @@ func berthJobEntry(path string, i int, item ast.Node) ([]Job, error) {
 }
 
 // setJobField sets the job field key from s.
-func setJobField(j *Job, key string, s scalar) error {
+func setJobField(j *sim.Job, key string, s scalar) error {
 	var err error
 	r := &j.Resources
 	switch key {
