@@ -62,7 +62,7 @@ func bareUnitNumber(js []byte, t reflect.Type) error {
 	case !ok:
 		return nil
 	case sizeErr != nil:
-		return &berth.Error{Code: berth.ECodeInvalid, Field: field, Err: sizeErr}
+		return berth.Invalidf(field, "%v", sizeErr)
 	}
 	return berth.Invalidf(field, "%s is a bare number; write the unit: a duration such as %ss, %sm or %sh", bare, bare, bare, bare)
 }
