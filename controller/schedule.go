@@ -92,8 +92,7 @@ func (c *Controller) schedule() {
 		if ws.asked && ws.sess != nil {
 			ws.asked = false
 			if !ws.got {
-				s := ws.sess
-				c.afterCommit(func() { s.send(wire.TypeNoWork, &wire.NoWork{}) })
+				c.sendAfterCommit(ws.sess, wire.TypeNoWork, &wire.NoWork{})
 			}
 		}
 	}
@@ -145,7 +144,7 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 		c.audit(berth.Event{Time: now, Type: AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
 			Attempts: []string{a.ID}})
 		s := ws.sess
-		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
+		c.sendAfterCommit(s, wire.TypeJobAssign, msg)
 	}
 	c.stats.placed.observe(now.Sub(j.CreatedAt))
 	if j.Model != "" {
@@ -204,7 +203,7 @@ func (c *Controller) prewarm(j *berth.Job, now time.Time) {
 	}
 	c.hinted[j.Model] = now
 	s, msg := idle.sess, &wire.PrewarmHint{Model: j.Model}
-	c.afterCommit(func() { s.send(wire.TypePrewarmHint, msg) })
+	c.sendAfterCommit(s, wire.TypePrewarmHint, msg)
 }
 
 // rendezvous returns the environment every member of a gang of n shares:
