@@ -122,6 +122,7 @@ type Controller struct {
 
 	// Owned by the loop.
 	lifecycle
+	pool     *agentPool                                 // the one Backend
 	quotas   map[string]*berth.QuotaRule                // by ID()
 	controls map[string]map[string]*berth.WorkerControl // host → queue → control
 	// controlGen counts the loop's control writes, so that a poll that
@@ -164,7 +165,7 @@ func newCommitter(cfg Config) *store.Committer {
 // New returns a controller over cfg.Store. It does nothing until Start.
 func New(cfg Config) *Controller {
 	cfg.setDefaults()
-	return &Controller{
+	c := &Controller{
 		cfg: cfg, store: cfg.Store, log: cfg.Log, now: cfg.Now,
 		committer: newCommitter(cfg),
 		bus:       NewBus(store.KeptEvents),
@@ -180,6 +181,8 @@ func New(cfg Config) *Controller {
 		waiters:   map[*waiter]struct{}{},
 		logNotify: make(chan struct{}),
 	}
+	c.pool = &agentPool{c: c}
+	return c
 }
 
 // Bus returns the event bus.

@@ -8,7 +8,6 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
-	"github.com/berth-dev/berth/wire"
 )
 
 // lifecycle is the controller's in-memory state: the tables of active
@@ -157,7 +156,7 @@ func (c *Controller) illegal(err error) {
 
 // createJobs makes and queues the jobs of a valid request, submitted by
 // actor; it returns copies for the caller.
-func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth.Job {
+func (c *Controller) createJobs(req *berth.SubmitRequest, be Backend, actor string) []*berth.Job {
 	now := c.now().UTC()
 	n := max(req.Array, 1)
 	out := make([]*berth.Job, n)
@@ -173,7 +172,7 @@ func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth
 		}
 		stored, reply := *j, *j
 		b.Jobs[i], out[i] = &stored, &reply
-		js := &jobState{job: j}
+		js := &jobState{job: j, backend: be}
 		c.jobs[j.ID] = js
 		c.adopt(js)
 		c.enqueue(js)
@@ -368,12 +367,9 @@ func (c *Controller) stopJob(js *jobState, requested string, now time.Time) {
 	}
 }
 
-// sendCancel tells the attempt's agent to stop it, once durable.
+// sendCancel asks the attempt's backend to stop it.
 func (c *Controller) sendCancel(as *attemptState, reason string) {
-	if s := as.worker.sess; s != nil {
-		msg := &wire.JobCancel{AttemptID: as.a.ID, Reason: reason, Cause: as.stopCause()}
-		c.sendAfterCommit(s, wire.TypeJobCancel, msg)
-	}
+	as.job.backend.Stop(as.a, reason, as.stopCause())
 }
 
 // finishJob moves a job to a terminal state and drops it from memory.

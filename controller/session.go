@@ -215,32 +215,8 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 	ws.sess, ws.lastSeen = s, now.UnixNano()
 	s.worker = ws
 
-	// Keep what the agent still runs if it is still this worker's; kill the rest.
-	reported := map[string]bool{}
 	ack := &wire.Ack{Of: wire.AckRegister, Lease: c.cfg.Lease, Heartbeat: c.cfg.Heartbeat}
-	for _, id := range m.Running {
-		reported[id] = true
-		if as := c.attempts[id]; as != nil && as.worker == ws && as.stopReason() == "" {
-			ack.Keep = append(ack.Keep, id)
-		} else {
-			ack.Kill = append(ack.Kill, id)
-		}
-	}
-	for _, id := range m.Finished {
-		reported[id] = true
-	}
-	for id, as := range ws.attempts {
-		switch {
-		case reported[id] && as.a.State == berth.AttemptAssigned:
-			// It started; its job_accepted was lost with the old session.
-			c.markRunning(as, now)
-		case !reported[id] && as.a.State == berth.AttemptAssigned:
-			// The assignment never reached the agent: no retry spent.
-			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
-		case !reported[id]:
-			c.endAttempt(as, berth.AttemptLost, nil, "agent restarted without it", now)
-		}
-	}
+	ack.Keep, ack.Kill = c.pool.Reconcile(w.ID, m.Running, m.Finished, now)
 	ws.faulty = nil
 	ws.sched.Models = m.Models
 	c.applyControl(ws)
@@ -400,16 +376,8 @@ func (c *Controller) disconnected(s *session) {
 // assignments not accepted in time.
 func (c *Controller) housekeep() {
 	now := c.now().UTC()
-	deadline := now.Add(-(c.cfg.Lease + c.cfg.FenceMargin)).UnixNano()
-	for _, ws := range c.workers {
-		if ws.w.State == berth.WorkerLost || ws.lastSeen > deadline {
-			continue
-		}
-		if ws.sess != nil {
-			ws.sess.close("lease expired: no message within the lease")
-			ws.sess.worker = nil
-			ws.sess = nil
-		}
+	for _, id := range c.pool.Expire(now.Add(-(c.cfg.Lease + c.cfg.FenceMargin))) {
+		ws := c.workers[id]
 		for _, as := range ws.attempts {
 			c.endAttempt(as, berth.AttemptLost, nil, fmt.Sprintf("worker %s lost", ws.w.Host), now)
 		}

@@ -49,6 +49,10 @@ func (c *Controller) SubmitAnswer(ctx context.Context, req *berth.SubmitRequest)
 	if err := CheckSecrets(&req.JobSpec, c.cfg.Secrets); err != nil {
 		return nil, err
 	}
+	be, err := c.backendFor(&req.JobSpec)
+	if err != nil {
+		return nil, err
+	}
 	if err := c.checkParent(ctx, req); err != nil {
 		return nil, err
 	}
@@ -90,7 +94,7 @@ func (c *Controller) SubmitAnswer(ctx context.Context, req *berth.SubmitRequest)
 			c.afterCommit(func() { reply <- result{sub: &Submission{Jobs: jobs, Replayed: true}} })
 			return
 		}
-		sub := &Submission{Jobs: c.createJobs(req, berth.ActorFrom(ctx)), Warnings: c.queueWarnings(req.Queue)}
+		sub := &Submission{Jobs: c.createJobs(req, be, berth.ActorFrom(ctx)), Warnings: c.queueWarnings(req.Queue)}
 		c.afterCommit(func() { reply <- result{sub: sub} })
 	}); err != nil {
 		return nil, err
