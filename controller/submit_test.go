@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -36,16 +35,6 @@ func submitKeyed(t *testing.T, c *Controller, req *berth.SubmitRequest, wantRepl
 		ids[i] = j.ID
 	}
 	return ids
-}
-
-// storedJobs returns how many jobs the store holds.
-func storedJobs(t *testing.T, c *Controller) int {
-	t.Helper()
-	jobs, err := c.store.Jobs(t.Context(), store.JobFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(jobs)
 }
 
 // checkConflict requires err to be the conflict of a reused idempotency
