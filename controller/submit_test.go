@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -291,5 +292,30 @@ func TestABackingOffJobSaysWhy(t *testing.T) {
 	}
 	if d.State != berth.JobPending || !strings.HasPrefix(d.Reason, "retrying in 1s after attempt 1 failed") {
 		t.Errorf("job in its backoff: %s, %q; want pending, retrying in 1s", d.State, d.Reason)
+	}
+}
+
+// TestJobsNameTheirBackend: a job runs on the agent pool, named or by
+// default; a backend this server does not have is refused on backend and
+// nothing is stored.
+func TestJobsNameTheirBackend(t *testing.T) {
+	t.Parallel()
+	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Now())
+	for _, backend := range []string{"", AgentPoolBackend} {
+		spec := berth.DefaultJobSpec()
+		spec.Command, spec.Backend = berth.Argv{"true"}, backend
+		if _, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec}); err != nil {
+			t.Errorf("backend %q: %v", backend, err)
+		}
+	}
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Backend = berth.Argv{"true"}, "k8s"
+	_, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})
+	var e *berth.Error
+	if !errors.As(err, &e) || e.Code != berth.ECodeInvalid || e.Field != "backend" {
+		t.Errorf("backend k8s: %v, want invalid on backend", err)
+	}
+	if n := storedJobs(t, c); n != 2 {
+		t.Errorf("store holds %d jobs, want 2", n)
 	}
 }
