@@ -125,8 +125,7 @@ func (c *Controller) transitionAttempt(as *attemptState, to berth.AttemptState) 
 		return err
 	}
 	a.State = to
-	b := c.fx.rows()
-	b.Attempts = append(b.Attempts, as.copy())
+	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}}) // Append drops the progress it supersedes
 	return nil
 }
 
