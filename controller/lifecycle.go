@@ -379,9 +379,9 @@ func (c *Controller) finishJob(js *jobState, st berth.JobState, code *int, reaso
 		return
 	}
 	j.ExitCode, j.Reason, j.FinishedAt = code, reason, now
-	_ = c.transitionJob(js, st, berth.Event{Time: now, Type: "job." + string(st), Reason: reason, ExitCode: code}) // checked above
 	delete(c.jobs, j.ID)
-	c.orphan(j, now)
+	c.orphan(j, st, now) // its children's ends come first, as they always did
 	c.jobEnded(j.ID, st)
+	_ = c.transitionJob(js, st, berth.Event{Time: now, Type: "job." + string(st), Reason: reason, ExitCode: code}) // checked above
 	c.afterCommit(c.notifyLogs)
 }
