@@ -334,6 +334,30 @@ func (c *Controller) awaitDurable(ctx context.Context, ch <-chan struct{}) error
 	}
 }
 
+// housekeep, on the loop's timer, ends what ran out of time: workers
+// their backend has lost, backoffs, and assignments not accepted in time.
+func (c *Controller) housekeep() {
+	now := c.now().UTC()
+	for _, id := range c.pool.Expire(now.Add(-(c.cfg.Lease + c.cfg.FenceMargin))) {
+		c.workerLost(c.workers[id], now)
+	}
+	for js := range c.restarting {
+		if !js.restartAt.After(now) {
+			delete(c.restarting, js)
+			js.restartAt = time.Time{}
+			c.enqueue(js)
+			c.dirty = true
+		}
+	}
+	acceptBy := now.Add(-c.cfg.AcceptTimeout)
+	for _, as := range c.attempts {
+		if as.a.State == berth.AttemptAssigned && as.a.CreatedAt.Before(acceptBy) && as.worker.sess != nil {
+			c.sendCancel(as, reasonWithdrawn)
+			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
+		}
+	}
+}
+
 // flush carries out the effects of the loop's pass: it commits the batch
 // and, once it is durable, sends, publishes and answers in order.
 func (c *Controller) flush() {

@@ -153,6 +153,18 @@ func (c *Controller) illegal(err error) {
 	c.log.Error("controller: transition refused", "err", err)
 }
 
+// workerLost declares ws lost, and the attempts it ran with it.
+func (c *Controller) workerLost(ws *workerState, now time.Time) {
+	for _, as := range ws.attempts {
+		c.endAttempt(as, berth.AttemptLost, nil, fmt.Sprintf("worker %s lost", ws.w.Host), now)
+	}
+	ws.w.State = berth.WorkerLost
+	ws.recompute()
+	w := c.workerCopy(ws)
+	c.write(&store.Batch{Workers: []*berth.Worker{w}})
+	c.emit(berth.Event{Time: now, Type: EventWorkerLost, WorkerID: w.ID, Host: w.Host})
+}
+
 // createJobs makes and queues the jobs of a valid request, submitted by
 // actor; it returns copies for the caller.
 func (c *Controller) createJobs(req *berth.SubmitRequest, be Backend, actor string) []*berth.Job {

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store"
@@ -372,35 +371,3 @@ func (c *Controller) disconnected(s *session) {
 	c.emit(ev)
 }
 
-// housekeep ends what ran out of time: workers unheard past their lease and
-// assignments not accepted in time.
-func (c *Controller) housekeep() {
-	now := c.now().UTC()
-	for _, id := range c.pool.Expire(now.Add(-(c.cfg.Lease + c.cfg.FenceMargin))) {
-		ws := c.workers[id]
-		for _, as := range ws.attempts {
-			c.endAttempt(as, berth.AttemptLost, nil, fmt.Sprintf("worker %s lost", ws.w.Host), now)
-		}
-		ws.w.State = berth.WorkerLost
-		ws.recompute()
-		w := c.workerCopy(ws)
-		c.write(&store.Batch{Workers: []*berth.Worker{w}})
-		ev := berth.Event{Time: now, Type: EventWorkerLost, WorkerID: w.ID, Host: w.Host}
-		c.emit(ev)
-	}
-	for js := range c.restarting {
-		if !js.restartAt.After(now) {
-			delete(c.restarting, js)
-			js.restartAt = time.Time{}
-			c.enqueue(js)
-			c.dirty = true
-		}
-	}
-	acceptBy := now.Add(-c.cfg.AcceptTimeout)
-	for _, as := range c.attempts {
-		if as.a.State == berth.AttemptAssigned && as.a.CreatedAt.Before(acceptBy) && as.worker.sess != nil {
-			c.sendCancel(as, reasonWithdrawn)
-			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
-		}
-	}
-}
