@@ -370,4 +370,3 @@ func (c *Controller) disconnected(s *session) {
 	ev := berth.Event{Time: c.now().UTC(), Type: EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: s.reason}
 	c.emit(ev)
 }
-
