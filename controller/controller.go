@@ -1,9 +1,11 @@
 // Package controller is Berth's state machine. One goroutine (the loop)
 // owns every job, attempt and worker in memory; API calls and agent messages
-// reach it as closures. Each transition is written through the store's group
-// committer, and nobody outside is told of it (an API reply, an agent
-// message, an event) until it is durable. On start the controller rebuilds
-// its memory from the store.
+// reach it as closures. The lifecycle (lifecycle.go) makes the transitions
+// and gathers their effects; the loop applies them: each pass's rows are
+// written through the store's group committer, and nobody outside is told
+// of them (an API reply, an agent message, an event) until they are
+// durable. Attempts run on a Backend, the agent pool. On start the
+// controller rebuilds its memory from the store.
 package controller
 
 import (

@@ -13,6 +13,7 @@ import (
 // transition writes its rows, publishes its event, tells the agent and
 // keeps the counters.
 func TestLifecycleRunsAJob(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	j := h.submit(nil, "true")
 	if got := h.counts(); got[berth.JobPending] != 1 || len(got) != 1 {
@@ -54,6 +55,7 @@ func TestLifecycleRunsAJob(t *testing.T) {
 // and an attempt does not end twice; the refusal is an error and changes
 // nothing, counters included.
 func TestLifecycleRefusesIllegalTransitions(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	j := h.submit(nil, "true")
 	s := h.agent(workerReg())
@@ -89,6 +91,7 @@ func TestLifecycleRefusesIllegalTransitions(t *testing.T) {
 // exit code its process reported, for SSE readers and webhooks that act on
 // it without fetching the job.
 func TestEndEventsCarryTheExitCode(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	s := h.agent(workerReg())
 	j := h.submit(nil, "false")
@@ -102,6 +105,7 @@ func TestEndEventsCarryTheExitCode(t *testing.T) {
 // accept within AcceptTimeout is cancelled and its job queued again
 // without spending a retry, and placed again in the same pass.
 func TestAnUnacceptedAssignmentIsWithdrawn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	s := h.agent(workerReg())
 	j := h.submit(nil, "true")
@@ -127,6 +131,7 @@ func TestAnUnacceptedAssignmentIsWithdrawn(t *testing.T) {
 // fence margin is lost, and the attempt it ran is lost with it: its job,
 // with no retry left, fails.
 func TestALostWorkerEndsItsAttempts(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	s := h.agent(workerReg())
 	j := h.submit(nil, "sleep", "60")

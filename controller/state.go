@@ -265,7 +265,7 @@ func (c *Controller) rebuild(a *store.Active) {
 		c.addWorker(ws)
 	}
 	for _, j := range a.Jobs {
-		js := &jobState{job: j, backend: c.pool}
+		js := &jobState{job: j, backend: c.pool} // the one backend: submit refuses others
 		c.jobs[j.ID] = js
 		if j.IdempotencyKey != "" {
 			k := idemKeyOf(&j.JobSpec)
