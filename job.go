@@ -76,7 +76,7 @@ type JobSpec struct {
 	Model          string            `json:"model,omitempty" yaml:"model,omitempty"` // placed preferably where it is loaded
 	IdempotencyKey string            `json:"idempotency_key,omitempty" yaml:"idempotency_key,omitempty"`
 	Parent         string            `json:"parent,omitempty" yaml:"parent,omitempty"`
-	Backend        string            `json:"backend,omitempty" yaml:"backend,omitempty"`
+	Backend        string            `json:"backend,omitempty" yaml:"backend,omitempty"` // where it runs: "" or "agents", the agent pool
 	Cluster        string            `json:"cluster,omitempty" yaml:"cluster,omitempty"`
 }
 
@@ -191,8 +191,8 @@ func (s *JobSpec) Validate() error {
 	if len(s.IdempotencyKey) > 256 {
 		return Invalidf("idempotency_key", "must be at most 256 characters")
 	}
-	if s.Backend != "" {
-		return Invalidf("backend", "backends other than the local cluster are not supported by this server yet")
+	if len(s.Backend) > 64 {
+		return Invalidf("backend", "must be at most 64 characters") // which backends exist is the server's to say
 	}
 	if s.Cluster != "" {
 		return Invalidf("cluster", "federated clusters are not supported by this server yet")

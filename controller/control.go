@@ -156,7 +156,7 @@ func (c *Controller) draining(ws *workerState) bool {
 func (c *Controller) pushControl(ws *workerState) {
 	if s := ws.sess; s != nil {
 		msg := c.wireControl(ws.w.Host, ws)
-		c.afterCommit(func() { s.send(wire.TypeControl, msg) })
+		c.sendAfterCommit(s, wire.TypeControl, msg)
 	}
 }
 

@@ -1,9 +1,11 @@
 // Package controller is Berth's state machine. One goroutine (the loop)
 // owns every job, attempt and worker in memory; API calls and agent messages
-// reach it as closures. Each transition is written through the store's group
-// committer, and nobody outside is told of it (an API reply, an agent
-// message, an event) until it is durable. On start the controller rebuilds
-// its memory from the store.
+// reach it as closures. The lifecycle (lifecycle.go) makes the transitions
+// and gathers their effects; the loop applies them: each pass's rows are
+// written through the store's group committer, and nobody outside is told
+// of them (an API reply, an agent message, an event) until they are
+// durable. Attempts run on a Backend, the agent pool. On start the
+// controller rebuilds its memory from the store.
 package controller
 
 import (
@@ -129,32 +131,23 @@ type Controller struct {
 	failErr  error
 
 	// Owned by the loop.
-	jobs     map[string]*jobState
-	children map[string]map[string]*jobState // parent id → its active children, by id
-	attempts map[string]*attemptState
-	workers  map[string]*workerState
+	lifecycle
+	pool     *agentPool                                 // the one Backend
 	quotas   map[string]*berth.QuotaRule                // by ID()
 	controls map[string]map[string]*berth.WorkerControl // host → queue → control
 	// controlGen counts the loop's control writes, so that a poll that
 	// read the store before one does not undo it.
 	controlGen uint64
-	order      []*workerState       // every worker, by id
 	reserved   map[string]string    // worker id → job holding it, from the last full pass
 	nextPort   int                  // where the next rendezvous port search starts
 	hinted     map[string]time.Time // model → when a worker was last asked to prewarm it
 	// preempted holds when each preemption of the last window happened.
 	preempted []time.Time
-	queue     *scheduler.Queue
 	idem      map[idemKey][]string // job ids by their user's idempotency key
 	waiters   map[*waiter]struct{}
-	// restarting holds the jobs waiting out their retry or restart backoff.
-	restarting map[*jobState]struct{}
-	seq        uint64
-	eventSeq   uint64 // of the last event emitted
-	dirty      bool
-	batch      *store.Batch
-	after      []func()
-	stats      stats
+	seq       uint64
+	eventSeq  uint64 // of the last event emitted
+	dirty     bool
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -182,28 +175,24 @@ func newCommitter(cfg Config) *store.Committer {
 // New returns a controller over cfg.Store. It does nothing until Start.
 func New(cfg Config) *Controller {
 	cfg.setDefaults()
-	return &Controller{
+	c := &Controller{
 		cfg: cfg, store: cfg.Store, log: cfg.Log, now: cfg.Now,
-		committer:  newCommitter(cfg),
-		bus:        NewBus(store.KeptEvents),
-		inbox:      make(chan func(), 4096),
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
-		failed:     make(chan struct{}),
-		jobs:       map[string]*jobState{},
-		children:   map[string]map[string]*jobState{},
-		attempts:   map[string]*attemptState{},
-		workers:    map[string]*workerState{},
-		quotas:     map[string]*berth.QuotaRule{},
-		controls:   map[string]map[string]*berth.WorkerControl{},
-		hinted:     map[string]time.Time{},
-		queue:      scheduler.NewQueue(*cfg.Scheduler),
-		idem:       map[idemKey][]string{},
-		waiters:    map[*waiter]struct{}{},
-		restarting: map[*jobState]struct{}{},
-		logNotify:  make(chan struct{}),
-		stats:      newStats(),
+		committer: newCommitter(cfg),
+		bus:       NewBus(store.KeptEvents),
+		inbox:     make(chan func(), 4096),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+		failed:    make(chan struct{}),
+		lifecycle: newLifecycle(*cfg.Scheduler),
+		quotas:    map[string]*berth.QuotaRule{},
+		controls:  map[string]map[string]*berth.WorkerControl{},
+		hinted:    map[string]time.Time{},
+		idem:      map[idemKey][]string{},
+		waiters:   map[*waiter]struct{}{},
+		logNotify: make(chan struct{}),
 	}
+	c.pool = &agentPool{c: c}
+	return c
 }
 
 // Bus returns the event bus.
@@ -334,19 +323,6 @@ func (c *Controller) loop() {
 	}
 }
 
-// write adds b to the loop's pending batch; flush commits it.
-func (c *Controller) write(b *store.Batch) {
-	if c.batch == nil {
-		c.batch = &store.Batch{}
-	}
-	c.batch.Append(b)
-}
-
-// afterCommit runs fn once everything written so far is durable. fn runs on
-// the committer goroutine: it must be quick, non-blocking and must not touch
-// loop state.
-func (c *Controller) afterCommit(fn func()) { c.after = append(c.after, fn) }
-
 // durable returns a channel closed once every write made so far on the
 // loop is in the store, so that a store read sees what the loop decided.
 // Loop only.
@@ -368,12 +344,37 @@ func (c *Controller) awaitDurable(ctx context.Context, ch <-chan struct{}) error
 	}
 }
 
+// housekeep, on the loop's timer, ends what ran out of time: workers
+// their backend has lost, backoffs, and assignments not accepted in time.
+func (c *Controller) housekeep() {
+	now := c.now().UTC()
+	for _, id := range c.pool.Expire(now.Add(-(c.cfg.Lease + c.cfg.FenceMargin))) {
+		c.workerLost(c.workers[id], now)
+	}
+	for js := range c.restarting {
+		if !js.restartAt.After(now) {
+			delete(c.restarting, js)
+			js.restartAt = time.Time{}
+			c.enqueue(js)
+			c.dirty = true
+		}
+	}
+	acceptBy := now.Add(-c.cfg.AcceptTimeout)
+	for _, as := range c.attempts {
+		if as.a.State == berth.AttemptAssigned && as.a.CreatedAt.Before(acceptBy) && as.worker.sess != nil {
+			c.sendCancel(as, reasonWithdrawn)
+			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
+		}
+	}
+}
+
+// flush carries out the effects of the loop's pass: it commits the batch
+// and, once it is durable, sends, publishes and answers in order.
 func (c *Controller) flush() {
-	if c.batch == nil && len(c.after) == 0 {
+	b, after := c.fx.take()
+	if b == nil && len(after) == 0 {
 		return
 	}
-	b, after := c.batch, c.after
-	c.batch, c.after = nil, nil
 	if b == nil {
 		b = &store.Batch{}
 	}
@@ -382,10 +383,22 @@ func (c *Controller) flush() {
 			c.fail(err)
 			return
 		}
-		for _, fn := range after {
-			fn()
+		for i := range after {
+			c.apply(&after[i])
 		}
 	})
+}
+
+// apply carries out one effect of a durable batch.
+func (c *Controller) apply(e *effect) {
+	switch {
+	case e.to != nil:
+		e.to.send(e.typ, e.msg)
+	case e.events != nil:
+		c.bus.Publish(e.events...)
+	default:
+		e.fn()
+	}
 }
 
 // notifyLogs wakes log followers.

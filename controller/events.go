@@ -36,7 +36,7 @@ func (c *Controller) emit(events ...berth.Event) {
 		}
 		c.write(&store.Batch{Events: stored})
 	}
-	c.afterCommit(func() { c.bus.Publish(events...) })
+	c.fx.after = append(c.fx.after, effect{events: events})
 }
 
 // loadEvents restores the newest stored events, at start: they are

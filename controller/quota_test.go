@@ -1,46 +1,13 @@
 package controller
 
 import (
-	"context"
 	"path/filepath"
 	"reflect"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/sqlite"
 )
-
-// startOn starts a controller on the SQLite store at path with a fixed
-// clock. stop stops both; it runs when t ends if not called before.
-func startOn(t *testing.T, path string, now time.Time) (c *Controller, stop func()) {
-	t.Helper()
-	st, err := sqlite.Open(t.Context(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c = New(Config{Store: st, Now: func() time.Time { return now }})
-	if err := c.Start(t.Context()); err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := c.Stop(ctx); err != nil {
-				t.Errorf("Stop: %v", err)
-			}
-			if err := st.Close(); err != nil {
-				t.Errorf("close store: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return c, stop
-}
 
 // loopRules returns quotaRules as the loop sees them.
 func loopRules(t *testing.T, c *Controller) []berth.QuotaRule {
@@ -59,18 +26,6 @@ func storedRules(t *testing.T, c *Controller) []*berth.QuotaRule {
 		t.Fatalf("Quotas: %v", err)
 	}
 	return rules
-}
-
-// readEvents returns the events published after seq, which must exist.
-func readEvents(t *testing.T, c *Controller, after uint64) []berth.Event {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	events, _, err := c.Bus().Read(ctx, after)
-	if err != nil {
-		t.Fatalf("no event after %d: %v", after, err)
-	}
-	return events
 }
 
 func TestQuotaRules(t *testing.T) {

@@ -31,10 +31,7 @@ func (c *Controller) addWorker(ws *workerState) {
 // snapshot is the cluster as the scheduler sees it now.
 func (c *Controller) snapshot() *scheduler.Snapshot {
 	now := c.now().UTC()
-	s := &scheduler.Snapshot{Now: now, Workers: make([]*scheduler.Worker, len(c.order)), Quotas: c.quotaRules()}
-	for i, ws := range c.order {
-		s.Workers[i] = ws.sched
-	}
+	s := &scheduler.Snapshot{Now: now, Workers: c.pool.Capacity(make([]*scheduler.Worker, 0, len(c.order))), Quotas: c.quotaRules()}
 	window := now.Add(-c.cfg.Scheduler.PreemptWindow)
 	for len(c.preempted) > 0 && !c.preempted[0].After(window) {
 		c.preempted = c.preempted[1:]
@@ -91,8 +88,7 @@ func (c *Controller) runPass() {
 		if ws.asked && ws.sess != nil {
 			ws.asked = false
 			if !ws.got {
-				s := ws.sess
-				c.afterCommit(func() { s.send(wire.TypeNoWork, &wire.NoWork{}) })
+				c.sendAfterCommit(ws.sess, wire.TypeNoWork, &wire.NoWork{})
 			}
 		}
 	}
@@ -131,20 +127,9 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 			}
 		}
 		b.Attempts = append(b.Attempts, as.copy())
-		msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
-			JobName: j.Name, User: j.User, Attempt: j.Attempts, Queue: j.Queue, Model: j.Model, Command: j.Command,
-			Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
-			MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: c.cfg.Grace}
-		if j.Kind == berth.KindService && c.cfg.Services != nil {
-			msg.Service = c.cfg.Services.Service(j)
-		}
-		if c.cfg.Secrets != nil && referencesSecrets(j) {
-			msg.Secrets = c.cfg.Secrets.Resolve(j.User, jobText(j)...)
-		}
 		c.audit(berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
 			Attempts: []string{a.ID}})
-		s := ws.sess
-		c.afterCommit(func() { s.send(wire.TypeJobAssign, msg) })
+		js.backend.Launch(j, a, env)
 	}
 	c.stats.placed.observe(now.Sub(j.CreatedAt))
 	if j.Model != "" {
@@ -203,7 +188,7 @@ func (c *Controller) prewarm(j *berth.Job, now time.Time) {
 	}
 	c.hinted[j.Model] = now
 	s, msg := idle.sess, &wire.PrewarmHint{Model: j.Model}
-	c.afterCommit(func() { s.send(wire.TypePrewarmHint, msg) })
+	c.sendAfterCommit(s, wire.TypePrewarmHint, msg)
 }
 
 // rendezvous returns the environment every member of a gang of n shares:

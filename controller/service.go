@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -11,48 +10,6 @@ import (
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
-
-// Restarting services.
-const (
-	// serviceStableAfter is how long a service attempt must have run for
-	// its end to count as a first failure again: the restart count and
-	// backoff start over.
-	serviceStableAfter = 10 * time.Minute
-	// maxRestartDelay caps the doubling backoff between restarts.
-	maxRestartDelay = 5 * time.Minute
-)
-
-// restartService handles the end of a service's attempt last (f is how it
-// failed, nil when it exited 0: a service runs until stopped). Within its
-// retries the service is requeued after a doubling backoff; past them it
-// fails. An attempt that ran serviceStableAfter resets the count. Loop
-// only.
-func (c *Controller) restartService(js *jobState, f *memberEnd, last *berth.Attempt, now time.Time) {
-	j := js.job
-	how := "exited 0"
-	if f != nil {
-		how = fmt.Sprintf("%s: %s", f.state, orDefault(f.reason, exitDesc(f.code)))
-	}
-	if !last.StartedAt.IsZero() && now.Sub(last.StartedAt) >= serviceStableAfter {
-		j.Attempts = 1 // it ran well: this is a first failure again
-	}
-	if j.Attempts > j.Retries {
-		var code *int
-		if f != nil {
-			code = f.code
-		}
-		c.finishJob(js, berth.JobFailed, code, fmt.Sprintf("service ended %d times in a row (limit %d); last: %s", j.Attempts, j.Retries, how), now)
-		return
-	}
-	delay := berth.DoublingDelay(j.Attempts, maxRestartDelay)
-	js.restartAt = now.Add(delay)
-	if js.task != nil {
-		js.task.Front = false
-	}
-	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: j.ID, State: berth.JobPending,
-		Reason:   fmt.Sprintf("restarting in %v (restart %d of %d) after attempt %s", delay, j.Attempts, j.Retries, how),
-		Attempts: []string{last.ID}})
-}
 
 // ServiceResolver says how an agent runs a service job's attempts: its
 // port, model and readiness check (from the job's template).

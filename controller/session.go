@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store"
@@ -215,41 +214,15 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 	ws.sess, ws.lastSeen = s, now.UnixNano()
 	s.worker = ws
 
-	// Keep what the agent still runs if it is still this worker's; kill the rest.
-	reported := map[string]bool{}
 	ack := &wire.Ack{Of: wire.AckRegister, Lease: c.cfg.Lease, Heartbeat: c.cfg.Heartbeat}
-	for _, id := range m.Running {
-		reported[id] = true
-		if as := c.attempts[id]; as != nil && as.worker == ws && as.stopReason() == "" {
-			ack.Keep = append(ack.Keep, id)
-		} else {
-			ack.Kill = append(ack.Kill, id)
-		}
-	}
-	for _, id := range m.Finished {
-		reported[id] = true
-	}
-	for id, as := range ws.attempts {
-		switch {
-		case reported[id] && as.a.State == berth.AttemptAssigned:
-			// It started; its job_accepted was lost with the old session.
-			c.markRunning(as, now)
-		case !reported[id] && as.a.State == berth.AttemptAssigned:
-			// The assignment never reached the agent: no retry spent.
-			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
-		case !reported[id]:
-			c.endAttempt(as, berth.AttemptLost, nil, "agent restarted without it", now)
-		}
-	}
+	ack.Keep, ack.Kill = c.pool.Reconcile(w.ID, m.Running, m.Finished, now)
 	ws.faulty = nil
 	ws.sched.Models = m.Models
 	c.applyControl(ws)
 	c.write(&store.Batch{Workers: []*berth.Worker{c.workerCopy(ws)}})
 	ctl := c.wireControl(w.Host, ws)
-	c.afterCommit(func() {
-		s.send(wire.TypeAck, ack)
-		s.send(wire.TypeControl, ctl)
-	})
+	c.sendAfterCommit(s, wire.TypeAck, ack)
+	c.sendAfterCommit(s, wire.TypeControl, ctl)
 	c.emit(berth.Event{Time: now, Type: berth.EventWorkerRegistered, WorkerID: w.ID, Host: w.Host})
 	for _, as := range ws.attempts {
 		if why := as.stopReason(); why != "" {
@@ -307,31 +280,6 @@ func (c *Controller) onAccepted(s *session, m *wire.JobAccepted) {
 	c.markRunning(as, c.now().UTC())
 }
 
-// markRunning records that an attempt's process started.
-func (c *Controller) markRunning(as *attemptState, now time.Time) {
-	as.a.State, as.a.StartedAt = berth.AttemptRunning, now
-	js := as.job
-	j := js.job
-	b := &store.Batch{Attempts: []*berth.Attempt{as.copy()}}
-	var events []berth.Event
-	if j.State == berth.JobPending {
-		c.stats.jobs[berth.JobPending]--
-		c.stats.jobs[berth.JobRunning]++
-		j.State = berth.JobRunning
-		if j.StartedAt.IsZero() {
-			j.StartedAt = now
-		}
-		if !js.cancelRequested() {
-			j.Reason = ""
-		}
-		events = append(events, berth.Event{Time: now, Type: berth.EventJobRunning, JobID: j.ID, State: berth.JobRunning, WorkerID: as.worker.w.ID, Host: as.worker.w.Host})
-	}
-	b.JobUpdates = []store.JobUpdate{js.update()}
-	c.stats.started.observe(now.Sub(j.CreatedAt))
-	c.write(b)
-	c.emit(events...)
-}
-
 func (c *Controller) onLog(s *session, m *wire.Log) {
 	as := c.attemptOf(s, m.AttemptID)
 	end := m.Offset + int64(len(m.Data))
@@ -352,10 +300,8 @@ func (c *Controller) onLog(s *session, m *wire.Log) {
 	c.write(&store.Batch{Logs: []store.LogChunk{{AttemptID: m.AttemptID, Offset: as.logSize, Data: data}}})
 	as.logSize = end
 	ack := &wire.Ack{Of: wire.AckLog, AttemptID: m.AttemptID, Offset: end}
-	c.afterCommit(func() {
-		s.send(wire.TypeAck, ack)
-		c.notifyLogs()
-	})
+	c.sendAfterCommit(s, wire.TypeAck, ack)
+	c.afterCommit(c.notifyLogs)
 }
 
 // maxProgress bounds a progress report; longer ones are cut at a character
@@ -408,132 +354,7 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 		code = &n
 	}
 	c.endAttempt(as, st, code, reason, c.now().UTC())
-	c.afterCommit(func() { s.send(wire.TypeAck, ack) })
-}
-
-// endAttempt records an attempt's end and frees its capacity. The first
-// member of a gang to end otherwise than succeeded ends the gang: the other
-// members are stopped. Once no member is left the job moves on: done,
-// failed, cancelled or queued again per its retries.
-func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *int, reason string, now time.Time) {
-	a := as.a
-	a.State, a.ExitCode, a.Reason, a.FinishedAt = st, code, reason, now
-	delete(c.attempts, a.ID)
-	as.worker.release(as)
-	js := as.job
-	js.members[a.TaskIndex] = nil
-	js.live--
-	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}})
-	c.dirty = true
-	if st != berth.AttemptSucceeded && js.failure == nil {
-		js.failure = &memberEnd{state: st, code: code, reason: reason, cause: as.cause, stoppedBy: as.stoppedBy, attempt: a.ID,
-			worker: a.WorkerID}
-		if js.live > 0 {
-			why := fmt.Sprintf("gang member %d %s", a.TaskIndex, st)
-			if st == berth.AttemptPreempted || st == berth.AttemptStopped {
-				why = reason
-			}
-			js.active(func(o *attemptState) {
-				o.run.Stopping = true
-				c.sendCancel(o, why)
-			})
-		}
-	}
-	if js.live > 0 {
-		return
-	}
-	js.members = nil
-	j := js.job
-	f := js.failure
-	switch {
-	case js.cancelRequested():
-		c.finishJob(js, berth.JobCancelled, code, cancelledFor(j.Reason), now)
-	case f != nil && f.state == berth.AttemptStopped:
-		j.Attempts-- // an operator's doing: no retry spent, back at the front
-		c.requeueFront(js, f, now)
-	case f != nil && (f.state == berth.AttemptPreempted || (f.state == berth.AttemptCancelled && f.reason == reasonWithdrawn) ||
-		(f.cause != "" && !berth.CauseSpendsRetry(f.cause))):
-		j.Attempts-- // not the job's fault: no retry spent
-		c.requeue(js, f.reason, now)
-	case j.Kind == berth.KindService:
-		c.restartService(js, f, a, now)
-	case f == nil:
-		c.finishJob(js, berth.JobSucceeded, code, "", now)
-	case j.Attempts <= j.Retries:
-		c.retry(js, f, now)
-	default:
-		c.finishJob(js, berth.JobFailed, f.code, orDefault(f.reason, exitDesc(f.code)), now)
-	}
-}
-
-const reasonWithdrawn = "assignment withdrawn: the agent did not start it"
-
-func orDefault(s, def string) string {
-	if s != "" {
-		return s
-	}
-	return def
-}
-
-func exitDesc(code *int) string {
-	if code == nil {
-		return "no exit code"
-	}
-	return fmt.Sprintf("exit code %d", *code)
-}
-
-// maxRetryDelay caps the doubling wait before a failed job's next attempt.
-const maxRetryDelay = time.Minute
-
-// retry requeues a job whose attempt f failed, once a doubling delay has
-// passed (1 s after the first failure, then 2 s, 4 s, … at most
-// maxRetryDelay), so that a job that fails at once does not loop, and
-// prefers, from then on, workers other than f's.
-func (c *Controller) retry(js *jobState, f *memberEnd, now time.Time) {
-	if f.worker != "" && !slices.Contains(js.avoid, f.worker) {
-		js.avoid = append(js.avoid, f.worker)
-	}
-	j := js.job
-	delay := berth.DoublingDelay(j.Attempts, maxRetryDelay)
-	js.restartAt = now.Add(delay)
-	c.requeue(js, fmt.Sprintf("retrying in %v after attempt %d %s: %s", delay, j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
-}
-
-// requeue puts a job back in the queue.
-func (c *Controller) requeue(js *jobState, reason string, now time.Time) {
-	if js.task != nil {
-		js.task.Front = false
-	}
-	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
-}
-
-// requeueFront puts a job an operator stopped back at the front of its
-// priority class, with an event naming who stopped it and which attempt.
-func (c *Controller) requeueFront(js *jobState, f *memberEnd, now time.Time) {
-	ev := berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: f.reason,
-		Attempts: []string{f.attempt}}
-	if f.stoppedBy != nil {
-		ev.Actor, ev.Host, ev.Queue, ev.Policy = f.stoppedBy.RequestedBy, f.stoppedBy.Host, f.stoppedBy.Queue, f.stoppedBy.StopPolicy
-	}
-	if js.task != nil {
-		js.task.Front = true
-	}
-	c.requeueEvent(js, ev)
-}
-
-// requeueEvent puts a job back in the queue and publishes ev once durable.
-func (c *Controller) requeueEvent(js *jobState, ev berth.Event) {
-	j := js.job
-	c.stats.jobs[j.State]--
-	c.stats.jobs[berth.JobPending]++
-	j.State, j.Reason = berth.JobPending, ev.Reason
-	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
-	if js.restartAt.After(ev.Time) {
-		c.restarting[js] = struct{}{} // queued by housekeep once due
-	} else {
-		c.enqueue(js)
-	}
-	c.emit(ev)
+	c.sendAfterCommit(s, wire.TypeAck, ack)
 }
 
 func (c *Controller) disconnected(s *session) {
@@ -548,45 +369,4 @@ func (c *Controller) disconnected(s *session) {
 	c.write(&store.Batch{Workers: []*berth.Worker{w}})
 	ev := berth.Event{Time: c.now().UTC(), Type: berth.EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: s.reason}
 	c.emit(ev)
-}
-
-// housekeep ends what ran out of time: workers unheard past their lease and
-// assignments not accepted in time.
-func (c *Controller) housekeep() {
-	now := c.now().UTC()
-	deadline := now.Add(-(c.cfg.Lease + c.cfg.FenceMargin)).UnixNano()
-	for _, ws := range c.workers {
-		if ws.w.State == berth.WorkerLost || ws.lastSeen > deadline {
-			continue
-		}
-		if ws.sess != nil {
-			ws.sess.close("lease expired: no message within the lease")
-			ws.sess.worker = nil
-			ws.sess = nil
-		}
-		for _, as := range ws.attempts {
-			c.endAttempt(as, berth.AttemptLost, nil, fmt.Sprintf("worker %s lost", ws.w.Host), now)
-		}
-		ws.w.State = berth.WorkerLost
-		ws.recompute()
-		w := c.workerCopy(ws)
-		c.write(&store.Batch{Workers: []*berth.Worker{w}})
-		ev := berth.Event{Time: now, Type: berth.EventWorkerLost, WorkerID: w.ID, Host: w.Host}
-		c.emit(ev)
-	}
-	for js := range c.restarting {
-		if !js.restartAt.After(now) {
-			delete(c.restarting, js)
-			js.restartAt = time.Time{}
-			c.enqueue(js)
-			c.dirty = true
-		}
-	}
-	acceptBy := now.Add(-c.cfg.AcceptTimeout)
-	for _, as := range c.attempts {
-		if as.a.State == berth.AttemptAssigned && as.a.CreatedAt.Before(acceptBy) && as.worker.sess != nil {
-			c.sendCancel(as, reasonWithdrawn)
-			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
-		}
-	}
 }

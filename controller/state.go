@@ -20,6 +20,7 @@ const ReasonCancelRequested = "cancel requested"
 
 type jobState struct {
 	job     *berth.Job // the loop's copy; batches get copies
+	backend Backend    // where its attempts run
 	task    *scheduler.Task
 	members []*attemptState // active attempts by rank (a gang has several); nil while queued
 	live    int             // active members
@@ -264,7 +265,7 @@ func (c *Controller) rebuild(a *store.Active) {
 		c.addWorker(ws)
 	}
 	for _, j := range a.Jobs {
-		js := &jobState{job: j}
+		js := &jobState{job: j, backend: c.pool} // the one backend: submit refuses others
 		c.jobs[j.ID] = js
 		if j.IdempotencyKey != "" {
 			k := idemKeyOf(&j.JobSpec)

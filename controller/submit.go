@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/store"
-	"github.com/berth-dev/berth/wire"
 )
 
 // Submit validates req, stores the job (or Array jobs) durably and queues
@@ -50,6 +47,10 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 		return nil, err
 	}
 	if err := CheckSecrets(&req.JobSpec, c.cfg.Secrets); err != nil {
+		return nil, err
+	}
+	be, err := c.backendFor(&req.JobSpec)
+	if err != nil {
 		return nil, err
 	}
 	if err := c.checkParent(ctx, req); err != nil {
@@ -93,7 +94,7 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 			c.afterCommit(func() { reply <- result{sub: &Submission{Jobs: jobs, Replayed: true}} })
 			return
 		}
-		sub := &Submission{Jobs: c.createJobs(req, berth.ActorFrom(ctx)), Warnings: c.queueWarnings(req.Queue)}
+		sub := &Submission{Jobs: c.createJobs(req, be, berth.ActorFrom(ctx)), Warnings: c.queueWarnings(req.Queue)}
 		c.afterCommit(func() { reply <- result{sub: sub} })
 	}); err != nil {
 		return nil, err
@@ -167,40 +168,6 @@ func CheckSecrets(spec *berth.JobSpec, secrets SecretResolver) error {
 		}
 	}
 	return nil
-}
-
-// createJobs makes and queues the jobs of a valid request, submitted by
-// actor; it returns copies for the caller.
-func (c *Controller) createJobs(req *berth.SubmitRequest, actor string) []*berth.Job {
-	now := c.now().UTC()
-	n := max(req.Array, 1)
-	out := make([]*berth.Job, n)
-	b := &store.Batch{Jobs: make([]*berth.Job, n)}
-	events := make([]berth.Event, n)
-	spec := withDefaults(req.JobSpec)
-	key := idemKeyOf(&spec)
-	for i := 0; i < n; i++ {
-		j := &berth.Job{ID: c.ids.New(now), JobSpec: spec, State: berth.JobPending, CreatedAt: now}
-		if req.Array > 0 {
-			idx := i
-			j.ArrayIndex = &idx
-		}
-		stored, reply := *j, *j
-		b.Jobs[i], out[i] = &stored, &reply
-		js := &jobState{job: j}
-		c.jobs[j.ID] = js
-		c.adopt(js)
-		c.enqueue(js)
-		if key.key != "" {
-			c.idem[key] = append(c.idem[key], j.ID)
-		}
-		events[i] = berth.Event{Time: now, Type: berth.EventJobSubmitted, JobID: j.ID, State: berth.JobPending, Actor: actor, User: j.User}
-	}
-	c.stats.jobs[berth.JobPending] += n
-	c.write(b)
-	c.emit(events...)
-	c.dirty = true
-	return out
 }
 
 // queueWarnings warns of a queue no worker serves (a typo, most likely):
@@ -317,48 +284,3 @@ func (c *Controller) CancelMatching(ctx context.Context, r berth.CancelRequest) 
 }
 
 var errInactive = berth.Errorf(berth.ECodeConflict, "job is not active")
-
-// stopJob cancels js, an active job, with requested as the reason (see
-// cancelRequestedBy): a pending job ends at once, a placed one is marked
-// and its attempts are stopped; its children are cancelled with it. A job
-// whose cancel was requested before is left as it is. Loop only.
-func (c *Controller) stopJob(js *jobState, requested string, now time.Time) {
-	switch {
-	case !js.placed():
-		c.queue.Remove(js.task)
-		delete(c.restarting, js)
-		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(requested), now)
-	case !js.cancelRequested():
-		js.job.Reason = requested
-		c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
-		reason := cancelledFor(requested)
-		js.active(func(as *attemptState) {
-			as.run.Stopping = true
-			c.sendCancel(as, reason)
-		})
-		// Its children need not wait for its processes to end.
-		c.cancelChildren(c.children[js.job.ID], js.job.ID, "was cancelled", now)
-	}
-}
-
-// sendCancel tells the attempt's agent to stop it, once durable.
-func (c *Controller) sendCancel(as *attemptState, reason string) {
-	if s := as.worker.sess; s != nil {
-		msg := &wire.JobCancel{AttemptID: as.a.ID, Reason: reason, Cause: as.stopCause()}
-		c.afterCommit(func() { s.send(wire.TypeJobCancel, msg) })
-	}
-}
-
-// finishJob moves a job to a terminal state and drops it from memory.
-func (c *Controller) finishJob(js *jobState, st berth.JobState, code *int, reason string, now time.Time) {
-	j := js.job
-	c.stats.jobs[j.State]--
-	c.stats.jobs[st]++
-	j.State, j.ExitCode, j.Reason, j.FinishedAt = st, code, reason, now
-	c.write(&store.Batch{JobUpdates: []store.JobUpdate{js.update()}})
-	delete(c.jobs, j.ID)
-	c.orphan(j, now)
-	c.jobEnded(j.ID, st)
-	c.emit(berth.Event{Time: now, Type: "job." + string(st), JobID: j.ID, State: st, Reason: reason, ExitCode: code})
-	c.afterCommit(c.notifyLogs)
-}

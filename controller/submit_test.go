@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -8,7 +9,6 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -36,16 +36,6 @@ func submitKeyed(t *testing.T, c *Controller, req *berth.SubmitRequest, wantRepl
 		ids[i] = j.ID
 	}
 	return ids
-}
-
-// storedJobs returns how many jobs the store holds.
-func storedJobs(t *testing.T, c *Controller) int {
-	t.Helper()
-	jobs, err := c.store.Jobs(t.Context(), store.JobFilter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(jobs)
 }
 
 // checkConflict requires err to be the conflict of a reused idempotency
@@ -302,5 +292,30 @@ func TestABackingOffJobSaysWhy(t *testing.T) {
 	}
 	if d.State != berth.JobPending || !strings.HasPrefix(d.Reason, "retrying in 1s after attempt 1 failed") {
 		t.Errorf("job in its backoff: %s, %q; want pending, retrying in 1s", d.State, d.Reason)
+	}
+}
+
+// TestJobsNameTheirBackend: a job runs on the agent pool, named or by
+// default; a backend this server does not have is refused on backend and
+// nothing is stored.
+func TestJobsNameTheirBackend(t *testing.T) {
+	t.Parallel()
+	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Now())
+	for _, backend := range []string{"", AgentPoolBackend} {
+		spec := berth.DefaultJobSpec()
+		spec.Command, spec.Backend = berth.Argv{"true"}, backend
+		if _, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec}); err != nil {
+			t.Errorf("backend %q: %v", backend, err)
+		}
+	}
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Backend = berth.Argv{"true"}, "k8s"
+	_, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})
+	var e *berth.Error
+	if !errors.As(err, &e) || e.Code != berth.ECodeInvalid || e.Field != "backend" {
+		t.Errorf("backend k8s: %v, want invalid on backend", err)
+	}
+	if n := storedJobs(t, c); n != 2 {
+		t.Errorf("store holds %d jobs, want 2", n)
 	}
 }

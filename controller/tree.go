@@ -51,10 +51,10 @@ func (c *Controller) adopt(js *jobState) {
 	c.children[parent][js.job.ID] = js
 }
 
-// orphan forgets j, a job that has ended, as a parent and as a child,
-// and cancels its active children when it ended failed or cancelled.
-// Loop only.
-func (c *Controller) orphan(j *berth.Job, now time.Time) {
+// orphan forgets j, a job ending in state st, as a parent and as a child,
+// and cancels its active children when it ends failed or cancelled. Loop
+// only.
+func (c *Controller) orphan(j *berth.Job, st berth.JobState, now time.Time) {
 	if siblings := c.children[j.Parent]; siblings != nil {
 		delete(siblings, j.ID)
 		if len(siblings) == 0 {
@@ -63,7 +63,7 @@ func (c *Controller) orphan(j *berth.Job, now time.Time) {
 	}
 	kids := c.children[j.ID]
 	delete(c.children, j.ID)
-	switch j.State {
+	switch st {
 	case berth.JobFailed:
 		c.cancelChildren(kids, j.ID, "failed", now)
 	case berth.JobCancelled:

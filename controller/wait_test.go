@@ -15,20 +15,6 @@ func submitAs(t *testing.T, c *Controller, user, kind string) string {
 	return submitSleep(t, c, func(spec *berth.JobSpec) { spec.User, spec.Kind = user, kind })
 }
 
-// submitSleep submits one job that sleeps, its spec set by edit, and
-// returns its id.
-func submitSleep(t *testing.T, c *Controller, edit func(*berth.JobSpec)) string {
-	t.Helper()
-	spec := berth.DefaultJobSpec()
-	spec.Command = berth.Argv{"sleep", "1000"}
-	edit(&spec)
-	jobs, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})
-	if err != nil {
-		t.Fatalf("submit %+v: %v", spec, err)
-	}
-	return jobs[0].ID
-}
-
 // waitCall is the outcome of a Wait started by startWait.
 type waitCall struct {
 	res *berth.WaitResult
@@ -55,14 +41,6 @@ func startWait(t *testing.T, c *Controller, ids []string, all bool, user string)
 			return out
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-// cancelJob cancels job id, which must be active.
-func cancelJob(t *testing.T, c *Controller, id string) {
-	t.Helper()
-	if _, err := c.Cancel(t.Context(), id); err != nil {
-		t.Fatalf("cancel %s: %v", id, err)
 	}
 }
 

@@ -1,0 +1,103 @@
+package controller
+
+import (
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/wire"
+)
+
+// agentPool is the Backend of berth agent: workers that register over a
+// WebSocket session (session.go), take job_assign and job_cancel messages
+// and report back. It shares the controller's worker table; loop only.
+type agentPool struct {
+	c *Controller
+}
+
+// Capacity appends every registered worker's scheduler view, by id.
+func (p *agentPool) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
+	for _, ws := range p.c.order {
+		into = append(into, ws.sched)
+	}
+	return into
+}
+
+// Launch sends the attempt's worker a job_assign, with the job's secrets
+// resolved and its service settings, once durable.
+func (p *agentPool) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) {
+	c := p.c
+	msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
+		JobName: j.Name, User: j.User, Attempt: j.Attempts, Queue: j.Queue, Model: j.Model, Command: j.Command,
+		Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
+		MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: c.cfg.Grace}
+	if j.Kind == berth.KindService && c.cfg.Services != nil {
+		msg.Service = c.cfg.Services.Service(j)
+	}
+	if c.cfg.Secrets != nil && referencesSecrets(j) {
+		msg.Secrets = c.cfg.Secrets.Resolve(j.User, jobText(j)...)
+	}
+	c.sendAfterCommit(c.workers[a.WorkerID].sess, wire.TypeJobAssign, msg)
+}
+
+// Stop sends the attempt's agent a job_cancel once durable, when it is
+// connected.
+func (p *agentPool) Stop(a *berth.Attempt, reason, cause string) {
+	if s := p.c.workers[a.WorkerID].sess; s != nil {
+		p.c.sendAfterCommit(s, wire.TypeJobCancel, &wire.JobCancel{AttemptID: a.ID, Reason: reason, Cause: cause})
+	}
+}
+
+// Reconcile settles a registering agent's report: it keeps what the agent
+// still runs if it is still this worker's and not being stopped, and kills
+// the rest; of the attempts held on the worker, one the agent reports but
+// that was still assigned started (its job_accepted was lost with the old
+// session), one it does not report ends: withdrawn when it was never
+// accepted (no retry spent), lost otherwise.
+func (p *agentPool) Reconcile(worker string, running, finished []string, now time.Time) (keep, kill []string) {
+	c := p.c
+	ws := c.workers[worker]
+	reported := map[string]bool{}
+	for _, id := range running {
+		reported[id] = true
+		if as := c.attempts[id]; as != nil && as.worker == ws && as.stopReason() == "" {
+			keep = append(keep, id)
+		} else {
+			kill = append(kill, id)
+		}
+	}
+	for _, id := range finished {
+		reported[id] = true
+	}
+	for id, as := range ws.attempts {
+		switch {
+		case reported[id] && as.a.State == berth.AttemptAssigned:
+			c.markRunning(as, now)
+		case !reported[id] && as.a.State == berth.AttemptAssigned:
+			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
+		case !reported[id]:
+			c.endAttempt(as, berth.AttemptLost, nil, "agent restarted without it", now)
+		}
+	}
+	return keep, kill
+}
+
+// Expire closes the sessions of the workers unheard since deadline (a
+// lease and its fence margin ago) and returns their ids; workers already
+// lost are left out.
+func (p *agentPool) Expire(deadline time.Time) []string {
+	var lost []string
+	d := deadline.UnixNano()
+	for _, ws := range p.c.workers {
+		if ws.w.State == berth.WorkerLost || ws.lastSeen > d {
+			continue
+		}
+		if ws.sess != nil {
+			ws.sess.close("lease expired: no message within the lease")
+			ws.sess.worker = nil
+			ws.sess = nil
+		}
+		lost = append(lost, ws.w.ID)
+	}
+	return lost
+}

@@ -1,0 +1,441 @@
+package controller
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
+)
+
+// lifecycle is the controller's in-memory state: the tables of active
+// jobs, attempts and workers, the scheduler queue and the job counters,
+// with the effects the transitions made on them in this pass of the loop.
+// Every change of a job's or an attempt's state goes through
+// transitionJob or transitionAttempt, which keep the counters, the rows
+// to write and the events in step and refuse an illegal move. Loop only.
+type lifecycle struct {
+	jobs     map[string]*jobState
+	children map[string]map[string]*jobState // parent id → its active children, by id
+	attempts map[string]*attemptState
+	workers  map[string]*workerState
+	order    []*workerState // every worker, by id
+	queue    *scheduler.Queue
+	// restarting holds the jobs waiting out their retry or restart backoff.
+	restarting map[*jobState]struct{}
+	stats      stats
+	fx         effects
+}
+
+func newLifecycle(cfg scheduler.Config) lifecycle {
+	return lifecycle{
+		jobs:       map[string]*jobState{},
+		children:   map[string]map[string]*jobState{},
+		attempts:   map[string]*attemptState{},
+		workers:    map[string]*workerState{},
+		queue:      scheduler.NewQueue(cfg),
+		restarting: map[*jobState]struct{}{},
+		stats:      newStats(),
+	}
+}
+
+// effects is what the transitions of one pass of the loop decided, for
+// the shell (flush) to carry out: the rows to write, as one store batch,
+// then, in order once they are durable, the messages to send, the events
+// to publish and the callers to answer.
+type effects struct {
+	batch *store.Batch
+	after []effect
+}
+
+// effect is one thing to do once the batch is durable: send msg on a
+// session, publish events, or call fn.
+type effect struct {
+	to     *session
+	typ    string
+	msg    any
+	events []berth.Event
+	fn     func()
+}
+
+// take returns the effects gathered so far and starts afresh.
+func (fx *effects) take() (*store.Batch, []effect) {
+	b, after := fx.batch, fx.after
+	fx.batch, fx.after = nil, nil
+	return b, after
+}
+
+// rows returns the pending batch, to append rows to.
+func (fx *effects) rows() *store.Batch {
+	if fx.batch == nil {
+		fx.batch = &store.Batch{}
+	}
+	return fx.batch
+}
+
+// write adds b to the loop's pending batch; flush commits it.
+func (c *Controller) write(b *store.Batch) { c.fx.rows().Append(b) }
+
+// afterCommit runs fn once everything written so far is durable. fn runs on
+// the committer goroutine: it must be quick, non-blocking and must not touch
+// loop state.
+func (c *Controller) afterCommit(fn func()) { c.fx.after = append(c.fx.after, effect{fn: fn}) }
+
+// sendAfterCommit queues msg for s once everything written so far is
+// durable; the session's outbox never blocks.
+func (c *Controller) sendAfterCommit(s *session, typ string, msg any) {
+	c.fx.after = append(c.fx.after, effect{to: s, typ: typ, msg: msg})
+}
+
+// errIllegal is the error of a transition the lifecycle refuses.
+func errIllegal(what, id string, from, to any) error {
+	return berth.Errorf(berth.ECodeInternal, "illegal transition of %s %s: %v → %v", what, id, from, to)
+}
+
+// transitionJob moves js to state to: it counts the job in its new state,
+// writes its row and emits ev (its job, state and time filled in). An
+// active job may move to any state but running, which only a pending job
+// moves to; an ended job moves no more. An illegal move changes nothing
+// and returns an ECodeInternal error.
+func (c *Controller) transitionJob(js *jobState, to berth.JobState, ev berth.Event) error {
+	j := js.job
+	if err := checkJobMove(j, to); err != nil {
+		return err
+	}
+	from := j.State
+	c.stats.jobs[from]--
+	c.stats.jobs[to]++
+	j.State = to
+	b := c.fx.rows()
+	b.JobUpdates = append(b.JobUpdates, js.update())
+	ev.JobID, ev.State = j.ID, to
+	c.emit(ev)
+	return nil
+}
+
+// transitionAttempt moves as to state to and writes its row: an assigned
+// attempt may start (running) or end, a running one may end, an ended one
+// moves no more. An illegal move changes nothing and returns an
+// ECodeInternal error.
+func (c *Controller) transitionAttempt(as *attemptState, to berth.AttemptState) error {
+	a := as.a
+	if err := checkAttemptMove(a, to); err != nil {
+		return err
+	}
+	a.State = to
+	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}}) // Append drops the progress it supersedes
+	return nil
+}
+
+// checkJobMove returns transitionJob's error for moving j to state to, or
+// nil when the move is legal.
+func checkJobMove(j *berth.Job, to berth.JobState) error {
+	if from := j.State; from.Terminal() || (to == berth.JobRunning && from != berth.JobPending) {
+		return errIllegal("job", j.ID, from, to)
+	}
+	return nil
+}
+
+// checkAttemptMove returns transitionAttempt's error for moving a to state
+// to, or nil when the move is legal.
+func checkAttemptMove(a *berth.Attempt, to berth.AttemptState) error {
+	if from := a.State; from.Terminal() || to == berth.AttemptAssigned || (to == berth.AttemptRunning && from != berth.AttemptAssigned) {
+		return errIllegal("attempt", a.ID, from, to)
+	}
+	return nil
+}
+
+// illegal logs a transition the lifecycle refused: a bug, left without
+// effect rather than overwriting a state.
+func (c *Controller) illegal(err error) {
+	c.log.Error("controller: transition refused", "err", err)
+}
+
+// workerLost declares ws lost, and the attempts it ran with it.
+func (c *Controller) workerLost(ws *workerState, now time.Time) {
+	for _, as := range ws.attempts {
+		c.endAttempt(as, berth.AttemptLost, nil, fmt.Sprintf("worker %s lost", ws.w.Host), now)
+	}
+	ws.w.State = berth.WorkerLost
+	ws.recompute()
+	w := c.workerCopy(ws)
+	c.write(&store.Batch{Workers: []*berth.Worker{w}})
+	c.emit(berth.Event{Time: now, Type: berth.EventWorkerLost, WorkerID: w.ID, Host: w.Host})
+}
+
+// createJobs makes and queues the jobs of a valid request, submitted by
+// actor; it returns copies for the caller.
+func (c *Controller) createJobs(req *berth.SubmitRequest, be Backend, actor string) []*berth.Job {
+	now := c.now().UTC()
+	n := max(req.Array, 1)
+	out := make([]*berth.Job, n)
+	b := &store.Batch{Jobs: make([]*berth.Job, n)}
+	events := make([]berth.Event, n)
+	spec := withDefaults(req.JobSpec)
+	key := idemKeyOf(&spec)
+	for i := 0; i < n; i++ {
+		j := &berth.Job{ID: c.ids.New(now), JobSpec: spec, State: berth.JobPending, CreatedAt: now}
+		if req.Array > 0 {
+			idx := i
+			j.ArrayIndex = &idx
+		}
+		stored, reply := *j, *j
+		b.Jobs[i], out[i] = &stored, &reply
+		js := &jobState{job: j, backend: be}
+		c.jobs[j.ID] = js
+		c.adopt(js)
+		c.enqueue(js)
+		if key.key != "" {
+			c.idem[key] = append(c.idem[key], j.ID)
+		}
+		events[i] = berth.Event{Time: now, Type: berth.EventJobSubmitted, JobID: j.ID, State: berth.JobPending, Actor: actor, User: j.User}
+	}
+	c.stats.jobs[berth.JobPending] += n // created: their rows are inserts, not transitions
+	c.write(b)
+	c.emit(events...)
+	c.dirty = true
+	return out
+}
+
+// markRunning records that an attempt's process started.
+func (c *Controller) markRunning(as *attemptState, now time.Time) {
+	if err := checkAttemptMove(as.a, berth.AttemptRunning); err != nil {
+		c.illegal(err)
+		return
+	}
+	as.a.StartedAt = now
+	_ = c.transitionAttempt(as, berth.AttemptRunning) // checked above
+	js := as.job
+	j := js.job
+	c.stats.started.observe(now.Sub(j.CreatedAt))
+	if j.State != berth.JobPending {
+		b := c.fx.rows() // it now counts the attempt (see update)
+		b.JobUpdates = append(b.JobUpdates, js.update())
+		return
+	}
+	if j.StartedAt.IsZero() {
+		j.StartedAt = now
+	}
+	if !js.cancelRequested() {
+		j.Reason = ""
+	}
+	if err := c.transitionJob(js, berth.JobRunning, berth.Event{Time: now, Type: berth.EventJobRunning, WorkerID: as.worker.w.ID, Host: as.worker.w.Host}); err != nil {
+		c.illegal(err)
+	}
+}
+
+// endAttempt records an attempt's end and frees its capacity. The first
+// member of a gang to end otherwise than succeeded ends the gang: the other
+// members are stopped. Once no member is left the job moves on: done,
+// failed, cancelled or queued again per its retries.
+func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *int, reason string, now time.Time) {
+	a := as.a
+	if err := checkAttemptMove(a, st); err != nil {
+		c.illegal(err) // ended twice
+		return
+	}
+	a.ExitCode, a.Reason, a.FinishedAt = code, reason, now
+	_ = c.transitionAttempt(as, st) // checked above
+	delete(c.attempts, a.ID)
+	as.worker.release(as)
+	js := as.job
+	js.members[a.TaskIndex] = nil
+	js.live--
+	c.dirty = true
+	if st != berth.AttemptSucceeded && js.failure == nil {
+		js.failure = &memberEnd{state: st, code: code, reason: reason, cause: as.cause, stoppedBy: as.stoppedBy, attempt: a.ID,
+			worker: a.WorkerID}
+		if js.live > 0 {
+			why := fmt.Sprintf("gang member %d %s", a.TaskIndex, st)
+			if st == berth.AttemptPreempted || st == berth.AttemptStopped {
+				why = reason
+			}
+			js.active(func(o *attemptState) {
+				o.run.Stopping = true
+				c.sendCancel(o, why)
+			})
+		}
+	}
+	if js.live > 0 {
+		return
+	}
+	js.members = nil
+	j := js.job
+	f := js.failure
+	switch {
+	case js.cancelRequested():
+		c.finishJob(js, berth.JobCancelled, code, cancelledFor(j.Reason), now)
+	case f != nil && f.state == berth.AttemptStopped:
+		j.Attempts-- // an operator's doing: no retry spent, back at the front
+		c.requeueFront(js, f, now)
+	case f != nil && (f.state == berth.AttemptPreempted || (f.state == berth.AttemptCancelled && f.reason == reasonWithdrawn) ||
+		(f.cause != "" && !berth.CauseSpendsRetry(f.cause))):
+		j.Attempts-- // not the job's fault: no retry spent
+		c.requeue(js, f.reason, now)
+	case j.Kind == berth.KindService:
+		c.restartService(js, f, a, now)
+	case f == nil:
+		c.finishJob(js, berth.JobSucceeded, code, "", now)
+	case j.Attempts <= j.Retries:
+		c.retry(js, f, now)
+	default:
+		c.finishJob(js, berth.JobFailed, f.code, orDefault(f.reason, exitDesc(f.code)), now)
+	}
+}
+
+const reasonWithdrawn = "assignment withdrawn: the agent did not start it"
+
+func orDefault(s, def string) string {
+	if s != "" {
+		return s
+	}
+	return def
+}
+
+func exitDesc(code *int) string {
+	if code == nil {
+		return "no exit code"
+	}
+	return fmt.Sprintf("exit code %d", *code)
+}
+
+// maxRetryDelay caps the doubling wait before a failed job's next attempt.
+const maxRetryDelay = time.Minute
+
+// retry requeues a job whose attempt f failed, once a doubling delay has
+// passed (1 s after the first failure, then 2 s, 4 s, … at most
+// maxRetryDelay), so that a job that fails at once does not loop, and
+// prefers, from then on, workers other than f's.
+func (c *Controller) retry(js *jobState, f *memberEnd, now time.Time) {
+	if f.worker != "" && !slices.Contains(js.avoid, f.worker) {
+		js.avoid = append(js.avoid, f.worker)
+	}
+	j := js.job
+	delay := berth.DoublingDelay(j.Attempts, maxRetryDelay)
+	js.restartAt = now.Add(delay)
+	c.requeue(js, fmt.Sprintf("retrying in %v after attempt %d %s: %s", delay, j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
+}
+
+// Restarting services.
+const (
+	// serviceStableAfter is how long a service attempt must have run for
+	// its end to count as a first failure again: the restart count and
+	// backoff start over.
+	serviceStableAfter = 10 * time.Minute
+	// maxRestartDelay caps the doubling backoff between restarts.
+	maxRestartDelay = 5 * time.Minute
+)
+
+// restartService handles the end of a service's attempt last (f is how it
+// failed, nil when it exited 0: a service runs until stopped). Within its
+// retries the service is requeued after a doubling backoff; past them it
+// fails. An attempt that ran serviceStableAfter resets the count. Loop
+// only.
+func (c *Controller) restartService(js *jobState, f *memberEnd, last *berth.Attempt, now time.Time) {
+	j := js.job
+	how := "exited 0"
+	if f != nil {
+		how = fmt.Sprintf("%s: %s", f.state, orDefault(f.reason, exitDesc(f.code)))
+	}
+	if !last.StartedAt.IsZero() && now.Sub(last.StartedAt) >= serviceStableAfter {
+		j.Attempts = 1 // it ran well: this is a first failure again
+	}
+	if j.Attempts > j.Retries {
+		var code *int
+		if f != nil {
+			code = f.code
+		}
+		c.finishJob(js, berth.JobFailed, code, fmt.Sprintf("service ended %d times in a row (limit %d); last: %s", j.Attempts, j.Retries, how), now)
+		return
+	}
+	delay := berth.DoublingDelay(j.Attempts, maxRestartDelay)
+	js.restartAt = now.Add(delay)
+	if js.task != nil {
+		js.task.Front = false
+	}
+	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: j.ID, State: berth.JobPending,
+		Reason:   fmt.Sprintf("restarting in %v (restart %d of %d) after attempt %s", delay, j.Attempts, j.Retries, how),
+		Attempts: []string{last.ID}})
+}
+
+// requeue puts a job back in the queue.
+func (c *Controller) requeue(js *jobState, reason string, now time.Time) {
+	if js.task != nil {
+		js.task.Front = false
+	}
+	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
+}
+
+// requeueFront puts a job an operator stopped back at the front of its
+// priority class, with an event naming who stopped it and which attempt.
+func (c *Controller) requeueFront(js *jobState, f *memberEnd, now time.Time) {
+	ev := berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: f.reason,
+		Attempts: []string{f.attempt}}
+	if f.stoppedBy != nil {
+		ev.Actor, ev.Host, ev.Queue, ev.Policy = f.stoppedBy.RequestedBy, f.stoppedBy.Host, f.stoppedBy.Queue, f.stoppedBy.StopPolicy
+	}
+	if js.task != nil {
+		js.task.Front = true
+	}
+	c.requeueEvent(js, ev)
+}
+
+// requeueEvent puts a job back in the queue and publishes ev once durable.
+func (c *Controller) requeueEvent(js *jobState, ev berth.Event) {
+	js.job.Reason = ev.Reason
+	if err := c.transitionJob(js, berth.JobPending, ev); err != nil {
+		c.illegal(err)
+		return
+	}
+	if js.restartAt.After(ev.Time) {
+		c.restarting[js] = struct{}{} // queued by housekeep once due
+	} else {
+		c.enqueue(js)
+	}
+}
+
+// stopJob cancels js, an active job, with requested as the reason (see
+// cancelRequestedBy): a pending job ends at once, a placed one is marked
+// and its attempts are stopped; its children are cancelled with it. A job
+// whose cancel was requested before is left as it is. Loop only.
+func (c *Controller) stopJob(js *jobState, requested string, now time.Time) {
+	switch {
+	case !js.placed():
+		c.queue.Remove(js.task)
+		delete(c.restarting, js)
+		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(requested), now)
+	case !js.cancelRequested():
+		js.job.Reason = requested
+		b := c.fx.rows()
+		b.JobUpdates = append(b.JobUpdates, js.update())
+		reason := cancelledFor(requested)
+		js.active(func(as *attemptState) {
+			as.run.Stopping = true
+			c.sendCancel(as, reason)
+		})
+		// Its children need not wait for its processes to end.
+		c.cancelChildren(c.children[js.job.ID], js.job.ID, "was cancelled", now)
+	}
+}
+
+// sendCancel asks the attempt's backend to stop it.
+func (c *Controller) sendCancel(as *attemptState, reason string) {
+	as.job.backend.Stop(as.a, reason, as.stopCause())
+}
+
+// finishJob moves a job to a terminal state and drops it from memory.
+func (c *Controller) finishJob(js *jobState, st berth.JobState, code *int, reason string, now time.Time) {
+	j := js.job
+	if err := checkJobMove(j, st); err != nil {
+		c.illegal(err)
+		return
+	}
+	j.ExitCode, j.Reason, j.FinishedAt = code, reason, now
+	delete(c.jobs, j.ID)
+	c.orphan(j, st, now) // its children's ends come first, as they always did
+	c.jobEnded(j.ID, st)
+	_ = c.transitionJob(js, st, berth.Event{Time: now, Type: "job." + string(st), Reason: reason, ExitCode: code}) // checked above
+	c.afterCommit(c.notifyLogs)
+}
