@@ -331,18 +331,9 @@ func (s *session) run(ctx context.Context, c *websocket.Conn, server string) err
 // heartbeatLoop sends a heartbeat every interval until ctx ends or a send
 // fails.
 func (s *session) heartbeatLoop(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if err := s.send(ctx, wire.TypeHeartbeat, s.work.heartbeat()); err != nil {
-			return
-		}
-	}
+	every(ctx, interval, func() bool {
+		return s.send(ctx, wire.TypeHeartbeat, s.work.heartbeat()) == nil
+	})
 }
 
 // handle acts on one server message. runCtx outlives the session (attempts

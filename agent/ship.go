@@ -126,14 +126,7 @@ func (s *supervisor) ackLog(m *wire.Ack) {
 // shipLoop ships the output and the latest progress, when it changed, of
 // running attempts every ShipEvery.
 func (s *supervisor) shipLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ShipEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, s.cfg.ShipEvery, func() bool {
 		s.mu.Lock()
 		live := make([]*attempt, 0, len(s.attempts))
 		for _, at := range s.attempts {
@@ -146,6 +139,23 @@ func (s *supervisor) shipLoop(ctx context.Context) {
 				_ = s.sendProgress(ctx, at)
 			}
 			at.mu.Unlock()
+		}
+		return true
+	})
+}
+
+// every calls fn every interval until ctx ends or fn returns false.
+func every(ctx context.Context, interval time.Duration, fn func() bool) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !fn() {
+			return
 		}
 	}
 }

@@ -310,16 +310,9 @@ func hasEnded(p Process) bool {
 // fence kills every attempt, every ShipEvery until ctx ends, while lost
 // says that the server has been silent past the lease.
 func (s *supervisor) fence(ctx context.Context, lost func(now time.Time) bool) {
-	t := time.NewTicker(s.cfg.ShipEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, s.cfg.ShipEvery, func() bool {
 		if !lost(s.cfg.Now()) {
-			continue
+			return true
 		}
 		s.mu.Lock()
 		for _, at := range s.attempts {
@@ -329,7 +322,8 @@ func (s *supervisor) fence(ctx context.Context, lost func(now time.Time) bool) {
 			}
 		}
 		s.mu.Unlock()
-	}
+		return true
+	})
 }
 
 // start implements supervision: it starts the attempt (or, while the agent
