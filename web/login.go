@@ -29,7 +29,7 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 			clearSession(w, r)
 		}
 	}
-	h.renderLogin(w, &loginView{Next: safeNext(r.URL.Query().Get("next")), Status: http.StatusOK})
+	h.renderLogin(w, r, &loginView{Next: safeNext(r.URL.Query().Get("next")), Status: http.StatusOK})
 }
 
 // loginSubmit checks the token posted and, when it is a person's valid
@@ -41,7 +41,7 @@ func (h *Handler) loginSubmit(w http.ResponseWriter, r *http.Request) {
 	v := &loginView{Status: http.StatusUnauthorized}
 	if err := auth.SameOrigin(r); err != nil {
 		v.Status, v.Error = http.StatusForbidden, err.Error()
-		h.renderLogin(w, v)
+		h.renderLogin(w, r, v)
 		return
 	}
 	if h.cfg.Limiter != nil {
@@ -49,14 +49,14 @@ func (h *Handler) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		if ok, after := h.cfg.Limiter.Allow("refused:" + host); !ok {
 			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(after.Seconds()+0.999))))
 			v.Status, v.Error = http.StatusTooManyRequests, "too many sign-in attempts; retry after "+after.Round(time.Second).String()
-			h.renderLogin(w, v)
+			h.renderLogin(w, r, v)
 			return
 		}
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
 		v.Status, v.Error = http.StatusBadRequest, "the form could not be read: "+err.Error()
-		h.renderLogin(w, v)
+		h.renderLogin(w, r, v)
 		return
 	}
 	v.Next = safeNext(r.PostForm.Get("next"))
@@ -66,7 +66,7 @@ func (h *Handler) loginSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	if tok == "" {
 		v.Error = "paste a token (berth token create prints one)"
-		h.renderLogin(w, v)
+		h.renderLogin(w, r, v)
 		return
 	}
 	id, err := h.checkToken(tok)
@@ -75,7 +75,7 @@ func (h *Handler) loginSubmit(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		v.Error = err.Error()
-		h.renderLogin(w, v)
+		h.renderLogin(w, r, v)
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: auth.SessionCookie, Value: tok, Path: "/", HttpOnly: true,
@@ -125,6 +125,6 @@ func safeNext(next string) string {
 	return next
 }
 
-func (h *Handler) renderLogin(w http.ResponseWriter, v *loginView) {
-	h.write(w, h.login, "login", v, v.Status)
+func (h *Handler) renderLogin(w http.ResponseWriter, r *http.Request, v *loginView) {
+	h.write(w, r, h.login, "login", v, v.Status)
 }

@@ -281,16 +281,17 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, tpl *template.T
 	if r.URL.Query().Get("fragment") == "main" {
 		entry = "main"
 	}
-	h.write(w, tpl, entry, v, v.Status)
+	h.write(w, r, tpl, entry, v, v.Status)
 }
 
 // write renders template entry of tpl with v and, once it rendered
-// whole, sends it with status (a failed render is a 500, logged).
-func (h *Handler) write(w http.ResponseWriter, tpl *template.Template, entry string, v any, status int) {
+// whole, sends it with status. A failed render is a 500 that names only
+// the request; its cause is logged with the request id.
+func (h *Handler) write(w http.ResponseWriter, r *http.Request, tpl *template.Template, entry string, v any, status int) {
 	var buf strings.Builder
 	if err := tpl.ExecuteTemplate(&buf, entry, v); err != nil {
-		h.cfg.Log.Error("render dashboard page", "template", entry, "err", err)
-		http.Error(w, "render page: "+err.Error(), http.StatusInternalServerError)
+		pub := api.PublicError(r, fmt.Errorf("render dashboard page %s: %w", entry, err))
+		http.Error(w, pub.Message, http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
