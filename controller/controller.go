@@ -116,9 +116,6 @@ type Controller struct {
 	cfg       Config
 	store     Store
 	committer *store.Committer
-	log       *slog.Logger
-	now       func() time.Time
-	ids       berth.IDGen
 	bus       *Bus
 
 	inbox     chan func()
@@ -143,11 +140,7 @@ type Controller struct {
 	hinted     map[string]time.Time // model → when a worker was last asked to prewarm it
 	// preempted holds when each preemption of the last window happened.
 	preempted []time.Time
-	idem      map[idemKey][]string // job ids by their user's idempotency key
 	waiters   map[*waiter]struct{}
-	seq       uint64
-	eventSeq  uint64 // of the last event emitted
-	dirty     bool
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -176,22 +169,22 @@ func newCommitter(cfg Config) *store.Committer {
 func New(cfg Config) *Controller {
 	cfg.setDefaults()
 	c := &Controller{
-		cfg: cfg, store: cfg.Store, log: cfg.Log, now: cfg.Now,
+		cfg: cfg, store: cfg.Store,
 		committer: newCommitter(cfg),
 		bus:       NewBus(store.KeptEvents),
 		inbox:     make(chan func(), 4096),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		failed:    make(chan struct{}),
-		lifecycle: newLifecycle(*cfg.Scheduler),
+		lifecycle: newLifecycle(&cfg),
 		quotas:    map[string]*berth.QuotaRule{},
 		controls:  map[string]map[string]*berth.WorkerControl{},
 		hinted:    map[string]time.Time{},
-		idem:      map[idemKey][]string{},
 		waiters:   map[*waiter]struct{}{},
 		logNotify: make(chan struct{}),
 	}
 	c.pool = &agentPool{c: c}
+	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs}
 	return c
 }
 

@@ -22,10 +22,10 @@ const (
 
 // addWorker registers a new worker state, keeping the order by id that
 // snapshots use.
-func (c *Controller) addWorker(ws *workerState) {
-	c.workers[ws.w.ID] = ws
-	i := sort.Search(len(c.order), func(i int) bool { return c.order[i].w.ID >= ws.w.ID })
-	c.order = slices.Insert(c.order, i, ws)
+func (l *lifecycle) addWorker(ws *workerState) {
+	l.workers[ws.w.ID] = ws
+	i := sort.Search(len(l.order), func(i int) bool { return l.order[i].w.ID >= ws.w.ID })
+	l.order = slices.Insert(l.order, i, ws)
 }
 
 // snapshot is the cluster as the scheduler sees it now.
