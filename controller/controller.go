@@ -136,11 +136,8 @@ type Controller struct {
 	// read the store before one does not undo it.
 	controlGen uint64
 	reserved   map[string]string    // worker id → job holding it, from the last full pass
-	nextPort   int                  // where the next rendezvous port search starts
 	hinted     map[string]time.Time // model → when a worker was last asked to prewarm it
-	// preempted holds when each preemption of the last window happened.
-	preempted []time.Time
-	waiters   map[*waiter]struct{}
+	waiters    map[*waiter]struct{}
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -184,7 +181,7 @@ func New(cfg Config) *Controller {
 		logNotify: make(chan struct{}),
 	}
 	c.pool = &agentPool{c: c}
-	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs}
+	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm}
 	return c
 }
 

@@ -36,6 +36,9 @@ type lifecycle struct {
 	// dirty says the loop is to run a scheduling pass: something changed
 	// what can be placed.
 	dirty bool
+	// preempted holds when each preemption of the last window happened.
+	preempted []time.Time
+	nextPort  int // where the next rendezvous port search starts
 
 	ids berth.IDGen
 	now func() time.Time
@@ -48,10 +51,12 @@ type lifecycle struct {
 }
 
 // hooks are what the lifecycle tells its shell, on the loop: a job ended
-// (its waiters are woken), and, once durable, that logs may have changed.
+// (its waiters are woken); once durable, logs may have changed; a job of
+// a model was placed (an idle worker may be asked to prewarm it).
 type hooks struct {
 	jobEnded   func(id string, st berth.JobState)
 	notifyLogs func()
+	prewarm    func(j *berth.Job, now time.Time)
 }
 
 func newLifecycle(cfg *Config) lifecycle {
@@ -68,7 +73,8 @@ func newLifecycle(cfg *Config) lifecycle {
 		log:         cfg.Log,
 		audited:     cfg.Audit != nil,
 		storeEvents: cfg.StoreEvents,
-		hooks:       hooks{jobEnded: func(string, berth.JobState) {}, notifyLogs: func() {}},
+		hooks: hooks{jobEnded: func(string, berth.JobState) {}, notifyLogs: func() {},
+			prewarm: func(*berth.Job, time.Time) {}},
 	}
 }
 
