@@ -341,14 +341,7 @@ func (c *Controller) housekeep() {
 	for _, id := range c.pool.Expire(now.Add(-(c.cfg.Lease + c.cfg.FenceMargin))) {
 		c.workerLost(c.workers[id], now)
 	}
-	for js := range c.restarting {
-		if !js.restartAt.After(now) {
-			delete(c.restarting, js)
-			js.restartAt = time.Time{}
-			c.enqueue(js)
-			c.dirty = true
-		}
-	}
+	c.requeueDue(now)
 	acceptBy := now.Add(-c.cfg.AcceptTimeout)
 	for _, as := range c.attempts {
 		if as.a.State == berth.AttemptAssigned && as.a.CreatedAt.Before(acceptBy) && as.worker.sess != nil {

@@ -433,6 +433,19 @@ func (l *lifecycle) requeueEvent(js *jobState, ev berth.Event) {
 	}
 }
 
+// requeueDue queues again the jobs whose retry or restart backoff is over
+// by now.
+func (l *lifecycle) requeueDue(now time.Time) {
+	for js := range l.restarting {
+		if !js.restartAt.After(now) {
+			delete(l.restarting, js)
+			js.restartAt = time.Time{}
+			l.enqueue(js)
+			l.dirty = true
+		}
+	}
+}
+
 // stopJob cancels js, an active job, with requested as the reason (see
 // cancelRequestedBy): a pending job ends at once, a placed one is marked
 // and its attempts are stopped; its children are cancelled with it. A job
