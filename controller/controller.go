@@ -180,7 +180,7 @@ func New(cfg Config) *Controller {
 		waiters:   map[*waiter]struct{}{},
 		logNotify: make(chan struct{}),
 	}
-	c.pool = &agentPool{c: c}
+	c.pool = &agentPool{l: &c.lifecycle, cfg: &c.cfg}
 	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm}
 	return c
 }
