@@ -129,15 +129,11 @@ type Controller struct {
 
 	// Owned by the loop.
 	lifecycle
-	pool     *agentPool                                 // the one Backend
-	quotas   map[string]*berth.QuotaRule                // by ID()
-	controls map[string]map[string]*berth.WorkerControl // host → queue → control
-	// controlGen counts the loop's control writes, so that a poll that
-	// read the store before one does not undo it.
-	controlGen uint64
-	reserved   map[string]string    // worker id → job holding it, from the last full pass
-	hinted     map[string]time.Time // model → when a worker was last asked to prewarm it
-	waiters    map[*waiter]struct{}
+	pool     *agentPool                  // the one Backend
+	quotas   map[string]*berth.QuotaRule // by ID()
+	reserved map[string]string           // worker id → job holding it, from the last full pass
+	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
+	waiters  map[*waiter]struct{}
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -175,7 +171,6 @@ func New(cfg Config) *Controller {
 		failed:    make(chan struct{}),
 		lifecycle: newLifecycle(&cfg),
 		quotas:    map[string]*berth.QuotaRule{},
-		controls:  map[string]map[string]*berth.WorkerControl{},
 		hinted:    map[string]time.Time{},
 		waiters:   map[*waiter]struct{}{},
 		logNotify: make(chan struct{}),

@@ -28,7 +28,11 @@ type lifecycle struct {
 	queue    *scheduler.Queue
 	// restarting holds the jobs waiting out their retry or restart backoff.
 	restarting map[*jobState]struct{}
-	idem       map[idemKey][]string // job ids by their user's idempotency key
+	idem       map[idemKey][]string                       // job ids by their user's idempotency key
+	controls   map[string]map[string]*berth.WorkerControl // host → queue → control
+	// controlGen counts the loop's control writes, so that a poll that
+	// read the store before one does not undo it.
+	controlGen uint64
 	stats      stats
 	fx         effects
 	seq        uint64 // of the last task queued
@@ -68,6 +72,7 @@ func newLifecycle(cfg *Config) lifecycle {
 		queue:       scheduler.NewQueue(*cfg.Scheduler),
 		restarting:  map[*jobState]struct{}{},
 		idem:        map[idemKey][]string{},
+		controls:    map[string]map[string]*berth.WorkerControl{},
 		stats:       newStats(),
 		now:         cfg.Now,
 		log:         cfg.Log,
@@ -190,6 +195,19 @@ func (l *lifecycle) illegal(err error) {
 	l.log.Error("controller: transition refused", "err", err)
 }
 
+// workerDisconnected records that ws's session ended, for reason: it takes
+// no work until its agent registers again, and keeps its attempts until
+// then or until it is lost.
+func (l *lifecycle) workerDisconnected(ws *workerState, reason string, now time.Time) {
+	ws.sess = nil
+	ws.lastSeen = now.UnixNano()
+	ws.recompute()
+	w := l.workerCopy(ws)
+	l.write(&store.Batch{Workers: []*berth.Worker{w}})
+	ev := berth.Event{Time: now.UTC(), Type: berth.EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: reason}
+	l.emit(ev)
+}
+
 // workerLost declares ws lost, and the attempts it ran with it.
 func (l *lifecycle) workerLost(ws *workerState, now time.Time) {
 	for _, as := range ws.attempts {
@@ -197,8 +215,8 @@ func (l *lifecycle) workerLost(ws *workerState, now time.Time) {
 	}
 	ws.w.State = berth.WorkerLost
 	ws.recompute()
-	w := *ws.w // lost, as observedState says too
-	l.write(&store.Batch{Workers: []*berth.Worker{&w}})
+	w := l.workerCopy(ws)
+	l.write(&store.Batch{Workers: []*berth.Worker{w}})
 	l.emit(berth.Event{Time: now, Type: berth.EventWorkerLost, WorkerID: w.ID, Host: w.Host})
 }
 

@@ -238,13 +238,13 @@ func (ws *workerState) release(as *attemptState) {
 
 // observedState is what ws is doing: lost, disconnected, draining or
 // parked (turned off), busy (no free slot) or ready. Loop only.
-func (c *Controller) observedState(ws *workerState) berth.WorkerState {
+func (l *lifecycle) observedState(ws *workerState) berth.WorkerState {
 	switch {
 	case ws.w.State == berth.WorkerLost:
 		return berth.WorkerLost
 	case ws.sess == nil:
 		return berth.WorkerDisconnected
-	case ws.parked && c.draining(ws):
+	case ws.parked && l.draining(ws):
 		return berth.WorkerDraining
 	case ws.parked:
 		return berth.WorkerParked
