@@ -17,8 +17,9 @@ import (
 // Every change of a job's or an attempt's state goes through
 // transitionJob or transitionAttempt, which keep the counters, the rows
 // to write and the events in step and refuse an illegal move. It holds
-// no session, store or bus: what the shell must do (write, send, publish,
-// wake a waiter) is an effect or one of its hooks. Loop only.
+// no store, bus, inbox or waiter (a worker keeps its agent's session only
+// to address what it is sent): what the shell must do (write, send,
+// publish, wake a waiter) is an effect or one of its hooks. Loop only.
 type lifecycle struct {
 	jobs     map[string]*jobState
 	children map[string]map[string]*jobState // parent id → its active children, by id
