@@ -10,14 +10,17 @@ import (
 
 // agentPool is the Backend of berth agent: workers that register over a
 // WebSocket session (session.go), take job_assign and job_cancel messages
-// and report back. It shares the controller's worker table; loop only.
+// and report back. It shares the lifecycle's worker table and makes its
+// transitions; cfg gives the grace, services and secrets of an
+// assignment. Loop only.
 type agentPool struct {
-	c *Controller
+	l   *lifecycle
+	cfg *Config
 }
 
 // Capacity appends every registered worker's scheduler view, by id.
 func (p *agentPool) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
-	for _, ws := range p.c.order {
+	for _, ws := range p.l.order {
 		into = append(into, ws.sched)
 	}
 	return into
@@ -26,25 +29,25 @@ func (p *agentPool) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
 // Launch sends the attempt's worker a job_assign, with the job's secrets
 // resolved and its service settings, once durable.
 func (p *agentPool) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) {
-	c := p.c
+	l := p.l
 	msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
 		JobName: j.Name, User: j.User, Attempt: j.Attempts, Queue: j.Queue, Model: j.Model, Command: j.Command,
 		Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
-		MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: c.cfg.Grace}
-	if j.Kind == berth.KindService && c.cfg.Services != nil {
-		msg.Service = c.cfg.Services.Service(j)
+		MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: p.cfg.Grace}
+	if j.Kind == berth.KindService && p.cfg.Services != nil {
+		msg.Service = p.cfg.Services.Service(j)
 	}
-	if c.cfg.Secrets != nil && referencesSecrets(j) {
-		msg.Secrets = c.cfg.Secrets.Resolve(j.User, jobText(j)...)
+	if p.cfg.Secrets != nil && referencesSecrets(j) {
+		msg.Secrets = p.cfg.Secrets.Resolve(j.User, jobText(j)...)
 	}
-	c.sendAfterCommit(c.workers[a.WorkerID].sess, wire.TypeJobAssign, msg)
+	l.sendAfterCommit(l.workers[a.WorkerID].sess, wire.TypeJobAssign, msg)
 }
 
 // Stop sends the attempt's agent a job_cancel once durable, when it is
 // connected.
 func (p *agentPool) Stop(a *berth.Attempt, reason, cause string) {
-	if s := p.c.workers[a.WorkerID].sess; s != nil {
-		p.c.sendAfterCommit(s, wire.TypeJobCancel, &wire.JobCancel{AttemptID: a.ID, Reason: reason, Cause: cause})
+	if s := p.l.workers[a.WorkerID].sess; s != nil {
+		p.l.sendAfterCommit(s, wire.TypeJobCancel, &wire.JobCancel{AttemptID: a.ID, Reason: reason, Cause: cause})
 	}
 }
 
@@ -55,12 +58,12 @@ func (p *agentPool) Stop(a *berth.Attempt, reason, cause string) {
 // session), one it does not report ends: withdrawn when it was never
 // accepted (no retry spent), lost otherwise.
 func (p *agentPool) Reconcile(worker string, running, finished []string, now time.Time) (keep, kill []string) {
-	c := p.c
-	ws := c.workers[worker]
+	l := p.l
+	ws := l.workers[worker]
 	reported := map[string]bool{}
 	for _, id := range running {
 		reported[id] = true
-		if as := c.attempts[id]; as != nil && as.worker == ws && as.stopReason() == "" {
+		if as := l.attempts[id]; as != nil && as.worker == ws && as.stopReason() == "" {
 			keep = append(keep, id)
 		} else {
 			kill = append(kill, id)
@@ -72,11 +75,11 @@ func (p *agentPool) Reconcile(worker string, running, finished []string, now tim
 	for id, as := range ws.attempts {
 		switch {
 		case reported[id] && as.a.State == berth.AttemptAssigned:
-			c.markRunning(as, now)
+			l.markRunning(as, now)
 		case !reported[id] && as.a.State == berth.AttemptAssigned:
-			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
+			l.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
 		case !reported[id]:
-			c.endAttempt(as, berth.AttemptLost, nil, "agent restarted without it", now)
+			l.endAttempt(as, berth.AttemptLost, nil, "agent restarted without it", now)
 		}
 	}
 	return keep, kill
@@ -88,7 +91,7 @@ func (p *agentPool) Reconcile(worker string, running, finished []string, now tim
 func (p *agentPool) Expire(deadline time.Time) []string {
 	var lost []string
 	d := deadline.UnixNano()
-	for _, ws := range p.c.workers {
+	for _, ws := range p.l.workers {
 		if ws.w.State == berth.WorkerLost || ws.lastSeen > d {
 			continue
 		}

@@ -21,7 +21,7 @@ type stopPolicy struct {
 	// onOff acts on one attempt running in a queue that is off under ctl.
 	// It is called on every change of control, register and restart, so
 	// it must be idempotent.
-	onOff func(c *Controller, as *attemptState, ctl *berth.WorkerControl)
+	onOff func(l *lifecycle, as *attemptState, ctl *berth.WorkerControl)
 	// drains: attempts left running are finishing, and the worker shows
 	// draining until they have; otherwise it parks at once and keeps them.
 	drains bool
@@ -50,17 +50,17 @@ func policyOf(ctl *berth.WorkerControl) stopPolicy {
 
 // hardStop stops the attempt now; when its agent reports the end it is
 // stopped and its job requeued at the front without spending a retry.
-func hardStop(c *Controller, as *attemptState, ctl *berth.WorkerControl) {
+func hardStop(l *lifecycle, as *attemptState, ctl *berth.WorkerControl) {
 	if as.stoppedBy != nil || as.stopReason() != "" {
 		return
 	}
 	stoppedBy := *ctl
 	as.stoppedBy = &stoppedBy
 	as.run.Stopping = true
-	c.sendCancel(as, as.stopReason())
+	l.sendCancel(as, as.stopReason())
 }
 
-func keepRunning(*Controller, *attemptState, *berth.WorkerControl) {}
+func keepRunning(*lifecycle, *attemptState, *berth.WorkerControl) {}
 
 // operatorStop says who stopped an attempt and why.
 func operatorStop(ctl *berth.WorkerControl) string {
@@ -69,8 +69,8 @@ func operatorStop(ctl *berth.WorkerControl) string {
 
 // controlOf returns the control that turns queue of host off, or nil when
 // it is on: a control naming the queue wins over the host's "*" control.
-func (c *Controller) controlOf(host, queue string) *berth.WorkerControl {
-	byQueue := c.controls[host]
+func (l *lifecycle) controlOf(host, queue string) *berth.WorkerControl {
+	byQueue := l.controls[host]
 	ctl := byQueue[queue]
 	if ctl == nil {
 		ctl = byQueue[berth.AllQueues]
@@ -82,10 +82,10 @@ func (c *Controller) controlOf(host, queue string) *berth.WorkerControl {
 }
 
 // wireControl is the desired state of host as its agents are told it.
-func (c *Controller) wireControl(host string, ws *workerState) *wire.Control {
+func (l *lifecycle) wireControl(host string, ws *workerState) *wire.Control {
 	out := &wire.Control{}
-	for _, q := range slices.Sorted(maps.Keys(c.controls[host])) {
-		ctl := c.controls[host][q]
+	for _, q := range slices.Sorted(maps.Keys(l.controls[host])) {
+		ctl := l.controls[host][q]
 		if ctl.Off() {
 			out.Off = append(out.Off, wire.QueueOff{Queue: q, Policy: ctl.StopPolicy, RequestedBy: ctl.RequestedBy})
 		} else if q != berth.AllQueues {
@@ -99,19 +99,19 @@ func (c *Controller) wireControl(host string, ws *workerState) *wire.Control {
 // applyControl sets what ws takes work from after a change of its host's
 // controls, and acts on its attempts in queues now off. It returns the
 // attempts a policy is stopping. Loop only.
-func (c *Controller) applyControl(ws *workerState) []string {
+func (l *lifecycle) applyControl(ws *workerState) []string {
 	host := ws.w.Host
 	ws.offQueues, ws.onlyQueues, ws.parked = nil, nil, false
 	if len(ws.w.Queues) > 0 {
 		for _, q := range ws.w.Queues {
-			if c.controlOf(host, q) != nil {
+			if l.controlOf(host, q) != nil {
 				ws.offQueues = append(ws.offQueues, q)
 			}
 		}
 		ws.parked = len(ws.offQueues) == len(ws.w.Queues)
-	} else if c.controlOf(host, berth.AllQueues) != nil {
+	} else if l.controlOf(host, berth.AllQueues) != nil {
 		// Every queue is off but those turned on by name.
-		for q, ctl := range c.controls[host] {
+		for q, ctl := range l.controls[host] {
 			if q != berth.AllQueues && !ctl.Off() {
 				ws.onlyQueues = append(ws.onlyQueues, q)
 			}
@@ -119,7 +119,7 @@ func (c *Controller) applyControl(ws *workerState) []string {
 		sort.Strings(ws.onlyQueues)
 		ws.parked = len(ws.onlyQueues) == 0
 	} else {
-		for q, ctl := range c.controls[host] {
+		for q, ctl := range l.controls[host] {
 			if ctl.Off() {
 				ws.offQueues = append(ws.offQueues, q)
 			}
@@ -128,8 +128,8 @@ func (c *Controller) applyControl(ws *workerState) []string {
 	}
 	var stopping []string
 	for _, as := range ws.attempts {
-		if ctl := c.controlOf(host, as.job.job.Queue); ctl != nil {
-			policyOf(ctl).onOff(c, as, ctl)
+		if ctl := l.controlOf(host, as.job.job.Queue); ctl != nil {
+			policyOf(ctl).onOff(l, as, ctl)
 			if as.stoppedBy != nil {
 				stopping = append(stopping, as.a.ID)
 			}
@@ -142,9 +142,9 @@ func (c *Controller) applyControl(ws *workerState) []string {
 
 // draining reports whether an attempt of a queue off under a draining
 // policy still runs on ws.
-func (c *Controller) draining(ws *workerState) bool {
+func (l *lifecycle) draining(ws *workerState) bool {
 	for _, as := range ws.attempts {
-		if ctl := c.controlOf(ws.w.Host, as.job.job.Queue); ctl != nil && policyOf(ctl).drains {
+		if ctl := l.controlOf(ws.w.Host, as.job.job.Queue); ctl != nil && policyOf(ctl).drains {
 			return true
 		}
 	}
@@ -153,10 +153,10 @@ func (c *Controller) draining(ws *workerState) bool {
 
 // pushControl tells ws's agent its desired state once what is written so
 // far is durable.
-func (c *Controller) pushControl(ws *workerState) {
+func (l *lifecycle) pushControl(ws *workerState) {
 	if s := ws.sess; s != nil {
-		msg := c.wireControl(ws.w.Host, ws)
-		c.sendAfterCommit(s, wire.TypeControl, msg)
+		msg := l.wireControl(ws.w.Host, ws)
+		l.sendAfterCommit(s, wire.TypeControl, msg)
 	}
 }
 
@@ -217,42 +217,42 @@ func (c *Controller) SetWorkerControl(ctx context.Context, host string, req bert
 // host's workers and publishes one event per control, made by actor (""
 // for a row's requested_by). It returns the attempts being stopped. Loop
 // only.
-func (c *Controller) setControls(rows []*berth.WorkerControl, now time.Time, actor string) []string {
+func (l *lifecycle) setControls(rows []*berth.WorkerControl, now time.Time, actor string) []string {
 	host := rows[0].Host
-	if c.controls[host] == nil {
-		c.controls[host] = map[string]*berth.WorkerControl{}
+	if l.controls[host] == nil {
+		l.controls[host] = map[string]*berth.WorkerControl{}
 	}
 	stored := make([]*berth.WorkerControl, len(rows))
 	for i, r := range rows {
 		kept, copied := *r, *r
-		c.controls[host][r.Queue] = &kept
+		l.controls[host][r.Queue] = &kept
 		stored[i] = &copied
 	}
-	c.controlGen++
-	c.write(&store.Batch{Controls: stored})
+	l.controlGen++
+	l.write(&store.Batch{Controls: stored})
 	var stopping []string
-	for _, ws := range c.order {
+	for _, ws := range l.order {
 		if ws.w.Host == host {
-			stopping = append(stopping, c.applyControl(ws)...)
-			c.pushControl(ws)
+			stopping = append(stopping, l.applyControl(ws)...)
+			l.pushControl(ws)
 		}
 	}
-	c.dirty = true
+	l.dirty = true
 	events := make([]berth.Event, len(rows))
 	for i, r := range rows {
 		events[i] = berth.Event{Time: now, Type: berth.EventWorkerControl, Host: host, Queue: r.Queue, Desired: r.DesiredState,
 			Policy: r.StopPolicy, Actor: cmp.Or(actor, r.RequestedBy)}
 	}
 	events[0].Attempts = stopping
-	c.emit(events...)
+	l.emit(events...)
 	return stopping
 }
 
 // hostControls returns copies of host's controls, by queue. Loop only.
-func (c *Controller) hostControls(host string) []*berth.WorkerControl {
-	out := make([]*berth.WorkerControl, 0, len(c.controls[host]))
-	for _, q := range slices.Sorted(maps.Keys(c.controls[host])) {
-		ctl := *c.controls[host][q]
+func (l *lifecycle) hostControls(host string) []*berth.WorkerControl {
+	out := make([]*berth.WorkerControl, 0, len(l.controls[host]))
+	for _, q := range slices.Sorted(maps.Keys(l.controls[host])) {
+		ctl := *l.controls[host][q]
 		out = append(out, &ctl)
 	}
 	return out
@@ -278,12 +278,12 @@ func (c *Controller) WorkerControls(ctx context.Context, host string) ([]*berth.
 }
 
 // loadControls puts the stored controls in the loop's memory, at start.
-func (c *Controller) loadControls(list []*berth.WorkerControl) {
+func (l *lifecycle) loadControls(list []*berth.WorkerControl) {
 	for _, ctl := range list {
-		if c.controls[ctl.Host] == nil {
-			c.controls[ctl.Host] = map[string]*berth.WorkerControl{}
+		if l.controls[ctl.Host] == nil {
+			l.controls[ctl.Host] = map[string]*berth.WorkerControl{}
 		}
-		c.controls[ctl.Host][ctl.Queue] = ctl
+		l.controls[ctl.Host][ctl.Queue] = ctl
 	}
 }
 

@@ -116,9 +116,6 @@ type Controller struct {
 	cfg       Config
 	store     Store
 	committer *store.Committer
-	log       *slog.Logger
-	now       func() time.Time
-	ids       berth.IDGen
 	bus       *Bus
 
 	inbox     chan func()
@@ -132,22 +129,11 @@ type Controller struct {
 
 	// Owned by the loop.
 	lifecycle
-	pool     *agentPool                                 // the one Backend
-	quotas   map[string]*berth.QuotaRule                // by ID()
-	controls map[string]map[string]*berth.WorkerControl // host → queue → control
-	// controlGen counts the loop's control writes, so that a poll that
-	// read the store before one does not undo it.
-	controlGen uint64
-	reserved   map[string]string    // worker id → job holding it, from the last full pass
-	nextPort   int                  // where the next rendezvous port search starts
-	hinted     map[string]time.Time // model → when a worker was last asked to prewarm it
-	// preempted holds when each preemption of the last window happened.
-	preempted []time.Time
-	idem      map[idemKey][]string // job ids by their user's idempotency key
-	waiters   map[*waiter]struct{}
-	seq       uint64
-	eventSeq  uint64 // of the last event emitted
-	dirty     bool
+	pool     *agentPool                  // the one Backend
+	quotas   map[string]*berth.QuotaRule // by ID()
+	reserved map[string]string           // worker id → job holding it, from the last full pass
+	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
+	waiters  map[*waiter]struct{}
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -176,22 +162,21 @@ func newCommitter(cfg Config) *store.Committer {
 func New(cfg Config) *Controller {
 	cfg.setDefaults()
 	c := &Controller{
-		cfg: cfg, store: cfg.Store, log: cfg.Log, now: cfg.Now,
+		cfg: cfg, store: cfg.Store,
 		committer: newCommitter(cfg),
 		bus:       NewBus(store.KeptEvents),
 		inbox:     make(chan func(), 4096),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 		failed:    make(chan struct{}),
-		lifecycle: newLifecycle(*cfg.Scheduler),
+		lifecycle: newLifecycle(&cfg),
 		quotas:    map[string]*berth.QuotaRule{},
-		controls:  map[string]map[string]*berth.WorkerControl{},
 		hinted:    map[string]time.Time{},
-		idem:      map[idemKey][]string{},
 		waiters:   map[*waiter]struct{}{},
 		logNotify: make(chan struct{}),
 	}
-	c.pool = &agentPool{c: c}
+	c.pool = &agentPool{l: &c.lifecycle, cfg: &c.cfg}
+	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm}
 	return c
 }
 
@@ -351,14 +336,7 @@ func (c *Controller) housekeep() {
 	for _, id := range c.pool.Expire(now.Add(-(c.cfg.Lease + c.cfg.FenceMargin))) {
 		c.workerLost(c.workers[id], now)
 	}
-	for js := range c.restarting {
-		if !js.restartAt.After(now) {
-			delete(c.restarting, js)
-			js.restartAt = time.Time{}
-			c.enqueue(js)
-			c.dirty = true
-		}
-	}
+	c.requeueDue(now)
 	acceptBy := now.Add(-c.cfg.AcceptTimeout)
 	for _, as := range c.attempts {
 		if as.a.State == berth.AttemptAssigned && as.a.CreatedAt.Before(acceptBy) && as.worker.sess != nil {

@@ -10,33 +10,33 @@ import (
 
 // audit records events in the audit log only, with the loop's pending
 // writes. Loop only.
-func (c *Controller) audit(events ...berth.Event) {
-	if c.cfg.Audit != nil {
-		c.write(&store.Batch{Audit: events})
+func (l *lifecycle) audit(events ...berth.Event) {
+	if l.audited {
+		l.write(&store.Batch{Audit: events})
 	}
 }
 
 // emit numbers events, stores them with the loop's pending writes when
 // Config.StoreEvents says so, and publishes them once those are durable.
 // Loop only.
-func (c *Controller) emit(events ...berth.Event) {
+func (l *lifecycle) emit(events ...berth.Event) {
 	if len(events) == 0 {
 		return
 	}
 	for i := range events {
-		c.eventSeq++
-		events[i].Seq = c.eventSeq
+		l.eventSeq++
+		events[i].Seq = l.eventSeq
 	}
-	c.audit(events...)
-	if c.cfg.StoreEvents {
+	l.audit(events...)
+	if l.storeEvents {
 		stored := make([]*berth.Event, len(events))
 		for i := range events {
 			e := events[i]
 			stored[i] = &e
 		}
-		c.write(&store.Batch{Events: stored})
+		l.write(&store.Batch{Events: stored})
 	}
-	c.fx.after = append(c.fx.after, effect{events: events})
+	l.fx.after = append(l.fx.after, effect{events: events})
 }
 
 // loadEvents restores the newest stored events, at start: they are

@@ -6,6 +6,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/internal/fakeclock"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
@@ -17,10 +18,19 @@ import (
 // committing them: the batches written, the events published and the
 // messages sent. Callbacks waiting on durability run at once. In the
 // manner of Nomad's scheduler/tests Harness.
+//
+// newHarness drives a whole Controller, agents' sessions included;
+// newLifecycleHarness drives a bare lifecycle, its attempts running on a
+// fakeBackend, its inputs the lifecycle's own functions.
 type harness struct {
 	t     *testing.T
 	clock *fakeclock.Clock
-	c     *Controller
+	l     *lifecycle
+	c     *Controller  // nil for a bare lifecycle
+	be    *fakeBackend // nil for a Controller, whose backend is its agent pool
+	// backend is where submitted jobs run; pass is the scheduling pass.
+	backend Backend
+	pass    func()
 
 	batches []*store.Batch
 	events  []berth.Event
@@ -36,17 +46,72 @@ type sentMsg struct {
 
 func newHarness(t *testing.T) *harness {
 	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	return &harness{t: t, clock: clock, c: New(Config{Now: clock.Now})}
+	c := New(Config{Now: clock.Now})
+	return &harness{t: t, clock: clock, l: &c.lifecycle, c: c, backend: c.pool, pass: c.runPass}
 }
+
+// newLifecycleHarness returns a harness over a bare lifecycle with the
+// default Config, whose pass places the queue on the fakeBackend's
+// workers and applies the plan.
+func newLifecycleHarness(t *testing.T) *harness {
+	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	cfg := Config{Now: clock.Now}
+	cfg.setDefaults()
+	l := newLifecycle(&cfg)
+	be := &fakeBackend{l: &l}
+	h := &harness{t: t, clock: clock, l: &l, be: be, backend: be}
+	h.pass = func() {
+		l.dirty = false
+		now := clock.Now().UTC()
+		plan := scheduler.RunPass(l.queue, &scheduler.Snapshot{Now: now, Workers: be.Capacity(nil)})
+		l.applyPlan(&plan, now)
+	}
+	return h
+}
+
+// fakeBackend is a Backend that records what the lifecycle asks of it,
+// the attempts launched and the stops, and offers the lifecycle's workers
+// to the scheduler.
+type fakeBackend struct {
+	l        *lifecycle
+	launched []*berth.Attempt
+	stopped  []stopCall
+}
+
+// stopCall is one Stop the lifecycle asked of a fakeBackend.
+type stopCall struct {
+	attempt, reason, cause string
+}
+
+func (b *fakeBackend) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
+	for _, ws := range b.l.order {
+		into = append(into, ws.sched)
+	}
+	return into
+}
+
+func (b *fakeBackend) Launch(_ *berth.Job, a *berth.Attempt, _ map[string]string) {
+	b.launched = append(b.launched, a)
+}
+
+func (b *fakeBackend) Stop(a *berth.Attempt, reason, cause string) {
+	b.stopped = append(b.stopped, stopCall{a.ID, reason, cause})
+}
+
+func (b *fakeBackend) Reconcile(string, []string, []string, time.Time) (keep, kill []string) {
+	return nil, nil
+}
+
+func (b *fakeBackend) Expire(time.Time) []string { return nil }
 
 // step runs fn as one pass of the loop and records its effects.
 func (h *harness) step(fn func()) {
 	h.t.Helper()
 	fn()
-	if h.c.dirty {
-		h.c.runPass()
+	if h.l.dirty {
+		h.pass()
 	}
-	b, after := h.c.fx.take()
+	b, after := h.l.fx.take()
 	if b != nil {
 		h.batches = append(h.batches, b)
 	}
@@ -75,7 +140,7 @@ func (h *harness) submit(edit func(*berth.JobSpec), command ...string) *berth.Jo
 		h.t.Fatal(err)
 	}
 	var jobs []*berth.Job
-	h.step(func() { jobs = h.c.createJobs(req, h.c.pool, "test") })
+	h.step(func() { jobs = h.l.createJobs(req, h.backend, "test") })
 	return jobs[0]
 }
 
@@ -130,7 +195,7 @@ func (h *harness) event(typ, id string) berth.Event {
 // counts returns the job counters, leaving out zeros.
 func (h *harness) counts() map[berth.JobState]int {
 	out := map[berth.JobState]int{}
-	for st, n := range h.c.stats.jobs {
+	for st, n := range h.l.stats.jobs {
 		if n != 0 {
 			out[st] = n
 		}
@@ -150,4 +215,46 @@ func (h *harness) run(s *session, code int) *wire.JobAssign {
 	}
 	h.from(s, wire.TypeJobResult, &wire.JobResult{AttemptID: assign.AttemptID, State: st, ExitCode: &code})
 	return assign
+}
+
+// worker adds a connected worker of reg's capacity to a bare lifecycle,
+// taking work from the default queue, and returns it.
+func (h *harness) worker(reg *wire.Register) *workerState {
+	h.t.Helper()
+	ws := newWorkerState(&berth.Worker{ID: reg.WorkerID, Host: reg.Host, Queues: reg.Queues, CPUs: reg.CPUs,
+		Memory: reg.Memory, Slots: reg.Slots, GPUs: reg.GPUs, State: berth.WorkerReady})
+	ws.sess = newSession(newPipeConn(), reg.Host) // connected: the scheduler places on it
+	ws.recompute()
+	h.step(func() {
+		h.l.addWorker(ws)
+		h.l.dirty = true
+	})
+	return ws
+}
+
+// launched returns the attempt the fakeBackend last launched, or fails.
+func (h *harness) launched() *attemptState {
+	h.t.Helper()
+	if len(h.be.launched) == 0 {
+		h.t.Fatal("nothing launched")
+	}
+	as := h.l.attempts[h.be.launched[len(h.be.launched)-1].ID]
+	if as == nil {
+		h.t.Fatal("the last attempt launched has ended")
+	}
+	return as
+}
+
+// runLaunched starts the attempt last launched and ends it with code; it
+// returns the attempt.
+func (h *harness) runLaunched(code int) *attemptState {
+	h.t.Helper()
+	as := h.launched()
+	h.step(func() { h.l.markRunning(as, h.clock.Now().UTC()) })
+	st := berth.AttemptSucceeded
+	if code != 0 {
+		st = berth.AttemptFailed
+	}
+	h.step(func() { h.l.endAttempt(as, st, &code, "", h.clock.Now().UTC()) })
+	return as
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -15,7 +16,10 @@ import (
 // with the effects the transitions made on them in this pass of the loop.
 // Every change of a job's or an attempt's state goes through
 // transitionJob or transitionAttempt, which keep the counters, the rows
-// to write and the events in step and refuse an illegal move. Loop only.
+// to write and the events in step and refuse an illegal move. It holds
+// no store, bus, inbox or waiter (a worker keeps its agent's session only
+// to address what it is sent): what the shell must do (write, send,
+// publish, wake a waiter) is an effect or one of its hooks. Loop only.
 type lifecycle struct {
 	jobs     map[string]*jobState
 	children map[string]map[string]*jobState // parent id → its active children, by id
@@ -25,19 +29,58 @@ type lifecycle struct {
 	queue    *scheduler.Queue
 	// restarting holds the jobs waiting out their retry or restart backoff.
 	restarting map[*jobState]struct{}
+	idem       map[idemKey][]string                       // job ids by their user's idempotency key
+	controls   map[string]map[string]*berth.WorkerControl // host → queue → control
+	// controlGen counts the loop's control writes, so that a poll that
+	// read the store before one does not undo it.
+	controlGen uint64
 	stats      stats
 	fx         effects
+	seq        uint64 // of the last task queued
+	eventSeq   uint64 // of the last event emitted
+	// dirty says the loop is to run a scheduling pass: something changed
+	// what can be placed.
+	dirty bool
+	// preempted holds when each preemption of the last window happened.
+	preempted []time.Time
+	nextPort  int // where the next rendezvous port search starts
+
+	ids berth.IDGen
+	now func() time.Time
+	log *slog.Logger // for the transitions refused
+	// audited and storeEvents are Config.Audit != nil and
+	// Config.StoreEvents: events go in the batch for the audit log, and
+	// for the store.
+	audited, storeEvents bool
+	hooks                hooks
 }
 
-func newLifecycle(cfg scheduler.Config) lifecycle {
+// hooks are what the lifecycle tells its shell, on the loop: a job ended
+// (its waiters are woken); once durable, logs may have changed; a job of
+// a model was placed (an idle worker may be asked to prewarm it).
+type hooks struct {
+	jobEnded   func(id string, st berth.JobState)
+	notifyLogs func()
+	prewarm    func(j *berth.Job, now time.Time)
+}
+
+func newLifecycle(cfg *Config) lifecycle {
 	return lifecycle{
-		jobs:       map[string]*jobState{},
-		children:   map[string]map[string]*jobState{},
-		attempts:   map[string]*attemptState{},
-		workers:    map[string]*workerState{},
-		queue:      scheduler.NewQueue(cfg),
-		restarting: map[*jobState]struct{}{},
-		stats:      newStats(),
+		jobs:        map[string]*jobState{},
+		children:    map[string]map[string]*jobState{},
+		attempts:    map[string]*attemptState{},
+		workers:     map[string]*workerState{},
+		queue:       scheduler.NewQueue(*cfg.Scheduler),
+		restarting:  map[*jobState]struct{}{},
+		idem:        map[idemKey][]string{},
+		controls:    map[string]map[string]*berth.WorkerControl{},
+		stats:       newStats(),
+		now:         cfg.Now,
+		log:         cfg.Log,
+		audited:     cfg.Audit != nil,
+		storeEvents: cfg.StoreEvents,
+		hooks: hooks{jobEnded: func(string, berth.JobState) {}, notifyLogs: func() {},
+			prewarm: func(*berth.Job, time.Time) {}},
 	}
 }
 
@@ -76,17 +119,17 @@ func (fx *effects) rows() *store.Batch {
 }
 
 // write adds b to the loop's pending batch; flush commits it.
-func (c *Controller) write(b *store.Batch) { c.fx.rows().Append(b) }
+func (l *lifecycle) write(b *store.Batch) { l.fx.rows().Append(b) }
 
 // afterCommit runs fn once everything written so far is durable. fn runs on
 // the committer goroutine: it must be quick, non-blocking and must not touch
 // loop state.
-func (c *Controller) afterCommit(fn func()) { c.fx.after = append(c.fx.after, effect{fn: fn}) }
+func (l *lifecycle) afterCommit(fn func()) { l.fx.after = append(l.fx.after, effect{fn: fn}) }
 
 // sendAfterCommit queues msg for s once everything written so far is
 // durable; the session's outbox never blocks.
-func (c *Controller) sendAfterCommit(s *session, typ string, msg any) {
-	c.fx.after = append(c.fx.after, effect{to: s, typ: typ, msg: msg})
+func (l *lifecycle) sendAfterCommit(s *session, typ string, msg any) {
+	l.fx.after = append(l.fx.after, effect{to: s, typ: typ, msg: msg})
 }
 
 // errIllegal is the error of a transition the lifecycle refuses.
@@ -99,19 +142,19 @@ func errIllegal(what, id string, from, to any) error {
 // active job may move to any state but running, which only a pending job
 // moves to; an ended job moves no more. An illegal move changes nothing
 // and returns an ECodeInternal error.
-func (c *Controller) transitionJob(js *jobState, to berth.JobState, ev berth.Event) error {
+func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Event) error {
 	j := js.job
 	if err := checkJobMove(j, to); err != nil {
 		return err
 	}
 	from := j.State
-	c.stats.jobs[from]--
-	c.stats.jobs[to]++
+	l.stats.jobs[from]--
+	l.stats.jobs[to]++
 	j.State = to
-	b := c.fx.rows()
+	b := l.fx.rows()
 	b.JobUpdates = append(b.JobUpdates, js.update())
 	ev.JobID, ev.State = j.ID, to
-	c.emit(ev)
+	l.emit(ev)
 	return nil
 }
 
@@ -119,13 +162,13 @@ func (c *Controller) transitionJob(js *jobState, to berth.JobState, ev berth.Eve
 // attempt may start (running) or end, a running one may end, an ended one
 // moves no more. An illegal move changes nothing and returns an
 // ECodeInternal error.
-func (c *Controller) transitionAttempt(as *attemptState, to berth.AttemptState) error {
+func (l *lifecycle) transitionAttempt(as *attemptState, to berth.AttemptState) error {
 	a := as.a
 	if err := checkAttemptMove(a, to); err != nil {
 		return err
 	}
 	a.State = to
-	c.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}}) // Append drops the progress it supersedes
+	l.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}}) // Append drops the progress it supersedes
 	return nil
 }
 
@@ -149,26 +192,39 @@ func checkAttemptMove(a *berth.Attempt, to berth.AttemptState) error {
 
 // illegal logs a transition the lifecycle refused: a bug, left without
 // effect rather than overwriting a state.
-func (c *Controller) illegal(err error) {
-	c.log.Error("controller: transition refused", "err", err)
+func (l *lifecycle) illegal(err error) {
+	l.log.Error("controller: transition refused", "err", err)
+}
+
+// workerDisconnected records that ws's session ended, for reason: it takes
+// no work until its agent registers again, and keeps its attempts until
+// then or until it is lost.
+func (l *lifecycle) workerDisconnected(ws *workerState, reason string, now time.Time) {
+	ws.sess = nil
+	ws.lastSeen = now.UnixNano()
+	ws.recompute()
+	w := l.workerCopy(ws)
+	l.write(&store.Batch{Workers: []*berth.Worker{w}})
+	ev := berth.Event{Time: now.UTC(), Type: berth.EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: reason}
+	l.emit(ev)
 }
 
 // workerLost declares ws lost, and the attempts it ran with it.
-func (c *Controller) workerLost(ws *workerState, now time.Time) {
+func (l *lifecycle) workerLost(ws *workerState, now time.Time) {
 	for _, as := range ws.attempts {
-		c.endAttempt(as, berth.AttemptLost, nil, fmt.Sprintf("worker %s lost", ws.w.Host), now)
+		l.endAttempt(as, berth.AttemptLost, nil, fmt.Sprintf("worker %s lost", ws.w.Host), now)
 	}
 	ws.w.State = berth.WorkerLost
 	ws.recompute()
-	w := c.workerCopy(ws)
-	c.write(&store.Batch{Workers: []*berth.Worker{w}})
-	c.emit(berth.Event{Time: now, Type: berth.EventWorkerLost, WorkerID: w.ID, Host: w.Host})
+	w := l.workerCopy(ws)
+	l.write(&store.Batch{Workers: []*berth.Worker{w}})
+	l.emit(berth.Event{Time: now, Type: berth.EventWorkerLost, WorkerID: w.ID, Host: w.Host})
 }
 
 // createJobs makes and queues the jobs of a valid request, submitted by
 // actor; it returns copies for the caller.
-func (c *Controller) createJobs(req *berth.SubmitRequest, be Backend, actor string) []*berth.Job {
-	now := c.now().UTC()
+func (l *lifecycle) createJobs(req *berth.SubmitRequest, be Backend, actor string) []*berth.Job {
+	now := l.now().UTC()
 	n := max(req.Array, 1)
 	out := make([]*berth.Job, n)
 	b := &store.Batch{Jobs: make([]*berth.Job, n)}
@@ -176,7 +232,7 @@ func (c *Controller) createJobs(req *berth.SubmitRequest, be Backend, actor stri
 	spec := withDefaults(req.JobSpec)
 	key := idemKeyOf(&spec)
 	for i := 0; i < n; i++ {
-		j := &berth.Job{ID: c.ids.New(now), JobSpec: spec, State: berth.JobPending, CreatedAt: now}
+		j := &berth.Job{ID: l.ids.New(now), JobSpec: spec, State: berth.JobPending, CreatedAt: now}
 		if req.Array > 0 {
 			idx := i
 			j.ArrayIndex = &idx
@@ -184,34 +240,34 @@ func (c *Controller) createJobs(req *berth.SubmitRequest, be Backend, actor stri
 		stored, reply := *j, *j
 		b.Jobs[i], out[i] = &stored, &reply
 		js := &jobState{job: j, backend: be}
-		c.jobs[j.ID] = js
-		c.adopt(js)
-		c.enqueue(js)
+		l.jobs[j.ID] = js
+		l.adopt(js)
+		l.enqueue(js)
 		if key.key != "" {
-			c.idem[key] = append(c.idem[key], j.ID)
+			l.idem[key] = append(l.idem[key], j.ID)
 		}
 		events[i] = berth.Event{Time: now, Type: berth.EventJobSubmitted, JobID: j.ID, State: berth.JobPending, Actor: actor, User: j.User}
 	}
-	c.stats.jobs[berth.JobPending] += n // created: their rows are inserts, not transitions
-	c.write(b)
-	c.emit(events...)
-	c.dirty = true
+	l.stats.jobs[berth.JobPending] += n // created: their rows are inserts, not transitions
+	l.write(b)
+	l.emit(events...)
+	l.dirty = true
 	return out
 }
 
 // markRunning records that an attempt's process started.
-func (c *Controller) markRunning(as *attemptState, now time.Time) {
+func (l *lifecycle) markRunning(as *attemptState, now time.Time) {
 	if err := checkAttemptMove(as.a, berth.AttemptRunning); err != nil {
-		c.illegal(err)
+		l.illegal(err)
 		return
 	}
 	as.a.StartedAt = now
-	_ = c.transitionAttempt(as, berth.AttemptRunning) // checked above
+	_ = l.transitionAttempt(as, berth.AttemptRunning) // checked above
 	js := as.job
 	j := js.job
-	c.stats.started.observe(now.Sub(j.CreatedAt))
+	l.stats.started.observe(now.Sub(j.CreatedAt))
 	if j.State != berth.JobPending {
-		b := c.fx.rows() // it now counts the attempt (see update)
+		b := l.fx.rows() // it now counts the attempt (see update)
 		b.JobUpdates = append(b.JobUpdates, js.update())
 		return
 	}
@@ -221,8 +277,8 @@ func (c *Controller) markRunning(as *attemptState, now time.Time) {
 	if !js.cancelRequested() {
 		j.Reason = ""
 	}
-	if err := c.transitionJob(js, berth.JobRunning, berth.Event{Time: now, Type: berth.EventJobRunning, WorkerID: as.worker.w.ID, Host: as.worker.w.Host}); err != nil {
-		c.illegal(err)
+	if err := l.transitionJob(js, berth.JobRunning, berth.Event{Time: now, Type: berth.EventJobRunning, WorkerID: as.worker.w.ID, Host: as.worker.w.Host}); err != nil {
+		l.illegal(err)
 	}
 }
 
@@ -230,20 +286,20 @@ func (c *Controller) markRunning(as *attemptState, now time.Time) {
 // member of a gang to end otherwise than succeeded ends the gang: the other
 // members are stopped. Once no member is left the job moves on: done,
 // failed, cancelled or queued again per its retries.
-func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *int, reason string, now time.Time) {
+func (l *lifecycle) endAttempt(as *attemptState, st berth.AttemptState, code *int, reason string, now time.Time) {
 	a := as.a
 	if err := checkAttemptMove(a, st); err != nil {
-		c.illegal(err) // ended twice
+		l.illegal(err) // ended twice
 		return
 	}
 	a.ExitCode, a.Reason, a.FinishedAt = code, reason, now
-	_ = c.transitionAttempt(as, st) // checked above
-	delete(c.attempts, a.ID)
+	_ = l.transitionAttempt(as, st) // checked above
+	delete(l.attempts, a.ID)
 	as.worker.release(as)
 	js := as.job
 	js.members[a.TaskIndex] = nil
 	js.live--
-	c.dirty = true
+	l.dirty = true
 	if st != berth.AttemptSucceeded && js.failure == nil {
 		js.failure = &memberEnd{state: st, code: code, reason: reason, cause: as.cause, stoppedBy: as.stoppedBy, attempt: a.ID,
 			worker: a.WorkerID}
@@ -254,7 +310,7 @@ func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *i
 			}
 			js.active(func(o *attemptState) {
 				o.run.Stopping = true
-				c.sendCancel(o, why)
+				l.sendCancel(o, why)
 			})
 		}
 	}
@@ -266,22 +322,22 @@ func (c *Controller) endAttempt(as *attemptState, st berth.AttemptState, code *i
 	f := js.failure
 	switch {
 	case js.cancelRequested():
-		c.finishJob(js, berth.JobCancelled, code, cancelledFor(j.Reason), now)
+		l.finishJob(js, berth.JobCancelled, code, cancelledFor(j.Reason), now)
 	case f != nil && f.state == berth.AttemptStopped:
 		j.Attempts-- // an operator's doing: no retry spent, back at the front
-		c.requeueFront(js, f, now)
+		l.requeueFront(js, f, now)
 	case f != nil && (f.state == berth.AttemptPreempted || (f.state == berth.AttemptCancelled && f.reason == reasonWithdrawn) ||
 		(f.cause != "" && !berth.CauseSpendsRetry(f.cause))):
 		j.Attempts-- // not the job's fault: no retry spent
-		c.requeue(js, f.reason, now)
+		l.requeue(js, f.reason, now)
 	case j.Kind == berth.KindService:
-		c.restartService(js, f, a, now)
+		l.restartService(js, f, a, now)
 	case f == nil:
-		c.finishJob(js, berth.JobSucceeded, code, "", now)
+		l.finishJob(js, berth.JobSucceeded, code, "", now)
 	case j.Attempts <= j.Retries:
-		c.retry(js, f, now)
+		l.retry(js, f, now)
 	default:
-		c.finishJob(js, berth.JobFailed, f.code, orDefault(f.reason, exitDesc(f.code)), now)
+		l.finishJob(js, berth.JobFailed, f.code, orDefault(f.reason, exitDesc(f.code)), now)
 	}
 }
 
@@ -308,14 +364,14 @@ const maxRetryDelay = time.Minute
 // passed (1 s after the first failure, then 2 s, 4 s, … at most
 // maxRetryDelay), so that a job that fails at once does not loop, and
 // prefers, from then on, workers other than f's.
-func (c *Controller) retry(js *jobState, f *memberEnd, now time.Time) {
+func (l *lifecycle) retry(js *jobState, f *memberEnd, now time.Time) {
 	if f.worker != "" && !slices.Contains(js.avoid, f.worker) {
 		js.avoid = append(js.avoid, f.worker)
 	}
 	j := js.job
 	delay := berth.DoublingDelay(j.Attempts, maxRetryDelay)
 	js.restartAt = now.Add(delay)
-	c.requeue(js, fmt.Sprintf("retrying in %v after attempt %d %s: %s", delay, j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
+	l.requeue(js, fmt.Sprintf("retrying in %v after attempt %d %s: %s", delay, j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
 }
 
 // Restarting services.
@@ -333,7 +389,7 @@ const (
 // retries the service is requeued after a doubling backoff; past them it
 // fails. An attempt that ran serviceStableAfter resets the count. Loop
 // only.
-func (c *Controller) restartService(js *jobState, f *memberEnd, last *berth.Attempt, now time.Time) {
+func (l *lifecycle) restartService(js *jobState, f *memberEnd, last *berth.Attempt, now time.Time) {
 	j := js.job
 	how := "exited 0"
 	if f != nil {
@@ -347,7 +403,7 @@ func (c *Controller) restartService(js *jobState, f *memberEnd, last *berth.Atte
 		if f != nil {
 			code = f.code
 		}
-		c.finishJob(js, berth.JobFailed, code, fmt.Sprintf("service ended %d times in a row (limit %d); last: %s", j.Attempts, j.Retries, how), now)
+		l.finishJob(js, berth.JobFailed, code, fmt.Sprintf("service ended %d times in a row (limit %d); last: %s", j.Attempts, j.Retries, how), now)
 		return
 	}
 	delay := berth.DoublingDelay(j.Attempts, maxRestartDelay)
@@ -355,22 +411,22 @@ func (c *Controller) restartService(js *jobState, f *memberEnd, last *berth.Atte
 	if js.task != nil {
 		js.task.Front = false
 	}
-	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: j.ID, State: berth.JobPending,
+	l.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: j.ID, State: berth.JobPending,
 		Reason:   fmt.Sprintf("restarting in %v (restart %d of %d) after attempt %s", delay, j.Attempts, j.Retries, how),
 		Attempts: []string{last.ID}})
 }
 
 // requeue puts a job back in the queue.
-func (c *Controller) requeue(js *jobState, reason string, now time.Time) {
+func (l *lifecycle) requeue(js *jobState, reason string, now time.Time) {
 	if js.task != nil {
 		js.task.Front = false
 	}
-	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
+	l.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
 }
 
 // requeueFront puts a job an operator stopped back at the front of its
 // priority class, with an event naming who stopped it and which attempt.
-func (c *Controller) requeueFront(js *jobState, f *memberEnd, now time.Time) {
+func (l *lifecycle) requeueFront(js *jobState, f *memberEnd, now time.Time) {
 	ev := berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: f.reason,
 		Attempts: []string{f.attempt}}
 	if f.stoppedBy != nil {
@@ -379,20 +435,33 @@ func (c *Controller) requeueFront(js *jobState, f *memberEnd, now time.Time) {
 	if js.task != nil {
 		js.task.Front = true
 	}
-	c.requeueEvent(js, ev)
+	l.requeueEvent(js, ev)
 }
 
 // requeueEvent puts a job back in the queue and publishes ev once durable.
-func (c *Controller) requeueEvent(js *jobState, ev berth.Event) {
+func (l *lifecycle) requeueEvent(js *jobState, ev berth.Event) {
 	js.job.Reason = ev.Reason
-	if err := c.transitionJob(js, berth.JobPending, ev); err != nil {
-		c.illegal(err)
+	if err := l.transitionJob(js, berth.JobPending, ev); err != nil {
+		l.illegal(err)
 		return
 	}
 	if js.restartAt.After(ev.Time) {
-		c.restarting[js] = struct{}{} // queued by housekeep once due
+		l.restarting[js] = struct{}{} // queued by housekeep once due
 	} else {
-		c.enqueue(js)
+		l.enqueue(js)
+	}
+}
+
+// requeueDue queues again the jobs whose retry or restart backoff is over
+// by now.
+func (l *lifecycle) requeueDue(now time.Time) {
+	for js := range l.restarting {
+		if !js.restartAt.After(now) {
+			delete(l.restarting, js)
+			js.restartAt = time.Time{}
+			l.enqueue(js)
+			l.dirty = true
+		}
 	}
 }
 
@@ -400,42 +469,42 @@ func (c *Controller) requeueEvent(js *jobState, ev berth.Event) {
 // cancelRequestedBy): a pending job ends at once, a placed one is marked
 // and its attempts are stopped; its children are cancelled with it. A job
 // whose cancel was requested before is left as it is. Loop only.
-func (c *Controller) stopJob(js *jobState, requested string, now time.Time) {
+func (l *lifecycle) stopJob(js *jobState, requested string, now time.Time) {
 	switch {
 	case !js.placed():
-		c.queue.Remove(js.task)
-		delete(c.restarting, js)
-		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(requested), now)
+		l.queue.Remove(js.task)
+		delete(l.restarting, js)
+		l.finishJob(js, berth.JobCancelled, nil, cancelledFor(requested), now)
 	case !js.cancelRequested():
 		js.job.Reason = requested
-		b := c.fx.rows()
+		b := l.fx.rows()
 		b.JobUpdates = append(b.JobUpdates, js.update())
 		reason := cancelledFor(requested)
 		js.active(func(as *attemptState) {
 			as.run.Stopping = true
-			c.sendCancel(as, reason)
+			l.sendCancel(as, reason)
 		})
 		// Its children need not wait for its processes to end.
-		c.cancelChildren(c.children[js.job.ID], js.job.ID, "was cancelled", now)
+		l.cancelChildren(l.children[js.job.ID], js.job.ID, "was cancelled", now)
 	}
 }
 
 // sendCancel asks the attempt's backend to stop it.
-func (c *Controller) sendCancel(as *attemptState, reason string) {
+func (l *lifecycle) sendCancel(as *attemptState, reason string) {
 	as.job.backend.Stop(as.a, reason, as.stopCause())
 }
 
 // finishJob moves a job to a terminal state and drops it from memory.
-func (c *Controller) finishJob(js *jobState, st berth.JobState, code *int, reason string, now time.Time) {
+func (l *lifecycle) finishJob(js *jobState, st berth.JobState, code *int, reason string, now time.Time) {
 	j := js.job
 	if err := checkJobMove(j, st); err != nil {
-		c.illegal(err)
+		l.illegal(err)
 		return
 	}
 	j.ExitCode, j.Reason, j.FinishedAt = code, reason, now
-	delete(c.jobs, j.ID)
-	c.orphan(j, st, now) // its children's ends come first, as they always did
-	c.jobEnded(j.ID, st)
-	_ = c.transitionJob(js, st, berth.Event{Time: now, Type: "job." + string(st), Reason: reason, ExitCode: code}) // checked above
-	c.afterCommit(c.notifyLogs)
+	delete(l.jobs, j.ID)
+	l.orphan(j, st, now) // its children's ends come first, as they always did
+	l.hooks.jobEnded(j.ID, st)
+	_ = l.transitionJob(js, st, berth.Event{Time: now, Type: "job." + string(st), Reason: reason, ExitCode: code}) // checked above
+	l.afterCommit(l.hooks.notifyLogs)
 }

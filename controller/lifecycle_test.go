@@ -2,10 +2,13 @@ package controller
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -56,17 +59,13 @@ func TestLifecycleRunsAJob(t *testing.T) {
 // nothing, counters included.
 func TestLifecycleRefusesIllegalTransitions(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := newLifecycleHarness(t)
 	j := h.submit(nil, "true")
-	s := h.agent(workerReg())
-	var as *attemptState
-	for _, a := range h.c.attempts {
-		as = a
-	}
+	h.worker(workerReg())
+	as := h.runLaunched(0)
 	js := as.job
-	h.run(s, 0)
 	before := h.counts()
-	err := h.c.transitionJob(js, berth.JobRunning, berth.Event{Type: berth.EventJobRunning})
+	err := h.l.transitionJob(js, berth.JobRunning, berth.Event{Type: berth.EventJobRunning})
 	var e *berth.Error
 	if !errors.As(err, &e) || e.Code != berth.ECodeInternal {
 		t.Errorf("succeeded → running: %v, want an ECodeInternal error", err)
@@ -74,11 +73,11 @@ func TestLifecycleRefusesIllegalTransitions(t *testing.T) {
 	if js.job.State != berth.JobSucceeded {
 		t.Errorf("job %s is %s after a refused transition, want succeeded", j.ID, js.job.State)
 	}
-	if err := h.c.transitionAttempt(as, berth.AttemptFailed); !errors.As(err, &e) || e.Code != berth.ECodeInternal {
+	if err := h.l.transitionAttempt(as, berth.AttemptFailed); !errors.As(err, &e) || e.Code != berth.ECodeInternal {
 		t.Errorf("ending an attempt twice: %v, want an ECodeInternal error", err)
 	}
 	n := len(h.batches)
-	h.step(func() { h.c.endAttempt(as, berth.AttemptLost, nil, "again", h.clock.Now()) })
+	h.step(func() { h.l.endAttempt(as, berth.AttemptLost, nil, "again", h.clock.Now()) })
 	if len(h.batches) != n || as.a.State != berth.AttemptSucceeded || as.a.Reason != "" {
 		t.Errorf("a second end wrote %d batches, left the attempt %s %q; want nothing changed", len(h.batches)-n, as.a.State, as.a.Reason)
 	}
@@ -92,12 +91,123 @@ func TestLifecycleRefusesIllegalTransitions(t *testing.T) {
 // it without fetching the job.
 func TestEndEventsCarryTheExitCode(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	s := h.agent(workerReg())
+	h := newLifecycleHarness(t)
+	h.worker(workerReg())
 	j := h.submit(nil, "false")
-	h.run(s, 3)
+	h.runLaunched(3)
 	if e := h.event(berth.EventJobFailed, j.ID); e.ExitCode == nil || *e.ExitCode != 3 {
 		t.Fatalf("job.failed event %+v: exit code %v, want 3", e, e.ExitCode)
+	}
+}
+
+// TestLifecycleRetriesAfterABackoff: a failed job within its retries waits
+// out a doubling backoff, out of the queue, prefers other workers from
+// then on, and fails once its retries are spent.
+func TestLifecycleRetriesAfterABackoff(t *testing.T) {
+	t.Parallel()
+	h := newLifecycleHarness(t)
+	h.worker(workerReg())
+	j := h.submit(func(spec *berth.JobSpec) { spec.Retries = 2 }, "false")
+	js := h.l.jobs[j.ID]
+	for i, delay := range []time.Duration{time.Second, 2 * time.Second} {
+		h.runLaunched(1)
+		want := fmt.Sprintf("retrying in %v after attempt %d failed: exit code 1", delay, i+1)
+		if e := h.event(berth.EventJobRequeued, j.ID); e.Reason != want || js.job.Reason != want {
+			t.Errorf("requeued for %q, job says %q; want %q", e.Reason, js.job.Reason, want)
+		}
+		if _, waiting := h.l.restarting[js]; !waiting || !js.restartAt.Equal(h.clock.Now().UTC().Add(delay)) {
+			t.Errorf("after attempt %d: backing off %v until %v, want until %v from now", i+1, waiting, js.restartAt, delay)
+		}
+		if got := h.counts(); got[berth.JobPending] != 1 || len(got) != 1 {
+			t.Errorf("counts in the backoff %v, want 1 pending", got)
+		}
+		if !slices.Equal(js.avoid, []string{"w1"}) {
+			t.Errorf("avoids %v, want w1", js.avoid)
+		}
+		n := len(h.be.launched)
+		h.clock.Advance(delay - time.Millisecond)
+		h.step(func() { h.l.requeueDue(h.clock.Now().UTC()) })
+		if len(h.be.launched) != n {
+			t.Fatalf("placed again before its backoff of %v ended", delay)
+		}
+		h.clock.Advance(time.Millisecond)
+		h.step(func() { h.l.requeueDue(h.clock.Now().UTC()) })
+		if len(h.be.launched) != n+1 {
+			t.Fatalf("not placed again once its backoff of %v ended", delay)
+		}
+	}
+	h.runLaunched(1)
+	if e := h.event(berth.EventJobFailed, j.ID); e.Reason != "exit code 1" || js.job.Attempts != 3 {
+		t.Errorf("failed for %q after %d attempts, want exit code 1 after 3", e.Reason, js.job.Attempts)
+	}
+	if got := h.counts(); got[berth.JobFailed] != 1 || len(got) != 1 {
+		t.Errorf("counts after the last retry %v, want 1 failed", got)
+	}
+}
+
+// TestLifecycleCancelsARunningJob: a cancel of a running job stops its
+// attempt on its backend, naming who asked; the job stays running until
+// the attempt ends, then ends cancelled.
+func TestLifecycleCancelsARunningJob(t *testing.T) {
+	t.Parallel()
+	h := newLifecycleHarness(t)
+	h.worker(workerReg())
+	j := h.submit(nil, "sleep", "60")
+	as := h.launched()
+	h.step(func() { h.l.markRunning(as, h.clock.Now().UTC()) })
+	h.step(func() { h.l.stopJob(as.job, cancelRequestedBy("alice"), h.clock.Now().UTC()) })
+	if len(h.be.stopped) != 1 || h.be.stopped[0] != (stopCall{as.a.ID, "cancelled by alice", ""}) {
+		t.Errorf("stops %+v, want %s cancelled by alice", h.be.stopped, as.a.ID)
+	}
+	last := h.batches[len(h.batches)-1]
+	if len(last.JobUpdates) != 1 || last.JobUpdates[0].State != berth.JobRunning || last.JobUpdates[0].Reason != "cancel requested by alice" {
+		t.Errorf("the cancel wrote %+v, want the job running, its cancel requested by alice", last.JobUpdates)
+	}
+	if got := h.counts(); got[berth.JobRunning] != 1 || len(got) != 1 {
+		t.Errorf("counts while stopping %v, want 1 running", got)
+	}
+	h.step(func() { h.l.endAttempt(as, berth.AttemptCancelled, nil, "", h.clock.Now().UTC()) })
+	if e := h.event(berth.EventJobCancelled, j.ID); e.Reason != "cancelled by alice" {
+		t.Errorf("cancelled for %q, want cancelled by alice", e.Reason)
+	}
+	if got := h.counts(); got[berth.JobCancelled] != 1 || len(got) != 1 {
+		t.Errorf("counts after the end %v, want 1 cancelled", got)
+	}
+	if len(h.l.jobs) != 0 || len(h.l.attempts) != 0 {
+		t.Errorf("%d jobs, %d attempts left in memory, want none", len(h.l.jobs), len(h.l.attempts))
+	}
+}
+
+// TestLifecycleRequeuesAPreemptedJob: a plan's preemption stops its victim
+// once, naming the job it makes room for; the victim's end requeues its
+// job without spending a retry.
+func TestLifecycleRequeuesAPreemptedJob(t *testing.T) {
+	t.Parallel()
+	h := newLifecycleHarness(t)
+	h.worker(workerReg())
+	j := h.submit(nil, "sleep", "60")
+	as := h.launched()
+	h.step(func() { h.l.markRunning(as, h.clock.Now().UTC()) })
+	plan := scheduler.Plan{Preemptions: []scheduler.Preemption{{AttemptID: as.a.ID, JobID: j.ID, WorkerID: "w1", For: "j2"}}}
+	for range 2 { // the second is a victim already being stopped
+		h.step(func() { h.l.applyPlan(&plan, h.clock.Now().UTC()) })
+	}
+	if len(h.be.stopped) != 1 || h.be.stopped[0] != (stopCall{as.a.ID, "preempted by job j2", ""}) {
+		t.Errorf("stops %+v, want %s once, preempted by job j2", h.be.stopped, as.a.ID)
+	}
+	if e := h.event(berth.EventJobPreempted, j.ID); e.Reason != "preempted by job j2" || e.WorkerID != "w1" {
+		t.Errorf("job.preempted %+v, want preempted by job j2 on w1", e)
+	}
+	if len(h.l.preempted) != 1 {
+		t.Errorf("%d preemptions counted, want 1", len(h.l.preempted))
+	}
+	h.step(func() { h.l.endAttempt(as, berth.AttemptPreempted, nil, "preempted by job j2", h.clock.Now().UTC()) })
+	if e := h.event(berth.EventJobRequeued, j.ID); e.Reason != "preempted by job j2" {
+		t.Errorf("requeued for %q, want preempted by job j2", e.Reason)
+	}
+	again := h.launched() // placed again in the same pass: the slot is free
+	if again == as || again.job.job.Attempts != 1 {
+		t.Errorf("placed again as %s, attempt %d; want a new attempt, still the first that counts", again.a.ID, again.job.job.Attempts)
 	}
 }
 

@@ -22,10 +22,10 @@ const (
 
 // addWorker registers a new worker state, keeping the order by id that
 // snapshots use.
-func (c *Controller) addWorker(ws *workerState) {
-	c.workers[ws.w.ID] = ws
-	i := sort.Search(len(c.order), func(i int) bool { return c.order[i].w.ID >= ws.w.ID })
-	c.order = slices.Insert(c.order, i, ws)
+func (l *lifecycle) addWorker(ws *workerState) {
+	l.workers[ws.w.ID] = ws
+	i := sort.Search(len(l.order), func(i int) bool { return l.order[i].w.ID >= ws.w.ID })
+	l.order = slices.Insert(l.order, i, ws)
 }
 
 // snapshot is the cluster as the scheduler sees it now.
@@ -52,21 +52,7 @@ func (c *Controller) runPass() {
 	}
 	s := c.snapshot()
 	plan := scheduler.RunPass(c.queue, s)
-	if n := len(plan.Assignments); n > 0 {
-		b := &store.Batch{Attempts: make([]*berth.Attempt, 0, n)}
-		for i := 0; i < n; {
-			k := i + 1
-			for k < n && plan.Assignments[k].Task == plan.Assignments[i].Task {
-				k++
-			}
-			c.assign(plan.Assignments[i:k], s.Now, b)
-			i = k
-		}
-		c.write(b)
-	}
-	for _, p := range plan.Preemptions {
-		c.preempt(p, s.Now)
-	}
+	c.applyPlan(&plan, s.Now)
 	if plan.Examined > 0 {
 		c.reserved = map[string]string{}
 		for _, r := range plan.Reservations {
@@ -95,30 +81,52 @@ func (c *Controller) runPass() {
 	c.stats.passes.observe(time.Since(start))
 }
 
+// applyPlan makes the transitions a scheduler pass decided: each
+// assignment (all ranks of a gang together) becomes an attempt, assigned,
+// written in one batch and launched on its job's backend; each preemption
+// stops its victim.
+func (l *lifecycle) applyPlan(plan *scheduler.Plan, now time.Time) {
+	if n := len(plan.Assignments); n > 0 {
+		b := &store.Batch{Attempts: make([]*berth.Attempt, 0, n)}
+		for i := 0; i < n; {
+			k := i + 1
+			for k < n && plan.Assignments[k].Task == plan.Assignments[i].Task {
+				k++
+			}
+			l.assign(plan.Assignments[i:k], now, b)
+			i = k
+		}
+		l.write(b)
+	}
+	for _, p := range plan.Preemptions {
+		l.preempt(p, now)
+	}
+}
+
 // assign starts a job's members (all ranks of a gang at once): durable
 // attempts, then a job_assign to each member's agent.
-func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *store.Batch) {
-	js := c.jobs[members[0].Task.JobID]
-	c.queue.Remove(js.task)
+func (l *lifecycle) assign(members []scheduler.Assignment, now time.Time, b *store.Batch) {
+	js := l.jobs[members[0].Task.JobID]
+	l.queue.Remove(js.task)
 	j := js.job
 	j.Attempts++
 	js.failure = nil
 	var env map[string]string
 	for _, pa := range members {
-		ws := c.workers[pa.WorkerID]
-		a := &berth.Attempt{ID: c.ids.New(now), JobID: j.ID, TaskIndex: pa.Rank, WorkerID: ws.w.ID,
+		ws := l.workers[pa.WorkerID]
+		a := &berth.Attempt{ID: l.ids.New(now), JobID: j.ID, TaskIndex: pa.Rank, WorkerID: ws.w.ID,
 			Host: ws.w.Host, GPUs: pa.GPUs, State: berth.AttemptAssigned, CreatedAt: now}
 		as := &attemptState{a: a, job: js, worker: ws}
-		as.run = c.running(as)
+		as.run = l.running(as)
 		js.addMember(as)
-		c.attempts[a.ID] = as
+		l.attempts[a.ID] = as
 		ws.attempts[a.ID] = as
 		ws.take(as)
 		ws.w.Running = len(ws.attempts)
 		ws.got = true
 		if len(members) > 1 {
 			if pa.Rank == 0 {
-				a.Port = c.rendezvousPort(ws)
+				a.Port = l.rendezvousPort(ws)
 				env = rendezvous(ws.w.Host, a.Port, len(members))
 			}
 			env = maps.Clone(env)
@@ -127,13 +135,13 @@ func (c *Controller) assign(members []scheduler.Assignment, now time.Time, b *st
 			}
 		}
 		b.Attempts = append(b.Attempts, as.copy())
-		c.audit(berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
+		l.audit(berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
 			Attempts: []string{a.ID}})
 		js.backend.Launch(j, a, env)
 	}
-	c.stats.placed.observe(now.Sub(j.CreatedAt))
+	l.stats.placed.observe(now.Sub(j.CreatedAt))
 	if j.Model != "" {
-		c.prewarm(j, now)
+		l.hooks.prewarm(j, now)
 	}
 }
 
@@ -213,15 +221,15 @@ func mergeEnv(job, add map[string]string) map[string]string {
 
 // rendezvousPort picks a coordinator port on ws that no active gang there
 // holds.
-func (c *Controller) rendezvousPort(ws *workerState) int {
+func (l *lifecycle) rendezvousPort(ws *workerState) int {
 	used := map[int]bool{}
 	for _, as := range ws.attempts {
 		used[as.a.Port] = true
 	}
 	for i := range rendezvousPorts {
-		p := firstRendezvousPort + (c.nextPort+i)%rendezvousPorts
+		p := firstRendezvousPort + (l.nextPort+i)%rendezvousPorts
 		if !used[p] {
-			c.nextPort = (c.nextPort + i + 1) % rendezvousPorts
+			l.nextPort = (l.nextPort + i + 1) % rendezvousPorts
 			return p
 		}
 	}
@@ -231,17 +239,17 @@ func (c *Controller) rendezvousPort(ws *workerState) int {
 // preempt stops a victim attempt for a waiting job; when its agent reports
 // the end, the attempt ends preempted and its job is requeued without
 // spending a retry.
-func (c *Controller) preempt(p scheduler.Preemption, now time.Time) {
-	as := c.attempts[p.AttemptID]
+func (l *lifecycle) preempt(p scheduler.Preemption, now time.Time) {
+	as := l.attempts[p.AttemptID]
 	if as == nil || as.preemptedBy != "" {
 		return
 	}
 	as.preemptedBy = p.For
 	as.run.Stopping = true
-	c.preempted = append(c.preempted, now)
+	l.preempted = append(l.preempted, now)
 	reason := "preempted by job " + p.For
-	c.sendCancel(as, reason)
+	l.sendCancel(as, reason)
 	ev := berth.Event{Time: now, Type: berth.EventJobPreempted, JobID: as.job.job.ID, WorkerID: as.worker.w.ID,
 		Host: as.worker.w.Host, Reason: reason}
-	c.emit(ev)
+	l.emit(ev)
 }

@@ -232,9 +232,9 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 	c.dirty = true
 }
 
-func (c *Controller) workerCopy(ws *workerState) *berth.Worker {
+func (l *lifecycle) workerCopy(ws *workerState) *berth.Worker {
 	w := *ws.w
-	w.State = c.observedState(ws)
+	w.State = l.observedState(ws)
 	return &w
 }
 
@@ -357,16 +357,12 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 	c.sendAfterCommit(s, wire.TypeAck, ack)
 }
 
+// disconnected handles the end of session s: its worker, if s is still
+// its session, is disconnected.
 func (c *Controller) disconnected(s *session) {
 	ws := s.worker
 	if ws == nil || ws.sess != s {
 		return
 	}
-	ws.sess = nil
-	ws.lastSeen = c.now().UnixNano()
-	ws.recompute()
-	w := c.workerCopy(ws)
-	c.write(&store.Batch{Workers: []*berth.Worker{w}})
-	ev := berth.Event{Time: c.now().UTC(), Type: berth.EventWorkerDisconnects, WorkerID: w.ID, Host: w.Host, Reason: s.reason}
-	c.emit(ev)
+	c.workerDisconnected(ws, s.reason, c.now())
 }

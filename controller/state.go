@@ -238,13 +238,13 @@ func (ws *workerState) release(as *attemptState) {
 
 // observedState is what ws is doing: lost, disconnected, draining or
 // parked (turned off), busy (no free slot) or ready. Loop only.
-func (c *Controller) observedState(ws *workerState) berth.WorkerState {
+func (l *lifecycle) observedState(ws *workerState) berth.WorkerState {
 	switch {
 	case ws.w.State == berth.WorkerLost:
 		return berth.WorkerLost
 	case ws.sess == nil:
 		return berth.WorkerDisconnected
-	case ws.parked && c.draining(ws):
+	case ws.parked && l.draining(ws):
 		return berth.WorkerDraining
 	case ws.parked:
 		return berth.WorkerParked
@@ -337,7 +337,7 @@ func (js *jobState) addMember(as *attemptState) {
 }
 
 // running returns the scheduler's view of an attempt.
-func (c *Controller) running(as *attemptState) *scheduler.Running {
+func (l *lifecycle) running(as *attemptState) *scheduler.Running {
 	j := as.job.job
 	started := as.a.StartedAt
 	if started.IsZero() {
@@ -360,14 +360,14 @@ func spreadKey(j *berth.Job) string {
 }
 
 // enqueue puts a job's task in the scheduler queue.
-func (c *Controller) enqueue(js *jobState) {
+func (l *lifecycle) enqueue(js *jobState) {
 	if js.task == nil {
-		c.seq++
+		l.seq++
 		j := js.job
 		js.task = &scheduler.Task{JobID: j.ID, Nodes: j.Nodes, Queue: j.Queue, User: j.User, Template: j.Template,
 			Model: j.Model, Spread: spreadKey(j), Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
-			Seq: c.seq, Resources: j.Resources, Constraints: j.Constraints}
+			Seq: l.seq, Resources: j.Resources, Constraints: j.Constraints}
 	}
 	js.task.Avoid = js.avoid
-	c.queue.Push(js.task)
+	l.queue.Push(js.task)
 }

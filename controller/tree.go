@@ -40,42 +40,42 @@ func (c *Controller) checkParent(ctx context.Context, req *berth.SubmitRequest) 
 
 // adopt records js as a child of its parent, when the parent is active.
 // Loop only.
-func (c *Controller) adopt(js *jobState) {
+func (l *lifecycle) adopt(js *jobState) {
 	parent := js.job.Parent
-	if parent == "" || c.jobs[parent] == nil {
+	if parent == "" || l.jobs[parent] == nil {
 		return
 	}
-	if c.children[parent] == nil {
-		c.children[parent] = map[string]*jobState{}
+	if l.children[parent] == nil {
+		l.children[parent] = map[string]*jobState{}
 	}
-	c.children[parent][js.job.ID] = js
+	l.children[parent][js.job.ID] = js
 }
 
 // orphan forgets j, a job ending in state st, as a parent and as a child,
 // and cancels its active children when it ends failed or cancelled. Loop
 // only.
-func (c *Controller) orphan(j *berth.Job, st berth.JobState, now time.Time) {
-	if siblings := c.children[j.Parent]; siblings != nil {
+func (l *lifecycle) orphan(j *berth.Job, st berth.JobState, now time.Time) {
+	if siblings := l.children[j.Parent]; siblings != nil {
 		delete(siblings, j.ID)
 		if len(siblings) == 0 {
-			delete(c.children, j.Parent)
+			delete(l.children, j.Parent)
 		}
 	}
-	kids := c.children[j.ID]
-	delete(c.children, j.ID)
+	kids := l.children[j.ID]
+	delete(l.children, j.ID)
 	switch st {
 	case berth.JobFailed:
-		c.cancelChildren(kids, j.ID, "failed", now)
+		l.cancelChildren(kids, j.ID, "failed", now)
 	case berth.JobCancelled:
-		c.cancelChildren(kids, j.ID, "was cancelled", now)
+		l.cancelChildren(kids, j.ID, "was cancelled", now)
 	}
 }
 
 // cancelChildren cancels kids, the active children of job parent, which
 // failed or was cancelled (what). Loop only.
-func (c *Controller) cancelChildren(kids map[string]*jobState, parent, what string, now time.Time) {
+func (l *lifecycle) cancelChildren(kids map[string]*jobState, parent, what string, now time.Time) {
 	requested := cancelRequestedBy(fmt.Sprintf("parent %s, which %s", parent, what))
 	for _, kid := range kids {
-		c.stopJob(kid, requested, now)
+		l.stopJob(kid, requested, now)
 	}
 }
