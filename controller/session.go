@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store"
@@ -19,12 +20,16 @@ type Conn interface {
 	// Write sends one frame. The caller may reuse frame once Write
 	// returns.
 	Write(ctx context.Context, frame []byte) error
-	// Close ends the connection, telling the peer why.
+	// Close ends the connection, telling the peer why. It may wait on the
+	// peer (a WebSocket waits a bounded time for the close reply), so the
+	// controller calls it from the session's writer, never from its loop.
 	Close(reason string) error
 }
 
-// session is one connected agent. send is safe from any goroutine and
-// never blocks; the session's outbox writes in order, batched into frames.
+// session is one connected agent. send and close are safe from any
+// goroutine and never block: the session's writer writes the outbox in
+// order, batched into frames, each within a deadline, and hangs up once
+// the session is closed. Nothing the loop does waits on the peer.
 type session struct {
 	conn    Conn
 	out     *wire.Outbox
@@ -53,24 +58,43 @@ func (s *session) sendAndClose(typ string, payload any, reason string) {
 	s.out.SendLast(typ, payload)
 }
 
+// close marks the session closed with reason; the writer then stops and
+// hangs up. It returns at once.
 func (s *session) close(reason string) {
 	s.once.Do(func() {
 		s.reason = reason
 		close(s.closed)
-		_ = s.conn.Close(reason)
 	})
 }
 
-// writer runs the outbox until the session ends.
-func (s *session) writer(ctx context.Context, log func(string, ...any)) {
-	err := s.out.Run(ctx, s.conn.Write)
+// writer runs the outbox until the session closes or ctx ends, each write
+// within timeout, and then closes the connection, off the loop: a peer
+// that stops reading (a frozen agent) delays only its own session.
+func (s *session) writer(ctx context.Context, timeout time.Duration, log func(string, ...any)) {
+	run, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() {
+		select {
+		case <-s.closed:
+			stop()
+		case <-run.Done():
+		}
+	}()
+	err := s.out.Run(run, func(ctx context.Context, frame []byte) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return s.conn.Write(ctx, frame)
+	})
 	switch {
 	case err == nil:
 		s.close(s.lastWords)
-	case ctx.Err() == nil:
+	case run.Err() == nil:
 		log("agent write failed", "err", err)
 		s.close("write failed")
+	default:
+		s.close("session ended")
 	}
+	_ = s.conn.Close(s.reason)
 }
 
 // ServeAgent runs one agent session over conn until it closes. Malformed or
@@ -81,7 +105,9 @@ func (c *Controller) ServeAgent(ctx context.Context, conn Conn, host string) err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	s := newSession(conn, host)
-	go s.writer(ctx, c.log.Warn)
+	// A write blocked longer than the lease and its margin is a peer the
+	// lease check has given up on.
+	go s.writer(ctx, c.cfg.Lease+c.cfg.FenceMargin, c.log.Warn)
 	defer func() {
 		s.close("session ended")
 		_ = c.post(context.Background(), func() { c.disconnected(s) })
