@@ -110,3 +110,15 @@ const RequestIDHeader = "Berth-Request-Id"
 type ErrorBody struct {
 	Error *Error `json:"error"`
 }
+
+// AttemptValidity is the body of GET /api/v1/attempts/{id}/valid: whether
+// the attempt is still its job's live attempt on a worker whose lease has
+// not lapsed, so that no other attempt of the job can have started; Reason
+// says why not. A job calls it ($BERTH_ATTEMPT_ID) before an external side
+// effect, as docs/worker-control.md describes.
+type AttemptValidity struct {
+	AttemptID string `json:"attempt_id"`
+	JobID     string `json:"job_id"`
+	Valid     bool   `json:"valid"`
+	Reason    string `json:"reason,omitempty"`
+}

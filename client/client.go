@@ -294,6 +294,15 @@ func (c *Client) Job(ctx context.Context, id string) (*berth.JobDetail, error) {
 	return &out, err
 }
 
+// AttemptValidity asks whether attempt id may still act for its job (the
+// fencing check before an external side effect); an answer with Valid
+// false is not an error. An unknown attempt is the server's ECodeNotFound.
+func (c *Client) AttemptValidity(ctx context.Context, id string) (*berth.AttemptValidity, error) {
+	var out berth.AttemptValidity
+	err := c.do(ctx, http.MethodGet, "/api/v1/attempts/"+url.PathEscape(id)+"/valid", nil, &out)
+	return &out, err
+}
+
 // Cancel cancels a job and returns it as it is after the request.
 func (c *Client) Cancel(ctx context.Context, id string) (*berth.Job, error) {
 	var out berth.Job

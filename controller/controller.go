@@ -35,9 +35,15 @@ type Config struct {
 	Log       *slog.Logger
 	Now       func() time.Time
 	Scheduler *scheduler.Config // nil: scheduler.DefaultConfig
-	// Lease is how long an agent may go unheard before it self-fences; the
-	// server declares the worker lost after Lease + FenceMargin.
-	Lease         time.Duration
+	// Lease is how long an agent may go unheard before it self-fences, and
+	// its attempts check invalid (AttemptValidity); the server declares the
+	// worker lost, and gives its attempts' jobs to other workers, after
+	// Lease + FenceMargin.
+	Lease time.Duration
+	// FenceMargin is the time after the lease before a worker is lost: 2 ×
+	// Heartbeat by default, and never less than one Heartbeat, so that an
+	// attempt that checked valid has at least a heartbeat before another
+	// attempt of its job can start.
 	FenceMargin   time.Duration
 	Heartbeat     time.Duration // agent heartbeat interval
 	AcceptTimeout time.Duration // assignment → job_accepted
@@ -105,6 +111,7 @@ func (c *Config) setDefaults() {
 	def(&c.Lease, 30*time.Second)
 	def(&c.Heartbeat, 5*time.Second)
 	def(&c.FenceMargin, 2*c.Heartbeat)
+	c.FenceMargin = max(c.FenceMargin, c.Heartbeat)
 	def(&c.AcceptTimeout, 30*time.Second)
 	def(&c.Grace, 10*time.Second)
 	def(&c.Housekeeping, time.Second)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -133,5 +135,58 @@ func TestFrozenAgentsDoNotStallServer(t *testing.T) {
 		len(frozen), stopped, peers, len(latencies), latencies[len(latencies)/2], p99, latencies[len(latencies)-1])
 	if p99 > time.Second {
 		t.Errorf("p99 submit latency %s while frozen agents were cut off; want well under the 5 s a close used to stall", p99)
+	}
+}
+
+// TestAFrozenAgentsAttemptChecksInvalidOnceItsWorkerIsLost: a job's
+// attempt checks valid (berth attempt check, with $BERTH_ATTEMPT_ID) while
+// its agent is heard; once the agent is frozen and its worker declared
+// lost, the same process — still running, as a frozen agent's children do
+// — checks invalid and can skip its side effect.
+func TestAFrozenAgentsAttemptChecksInvalidOnceItsWorkerIsLost(t *testing.T) {
+	cl := newCluster(t, "--lease", "1s", "--heartbeat", "200ms")
+	agent := cl.addAgent("freezes", "--gpus", "0")
+	dir := t.TempDir()
+	check := func(n string) string {
+		return fmt.Sprintf(`%q attempt check --server %s > %s/check%s 2>&1; echo "exit $?" >> %s/check%s; `, berthBin, cl.url, dir, n, dir, n)
+	}
+	req := shellJob(check("1") + `touch ` + dir + `/checked1; while [ ! -e ` + dir + `/go ]; do sleep 0.05; done; ` +
+		check("2") + `touch ` + dir + `/checked2; exec sleep 1000`)
+	j := cl.submit(req)[0]
+	// read returns what check n wrote, once the job has made it.
+	read := func(n string) string {
+		cl.eventually(time.Minute, "check "+n, func() bool {
+			_, err := os.Stat(filepath.Join(dir, "checked"+n))
+			return err == nil
+		})
+		data, err := os.ReadFile(filepath.Join(dir, "check"+n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	if out := read("1"); !strings.Contains(out, "is valid") || !strings.HasSuffix(out, "exit 0\n") {
+		t.Fatalf("while running, berth attempt check said %q; want valid, exit 0", out)
+	}
+	attempt := cl.job(j.ID).AttemptList[0].ID
+	if v, err := cl.c.AttemptValidity(context.Background(), attempt); err != nil || !v.Valid || v.JobID != j.ID {
+		t.Fatalf("validity while running: %+v, %v; want valid for job %s", v, err, j.ID)
+	}
+
+	if err := agent.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	cl.awaitWorker("freezes", berth.WorkerLost)
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := read("2"); !strings.Contains(out, "not valid") || !strings.Contains(out, "lost") || !strings.HasSuffix(out, "exit 1\n") {
+		t.Fatalf("after its worker was lost, berth attempt check said %q; want not valid (lost), exit 1", out)
+	}
+	if v, err := cl.c.AttemptValidity(context.Background(), attempt); err != nil || v.Valid || v.Reason == "" {
+		t.Fatalf("validity after the worker was lost: %+v, %v; want invalid with a reason", v, err)
+	}
+	if _, err := cl.c.AttemptValidity(context.Background(), "no-such-attempt"); berth.ErrorCode(err) != berth.ECodeNotFound {
+		t.Fatalf("unknown attempt: %v; want not found", err)
 	}
 }

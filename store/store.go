@@ -169,6 +169,8 @@ type JobReader interface {
 	JobStates(ctx context.Context, ids []string) (map[string]berth.JobState, error)
 	// Attempts returns a job's attempts, oldest first.
 	Attempts(ctx context.Context, jobID string) ([]*berth.Attempt, error)
+	// Attempt returns one attempt; an unknown id is ECodeNotFound.
+	Attempt(ctx context.Context, id string) (*berth.Attempt, error)
 	// Workers returns every worker ever registered, by id.
 	Workers(ctx context.Context) ([]*berth.Worker, error)
 	// Quotas returns every quota rule, by id.

@@ -78,6 +78,7 @@ var commands = map[string]command{
 	"job":       {"show one job with its attempts and why it waits", runJob},
 	"logs":      {"print a job's output (-f to follow)", runLogs},
 	"cancel":    {"cancel jobs", runCancel},
+	"attempt":   {"check that an attempt may still act for its job, before a side effect (check)", runAttempt},
 	"wait":      {"wait for jobs to end; exit 0 only if all succeeded", runWait},
 	"workers":   {"list workers", runWorkers},
 	"quota":     {"manage quota rules (set, list, rm)", runQuota},

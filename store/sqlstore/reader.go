@@ -259,6 +259,19 @@ func (r *Reader) Attempts(ctx context.Context, jobID string) ([]*berth.Attempt, 
 	return as, nil
 }
 
+// Attempt returns one attempt; an unknown id is ECodeNotFound.
+func (r *Reader) Attempt(ctx context.Context, id string) (*berth.Attempt, error) {
+	a := args{d: &r.dialect}
+	as, err := collect(ctx, r, scanAttempt, selectAttempts+` WHERE id = `+a.add(id), a.list...)
+	if err != nil {
+		return nil, fmt.Errorf("attempt %s: %w", id, err)
+	}
+	if len(as) == 0 {
+		return nil, &berth.Error{Code: berth.ECodeNotFound, Field: "id", Message: fmt.Sprintf("no attempt %q", id)}
+	}
+	return as[0], nil
+}
+
 // Logs returns up to limit bytes of an attempt's output from offset.
 func (r *Reader) Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error) {
 	if limit <= 0 {
