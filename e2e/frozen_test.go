@@ -47,7 +47,7 @@ func frozenPeer(t *testing.T, cl *cluster, host string) {
 // must not hold up the controller: submissions stay fast, and the healthy
 // agents never go unheard long enough to fence their own attempts.
 func TestFrozenAgentsDoNotStallServer(t *testing.T) {
-	const peers, stopped = 20, 4
+	const peers, stopped = 46, 4
 	cl := newCluster(t, "--lease", "2s", "--heartbeat", "200ms")
 	healthy := []*proc{cl.addAgent("healthy-0", "--gpus", "0"), cl.addAgent("healthy-1", "--gpus", "0")}
 	var frozen []string
@@ -133,7 +133,7 @@ func TestFrozenAgentsDoNotStallServer(t *testing.T) {
 	p99 := latencies[len(latencies)*99/100]
 	t.Logf("%d frozen agents (%d stopped processes, %d silent peers): %d submissions, p50 %s, p99 %s, max %s",
 		len(frozen), stopped, peers, len(latencies), latencies[len(latencies)/2], p99, latencies[len(latencies)-1])
-	if p99 > time.Second {
+	if p99 > 2*time.Second {
 		t.Errorf("p99 submit latency %s while frozen agents were cut off; want well under the 5 s a close used to stall", p99)
 	}
 }
