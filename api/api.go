@@ -441,6 +441,11 @@ func (w wsConn) Write(ctx context.Context, frame []byte) error {
 	return w.c.Write(ctx, websocket.MessageText, frame)
 }
 
+// Close tells the peer why and waits for its close reply, at most the
+// library's bound (coder/websocket: 5 s to write, 5 s for the reply) before
+// it drops the connection. The controller calls it from the session's
+// writer goroutine, never from its loop, so a frozen peer delays only its
+// own session.
 func (w wsConn) Close(reason string) error {
 	if len(reason) > 120 {
 		reason = reason[:120]
