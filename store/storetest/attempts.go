@@ -12,6 +12,7 @@ import (
 // attemptTests check the attempts of store.JobStore and their progress.
 var attemptTests = []test{
 	{"Attempts", testAttempts},
+	{"AttemptByID", testAttemptByID},
 	{"AttemptUpsertsLastWins", testAttemptUpsertsLastWins},
 	{"AttemptProgress", testAttemptProgress},
 	{"AttemptProgressInBatchOrder", testAttemptProgressInBatchOrder},
@@ -62,6 +63,23 @@ func testAttempts(t *testing.T, s store.Store) {
 	write(t, s, &store.Batch{Attempts: []*berth.Attempt{&cleared, &succeeded}})
 	checkEqual(t, "Attempts(A) after clearing", getAttempts(t, s, jobA.ID), []*berth.Attempt{&cleared, &lost})
 	checkEqual(t, "Attempts(B) after success", getAttempts(t, s, jobB.ID), []*berth.Attempt{&succeeded})
+}
+
+func testAttemptByID(t *testing.T, s store.Store) {
+	var ids idSource
+	j := newJob(ids.next(), "gpu", "alice", berth.JobRunning)
+	a := &berth.Attempt{ID: ids.next(), JobID: j.ID, WorkerID: "worker-1", Host: "gpu-1", GPUs: []int{1},
+		State: berth.AttemptLost, Reason: "worker gpu-1 lost", CreatedAt: base.Add(1), FinishedAt: base.Add(2)}
+	write(t, s, &store.Batch{Jobs: []*berth.Job{j}, Attempts: []*berth.Attempt{a}})
+	got, err := s.Attempt(t.Context(), a.ID)
+	if err != nil {
+		t.Fatalf("Attempt(%s): %v", a.ID, err)
+	}
+	checkEqual(t, "Attempt", got, a)
+	unknown := ids.next()
+	if _, err := s.Attempt(t.Context(), unknown); berth.ErrorCode(err) != berth.ECodeNotFound {
+		t.Errorf("Attempt(unknown) error %v, want %s", err, berth.ECodeNotFound)
+	}
 }
 
 func testAttemptUpsertsLastWins(t *testing.T, s store.Store) {
