@@ -20,8 +20,11 @@ import (
 
 // DecodeJSON decodes one JSON value into v strictly: an unknown field, a
 // value of the wrong type or one a Berth type rejects, malformed JSON,
-// nothing at all or anything but whitespace after the value is an invalid
-// *berth.Error. Its Field is the JSON path of the field at fault
+// nothing at all, anything but whitespace after the value, a string (key or
+// value) that is not valid UTF-8 or a key an object repeats is an invalid
+// *berth.Error, and v must then be discarded: nothing is changed silently,
+// as encoding/json alone would (U+FFFD for what is not UTF-8, the last of
+// repeated keys). Its Field is the JSON path of the field at fault
 // ("resources.memory"), or "" when the fault is the document's.
 func DecodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -33,7 +36,7 @@ func DecodeJSON(data []byte, v any) error {
 	if len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) > 0 {
 		return berth.Invalidf("", "trailing data after the JSON object")
 	}
-	return nil
+	return checkStrings(data, reflect.TypeOf(v))
 }
 
 // decodeError turns err, from decoding data into a value of type t, into
