@@ -6,6 +6,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,6 +27,11 @@ import (
 
 // MaxBody is the largest request body accepted.
 const MaxBody = 1 << 20
+
+// MaxDiscard is how much of a body over MaxBody the server reads, and
+// throws away, before it answers 413: a client that sends up to this much
+// receives the answer; beyond it the server closes the connection.
+const MaxDiscard = 32 * MaxBody
 
 // Server is the HTTP front of a controller.
 type Server struct {
@@ -177,6 +183,8 @@ func Status(code string) int {
 		return http.StatusConflict
 	case berth.ECodeLocked:
 		return http.StatusLocked
+	case berth.ECodeTooLarge:
+		return http.StatusRequestEntityTooLarge
 	case berth.ECodeTooMany:
 		return http.StatusTooManyRequests
 	case berth.ECodeUnavailable:
@@ -192,15 +200,30 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// decode reads one JSON object into v, rejecting unknown fields, trailing
-// data and bodies over MaxBody, with an error naming the field.
-func decode(r *http.Request, v any) error {
+// readBody reads r's body, at most MaxBody bytes. A larger body is a
+// too_large *berth.Error (413) on field body naming the limit, once up to
+// MaxDiscard bytes of it are read and thrown away, so that the client,
+// still sending, receives the answer rather than a reset connection; a
+// body that fails to arrive is invalid.
+func readBody(r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
-		return berth.Invalidf("body", "read").WithCause(err)
+		return nil, berth.Invalidf("body", "read").WithCause(err)
 	}
 	if len(body) > MaxBody {
-		return berth.Invalidf("body", "larger than %d bytes", MaxBody)
+		_, _ = io.CopyN(io.Discard, r.Body, MaxDiscard-MaxBody-1)
+		return nil, &berth.Error{Code: berth.ECodeTooLarge, Field: "body", Message: fmt.Sprintf("larger than the limit of %d bytes", MaxBody)}
+	}
+	return body, nil
+}
+
+// decode reads one JSON value into v strictly (strict.DecodeJSON: unknown
+// fields, trailing data, strings not UTF-8, repeated keys), with an error
+// naming the field; the body is readBody's.
+func decode(r *http.Request, v any) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
 	}
 	if err := strict.DecodeJSON(body, v); err != nil {
 		if e, ok := err.(*berth.Error); ok && e.Field == "" {
