@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/berth-dev/berth"
 )
@@ -202,18 +203,37 @@ func joinPath(path, name string) string {
 func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
 	var best reflect.StructField
 	found, exact := false, false
-	for _, f := range reflect.VisibleFields(t) {
-		name, ok := jsonName(t, f)
-		if !ok || !strings.EqualFold(name, key) {
+	for _, f := range jsonFields(t) {
+		if !strings.EqualFold(f.Name, key) {
 			continue
 		}
-		if e := name == key; !found || e && !exact || e == exact && len(f.Index) < len(best.Index) {
+		if e := f.Name == key; !found || e && !exact || e == exact && len(f.Index) < len(best.Index) {
 			best, found, exact = f, true, e
-			best.Name = name
 		}
 	}
 	return best, found
 }
+
+// jsonFields returns the fields of struct type t that encoding/json
+// decodes a key into, each with its JSON name as Name; worked out once a
+// type.
+func jsonFields(t reflect.Type) []reflect.StructField {
+	if fs, ok := fieldCache.Load(t); ok {
+		return fs.([]reflect.StructField)
+	}
+	var fs []reflect.StructField
+	for _, f := range reflect.VisibleFields(t) {
+		if name, ok := jsonName(t, f); ok {
+			f.Name = name
+			fs = append(fs, f)
+		}
+	}
+	fieldCache.Store(t, fs)
+	return fs
+}
+
+// fieldCache maps a struct type to its jsonFields.
+var fieldCache sync.Map
 
 // jsonName returns the JSON name of f, a field visible in struct type t,
 // and false when encoding/json decodes no JSON key into f itself: an

@@ -54,8 +54,9 @@ func TestDecodeJSONUnknownField(t *testing.T) {
 
 // TestDecodeJSONChangesNothing: what encoding/json alone would change —
 // a string that is not UTF-8 (rewritten to U+FFFD), a repeated key (the
-// last kept) — is refused naming the field, at any depth, in keys and
-// values, in structs, maps and lists.
+// last kept; for a struct's fields, in any case, as encoding/json matches
+// them) — is refused naming the field, at any depth, in keys and values,
+// in structs, maps and lists. Map keys differing in case are distinct.
 func TestDecodeJSONChangesNothing(t *testing.T) {
 	t.Parallel()
 	for _, doc := range []string{
@@ -87,6 +88,8 @@ func TestDecodeJSONChangesNothing(t *testing.T) {
 		{"duplicate env key", `{"env":{"A":"1","B":"2","A":"3"}}`, "env.A", "given twice", &berth.SubmitRequest{}},
 		{"duplicate deep in a map of structs", `{"models":{"m":{"gpus":1,"gpus":2}}}`, "models.m.gpus", "given twice", &nestedDoc{}},
 		{"duplicate in a list of structs", `{"members":[{"host":"a"},{"host":"b","host":"c"}]}`, "members.host", "given twice", &nestedDoc{}},
+		{"struct key repeated in another case", `{"name":"a","NAME":"b"}`, "name", "given twice", &berth.SubmitRequest{}},
+		{"nested struct key in another case", `{"Resources":{"gpus":1},"resources":{"cpus":1}}`, "resources", "given twice", &berth.SubmitRequest{}},
 		{"duplicate after a nested object", `{"job":{"env":{"A":"1"}},"members":[],"job":{}}`, "job", "given twice", &nestedDoc{}},
 	} {
 		err := DecodeJSON([]byte(tt.doc), tt.v)

@@ -16,7 +16,9 @@ import (
 // value it has decoded without error into a value of type t: a string
 // (key or value) that is not valid UTF-8 — invalid bytes or a lone
 // surrogate escape, which encoding/json turns into U+FFFD — or a key that
-// an object repeats, of which encoding/json keeps the last. Either is an
+// an object repeats, of which encoding/json keeps the last (in an object
+// decoded into a struct, keys that differ only in case are the same key,
+// as encoding/json matches them to fields). Either is an
 // invalid *berth.Error naming the field (see fieldPath); nil when there is
 // neither. It reads data once, byte by byte, and allocates only for
 // objects of more than smallObject keys and for keys with escapes.
@@ -31,7 +33,11 @@ func checkStrings(data []byte, t reflect.Type) error {
 		c := data[i]
 		switch c {
 		case '{', '[':
-			frames = append(frames, frame{object: c == '{', keys: len(keys)})
+			vt := t
+			if len(frames) > 0 {
+				vt = frames[len(frames)-1].elem(keys)
+			}
+			frames = append(frames, frame{object: c == '{', keys: len(keys), t: fieldsOf(vt)})
 			atKey = c == '{'
 			i++
 		case '}', ']':
@@ -48,10 +54,10 @@ func checkStrings(data []byte, t reflect.Type) error {
 			end, raw, ok := scanString(data, i)
 			if !ok && atKey {
 				key, _ := unquote(data[i:end]) // U+FFFD for what is invalid
-				return berth.Invalidf(fieldPath(t, frames, append(keys, []byte(key))), "key is not valid UTF-8")
+				return berth.Invalidf(fieldPath(frames, append(keys, []byte(key))), "key is not valid UTF-8")
 			}
 			if !ok {
-				return berth.Invalidf(fieldPath(t, frames, keys), "not valid UTF-8")
+				return berth.Invalidf(fieldPath(frames, keys), "not valid UTF-8")
 			}
 			if atKey {
 				key := data[i+1 : end-1] // no escapes: as written
@@ -61,7 +67,7 @@ func checkStrings(data []byte, t reflect.Type) error {
 				}
 				keys = append(keys, key)
 				if frames[len(frames)-1].repeats(keys) {
-					return berth.Invalidf(fieldPath(t, frames, keys), "given twice")
+					return berth.Invalidf(fieldPath(frames, keys), "given twice")
 				}
 				atKey = false
 			}
@@ -77,7 +83,37 @@ func checkStrings(data []byte, t reflect.Type) error {
 type frame struct {
 	object bool
 	keys   int                 // index in checkStrings' keys of the object's first key
+	t      reflect.Type        // what it decodes into field by field, element by element; nil for none
 	seen   map[uint64]struct{} // hashes of the object's keys, once it has more than smallObject
+}
+
+// fieldsOf is t, or what t points to, when encoding/json decodes it field
+// by field or element by element; else nil.
+func fieldsOf(t reflect.Type) reflect.Type {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || decodedWhole(t) {
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Struct, reflect.Map, reflect.Slice, reflect.Array:
+		return t
+	}
+	return nil
+}
+
+// elem is the type of f's value being read: the element of a list or map,
+// or the struct field of the last of keys; nil when none is known.
+func (f *frame) elem(keys [][]byte) reflect.Type {
+	switch {
+	case f.t == nil:
+		return nil
+	case f.t.Kind() == reflect.Struct:
+		sf, _ := jsonField(f.t, string(keys[len(keys)-1]))
+		return sf.Type
+	}
+	return f.t.Elem()
 }
 
 // smallObject is how many keys an object may have before checkStrings
@@ -92,6 +128,15 @@ var keySeed = maphash.MakeSeed()
 func (f *frame) repeats(keys [][]byte) bool {
 	own := keys[f.keys:]
 	key := own[len(own)-1]
+	if f.t != nil && f.t.Kind() == reflect.Struct {
+		// No more keys than fields: the others were refused as unknown.
+		for _, k := range own[:len(own)-1] {
+			if bytes.EqualFold(k, key) {
+				return true
+			}
+		}
+		return false
+	}
 	if len(own) > smallObject {
 		if f.seen == nil {
 			f.seen = make(map[uint64]struct{}, 2*len(own))
@@ -171,44 +216,23 @@ func unquote(quoted []byte) (string, error) {
 
 // fieldPath is the JSON path, as walkJSON names it, of the value at keys
 // (the keys of frames' open objects, the innermost object's last key
-// naming the value at fault) in a value of type t: struct fields by their
-// JSON names, map entries by their keys, no list indices.
-func fieldPath(t reflect.Type, frames []frame, keys [][]byte) string {
+// naming the value at fault): struct fields by their JSON names, map
+// entries by their keys, no list indices.
+func fieldPath(frames []frame, keys [][]byte) string {
 	path := ""
 	for i, f := range frames {
-		for t != nil && t.Kind() == reflect.Pointer {
-			t = t.Elem()
-		}
-		if t != nil && decodedWhole(t) {
-			t = nil
-		}
-		if !f.object {
-			if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
-				t = t.Elem()
-			} else {
-				t = nil
-			}
-			continue
-		}
 		next := len(keys)
 		if i+1 < len(frames) {
 			next = frames[i+1].keys
 		}
-		if next == f.keys {
-			break // the fault is a key of this object, not yet read
+		if !f.object || next == f.keys {
+			continue // a list, or an object whose first key is yet to come
 		}
 		name := string(keys[next-1]) // the key whose value is open
-		switch {
-		case t != nil && t.Kind() == reflect.Struct:
-			if sf, ok := jsonField(t, name); ok {
-				name, t = sf.Name, sf.Type
-			} else {
-				t = nil
+		if f.t != nil && f.t.Kind() == reflect.Struct {
+			if sf, ok := jsonField(f.t, name); ok {
+				name = sf.Name
 			}
-		case t != nil && t.Kind() == reflect.Map:
-			t = t.Elem()
-		default:
-			t = nil
 		}
 		path = joinPath(path, name)
 	}
