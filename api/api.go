@@ -100,9 +100,9 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("POST /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.createToken)
 	s.route("GET /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.listTokens)
 	s.route("DELETE /api/v1/tokens/{id}", auth.Identity.IsAdmin, "admin", s.revokeToken)
-	s.route("PUT /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitters, s.putSecret)
-	s.route("GET /api/v1/secrets", auth.Identity.CanSubmit, submitters, s.listSecrets)
-	s.route("DELETE /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitters, s.deleteSecret)
+	s.route("PUT /api/v1/secrets/{name}", auth.Identity.HoldsSecrets, holders, s.putSecret)
+	s.route("GET /api/v1/secrets", auth.Identity.HoldsSecrets, holders, s.listSecrets)
+	s.route("DELETE /api/v1/secrets/{name}", auth.Identity.HoldsSecrets, holders, s.deleteSecret)
 	s.route("GET /api/swap/lock", readsCluster, jobReader, s.getSwapLock)
 	s.route("POST /api/swap/lock", auth.Identity.ActsOnAllJobs, operators, s.acquireSwapLock)
 	s.route("DELETE /api/swap/lock", auth.Identity.ActsOnAllJobs, operators, s.releaseSwapLock)
@@ -133,6 +133,7 @@ const (
 	people     = "viewer, user, operator or admin"
 	jobReader  = "viewer, user, operator, admin or peer"
 	submitters = "user, operator, admin or peer"
+	holders    = "user, operator or admin"
 	operators  = "operator or admin"
 )
 
