@@ -52,15 +52,25 @@ func BenchmarkDecodeJSON(b *testing.B) {
 	}
 }
 
-// BenchmarkCheckStrings is DecodeJSON's UTF-8 and repeated-key check alone.
+// BenchmarkCheckStrings is DecodeJSON's UTF-8 and repeated-key check
+// alone: what it adds to BenchmarkDecodeJSON.
 func BenchmarkCheckStrings(b *testing.B) {
-	body := bigSubmitBody()
 	t := reflect.TypeFor[*berth.SubmitRequest]()
-	b.SetBytes(int64(len(body)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := checkStrings(body, t); err != nil {
-			b.Fatal(err)
-		}
+	for _, bb := range []struct {
+		name string
+		body []byte
+	}{
+		{"submit", []byte(submitBody)},
+		{"submit-1MiB", bigSubmitBody()},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bb.body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := checkStrings(bb.body, t); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

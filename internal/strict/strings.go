@@ -167,36 +167,30 @@ func (f *frame) repeats(keys [][]byte) bool {
 func scanString(data []byte, start int) (end int, raw, valid bool) {
 	raw, valid = true, true
 	for i := start + 1; ; {
-		c := data[i]
+		// Up to the next quote, which ends the string unless escaped.
+		seg := data[i : i+bytes.IndexByte(data[i:], '"')]
+		b := bytes.IndexByte(seg, '\\')
+		if b < 0 {
+			return i + len(seg) + 1, raw, valid && utf8.Valid(seg)
+		}
+		valid = valid && utf8.Valid(seg[:b]) // '\\' ends no UTF-8 sequence
+		raw = false
+		i += b
+		if data[i+1] != 'u' {
+			i += 2 // \" too
+			continue
+		}
+		r := hex4(data[i+2:])
+		i += 6
 		switch {
-		case c == '"':
-			return i + 1, raw, valid
-		case c == '\\':
-			raw = false
-			if data[i+1] != 'u' {
-				i += 2
-				continue
-			}
-			r := hex4(data[i+2:])
-			i += 6
-			switch {
-			case utf16.IsSurrogate(r) && r < 0xDC00 && i+6 <= len(data) && data[i] == '\\' && data[i+1] == 'u':
-				if utf16.DecodeRune(r, hex4(data[i+2:])) == utf8.RuneError {
-					valid = false
-				} else {
-					i += 6
-				}
-			case utf16.IsSurrogate(r):
+		case utf16.IsSurrogate(r) && r < 0xDC00 && i+6 <= len(data) && data[i] == '\\' && data[i+1] == 'u':
+			if utf16.DecodeRune(r, hex4(data[i+2:])) == utf8.RuneError {
 				valid = false
+			} else {
+				i += 6
 			}
-		case c < utf8.RuneSelf:
-			i++
-		default:
-			r, size := utf8.DecodeRune(data[i:])
-			if r == utf8.RuneError && size == 1 {
-				valid = false
-			}
-			i += size
+		case utf16.IsSurrogate(r):
+			valid = false
 		}
 	}
 }
