@@ -203,16 +203,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // readBody reads r's body, at most MaxBody bytes. A larger body is a
 // too_large *berth.Error (413) on field body naming the limit, once up to
-// MaxDiscard bytes of it are read and thrown away, so that the client,
-// still sending, receives the answer rather than a reset connection; a
-// body that fails to arrive is invalid.
+// MaxDiscard bytes of it are read and thrown away (none when its declared
+// length is over MaxDiscard), so that the client, still sending, receives
+// the answer rather than a reset connection; a body that fails to arrive
+// is invalid.
 func readBody(r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
 		return nil, berth.Invalidf("body", "read").WithCause(err)
 	}
 	if len(body) > MaxBody {
-		_, _ = io.CopyN(io.Discard, r.Body, MaxDiscard-MaxBody-1)
+		if r.ContentLength <= MaxDiscard { // beyond it the connection is closed anyway
+			_, _ = io.CopyN(io.Discard, r.Body, MaxDiscard-MaxBody-1)
+		}
 		return nil, &berth.Error{Code: berth.ECodeTooLarge, Field: "body", Message: fmt.Sprintf("larger than the limit of %d bytes", MaxBody)}
 	}
 	return body, nil
