@@ -101,10 +101,11 @@ func (sec *Security) allow(w http.ResponseWriter, r *http.Request, key string) b
 // every event, users and peers only their own jobs (and users their
 // events); users, operators, admins and peers submit; users, operators and
 // admins manage their own secrets (a peer, another cluster's credential,
-// has none here); operators and admins act on every job, worker and quota; admins
-// manage tokens and every user's secrets and may speak the agent protocol
-// for any host (local agents under loopback trust); an agent credential
-// speaks it for its own host only, and a join token only joins.
+// has none here); operators and admins act on every job, worker and
+// quota; admins manage tokens and every user's secrets and may speak the
+// agent protocol for any host (local agents under loopback trust); an
+// agent credential speaks it for its own host only, and a join token only
+// joins.
 
 func readsJobs(id auth.Identity) bool { return id.SeesAllJobs() || id.CanSubmit() }
 

@@ -18,10 +18,10 @@ import (
 // surrogate escape, which encoding/json turns into U+FFFD — or a key that
 // an object repeats, of which encoding/json keeps the last (in an object
 // decoded into a struct, keys that differ only in case are the same key,
-// as encoding/json matches them to fields). Either is an
-// invalid *berth.Error naming the field (see fieldPath); nil when there is
-// neither. It reads data once, byte by byte, and allocates only for
-// objects of more than smallObject keys and for keys with escapes.
+// as encoding/json matches them to fields). Either is an invalid
+// *berth.Error naming the field (see fieldPath); nil when there is
+// neither. It reads data once and allocates only for objects of more than
+// smallObject keys and for keys with escapes.
 func checkStrings(data []byte, t reflect.Type) error {
 	// frames[i] is an open object or list; keys holds the keys of each
 	// open object, frames[i].keys indexing its first one.
