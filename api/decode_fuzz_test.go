@@ -21,10 +21,10 @@ var padding = strings.Repeat(" ", MaxBody+1)
 // FuzzDecodeSubmit feeds arbitrary request bodies to the submit handler's
 // decoding and validation. Properties: nothing panics; every error is an
 // ECodeInvalid *berth.Error naming a field, but for a body over MaxBody,
-// too_large; an accepted body is one valid JSON value, valid UTF-8, and
-// too large once padded past MaxBody; and an accepted
-// request, encoded as the client sends it, decodes again to a request that
-// validates the same way.
+// too_large; an accepted body is one valid JSON value, valid UTF-8,
+// repeating no key in any object, and too large once padded past MaxBody;
+// and an accepted request, encoded as the client sends it, decodes again
+// to a request that validates the same way.
 func FuzzDecodeSubmit(f *testing.F) {
 	for _, seed := range []string{
 		`{"name":"train","queue":"gpu","priority":200,"nodes":2,"resources":{"gpus":8,"gpu_memory":"80GiB","gpu_type":"H100","cpus":32,"memory":"256GiB"},"command":["python","train.py"],"env":{"EPOCHS":"3"},"workdir":"/data","max_runtime":"2h","retries":1,"array":4}`,
@@ -59,6 +59,9 @@ func FuzzDecodeSubmit(f *testing.F) {
 		}
 		if !utf8.Valid(body) {
 			t.Fatalf("accepted a body that is not UTF-8: %q", body)
+		}
+		if key, ok := repeatedKey(json.NewDecoder(bytes.NewReader(body))); ok {
+			t.Fatalf("accepted a body that repeats key %q: %q", key, body)
 		}
 		verr := req.Validate()
 		if verr != nil {
@@ -106,6 +109,32 @@ func checkInvalid(t *testing.T, what string, err error) *berth.Error {
 		t.Fatalf("%s: error names no field: %v", what, err)
 	}
 	return e
+}
+
+// repeatedKey reads one JSON value from dec, token by token, and returns
+// the first key an object in it repeats: a check independent of the
+// server's.
+func repeatedKey(dec *json.Decoder) (string, bool) {
+	tok, err := dec.Token()
+	if err != nil || (tok != json.Delim('{') && tok != json.Delim('[')) {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		if tok == json.Delim('{') {
+			k, _ := dec.Token()
+			key, _ := k.(string)
+			if seen[key] {
+				return key, true
+			}
+			seen[key] = true
+		}
+		if key, ok := repeatedKey(dec); ok {
+			return key, true
+		}
+	}
+	_, _ = dec.Token() // the closing } or ]
+	return "", false
 }
 
 // checkTooLarge fails t unless err is a too_large *berth.Error on field
