@@ -16,6 +16,7 @@ const (
 	ECodeNotFound     = "not_found"         // 404
 	ECodeConflict     = "conflict"          // 409: the object is in the wrong state
 	ECodeLocked       = "locked"            // 423
+	ECodeTooLarge     = "too_large"         // 413: a request body over the limit
 	ECodeTooMany      = "too_many_requests" // 429
 	ECodeUnavailable  = "unavailable"       // 503: shutting down or store failing
 	ECodeInternal     = "internal"          // 500

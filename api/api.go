@@ -6,6 +6,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -26,6 +27,11 @@ import (
 
 // MaxBody is the largest request body accepted.
 const MaxBody = 1 << 20
+
+// MaxDiscard is how much of a body over MaxBody the server reads, and
+// throws away, before it answers 413: a client that sends up to this much
+// receives the answer; beyond it the server closes the connection.
+const MaxDiscard = 32 * MaxBody
 
 // Server is the HTTP front of a controller.
 type Server struct {
@@ -95,9 +101,9 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("POST /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.createToken)
 	s.route("GET /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.listTokens)
 	s.route("DELETE /api/v1/tokens/{id}", auth.Identity.IsAdmin, "admin", s.revokeToken)
-	s.route("PUT /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitters, s.putSecret)
-	s.route("GET /api/v1/secrets", auth.Identity.CanSubmit, submitters, s.listSecrets)
-	s.route("DELETE /api/v1/secrets/{name}", auth.Identity.CanSubmit, submitters, s.deleteSecret)
+	s.route("PUT /api/v1/secrets/{name}", auth.Identity.HoldsSecrets, holders, s.putSecret)
+	s.route("GET /api/v1/secrets", auth.Identity.HoldsSecrets, holders, s.listSecrets)
+	s.route("DELETE /api/v1/secrets/{name}", auth.Identity.HoldsSecrets, holders, s.deleteSecret)
 	s.route("GET /api/swap/lock", readsCluster, jobReader, s.getSwapLock)
 	s.route("POST /api/swap/lock", auth.Identity.ActsOnAllJobs, operators, s.acquireSwapLock)
 	s.route("DELETE /api/swap/lock", auth.Identity.ActsOnAllJobs, operators, s.releaseSwapLock)
@@ -128,6 +134,7 @@ const (
 	people     = "viewer, user, operator or admin"
 	jobReader  = "viewer, user, operator, admin or peer"
 	submitters = "user, operator, admin or peer"
+	holders    = "user, operator or admin"
 	operators  = "operator or admin"
 )
 
@@ -178,6 +185,8 @@ func Status(code string) int {
 		return http.StatusConflict
 	case berth.ECodeLocked:
 		return http.StatusLocked
+	case berth.ECodeTooLarge:
+		return http.StatusRequestEntityTooLarge
 	case berth.ECodeTooMany:
 		return http.StatusTooManyRequests
 	case berth.ECodeUnavailable:
@@ -193,15 +202,33 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// decode reads one JSON object into v, rejecting unknown fields, trailing
-// data and bodies over MaxBody, with an error naming the field.
-func decode(r *http.Request, v any) error {
+// readBody reads r's body, at most MaxBody bytes. A larger body is a
+// too_large *berth.Error (413) on field body naming the limit, once up to
+// MaxDiscard bytes of it are read and thrown away (none when its declared
+// length is over MaxDiscard), so that the client, still sending, receives
+// the answer rather than a reset connection; a body that fails to arrive
+// is invalid.
+func readBody(r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
 	if err != nil {
-		return berth.Invalidf("body", "read").WithCause(err)
+		return nil, berth.Invalidf("body", "read").WithCause(err)
 	}
 	if len(body) > MaxBody {
-		return berth.Invalidf("body", "larger than %d bytes", MaxBody)
+		if r.ContentLength <= MaxDiscard { // beyond it the connection is closed anyway
+			_, _ = io.CopyN(io.Discard, r.Body, MaxDiscard-MaxBody-1)
+		}
+		return nil, &berth.Error{Code: berth.ECodeTooLarge, Field: "body", Message: fmt.Sprintf("larger than the limit of %d bytes", MaxBody)}
+	}
+	return body, nil
+}
+
+// decode reads one JSON value into v strictly (strict.DecodeJSON: unknown
+// fields, trailing data, strings not UTF-8, repeated keys), with an error
+// naming the field; the body is readBody's.
+func decode(r *http.Request, v any) error {
+	body, err := readBody(r)
+	if err != nil {
+		return err
 	}
 	if err := strict.DecodeJSON(body, v); err != nil {
 		if e, ok := err.(*berth.Error); ok && e.Field == "" {

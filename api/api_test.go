@@ -441,7 +441,6 @@ func TestSubmitIdempotencyKey(t *testing.T) {
 func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	big := `{"command":["echo","` + strings.Repeat("x", api.MaxBody) + `"]}`
 	tests := []struct {
 		name   string
 		body   string
@@ -469,7 +468,16 @@ func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
 		{"empty queue", `{"command":["true"],"queue":""}`, 400, "queue"},
 		{"array -1", `{"command":["true"],"array":-1}`, 400, "array"},
 		{"array above max", fmt.Sprintf(`{"command":["true"],"array":%d}`, berth.MaxArray+1), 400, "array"},
-		{"body larger than MaxBody", big, 400, "body"},
+		// What encoding/json would change silently: not UTF-8 (to
+		// U+FFFD), a repeated key (the last kept).
+		{"nested string not UTF-8", "{\"command\":[\"true\"],\"resources\":{\"gpu_type\":\"H\xff\"}}", 400, "resources.gpu_type"},
+		{"env value not UTF-8", "{\"command\":[\"true\"],\"env\":{\"A\":\"\xc3\x28\"}}", 400, "env.A"},
+		{"env key not UTF-8", "{\"command\":[\"true\"],\"env\":{\"A\xfe\":\"1\"}}", 400, "env.A\uFFFD"},
+		{"command not UTF-8", "{\"command\":[\"echo\",\"\xe2\x82\"]}", 400, "command"},
+		{"lone surrogate", `{"command":["true"],"name":"\ud800"}`, 400, "name"},
+		{"repeated top-level key", `{"command":["true"],"name":"a","name":"b"}`, 400, "name"},
+		{"repeated nested key", `{"command":["true"],"resources":{"gpus":1,"gpus":2}}`, 400, "resources.gpus"},
+		{"repeated env key", `{"command":["true"],"env":{"A":"1","A":"2"}}`, 400, "env.A"},
 		{"invalid JSON", `{"command":["true"`, 400, "body"},
 		{"not JSON", `command=true`, 400, "body"},
 		{"empty body", ``, 400, "body"},
@@ -1036,4 +1044,64 @@ func TestUnknownEndpoint(t *testing.T) {
 		status, ctype, data := s.do(tt.method, tt.path, "")
 		checkError(t, status, ctype, data, http.StatusNotFound, berth.ECodeNotFound, "")
 	}
+}
+
+// TestBodyTooLarge: a body over MaxBody, sent by a real net/http client,
+// is answered 413 too_large naming the limit, and stores nothing. The
+// server reads and throws away the rest (up to MaxDiscard) rather than
+// closing the connection mid-send, which a client still sending sees as a
+// reset: the client sends the whole body without error and the connection
+// stays open (no Connection: close).
+func TestBodyTooLarge(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	for _, times := range []int{2, 20} {
+		t.Run(fmt.Sprintf("%dx", times), func(t *testing.T) {
+			body := `{"command":["echo","` + strings.Repeat("x", times*api.MaxBody) + `"]}`
+			for _, path := range []string{"/api/v1/jobs", "/api/schedule"} {
+				ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+				defer cancel()
+				sent := &countingReader{r: strings.NewReader(body)}
+				req, err := http.NewRequestWithContext(ctx, "POST", s.url+path, sent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.ContentLength = int64(len(body))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatalf("POST %s, %d bytes: %v", path, len(body), err)
+				}
+				data, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatalf("POST %s: read answer: %v", path, err)
+				}
+				checkError(t, resp.StatusCode, resp.Header.Get("Content-Type"), data, http.StatusRequestEntityTooLarge, berth.ECodeTooLarge, "body")
+				if want := strconv.Itoa(api.MaxBody); !strings.Contains(string(data), want) {
+					t.Errorf("POST %s: answer %s does not name the limit %s", path, data, want)
+				}
+				if resp.Close {
+					t.Errorf("POST %s: the server closes the connection", path)
+				}
+				if sent.n != len(body) {
+					t.Errorf("POST %s: the client sent %d of %d bytes", path, sent.n, len(body))
+				}
+			}
+		})
+	}
+	if n := s.count(); n != 0 {
+		t.Errorf("store holds %d jobs after bodies too large, want 0", n)
+	}
+}
+
+// countingReader counts the bytes read from r.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
 }

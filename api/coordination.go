@@ -204,9 +204,9 @@ func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 // (fields inside the job are "job." and the JSON name).
 func decodeScheduleRequest(r *http.Request) (berth.ScheduleRequest, error) {
 	var req berth.ScheduleRequest
-	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	body, err := readBody(r)
 	if err != nil {
-		return req, berth.Invalidf("body", "read").WithCause(err)
+		return req, err
 	}
 	var keys map[string]json.RawMessage
 	if json.Unmarshal(body, &keys) == nil { // else decode says what is wrong

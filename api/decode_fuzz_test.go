@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/berth-dev/berth"
 )
@@ -19,10 +20,11 @@ var padding = strings.Repeat(" ", MaxBody+1)
 
 // FuzzDecodeSubmit feeds arbitrary request bodies to the submit handler's
 // decoding and validation. Properties: nothing panics; every error is an
-// ECodeInvalid *berth.Error naming a field; an accepted body is one valid
-// JSON value and is rejected once padded past MaxBody; and an accepted
-// request, encoded as the client sends it, decodes again to a request that
-// validates the same way.
+// ECodeInvalid *berth.Error naming a field, but for a body over MaxBody,
+// too_large; an accepted body is one valid JSON value, valid UTF-8,
+// repeating no key in any object, and too large once padded past MaxBody;
+// and an accepted request, encoded as the client sends it, decodes again
+// to a request that validates the same way.
 func FuzzDecodeSubmit(f *testing.F) {
 	for _, seed := range []string{
 		`{"name":"train","queue":"gpu","priority":200,"nodes":2,"resources":{"gpus":8,"gpu_memory":"80GiB","gpu_type":"H100","cpus":32,"memory":"256GiB"},"command":["python","train.py"],"env":{"EPOCHS":"3"},"workdir":"/data","max_runtime":"2h","retries":1,"array":4}`,
@@ -35,6 +37,9 @@ func FuzzDecodeSubmit(f *testing.F) {
 		`{"command":["true"]} {"command":["true"]}`,
 		`{"command":["true"]}}`,
 		`{"":1}`,
+		"{\"command\":[\"true\"],\"env\":{\"A\":\"\xff\"}}",
+		`{"command":["true"],"name":"\udc00"}`,
+		`{"command":["true"],"resources":{"gpus":1,"gpus":2}}`,
 		``,
 	} {
 		f.Add([]byte(seed))
@@ -42,10 +47,7 @@ func FuzzDecodeSubmit(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := decodeSubmit(bytes.NewReader(body))
 		if len(body) > MaxBody {
-			if err == nil {
-				t.Fatalf("accepted a body of %d bytes, over MaxBody", len(body))
-			}
-			checkInvalid(t, "decode", err)
+			checkTooLarge(t, "decode", err)
 			return
 		}
 		if err != nil {
@@ -55,6 +57,12 @@ func FuzzDecodeSubmit(f *testing.F) {
 		if !json.Valid(body) {
 			t.Fatalf("accepted a body that is not one JSON value: %q", body)
 		}
+		if !utf8.Valid(body) {
+			t.Fatalf("accepted a body that is not UTF-8: %q", body)
+		}
+		if key, ok := repeatedKey(json.NewDecoder(bytes.NewReader(body))); ok {
+			t.Fatalf("accepted a body that repeats key %q: %q", key, body)
+		}
 		verr := req.Validate()
 		if verr != nil {
 			checkInvalid(t, "Validate", verr)
@@ -62,12 +70,7 @@ func FuzzDecodeSubmit(f *testing.F) {
 
 		// The same body, padded with whitespace past the limit.
 		_, err = decodeSubmit(io.MultiReader(bytes.NewReader(body), strings.NewReader(padding)))
-		if err == nil {
-			t.Fatalf("accepted the body padded past MaxBody")
-		}
-		if e := checkInvalid(t, "decode padded", err); e.Field != "body" {
-			t.Fatalf("padded body rejected with field %q, want body: %v", e.Field, err)
-		}
+		checkTooLarge(t, "decode padded", err)
 
 		// What the client sends for this request decodes and validates alike.
 		again, err := json.Marshal(req)
@@ -106,6 +109,42 @@ func checkInvalid(t *testing.T, what string, err error) *berth.Error {
 		t.Fatalf("%s: error names no field: %v", what, err)
 	}
 	return e
+}
+
+// repeatedKey reads one JSON value from dec, token by token, and returns
+// the first key an object in it repeats: a check independent of the
+// server's.
+func repeatedKey(dec *json.Decoder) (string, bool) {
+	tok, err := dec.Token()
+	if err != nil || (tok != json.Delim('{') && tok != json.Delim('[')) {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		if tok == json.Delim('{') {
+			k, _ := dec.Token()
+			key, _ := k.(string)
+			if seen[key] {
+				return key, true
+			}
+			seen[key] = true
+		}
+		if key, ok := repeatedKey(dec); ok {
+			return key, true
+		}
+	}
+	_, _ = dec.Token() // the closing } or ]
+	return "", false
+}
+
+// checkTooLarge fails t unless err is a too_large *berth.Error on field
+// body.
+func checkTooLarge(t *testing.T, what string, err error) {
+	t.Helper()
+	var e *berth.Error
+	if !errors.As(err, &e) || e.Code != berth.ECodeTooLarge || e.Field != "body" {
+		t.Fatalf("%s: a body over MaxBody: %v, want too_large on body", what, err)
+	}
 }
 
 // sameError reports whether a and b are both nil or name the same field.

@@ -99,11 +99,13 @@ func (sec *Security) allow(w http.ResponseWriter, r *http.Request, key string) b
 // the cluster (workers, quotas, worker controls); viewers, operators and
 // admins read every job, the metrics (which sum every user's jobs) and
 // every event, users and peers only their own jobs (and users their
-// events); users, operators, admins and peers submit and manage their own
-// secrets; operators and admins act on every job, worker and quota; admins
-// manage tokens and every user's secrets and may speak the agent protocol
-// for any host (local agents under loopback trust); an agent credential
-// speaks it for its own host only, and a join token only joins.
+// events); users, operators, admins and peers submit; users, operators and
+// admins manage their own secrets (a peer, another cluster's credential,
+// has none here); operators and admins act on every job, worker and
+// quota; admins manage tokens and every user's secrets and may speak the
+// agent protocol for any host (local agents under loopback trust); an
+// agent credential speaks it for its own host only, and a join token only
+// joins.
 
 func readsJobs(id auth.Identity) bool { return id.SeesAllJobs() || id.CanSubmit() }
 

@@ -462,8 +462,9 @@ func TestRoles(t *testing.T) {
 		people     = []string{"viewer", "user", "operator", "admin"}
 		allJobs    = []string{"viewer", "operator", "admin"} // read every job
 		submitters = []string{"user", "operator", "admin", "peer"}
-		operators  = []string{"operator", "admin"} // act on every job, worker and quota
-		admins     = []string{"admin"}             // tokens, every user's secrets
+		operators  = []string{"operator", "admin"}         // act on every job, worker and quota
+		admins     = []string{"admin"}                     // tokens, every user's secrets
+		holders    = []string{"user", "operator", "admin"} // their own secrets; not peers
 		// Jobs are read by those who read every job and, their own, by
 		// those who submit.
 		jobReaders = []string{"viewer", "user", "operator", "admin", "peer"}
@@ -561,13 +562,21 @@ func TestRoles(t *testing.T) {
 				})
 			}
 		}},
-		{"set own secret", submitters, func(t *testing.T, s *secured, id *identityCase) (result, func() bool) {
+		{"set own secret", holders, func(t *testing.T, s *secured, id *identityCase) (result, func() bool) {
 			st, ct, b := s.doAuth("PUT", "/api/v1/secrets/OWN", `{"value":"v"}`, id.token)
 			return result{st, ct, b}, func() bool { return hasSecret(id.name, "OWN") }
 		}},
-		{"list own secrets", submitters, func(t *testing.T, s *secured, id *identityCase) (result, func() bool) {
+		{"list own secrets", holders, func(t *testing.T, s *secured, id *identityCase) (result, func() bool) {
 			st, ct, b := s.doAuth("GET", "/api/v1/secrets", "", id.token)
 			return result{st, ct, b}, nil
+		}},
+		{"delete own secret", holders, func(t *testing.T, s *secured, id *identityCase) (result, func() bool) {
+			// The root admin sets the secret the identity then deletes.
+			if st, _, b := s.do("PUT", "/api/v1/secrets/GONE", `{"value":"v","owner":"`+id.name+`"}`); st != http.StatusOK {
+				t.Fatalf("set %s's secret as root: status %d: %s", id.name, st, b)
+			}
+			st, ct, b := s.doAuth("DELETE", "/api/v1/secrets/GONE", "", id.token)
+			return result{st, ct, b}, func() bool { return !hasSecret(id.name, "GONE") }
 		}},
 		{"set another user's secret via owner", admins, func(t *testing.T, s *secured, id *identityCase) (result, func() bool) {
 			name := "FROM_" + strings.ToUpper(id.key)

@@ -346,5 +346,11 @@ func (id Identity) CanSubmit() bool {
 	return id.Role == RoleUser || id.Role == RolePeer || id.Role.AtLeast(RoleOperator)
 }
 
+// HoldsSecrets reports whether id manages secrets of its own (users,
+// operators, admins). A peer, another cluster's credential, holds none:
+// its jobs run here as the peer, and their secrets stay in its own
+// cluster.
+func (id Identity) HoldsSecrets() bool { return id.Role == RoleUser || id.Role.AtLeast(RoleOperator) }
+
 // IsAdmin reports whether id is an admin.
 func (id Identity) IsAdmin() bool { return id.Role == RoleAdmin }

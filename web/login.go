@@ -35,6 +35,7 @@ func (h *Handler) loginForm(w http.ResponseWriter, r *http.Request) {
 // loginSubmit checks the token posted and, when it is a person's valid
 // token, keeps it in the sign-in cookie and sends the browser to next (a
 // local path only); a bad token shows the form again with why (401), a
+// token the store cannot check says so alone (503, the cause logged), a
 // request from another site is refused (403), and past the client's rate
 // limit the answer is 429.
 func (h *Handler) loginSubmit(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +75,13 @@ func (h *Handler) loginSubmit(w http.ResponseWriter, r *http.Request) {
 		err = berth.Errorf(berth.ECodeUnauthorized, "a %s token cannot sign in to the dashboard: it needs a viewer, user, operator or admin token", id.Role)
 	}
 	if err != nil {
-		v.Error = err.Error()
+		// Anyone may post here: a token the store cannot check is said so
+		// (503), the store's error logged, not shown.
+		pub := api.PublicError(r, err)
+		v.Error = pub.Text()
+		if status := api.Status(pub.Code); status >= http.StatusInternalServerError {
+			v.Status = status
+		}
 		h.renderLogin(w, r, v)
 		return
 	}

@@ -14,14 +14,18 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/berth-dev/berth"
 )
 
 // DecodeJSON decodes one JSON value into v strictly: an unknown field, a
 // value of the wrong type or one a Berth type rejects, malformed JSON,
-// nothing at all or anything but whitespace after the value is an invalid
-// *berth.Error. Its Field is the JSON path of the field at fault
+// nothing at all, anything but whitespace after the value, a string (key or
+// value) that is not valid UTF-8 or a key an object repeats is an invalid
+// *berth.Error, and v must then be discarded: nothing is changed silently,
+// as encoding/json alone would (U+FFFD for what is not UTF-8, the last of
+// repeated keys). Its Field is the JSON path of the field at fault
 // ("resources.memory"), or "" when the fault is the document's.
 func DecodeJSON(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -33,7 +37,7 @@ func DecodeJSON(data []byte, v any) error {
 	if len(bytes.TrimLeft(data[dec.InputOffset():], " \t\r\n")) > 0 {
 		return berth.Invalidf("", "trailing data after the JSON object")
 	}
-	return nil
+	return checkStrings(data, reflect.TypeOf(v))
 }
 
 // decodeError turns err, from decoding data into a value of type t, into
@@ -199,18 +203,37 @@ func joinPath(path, name string) string {
 func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
 	var best reflect.StructField
 	found, exact := false, false
-	for _, f := range reflect.VisibleFields(t) {
-		name, ok := jsonName(t, f)
-		if !ok || !strings.EqualFold(name, key) {
+	for _, f := range jsonFields(t) {
+		if !strings.EqualFold(f.Name, key) {
 			continue
 		}
-		if e := name == key; !found || e && !exact || e == exact && len(f.Index) < len(best.Index) {
+		if e := f.Name == key; !found || e && !exact || e == exact && len(f.Index) < len(best.Index) {
 			best, found, exact = f, true, e
-			best.Name = name
 		}
 	}
 	return best, found
 }
+
+// jsonFields returns the fields of struct type t that encoding/json
+// decodes a key into, each with its JSON name as Name; worked out once a
+// type.
+func jsonFields(t reflect.Type) []reflect.StructField {
+	if fs, ok := fieldCache.Load(t); ok {
+		return fs.([]reflect.StructField)
+	}
+	var fs []reflect.StructField
+	for _, f := range reflect.VisibleFields(t) {
+		if name, ok := jsonName(t, f); ok {
+			f.Name = name
+			fs = append(fs, f)
+		}
+	}
+	fieldCache.Store(t, fs)
+	return fs
+}
+
+// fieldCache maps a struct type to its jsonFields.
+var fieldCache sync.Map
 
 // jsonName returns the JSON name of f, a field visible in struct type t,
 // and false when encoding/json decodes no JSON key into f itself: an
