@@ -126,16 +126,15 @@ func TestKilledAgentsJobDiesWithIt(t *testing.T) {
 	if _, sid, ok := procStat(procs[2]); !ok || sid != procs[2] {
 		t.Fatalf("the grandchild is in session %d (found: %v); want one of its own", sid, ok)
 	}
-	if d := cl.job(j.ID); d.State != berth.JobRunning {
-		t.Fatalf("job %s; want running", d.State)
-	}
+	cl.awaitState(j.ID, time.Minute, berth.JobRunning)
 
 	killed := time.Now()
-	a.kill()
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
 	cl.eventually(lease, "every process of the killed agent's job gone", func() bool {
 		return !slices.ContainsFunc(procs[:], running)
 	})
 	t.Logf("the job's processes were gone %v after the agent was killed", time.Since(killed).Round(time.Millisecond))
+	<-a.done // its output ends once the watchdog has exited too
 	if _, ok := a.out.await("the agent died: killed its attempts", time.Second); !ok {
 		t.Errorf("the watchdog did not say what it killed")
 	}
