@@ -304,7 +304,7 @@ func (a *Agent) Models() []string { return a.work.models.list() }
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.lock.Release()
 	if len(a.cfg.Watchdog) > 0 {
-		wd, err := startWatchdog(a.cfg.Watchdog, a.cfg.DataDir, a.lock.File())
+		wd, err := startWatchdog(a.cfg.Watchdog, a.cfg.DataDir, a.lock.File(), a.log)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -40,15 +41,18 @@ const escapeRounds = 10
 
 // watchdog is the agent's end of its watchdog process.
 type watchdog struct {
-	cmd  *exec.Cmd
-	pipe *os.File // the write end; closing it without watchdogStop means the agent died
+	cmd      *exec.Cmd
+	pipe     *os.File   // the write end; closing it without watchdogStop means the agent died
+	exited   chan error // receives the watchdog's wait error once it has exited
+	released atomic.Bool
 }
 
 // startWatchdog runs argv with the data dir appended as its last argument,
 // in a session of its own, its stdin the read end of a pipe and lock (the
 // agent's open data-dir lock file) as fd 3, so that the lock outlives the
-// agent until the watchdog is done.
-func startWatchdog(argv []string, dataDir string, lock *os.File) (*watchdog, error) {
+// agent until the watchdog is done. A watchdog that exits before release
+// is logged: the agent's jobs would then outlive it if it died.
+func startWatchdog(argv []string, dataDir string, lock *os.File, log *slog.Logger) (*watchdog, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("agent: watchdog: %w", err)
@@ -62,7 +66,16 @@ func startWatchdog(argv []string, dataDir string, lock *os.File) (*watchdog, err
 		_ = w.Close()
 		return nil, fmt.Errorf("agent: watchdog: %w", err)
 	}
-	return &watchdog{cmd: cmd, pipe: w}, nil
+	wd := &watchdog{cmd: cmd, pipe: w, exited: make(chan error, 1)}
+	go func() {
+		err := cmd.Wait()
+		if !wd.released.Load() {
+			log.Error("the agent's watchdog exited: if this agent dies, its jobs outlive it until an agent starts on its data dir",
+				"pid", cmd.Process.Pid, "err", err)
+		}
+		wd.exited <- err
+	}()
+	return wd, nil
 }
 
 // watchdogExit is how long release waits for the watchdog to exit before
@@ -72,16 +85,15 @@ const watchdogExit = 5 * time.Second
 // release tells the watchdog the agent stopped cleanly and waits for it to
 // exit, killing it if it has not within watchdogExit.
 func (w *watchdog) release() error {
+	w.released.Store(true)
 	_, werr := w.pipe.WriteString(watchdogStop)
 	cerr := w.pipe.Close()
-	exited := make(chan error, 1)
-	go func() { exited <- w.cmd.Wait() }()
 	select {
-	case err := <-exited:
+	case err := <-w.exited:
 		return errors.Join(werr, cerr, err)
 	case <-time.After(watchdogExit):
 		_ = w.cmd.Process.Kill()
-		<-exited
+		<-w.exited
 		return errors.Join(werr, cerr, fmt.Errorf("watchdog: still running %v after the agent stopped; killed", watchdogExit))
 	}
 }
