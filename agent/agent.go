@@ -3,7 +3,8 @@
 // group (the agent supervises, the job is a child), ships its output and
 // progress, reports its end until the server acknowledges it, and kills its
 // own attempts if it cannot reach the server for longer than its lease
-// (self-fencing).
+// (self-fencing). Its watchdog, a process that outlives it
+// (Config.Watchdog, watchdog.go), kills them if the agent dies.
 //
 // The agent also ends attempts for a cause, each reported with its own exit
 // code (berth.CauseExitCode): past max_runtime (budget), silent past
@@ -99,6 +100,14 @@ type Config struct {
 	// Now is the clock the lease, service ports and readiness budgets are
 	// measured with; nil: time.Now.
 	Now func() time.Time
+	// Watchdog is the command (argv, with DataDir appended) of the
+	// process Run starts to outlive the agent: if the agent dies without
+	// stopping cleanly, it kills every attempt the agent was running (its
+	// process group and the processes that left the group) but the
+	// services kept for the next agent, at once; see the function
+	// Watchdog, which that process runs (berth agent-watchdog). Empty:
+	// none, and only each attempt's leader dies with the agent.
+	Watchdog []string
 }
 
 // Agent runs attempts for one worker. Create it with New and call Run.
@@ -151,7 +160,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	lock, err := dirlock.Acquire(cfg.DataDir)
+	lock, err := acquire(cfg.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("agent: data dir %w; stop the agent that uses it or give this one its own data dir", err)
 	}
@@ -162,6 +171,23 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.lock = lock
 	return a, nil
+}
+
+// lockWait is how long New waits for the data dir's lock: the watchdog of
+// an agent that died holds it until it has killed what that agent left.
+const lockWait = 3 * time.Second
+
+// acquire locks dir, waiting at most lockWait while another process holds
+// it (no event says when a process in another session lets go of it).
+func acquire(dir string) (*dirlock.Lock, error) {
+	deadline := time.Now().Add(lockWait)
+	for {
+		lock, err := dirlock.Acquire(dir)
+		if !errors.Is(err, dirlock.ErrInUse) || time.Now().After(deadline) {
+			return lock, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // prepare does New's work once the data dir is locked.
@@ -207,10 +233,10 @@ func prepare(cfg Config) (*Agent, error) {
 	if err := w.adoptServices(stale); err != nil {
 		return nil, err
 	}
-	if n, err := killGroups(stale); err != nil {
+	if n, escaped, err := KillAttempts(stale); err != nil {
 		return nil, fmt.Errorf("agent: kill stale attempts: %w", err)
-	} else if n > 0 {
-		a.log.Warn("killed attempts left by a previous agent", "count", n)
+	} else if n+escaped > 0 {
+		a.log.Warn("killed attempts left by a previous agent", "count", n, "escaped_processes", escaped)
 	}
 	entries, _ := os.ReadDir(attDir)
 	for _, e := range entries {
@@ -273,9 +299,21 @@ func (a *Agent) Models() []string { return a.work.models.list() }
 // return every attempt has been stopped but the services kept for the
 // next agent (Config.KeepServices). It returns nil when ctx ends;
 // otherwise the refusal (a *RefusedError), or why the join token could
-// not be traded or the progress endpoint cannot listen.
+// not be traded, the progress endpoint cannot listen or the watchdog
+// (Config.Watchdog) cannot start.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.lock.Release()
+	if len(a.cfg.Watchdog) > 0 {
+		wd, err := startWatchdog(a.cfg.Watchdog, a.cfg.DataDir, a.lock.File(), a.log)
+		if err != nil {
+			return err
+		}
+		defer func() { // before the lock is released: see watchdog.go
+			if err := wd.release(); err != nil {
+				a.log.Warn("stopping the agent's watchdog", "err", err)
+			}
+		}()
+	}
 	defer a.groups.Close()
 	defer a.work.models.prewarms.Wait() // the end of the session kills them
 	if a.cfg.Token == "" && a.cfg.JoinToken != "" {

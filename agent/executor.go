@@ -103,7 +103,8 @@ type Process interface {
 // (Pdeathsig), with stdout and stderr appended to LogPath. When the leader
 // exits, the rest of its group is killed, and Done waits (at most Grace) for
 // those members to die. It records the group in Spec.Groups while it lives
-// so that a restarted agent can kill what it left behind (KillStale).
+// so that the agent's watchdog (Watchdog), or a restarted agent
+// (KillStale), can kill what a dead agent left behind.
 type ProcessExecutor struct{}
 
 var _ Executor = ProcessExecutor{}

@@ -102,13 +102,8 @@ func readPgid(t *testing.T, s Spec) int {
 func assertDead(t *testing.T, pids ...int) {
 	t.Helper()
 	for _, pid := range pids {
-		data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-		if f[0] != "Z" && f[0] != "X" {
-			t.Errorf("process %d is still alive (state %s) after Done", pid, f[0])
+		if processRunning(pid) {
+			t.Errorf("process %d is still alive after Done", pid)
 		}
 	}
 }

@@ -119,14 +119,16 @@ func (j *GroupJournal) compactLocked() error {
 	return nil
 }
 
-// KillStale replays the journal at path and sends SIGKILL to each process
-// group started and not ended there, returning how many were still alive. A
-// missing journal is not an error. It goes on past malformed lines and
-// returns the first such error with the count; it never signals its own
-// process group, nor groups it may not signal (EPERM). It changes no file.
+// KillStale replays the journal at path and kills, with KillAttempts, each
+// attempt started and not ended there (its process group, and the
+// processes that left it), returning how many of those groups were still
+// alive. A missing journal is not an error. It goes on past malformed
+// lines and returns the first such error with the count; it never signals
+// its own process group, nor processes it may not signal (EPERM). It
+// changes no file.
 func KillStale(path string) (int, error) {
 	live, err := StaleGroups(path)
-	killed, kerr := killGroups(live)
+	killed, _, kerr := KillAttempts(live)
 	return killed, errors.Join(err, kerr)
 }
 

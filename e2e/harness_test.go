@@ -133,9 +133,9 @@ func start(t *testing.T, name string, args ...string) *proc {
 }
 
 // killLeftJobs kills the jobs still running that an agent started with
-// args left behind when it was killed (jobs outlive their agent by
-// design, as they do an agent's restart), so that no test leaves
-// processes running after it.
+// args left behind when it was killed (services outlive their agent by
+// design, as they do an agent's restart; the agent's watchdog kills the
+// rest), so that no test leaves processes running after it.
 func killLeftJobs(t *testing.T, args []string) {
 	i := slices.Index(args, "--data-dir")
 	if len(args) == 0 || args[0] != "agent" || i < 0 || i+1 >= len(args) {

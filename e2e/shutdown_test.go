@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,4 +100,64 @@ func TestSecondSignalStopsAnAgentAtOnce(t *testing.T) {
 		t.Errorf("the agent ended with %v; want killed by SIGINT", a.cmd.ProcessState)
 	}
 	cl.eventually(10*time.Second, "the job's process group to be gone", func() bool { return !alive(pgid) })
+}
+
+// TestKilledAgentsJobDiesWithIt kills (SIGKILL) the agent of a job whose
+// shell leaves a child in its process group and a grandchild in a session
+// of its own (setsid), as a job's daemon would. The agent's watchdog kills
+// all three within the lease, before the server reassigns the attempt, so
+// that none of them does the job's work a second time.
+func TestKilledAgentsJobDiesWithIt(t *testing.T) {
+	t.Parallel()
+	const lease = 5 * time.Second
+	cl := newCluster(t, "--lease", lease.String(), "--heartbeat", "200ms")
+	a := cl.addAgent("doomed")
+	pids := filepath.Join(t.TempDir(), "pids")
+	j := cl.submit(shellJob(`setsid sleep 300 & escaped=$!; sleep 300 & child=$!; ` +
+		`echo "$$ $child $escaped" > ` + pids + `.tmp && mv ` + pids + `.tmp ` + pids + `; wait`))[0]
+	var procs [3]int // the shell, its child, its escaped grandchild
+	cl.eventually(time.Minute, "the job to write its pids", func() bool {
+		data, err := os.ReadFile(pids)
+		return err == nil && func() bool {
+			_, err := fmt.Sscanf(string(data), "%d %d %d", &procs[0], &procs[1], &procs[2])
+			return err == nil
+		}()
+	})
+	if _, sid, ok := procStat(procs[2]); !ok || sid != procs[2] {
+		t.Fatalf("the grandchild is in session %d (found: %v); want one of its own", sid, ok)
+	}
+	cl.awaitState(j.ID, time.Minute, berth.JobRunning)
+
+	killed := time.Now()
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	cl.eventually(lease, "every process of the killed agent's job gone", func() bool {
+		return !slices.ContainsFunc(procs[:], running)
+	})
+	t.Logf("the job's processes were gone %v after the agent was killed", time.Since(killed).Round(time.Millisecond))
+	<-a.done // its output ends once the watchdog has exited too
+	if _, ok := a.out.await("the agent died: killed its attempts", time.Second); !ok {
+		t.Errorf("the watchdog did not say what it killed")
+	}
+}
+
+// running reports whether process pid exists and is not a zombie.
+func running(pid int) bool {
+	state, _, ok := procStat(pid)
+	return ok && state != "Z" && state != "X"
+}
+
+// procStat returns the state and the session of process pid, as
+// /proc/PID/stat says, and whether it could read them.
+func procStat(pid int) (state string, sid int, ok bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", 0, false
+	}
+	// pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
+	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+1:]))
+	if len(f) < 4 {
+		return "", 0, false
+	}
+	sid, err = strconv.Atoi(f[3])
+	return f[0], sid, err == nil
 }

@@ -175,6 +175,11 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	cfg.Server, cfg.Token, cfg.JoinToken, cfg.TLS = cf.server, m.Getenv("BERTH_TOKEN"), *join, cf.tls
 	cfg.DataDir, cfg.Host, cfg.Version, cfg.KeepServices = *dataDir, *host, Version, *keep
 	cfg.Log = slog.New(slog.NewTextHandler(m.Stderr, nil))
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("agent: find this binary to start its watchdog: %w", err)
+	}
+	cfg.Watchdog = []string{exe, watchdogCommand}
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
@@ -202,4 +207,27 @@ func joinAgain(refused *agent.RefusedError) string {
 		return "it is $BERTH_TOKEN: unset it and " + join
 	}
 	return join
+}
+
+// watchdogCommand is the hidden subcommand a berth agent starts as its
+// watchdog (agent.Config.Watchdog): berth agent-watchdog DATA-DIR, with
+// the pipe from the agent as stdin and the agent's data-dir lock as fd 3.
+const watchdogCommand = "agent-watchdog"
+
+// runWatchdog runs an agent's watchdog (agent.Watchdog) and returns its
+// exit status: 0, or 1 when it could not read the agent's pipe or journal
+// or signal a process (it says why on stderr), 2 without exactly one
+// argument. It keeps fd 3, the agent's data-dir lock, open until it
+// returns, so that no new agent starts there before it is done.
+func (m *Main) runWatchdog(args []string) int {
+	if len(args) != 1 {
+		fmt.Fprintf(m.Stderr, "berth: %s DATA-DIR is started by berth agent, not by hand\n", watchdogCommand)
+		return exitUsage
+	}
+	log := slog.New(slog.NewTextHandler(m.Stderr, nil)).With("watchdog_of", args[0])
+	if err := agent.Watchdog(args[0], m.Stdin, log); err != nil {
+		log.Error("killing the attempts of an agent that died", "err", err)
+		return exitFailed
+	}
+	return 0
 }

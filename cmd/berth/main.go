@@ -122,6 +122,9 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		fmt.Fprintln(m.Stdout, "berth", Version)
 		return 0
 	}
+	if args[0] == watchdogCommand {
+		return m.runWatchdog(args[1:])
+	}
 	cmd, ok := commands[args[0]]
 	if !ok {
 		fmt.Fprintf(m.Stderr, "berth: unknown command %q (see berth help)\n", args[0])

@@ -78,3 +78,8 @@ func (l *Lock) Release() error {
 	unlockErr := syscall.Flock(int(l.f.Fd()), syscall.LOCK_UN)
 	return errors.Join(unlockErr, l.f.Close())
 }
+
+// File returns the locked file. A child process given it (as one of
+// exec.Cmd's ExtraFiles) shares the lock: the directory stays locked until
+// Release, or until this process and every such child have exited.
+func (l *Lock) File() *os.File { return l.f }
