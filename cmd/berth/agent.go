@@ -175,11 +175,9 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	cfg.Server, cfg.Token, cfg.JoinToken, cfg.TLS = cf.server, m.Getenv("BERTH_TOKEN"), *join, cf.tls
 	cfg.DataDir, cfg.Host, cfg.Version, cfg.KeepServices = *dataDir, *host, Version, *keep
 	cfg.Log = slog.New(slog.NewTextHandler(m.Stderr, nil))
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("agent: find this binary to start its watchdog: %w", err)
+	if cfg.Watchdog, err = watchdogArgv(); err != nil {
+		return err
 	}
-	cfg.Watchdog = []string{exe, watchdogCommand}
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
@@ -213,6 +211,16 @@ func joinAgain(refused *agent.RefusedError) string {
 // watchdog (agent.Config.Watchdog): berth agent-watchdog DATA-DIR, with
 // the pipe from the agent as stdin and the agent's data-dir lock as fd 3.
 const watchdogCommand = "agent-watchdog"
+
+// watchdogArgv returns the command an agent starts as its watchdog: this
+// binary's agent-watchdog. It fails only when the binary cannot be found.
+func watchdogArgv() ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("agent: find this binary to start its watchdog: %w", err)
+	}
+	return []string{exe, watchdogCommand}, nil
+}
 
 // runWatchdog runs an agent's watchdog (agent.Watchdog) and returns its
 // exit status: 0, or 1 when it could not read the agent's pipe or journal

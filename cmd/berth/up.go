@@ -63,6 +63,10 @@ func runUp(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 
+	if acfg.Watchdog, err = watchdogArgv(); err != nil {
+		_ = rs.Close(ctx)
+		return err
+	}
 	local := newLocalAgents()
 	defer local.stop()
 	hostname, _ := os.Hostname()
