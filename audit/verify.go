@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Report sums up a verified log.
@@ -14,6 +15,20 @@ type Report struct {
 	Records     uint64 // records whose chain checked out
 	Head        string // line hash of the last record, ZeroHash for an empty log
 	Checkpoints int    // checkpoints matched against their records
+	// Repairs are the log's RepairedAction records, oldest first: where
+	// the log or its checkpoint file was cut back to its last whole line.
+	Repairs []Repair
+}
+
+// Repair is one RepairedAction record of a verified log: at record Seq
+// (Time), File ("log" or "checkpoints") was cut back by Bytes bytes, for
+// Reason.
+type Repair struct {
+	Seq    uint64
+	Time   time.Time
+	File   string
+	Bytes  string
+	Reason string
 }
 
 // ChainError says where and how a log fails verification. Line is the
@@ -111,6 +126,10 @@ func Verify(logPath, checkpointPath string) (Report, error) {
 		}
 		prevSeq, rep.Head = rec.Seq, hash
 		rep.Records++
+		if rec.Action == RepairedAction {
+			rep.Repairs = append(rep.Repairs, Repair{Seq: rec.Seq, Time: rec.Time, File: rec.Fields["file"],
+				Bytes: rec.Fields["bytes_dropped"], Reason: rec.Fields["reason"]})
+		}
 	}
 	if cps != nil {
 		if err := cps.rest(prevSeq); err != nil {

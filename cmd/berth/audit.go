@@ -120,6 +120,10 @@ func runAuditVerify(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(m.Stderr, "berth: warning: %s: tail truncation can't be detected, nor an edit to the last records\n", where)
 	}
 	fmt.Fprintf(m.Stdout, "audit log OK: %d records, head %s, %d checkpoints\n", rep.Records, rep.Head, rep.Checkpoints)
+	for _, r := range rep.Repairs {
+		fmt.Fprintf(m.Stdout, "repaired: record %d (%s): the %s file was cut back by %s bytes to its last whole line: %s\n",
+			r.Seq, r.Time.Format(time.RFC3339), r.File, r.Bytes, r.Reason)
+	}
 	return nil
 }
 
