@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,5 +139,62 @@ func TestServerStartsOnATornAuditLog(t *testing.T) {
 	code, out, errOut := (&cli{t: t}).run("audit", "verify", "--data-dir", dir)
 	if code != 0 || !strings.Contains(out, "repaired: record") || !strings.Contains(out, "cut back by 22 bytes") {
 		t.Fatalf("verify: exit %d, %q, %q; want OK and the 22-byte repair", code, out, errOut)
+	}
+}
+
+// TestServerComesBackByItselfAfterAFullDisk runs berth server as a user
+// does, with no supervisor: filling its data dir stops it (the submission
+// in flight is refused), and once space returns it starts again by itself
+// on the same address and takes submissions.
+func TestServerComesBackByItselfAfterAFullDisk(t *testing.T) {
+	dir, fill := fullDiskDir(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exited := make(chan int, 1)
+	go func() {
+		m := &Main{Stdout: io.Discard, Stderr: io.Discard, Getenv: func(string) string { return "" }}
+		exited <- m.Run(ctx, []string{"server", "--data-dir", dir, "--store", filepath.Join(t.TempDir(), "berth.db"), "--listen", addr})
+	}()
+	c := &cli{t: t, url: "http://" + addr}
+	submitted := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			code, _, errOut := c.run("submit", "--", "true")
+			if code == 0 {
+				return
+			}
+			select {
+			case code := <-exited:
+				t.Fatalf("%s: the server exited (%d): %s", what, code, errOut)
+			case <-time.After(100 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no submission taken in 30 s: %s", what, errOut)
+			}
+		}
+	}
+	submitted("first start")
+	free := fill()
+	if code, out, _ := c.run("submit", "--array", "50", "--", "true"); code == 0 || strings.TrimSpace(out) != "" {
+		t.Fatalf("submit on a full disk: exit %d, %q; want an error and no ids", code, out)
+	}
+	free()
+	submitted("after the full disk")
+	if jobs := c.listJobs(); len(jobs) != 2 {
+		t.Fatalf("%d jobs stored, want the 2 acknowledged", len(jobs))
+	}
+	cancel()
+	if code := <-exited; code != 0 {
+		t.Fatalf("berth server exited %d on its context's end", code)
+	}
+	if code, out, errOut := (&cli{t: t}).run("audit", "verify", "--data-dir", dir); code != 0 || !strings.Contains(out, "audit log OK") {
+		t.Fatalf("verify: exit %d, %q, %q", code, out, errOut)
 	}
 }
