@@ -3,7 +3,9 @@
 // it, so that editing, deleting, inserting or reordering a line breaks the
 // chain. A separate checkpoint file records the head of the chain every so
 // often, which also catches a log cut short after a checkpoint and an edit
-// to a checkpointed record at the end of the log.
+// to a checkpointed record at the end of the log. The files never keep a
+// torn last line: a failed write is cut back, a torn tail found on Open is
+// cut off, and each cut is recorded (RepairedAction).
 //
 // Log appends records durably; Verify checks a whole log offline; Read and
 // Tail stream records out of a log for export and display. The package

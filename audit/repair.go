@@ -65,6 +65,16 @@ func wholeSize(f *os.File) (int64, error) {
 		return 0, err
 	}
 	size := st.Size()
+	var last [1]byte
+	if size == 0 {
+		return 0, nil
+	}
+	if _, err := f.ReadAt(last[:], size-1); err != nil {
+		return 0, err
+	}
+	if last[0] == '\n' { // whole: the usual case, one byte read
+		return size, nil
+	}
 	start := max(0, size-(MaxLine+1))
 	tail := make([]byte, size-start)
 	if _, err := f.ReadAt(tail, start); err != nil {
