@@ -159,3 +159,27 @@ func TestAppendOnAFullDiskKeepsTheFileWhole(t *testing.T) {
 		t.Fatalf("Verify = %+v, %v", rep, err)
 	}
 }
+
+func TestVerifyAgainstTheStoresHead(t *testing.T) {
+	t.Parallel()
+	logPath, cpPath := writeLog(t, 10, 4)
+	ls := lines(t, logPath)
+	head := Anchor{Seq: 10, Hash: lineHash([]byte(ls[9]))}
+	if rep, err := VerifyAgainst(logPath, cpPath, head); err != nil || rep.Records != 10 {
+		t.Fatalf("VerifyAgainst of the whole log = %+v, %v", rep, err)
+	}
+	if _, err := VerifyAgainst(logPath, cpPath, Anchor{Seq: 10, Hash: ZeroHash}); err == nil || !strings.Contains(err.Error(), "does not match the store's audit head") {
+		t.Fatalf("VerifyAgainst a different head = %v", err)
+	}
+	writeLines(t, logPath, ls[:9])
+	if err := os.Remove(cpPath); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Verify(logPath, cpPath); err != nil {
+		t.Fatalf("Verify of the shortened log without checkpoints = %v: the chain alone cannot see it", err)
+	}
+	_, err := VerifyAgainst(logPath, cpPath, head)
+	if err == nil || !strings.Contains(err.Error(), "the log ends at seq 9 but the store's audit head is seq 10: the log was shortened (record 10 was deleted)") {
+		t.Fatalf("VerifyAgainst of the shortened log = %v", err)
+	}
+}

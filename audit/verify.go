@@ -20,6 +20,13 @@ type Report struct {
 	Repairs []Repair
 }
 
+// Anchor is the head of a log as recorded apart from it (the store's
+// audit head): the seq and line hash of a record the log must hold.
+type Anchor struct {
+	Seq  uint64
+	Hash string
+}
+
 // Repair is one RepairedAction record of a verified log: at record Seq
 // (Time), File ("log" or "checkpoints") was cut back by Bytes bytes, for
 // Reason.
@@ -79,6 +86,20 @@ func (e *ChainError) Error() string {
 // checked out before it). It returns other, wrapped errors when a file
 // cannot be opened or read.
 func Verify(logPath, checkpointPath string) (Report, error) {
+	return verify(logPath, checkpointPath, Anchor{})
+}
+
+// VerifyAgainst verifies the log like Verify, and also that it holds
+// head's record: a record with seq head.Seq whose line hashes to
+// head.Hash. A log that ends before it was shortened; one whose record
+// differs was edited or replaced; either is a *ChainError. A zero head
+// checks nothing more than Verify.
+func VerifyAgainst(logPath, checkpointPath string, head Anchor) (Report, error) {
+	return verify(logPath, checkpointPath, head)
+}
+
+// verify does Verify's and VerifyAgainst's work.
+func verify(logPath, checkpointPath string, head Anchor) (Report, error) {
 	rep := Report{Head: ZeroHash}
 	f, err := os.Open(logPath)
 	if err != nil {
@@ -119,6 +140,9 @@ func Verify(logPath, checkpointPath string) (Report, error) {
 			return rep, &ChainError{Line: n, Seq: rec.Seq, Reason: reason}
 		}
 		hash := lineHash(line)
+		if head.Seq > 0 && rec.Seq == head.Seq && hash != head.Hash {
+			return rep, &ChainError{Line: n, Seq: rec.Seq, Reason: "does not match the store's audit head: the record was edited, or the log replaced"}
+		}
 		if cps != nil {
 			if err := cps.match(n, rec.Seq, hash); err != nil {
 				return rep, err
@@ -130,6 +154,10 @@ func Verify(logPath, checkpointPath string) (Report, error) {
 			rep.Repairs = append(rep.Repairs, Repair{Seq: rec.Seq, Time: rec.Time, File: rec.Fields["file"],
 				Bytes: rec.Fields["bytes_dropped"], Reason: rec.Fields["reason"]})
 		}
+	}
+	if head.Seq > prevSeq {
+		return rep, &ChainError{Seq: head.Seq, Reason: fmt.Sprintf("the log ends at seq %d but the store's audit head is seq %d: the log was shortened (%s deleted)",
+			prevSeq, head.Seq, records(prevSeq+1, head.Seq))}
 	}
 	if cps != nil {
 		if err := cps.rest(prevSeq); err != nil {

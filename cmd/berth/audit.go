@@ -28,7 +28,7 @@ before it, and a checkpoint file records the head of the chain every so
 often. These commands read the files directly and work with the server
 down, or on a copy.
 
-  berth audit verify [--data-dir D | --file F] [--checkpoints C]
+  berth audit verify [--data-dir D | --file F] [--checkpoints C] [--store URL]
   berth audit tail [-n N] [-o json] [--data-dir D | --file F]
   berth audit export [--since SEQ] [--data-dir D | --file F]
 
@@ -91,9 +91,10 @@ func (af *auditFlags) logPath() (logPath, cpPath string, err error) {
 }
 
 func runAuditVerify(ctx context.Context, m *Main, args []string) error {
-	fs := m.flagSet("audit verify", "[--data-dir D | --file F] [--checkpoints C]")
+	fs := m.flagSet("audit verify", "[--data-dir D | --file F] [--checkpoints C] [--store URL]")
 	af := addAuditFlags("verify", fs)
 	checkpoints := fs.String("checkpoints", "", "the checkpoint file (default: the log's path plus .head)")
+	storeSpec := fs.String("store", "", "the server's store, whose audit head the log must reach: postgres://…, a SQLite file path or sqlite://PATH (default DATA-DIR/berth.db if it exists)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -104,7 +105,11 @@ func runAuditVerify(ctx context.Context, m *Main, args []string) error {
 	if *checkpoints != "" {
 		cpPath = *checkpoints
 	}
-	rep, err := audit.Verify(logPath, cpPath)
+	head, storeName, err := storeAuditHead(ctx, af, *storeSpec)
+	if err != nil {
+		return err
+	}
+	rep, err := audit.VerifyAgainst(logPath, cpPath, head)
 	var ce *audit.ChainError
 	if errors.As(err, &ce) {
 		return &exitError{code: exitFailed, msg: fmt.Sprintf("audit log %s FAILED verification: %v", logPath, ce)}
@@ -120,11 +125,45 @@ func runAuditVerify(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(m.Stderr, "berth: warning: %s: tail truncation can't be detected, nor an edit to the last records\n", where)
 	}
 	fmt.Fprintf(m.Stdout, "audit log OK: %d records, head %s, %d checkpoints\n", rep.Records, rep.Head, rep.Checkpoints)
+	switch {
+	case storeName == "":
+		fmt.Fprintf(m.Stderr, "berth: warning: no store (--store, or DATA-DIR/berth.db): the log's end is anchored by checkpoints only\n")
+	case head.Seq == 0:
+		fmt.Fprintf(m.Stdout, "store %s: no audit head recorded yet: the log's end is anchored by checkpoints only\n", storeName)
+	default:
+		fmt.Fprintf(m.Stdout, "store %s: audit head seq %d matches: the chain is whole to seq %d; the %d records after it (appended outside the store's transactions) are anchored by checkpoints only\n",
+			storeName, head.Seq, head.Seq, rep.Records-head.Seq)
+	}
 	for _, r := range rep.Repairs {
 		fmt.Fprintf(m.Stdout, "repaired: record %d (%s): the %s file was cut back by %s bytes to its last whole line: %s\n",
 			r.Seq, r.Time.Format(time.RFC3339), r.File, r.Bytes, r.Reason)
 	}
 	return nil
+}
+
+// storeAuditHead returns the audit head of the store spec names (or, with
+// --data-dir and no spec, of DATA-DIR/berth.db if it exists) and the
+// store's name; the zero head and "" when there is none to read.
+func storeAuditHead(ctx context.Context, af *auditFlags, spec string) (audit.Anchor, string, error) {
+	if spec == "" {
+		if givenFlags(af.fs)["file"] {
+			return audit.Anchor{}, "", nil
+		}
+		spec = filepath.Join(af.dataDir, "berth.db")
+		if _, err := os.Stat(spec); err != nil {
+			return audit.Anchor{}, "", nil
+		}
+	}
+	st, err := openStore(ctx, &serverConfig{DataDir: af.dataDir, Store: spec})
+	if err != nil {
+		return audit.Anchor{}, "", &berth.Error{Code: berth.ECodeInvalid, Field: "--store", Message: "cannot open the store", Err: err}
+	}
+	defer st.Close()
+	h, err := st.AuditHead(ctx)
+	if err != nil {
+		return audit.Anchor{}, "", fmt.Errorf("store audit head: %w", err)
+	}
+	return audit.Anchor{Seq: h.Seq, Hash: h.Hash}, storeKind(spec), nil
 }
 
 func runAuditTail(ctx context.Context, m *Main, args []string) error {
