@@ -13,6 +13,7 @@
 package audit
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -68,6 +69,15 @@ type checkpoint struct {
 	Seq  uint64    `json:"seq"`
 	Hash string    `json:"hash"`
 	Time time.Time `json:"time"`
+	Sig  string    `json:"sig,omitempty"` // signature (see Options.Key)
+}
+
+// signCheckpoint returns the hex HMAC-SHA256, under key, of a checkpoint
+// of the record with seq and line hash.
+func signCheckpoint(key []byte, seq uint64, hash string) string {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "berth audit checkpoint\n%d\n%s", seq, hash)
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // Options configures a Log. The zero value is usable.
@@ -81,6 +91,10 @@ type Options struct {
 	// Now is the clock for entries without a time and for checkpoints;
 	// nil means time.Now.
 	Now func() time.Time
+	// Key, when set, signs each checkpoint (its sig: HMAC-SHA256 of its
+	// seq and hash), so that only its holder can write one VerifyAgainst
+	// accepts. The server uses auth.Keys.AuditKey.
+	Key []byte
 }
 
 // ErrClosed is returned by the methods of a closed Log.
@@ -91,6 +105,7 @@ var ErrClosed = errors.New("audit: log is closed")
 // time.
 type Log struct {
 	path, cpPath string
+	key          []byte
 	every        int
 	now          func() time.Time
 
@@ -120,7 +135,7 @@ type Log struct {
 // Errors opening, reading or cutting back either file are returned
 // wrapped.
 func Open(path string, opt Options) (*Log, error) {
-	l := &Log{path: path, cpPath: opt.CheckpointPath, every: opt.CheckpointEvery, now: opt.Now, hash: ZeroHash}
+	l := &Log{path: path, cpPath: opt.CheckpointPath, key: opt.Key, every: opt.CheckpointEvery, now: opt.Now, hash: ZeroHash}
 	if l.cpPath == "" {
 		l.cpPath = path + ".head"
 	}
@@ -327,7 +342,11 @@ func (l *Log) checkpoint() error {
 	if l.seq == l.cpSeq {
 		return nil
 	}
-	line, err := json.Marshal(checkpoint{Seq: l.seq, Hash: l.hash, Time: l.now().UTC()})
+	c := checkpoint{Seq: l.seq, Hash: l.hash, Time: l.now().UTC()}
+	if l.key != nil {
+		c.Sig = signCheckpoint(l.key, c.Seq, c.Hash)
+	}
+	line, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("audit: checkpoint: %w", err)
 	}

@@ -165,10 +165,10 @@ func TestVerifyAgainstTheStoresHead(t *testing.T) {
 	logPath, cpPath := writeLog(t, 10, 4)
 	ls := lines(t, logPath)
 	head := Anchor{Seq: 10, Hash: lineHash([]byte(ls[9]))}
-	if rep, err := VerifyAgainst(logPath, cpPath, head); err != nil || rep.Records != 10 {
+	if rep, err := VerifyAgainst(logPath, cpPath, head, nil); err != nil || rep.Records != 10 {
 		t.Fatalf("VerifyAgainst of the whole log = %+v, %v", rep, err)
 	}
-	if _, err := VerifyAgainst(logPath, cpPath, Anchor{Seq: 10, Hash: ZeroHash}); err == nil || !strings.Contains(err.Error(), "does not match the store's audit head") {
+	if _, err := VerifyAgainst(logPath, cpPath, Anchor{Seq: 10, Hash: ZeroHash}, nil); err == nil || !strings.Contains(err.Error(), "does not match the store's audit head") {
 		t.Fatalf("VerifyAgainst a different head = %v", err)
 	}
 	writeLines(t, logPath, ls[:9])
@@ -178,8 +178,47 @@ func TestVerifyAgainstTheStoresHead(t *testing.T) {
 	if _, err := Verify(logPath, cpPath); err != nil {
 		t.Fatalf("Verify of the shortened log without checkpoints = %v: the chain alone cannot see it", err)
 	}
-	_, err := VerifyAgainst(logPath, cpPath, head)
+	_, err := VerifyAgainst(logPath, cpPath, head, nil)
 	if err == nil || !strings.Contains(err.Error(), "the log ends at seq 9 but the store's audit head is seq 10: the log was shortened (record 10 was deleted)") {
 		t.Fatalf("VerifyAgainst of the shortened log = %v", err)
+	}
+}
+
+func TestSignedCheckpoints(t *testing.T) {
+	t.Parallel()
+	key := []byte("a key of the server's")
+	logPath := filepath.Join(t.TempDir(), "audit.log")
+	cpPath := logPath + ".head"
+	l, err := Open(logPath, Options{CheckpointEvery: 2, Now: clock(), Key: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		if err := l.Append(Entry{Action: "job.submitted"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := VerifyAgainst(logPath, cpPath, Anchor{}, key)
+	if err != nil || rep.Checkpoints != 3 || rep.Signed != 3 || rep.Unsigned != 0 {
+		t.Fatalf("VerifyAgainst with the key = %+v, %v; want 3 signed checkpoints", rep, err)
+	}
+	if _, err := VerifyAgainst(logPath, cpPath, Anchor{}, []byte("another key")); err == nil || !strings.Contains(err.Error(), "signature does not match") {
+		t.Fatalf("VerifyAgainst with another key = %v", err)
+	}
+	// A forged checkpoint: the right seq and hash, a signature made without
+	// the key (one hex digit changed).
+	cps := lines(t, cpPath)
+	i := strings.Index(cps[2], `"sig":"`) + len(`"sig":"`)
+	flipped := "1"
+	if cps[2][i] == '1' {
+		flipped = "2"
+	}
+	cps[2] = cps[2][:i] + flipped + cps[2][i+1:]
+	writeLines(t, cpPath, cps)
+	if _, err := VerifyAgainst(logPath, cpPath, Anchor{}, key); err == nil || !strings.Contains(err.Error(), "checkpoint line 3 (seq 6): its signature does not match") {
+		t.Fatalf("VerifyAgainst of a forged checkpoint = %v", err)
 	}
 }

@@ -96,7 +96,7 @@ func TestAuditVerifyCatchesAShortenedLog(t *testing.T) {
 				return code, out + errOut
 			}
 			code, out := verify()
-			if code != 0 || !strings.Contains(out, "matches: the chain is whole to seq") {
+			if code != 0 || !strings.Contains(out, "matches: the chain is whole to seq") || !strings.Contains(out, "checkpoints signed: 2 verified") {
 				t.Fatalf("verify of the untouched log: exit %d: %s", code, out)
 			}
 			logPath := filepath.Join(dir, "audit.log")
