@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/berth-dev/berth/postgres/pgtest"
 )
 
 // auditedDataDir runs a server on a new data dir twice, submitting jobs
@@ -110,5 +112,40 @@ func TestAuditVerifyCatchesAShortenedLog(t *testing.T) {
 				t.Fatalf("verify of the shortened log: exit %d: %s; want it caught", code, out)
 			}
 		})
+	}
+}
+
+// TestAuditVerifyAgainstPostgres checks the log against a PostgreSQL
+// store's audit head, given with --store.
+func TestAuditVerifyAgainstPostgres(t *testing.T) {
+	t.Parallel()
+	url := pgtest.NewDatabase(t)
+	dir := t.TempDir()
+	rs, err := startServer(context.Background(), &serverConfig{DataDir: dir, Store: url, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cli{t: t, url: rs.URL}
+	for range 2 {
+		if code, _, errOut := c.run("submit", "--", "true"); code != 0 {
+			t.Fatalf("submit: exit %d: %s", code, errOut)
+		}
+	}
+	if err := rs.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	verify := func() (int, string) {
+		code, out, errOut := (&cli{t: t}).run("audit", "verify", "--data-dir", dir, "--store", url)
+		return code, out + errOut
+	}
+	if code, out := verify(); code != 0 || !strings.Contains(out, "store PostgreSQL: audit head seq") || !strings.Contains(out, "matches") {
+		t.Fatalf("verify against PostgreSQL: exit %d: %s", code, out)
+	}
+	logPath := filepath.Join(dir, "audit.log")
+	ls := fileLines(t, logPath)
+	keepLines(t, logPath, ls, len(ls)-1)
+	keepLines(t, logPath+".head", nil, 0)
+	if code, out := verify(); code != exitFailed || !strings.Contains(out, "the log was shortened") {
+		t.Fatalf("verify of the shortened log against PostgreSQL: exit %d: %s", code, out)
 	}
 }
