@@ -3,7 +3,9 @@
 // it, so that editing, deleting, inserting or reordering a line breaks the
 // chain. A separate checkpoint file records the head of the chain every so
 // often, which also catches a log cut short after a checkpoint and an edit
-// to a checkpointed record at the end of the log.
+// to a checkpointed record at the end of the log. The files never keep a
+// torn last line: a failed write is cut back, a torn tail found on Open is
+// cut off, and each cut is recorded (RepairedAction).
 //
 // Log appends records durably; Verify checks a whole log offline; Read and
 // Tail stream records out of a log for export and display. The package
@@ -11,6 +13,7 @@
 package audit
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -66,6 +69,15 @@ type checkpoint struct {
 	Seq  uint64    `json:"seq"`
 	Hash string    `json:"hash"`
 	Time time.Time `json:"time"`
+	Sig  string    `json:"sig,omitempty"` // signature (see Options.Key)
+}
+
+// signCheckpoint returns the hex HMAC-SHA256, under key, of a checkpoint
+// of the record with seq and line hash.
+func signCheckpoint(key []byte, seq uint64, hash string) string {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "berth audit checkpoint\n%d\n%s", seq, hash)
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // Options configures a Log. The zero value is usable.
@@ -79,6 +91,10 @@ type Options struct {
 	// Now is the clock for entries without a time and for checkpoints;
 	// nil means time.Now.
 	Now func() time.Time
+	// Key, when set, signs each checkpoint (its sig: HMAC-SHA256 of its
+	// seq and hash), so that only its holder can write one VerifyAgainst
+	// accepts. The server uses auth.Keys.AuditKey.
+	Key []byte
 }
 
 // ErrClosed is returned by the methods of a closed Log.
@@ -89,30 +105,37 @@ var ErrClosed = errors.New("audit: log is closed")
 // time.
 type Log struct {
 	path, cpPath string
+	key          []byte
 	every        int
 	now          func() time.Time
 
-	mu     sync.Mutex
-	f, cp  *os.File
-	seq    uint64 // of the last record
-	hash   string // of the last record's line
-	cpSeq  uint64 // of the last checkpoint
-	err    error  // sticky: set when a write or sync failed
-	closed bool
-	buf    []byte // the encoding buffer, kept for the next append
+	mu           sync.Mutex
+	f, cp        *os.File
+	size, cpSize int64    // of the files' whole lines: what a failed write is cut back to
+	repairs      []repair // cut-backs whose records the next append writes first
+	seq          uint64   // of the last record
+	hash         string   // of the last record's line
+	cpSeq        uint64   // of the last checkpoint
+	err          error    // sticky: set when a failed write could not be cut back
+	closed       bool
+	buf          []byte // the encoding buffer, kept for the next append
 }
 
 // Open opens the audit log at path for appending, creating it (mode 0600,
 // its directory 0700) if it does not exist, and continues the chain from
 // its last line. It reads only the end of the file and of the checkpoint
-// file. Open returns an error, and repairs nothing, when the log's last
-// line is torn (the file does not end in a newline) or is not a record,
-// when the checkpoint file's last line is torn or not a checkpoint, or when
-// the last checkpoint names a record past the end of the log or hashes the
-// last record differently; the error tells the user to run berth audit
-// verify. Errors opening or reading either file are returned wrapped.
+// file. A torn last line (the file does not end in a newline: a crash or a
+// full disk during a write) of either file is cut off, and the next append
+// records the cut first, as an audit.repaired record (RepairedAction) with
+// the bytes dropped. Open returns an error, and repairs nothing, when the
+// log's last whole line is not a record, when the checkpoint file's is not
+// a checkpoint, when a torn tail is longer than MaxLine, or when the last
+// checkpoint names a record past the end of the log or hashes the last
+// record differently; the error tells the user to run berth audit verify.
+// Errors opening, reading or cutting back either file are returned
+// wrapped.
 func Open(path string, opt Options) (*Log, error) {
-	l := &Log{path: path, cpPath: opt.CheckpointPath, every: opt.CheckpointEvery, now: opt.Now, hash: ZeroHash}
+	l := &Log{path: path, cpPath: opt.CheckpointPath, key: opt.Key, every: opt.CheckpointEvery, now: opt.Now, hash: ZeroHash}
 	if l.cpPath == "" {
 		l.cpPath = path + ".head"
 	}
@@ -135,12 +158,41 @@ func Open(path string, opt Options) (*Log, error) {
 		return nil, fmt.Errorf("audit: open %s: %w", l.cpPath, err)
 	}
 	l.f, l.cp = f, cp
+	if err := l.cutTornTails(); err != nil {
+		f.Close()
+		cp.Close()
+		return nil, err
+	}
 	if err := l.resume(); err != nil {
 		f.Close()
 		cp.Close()
 		return nil, err
 	}
 	return l, nil
+}
+
+// cutTornTails cuts each file back to its last whole line, noting the
+// cuts for the next append to record, and sets the sizes.
+func (l *Log) cutTornTails() error {
+	for _, c := range []struct {
+		f          *os.File
+		path, name string
+		size       *int64
+	}{{l.f, l.path, "log", &l.size}, {l.cp, l.cpPath, "checkpoints", &l.cpSize}} {
+		size, err := wholeSize(c.f)
+		if err != nil {
+			return fmt.Errorf("audit: open %s: %w; run `berth audit verify --file %s` to check it; nothing was repaired", c.path, err, l.path)
+		}
+		dropped, err := cutBack(c.f, size)
+		if err != nil {
+			return fmt.Errorf("audit: open %s: cut back its torn last line: %w", c.path, err)
+		}
+		if len(dropped) > 0 {
+			l.repairs = append(l.repairs, repair{file: c.name, dropped: dropped, reason: "torn last line found on open"})
+		}
+		*c.size = size
+	}
+	return nil
 }
 
 // resume reads the last record and the last checkpoint.
@@ -179,15 +231,18 @@ func (l *Log) resume() error {
 
 // Append writes entries as the next records of the chain with one write and
 // syncs the file to stable storage before returning: when Append returns
-// nil the records are durable. An entry with a zero Time gets Options.Now().
-// An entry without an Action, or whose line would exceed MaxLine, makes
+// nil the records are durable. Records of repairs (RepairedAction) not yet
+// recorded go first. An entry with a zero Time gets Options.Now(). An
+// entry without an Action, or whose line would exceed MaxLine, makes
 // Append return an error having written nothing. A failed write or sync
-// breaks the Log: that Append and every later call return the same error
-// (the records may or may not have reached the file; Open will refuse a
-// torn line). When CheckpointEvery records have been appended since the
-// last checkpoint, Append then writes one; if that fails the records are
-// still durable and Append returns nil, but the Log is broken and later
-// calls return the error. Append on a closed Log returns ErrClosed.
+// (a full disk) returns an error having kept none of the records: the file
+// is cut back to its last whole record, and the next append records the
+// cut. If cutting back fails too, the Log is broken: every later call
+// returns that error (Open cuts the torn tail off). When CheckpointEvery
+// records have been appended since the last checkpoint, Append then writes
+// one; if that fails the records are still durable and Append returns nil
+// (the checkpoint file is cut back likewise, and the checkpoint written
+// with a later append). Append on a closed Log returns ErrClosed.
 func (l *Log) Append(entries ...Entry) error {
 	return l.append(len(entries), func(i int) *Entry { return &entries[i] })
 }
@@ -209,6 +264,16 @@ func (l *Log) append(n int, entry func(i int) *Entry) error {
 	if n == 0 {
 		return nil
 	}
+	return l.appendLocked(n, entry)
+}
+
+// appendLocked does append's work with l.mu held, on an open, unbroken
+// Log.
+func (l *Log) appendLocked(n int, entry func(i int) *Entry) error {
+	repairs := make([]Entry, len(l.repairs))
+	for i := range l.repairs {
+		repairs[i] = l.repairs[i].entry()
+	}
 	buf := l.buf[:0]
 	defer func() {
 		if cap(buf) <= maxKeptBuffer {
@@ -216,8 +281,14 @@ func (l *Log) append(n int, entry func(i int) *Entry) error {
 		}
 	}()
 	seq, hash := l.seq, l.hash
-	for i := range n {
-		e := entry(i)
+	for i := range len(repairs) + n {
+		var e *Entry
+		if i < len(repairs) {
+			e = &repairs[i]
+		} else {
+			i -= len(repairs)
+			e = entry(i)
+		}
 		if e.Action == "" {
 			return fmt.Errorf("audit: append: entry %d has no action", i)
 		}
@@ -238,14 +309,10 @@ func (l *Log) append(n int, entry func(i int) *Entry) error {
 		hash = lineHash(line)
 		buf = append(buf, '\n')
 	}
-	if _, err := l.f.Write(buf); err != nil {
-		l.err = fmt.Errorf("audit: write %s: %w (the log is broken; reopen it)", l.path, err)
-		return l.err
+	if err := l.write(l.f, l.path, "log", &l.size, buf); err != nil {
+		return err
 	}
-	if err := l.f.Sync(); err != nil {
-		l.err = fmt.Errorf("audit: sync %s: %w (the log is broken; reopen it)", l.path, err)
-		return l.err
-	}
+	l.repairs = l.repairs[len(repairs):]
 	l.seq, l.hash = seq, hash
 	if l.seq-l.cpSeq >= uint64(l.every) {
 		l.checkpoint() // a failure is sticky in l.err; these records are durable
@@ -275,20 +342,43 @@ func (l *Log) checkpoint() error {
 	if l.seq == l.cpSeq {
 		return nil
 	}
-	line, err := json.Marshal(checkpoint{Seq: l.seq, Hash: l.hash, Time: l.now().UTC()})
+	c := checkpoint{Seq: l.seq, Hash: l.hash, Time: l.now().UTC()}
+	if l.key != nil {
+		c.Sig = signCheckpoint(l.key, c.Seq, c.Hash)
+	}
+	line, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Errorf("audit: checkpoint: %w", err)
 	}
-	if _, err := l.cp.Write(append(line, '\n')); err != nil {
-		l.err = fmt.Errorf("audit: write %s: %w (the log is broken; reopen it)", l.cpPath, err)
-		return l.err
-	}
-	if err := l.cp.Sync(); err != nil {
-		l.err = fmt.Errorf("audit: sync %s: %w (the log is broken; reopen it)", l.cpPath, err)
-		return l.err
+	if err := l.write(l.cp, l.cpPath, "checkpoints", &l.cpSize, append(line, '\n')); err != nil {
+		return err
 	}
 	l.cpSeq = l.seq
 	return nil
+}
+
+// write appends b to f, whose whole lines end at *size, and syncs it. If
+// that fails it cuts f back to *size, so that the file ends in a whole
+// line, notes the cut for the next append to record, and returns the
+// error; if cutting back fails too, the Log is broken.
+func (l *Log) write(f *os.File, path, name string, size *int64, b []byte) error {
+	_, err := f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		*size += int64(len(b))
+		return nil
+	}
+	dropped, cerr := cutBack(f, *size)
+	if cerr != nil {
+		l.err = fmt.Errorf("audit: write %s: %w; cutting it back to its last whole line failed: %w (the log is broken; reopen it)", path, err, cerr)
+		return l.err
+	}
+	if len(dropped) > 0 {
+		l.repairs = append(l.repairs, repair{file: name, dropped: dropped, reason: "a failed write: " + err.Error()})
+	}
+	return fmt.Errorf("audit: write %s: %w (cut back to its last whole line: nothing of this write was kept)", path, err)
 }
 
 // Head returns the seq and line hash of the last record, or 0 and ZeroHash
@@ -299,9 +389,10 @@ func (l *Log) Head() (seq uint64, hash string) {
 	return l.seq, l.hash
 }
 
-// Close writes a checkpoint if records were appended since the last one and
-// closes the files. It returns the Log's sticky error if it is broken, else
-// the first error checkpointing or closing; closing twice returns nil.
+// Close records repairs not yet recorded, writes a checkpoint if records
+// were appended since the last one and closes the files. It returns the
+// Log's sticky error if it is broken, else the first error appending,
+// checkpointing or closing; closing twice returns nil.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -310,6 +401,9 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	err := l.err
+	if err == nil && len(l.repairs) > 0 {
+		err = l.appendLocked(0, nil)
+	}
 	if err == nil {
 		err = l.checkpoint()
 	}

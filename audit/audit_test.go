@@ -311,7 +311,7 @@ func TestOpenRefusesDamagedLog(t *testing.T) {
 		damage func(logPath, cpPath string) error
 		want   string
 	}{
-		{"torn last line", func(p, _ string) error { return appendFile(p, `{"seq":11,"ti`) }, "torn"},
+		{"torn tail longer than a line", func(p, _ string) error { return appendFile(p, strings.Repeat("x", MaxLine+2)) }, "torn"},
 		{"garbage last line", func(p, _ string) error { return appendFile(p, "garbage\n") }, "not a JSON record"},
 		{"truncated after a checkpoint", func(p, _ string) error {
 			b, err := os.ReadFile(p)
@@ -320,7 +320,7 @@ func TestOpenRefusesDamagedLog(t *testing.T) {
 			}
 			return os.WriteFile(p, b[:bytes.LastIndexByte(b[:len(b)-1], '\n')+1], 0o600)
 		}, "truncated"},
-		{"torn checkpoint", func(_, cp string) error { return appendFile(cp, `{"seq":`) }, "torn"},
+		{"garbage checkpoint", func(_, cp string) error { return appendFile(cp, "{}\n") }, "not a checkpoint"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,12 +1,14 @@
 package audit
 
 import (
+	"crypto/hmac"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Report sums up a verified log.
@@ -14,6 +16,31 @@ type Report struct {
 	Records     uint64 // records whose chain checked out
 	Head        string // line hash of the last record, ZeroHash for an empty log
 	Checkpoints int    // checkpoints matched against their records
+	// Signed and Unsigned count the checkpoints whose signature
+	// VerifyAgainst checked with its key and those without one; both are
+	// 0 without a key.
+	Signed, Unsigned int
+	// Repairs are the log's RepairedAction records, oldest first: where
+	// the log or its checkpoint file was cut back to its last whole line.
+	Repairs []Repair
+}
+
+// Anchor is the head of a log as recorded apart from it (the store's
+// audit head): the seq and line hash of a record the log must hold.
+type Anchor struct {
+	Seq  uint64
+	Hash string
+}
+
+// Repair is one RepairedAction record of a verified log: at record Seq
+// (Time), File ("log" or "checkpoints") was cut back by Bytes bytes, for
+// Reason.
+type Repair struct {
+	Seq    uint64
+	Time   time.Time
+	File   string
+	Bytes  string
+	Reason string
 }
 
 // ChainError says where and how a log fails verification. Line is the
@@ -64,13 +91,30 @@ func (e *ChainError) Error() string {
 // checked out before it). It returns other, wrapped errors when a file
 // cannot be opened or read.
 func Verify(logPath, checkpointPath string) (Report, error) {
+	return verify(logPath, checkpointPath, Anchor{}, nil)
+}
+
+// VerifyAgainst verifies the log like Verify, and also that it holds
+// head's record: a record with seq head.Seq whose line hashes to
+// head.Hash. A log that ends before it was shortened; one whose record
+// differs was edited or replaced; either is a *ChainError. A zero head
+// checks nothing more than Verify. With a key (Options.Key), a signed
+// checkpoint whose signature does not match is a *ChainError too (it was
+// forged or edited); checkpoints without one (written without a key) are
+// counted in Report.Unsigned.
+func VerifyAgainst(logPath, checkpointPath string, head Anchor, key []byte) (Report, error) {
+	return verify(logPath, checkpointPath, head, key)
+}
+
+// verify does Verify's and VerifyAgainst's work.
+func verify(logPath, checkpointPath string, head Anchor, key []byte) (Report, error) {
 	rep := Report{Head: ZeroHash}
 	f, err := os.Open(logPath)
 	if err != nil {
 		return rep, fmt.Errorf("audit: verify: %w", err)
 	}
 	defer f.Close()
-	cps, err := openCheckpoints(checkpointPath)
+	cps, err := openCheckpoints(checkpointPath, key)
 	if err != nil {
 		return rep, err
 	}
@@ -104,6 +148,9 @@ func Verify(logPath, checkpointPath string) (Report, error) {
 			return rep, &ChainError{Line: n, Seq: rec.Seq, Reason: reason}
 		}
 		hash := lineHash(line)
+		if head.Seq > 0 && rec.Seq == head.Seq && hash != head.Hash {
+			return rep, &ChainError{Line: n, Seq: rec.Seq, Reason: "does not match the store's audit head: the record was edited, or the log replaced"}
+		}
 		if cps != nil {
 			if err := cps.match(n, rec.Seq, hash); err != nil {
 				return rep, err
@@ -111,12 +158,20 @@ func Verify(logPath, checkpointPath string) (Report, error) {
 		}
 		prevSeq, rep.Head = rec.Seq, hash
 		rep.Records++
+		if rec.Action == RepairedAction {
+			rep.Repairs = append(rep.Repairs, Repair{Seq: rec.Seq, Time: rec.Time, File: rec.Fields["file"],
+				Bytes: rec.Fields["bytes_dropped"], Reason: rec.Fields["reason"]})
+		}
+	}
+	if head.Seq > prevSeq {
+		return rep, &ChainError{Seq: head.Seq, Reason: fmt.Sprintf("the log ends at seq %d but the store's audit head is seq %d: the log was shortened (%s deleted)",
+			prevSeq, head.Seq, records(prevSeq+1, head.Seq))}
 	}
 	if cps != nil {
 		if err := cps.rest(prevSeq); err != nil {
 			return rep, err
 		}
-		rep.Checkpoints = cps.matched
+		rep.Checkpoints, rep.Signed, rep.Unsigned = cps.matched, cps.signed, cps.unsigned
 	}
 	return rep, nil
 }
@@ -152,17 +207,21 @@ func records(from, to uint64) string {
 
 // checkpoints streams a checkpoint file alongside the log.
 type checkpoints struct {
-	path    string
-	f       *os.File
-	lr      *lineReader
-	line    int        // of cur
-	cur     checkpoint // the next checkpoint to match; Seq 0 at the end
-	matched int
+	path     string
+	f        *os.File
+	lr       *lineReader
+	line     int        // of cur
+	cur      checkpoint // the next checkpoint to match; Seq 0 at the end
+	matched  int
+	key      []byte // checks signatures when set
+	signed   int    // checkpoints whose signature checked out
+	unsigned int
 }
 
 // openCheckpoints opens the checkpoint file at path and reads its first
-// checkpoint; it returns nil for "" or a missing file.
-func openCheckpoints(path string) (*checkpoints, error) {
+// checkpoint, checking signatures with key if set; it returns nil for ""
+// or a missing file.
+func openCheckpoints(path string, key []byte) (*checkpoints, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -173,7 +232,7 @@ func openCheckpoints(path string) (*checkpoints, error) {
 	if err != nil {
 		return nil, fmt.Errorf("audit: verify: %w", err)
 	}
-	c := &checkpoints{path: path, f: f, lr: newLineReader(f)}
+	c := &checkpoints{path: path, f: f, lr: newLineReader(f), key: key}
 	if err := c.advance(); err != nil {
 		f.Close()
 		return nil, err
@@ -204,6 +263,16 @@ func (c *checkpoints) advance() error {
 	}
 	if cp.Seq <= prev {
 		return &ChainError{CheckpointLine: c.line, Seq: cp.Seq, Reason: fmt.Sprintf("checkpoint seq %d does not follow %d of checkpoint line %d: checkpoints must increase (the checkpoint file was edited)", cp.Seq, prev, c.line-1)}
+	}
+	if c.key != nil {
+		switch {
+		case cp.Sig == "":
+			c.unsigned++
+		case !hmac.Equal([]byte(cp.Sig), []byte(signCheckpoint(c.key, cp.Seq, cp.Hash))):
+			return &ChainError{CheckpointLine: c.line, Seq: cp.Seq, Reason: "its signature does not match the server's key: the checkpoint was forged or edited"}
+		default:
+			c.signed++
+		}
 	}
 	c.cur = cp
 	return nil

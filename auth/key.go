@@ -28,6 +28,7 @@ const MasterKeySize = 32
 const (
 	labelTokenSigning     = "berth token signing v1"
 	labelSecretEncryption = "berth secret encryption v1"
+	labelAuditSigning     = "berth audit checkpoint signing v1"
 )
 
 // Keys holds the keys derived from the master key: one signs tokens, the
@@ -35,9 +36,14 @@ const (
 // is unusable; build one with LoadOrCreateKey or NewKeys. A *Keys is
 // immutable and safe for concurrent use.
 type Keys struct {
-	sign []byte // HMAC-SHA256 key for tokens
-	enc  []byte // AES-256 key for secrets
+	sign  []byte // HMAC-SHA256 key for tokens
+	enc   []byte // AES-256 key for secrets
+	audit []byte // HMAC-SHA256 key for the audit log's checkpoints
 }
+
+// AuditKey returns the HMAC-SHA256 key that signs the audit log's
+// checkpoints (audit.Options.Key). It cannot fail.
+func (k *Keys) AuditKey() []byte { return k.audit }
 
 // NewKeys derives the signing and encryption keys from a 32-byte master key.
 // It returns an error, and no Keys, when master is not exactly 32 bytes.
@@ -46,8 +52,9 @@ func NewKeys(master []byte) (*Keys, error) {
 		return nil, fmt.Errorf("master key must be %d bytes, got %d", MasterKeySize, len(master))
 	}
 	return &Keys{
-		sign: derive(master, labelTokenSigning),
-		enc:  derive(master, labelSecretEncryption),
+		sign:  derive(master, labelTokenSigning),
+		enc:   derive(master, labelSecretEncryption),
+		audit: derive(master, labelAuditSigning),
 	}, nil
 }
 
@@ -55,6 +62,17 @@ func derive(master []byte, label string) []byte {
 	m := hmac.New(sha256.New, master)
 	m.Write([]byte(label))
 	return m.Sum(nil)
+}
+
+// LoadKey reads the hex-encoded 32-byte master key at path, as
+// LoadOrCreateKey does, but never creates it: a missing file is an error
+// (fs.ErrNotExist, wrapped), as are the errors of LoadOrCreateKey.
+func LoadKey(path string) (*Keys, error) {
+	master, err := readKey(path)
+	if err != nil {
+		return nil, err
+	}
+	return NewKeys(master)
 }
 
 // LoadOrCreateKey reads the hex-encoded 32-byte master key at path and

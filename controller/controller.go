@@ -78,6 +78,9 @@ type Config struct {
 type Auditor interface {
 	// RecordEvents appends events and returns once they are durable.
 	RecordEvents(events []berth.Event) error
+	// Head returns the seq and line hash of the log's last durable
+	// record.
+	Head() (seq uint64, hash string)
 }
 
 // SecretResolver looks up secret values for a job's assignment.
@@ -148,18 +151,20 @@ type Controller struct {
 
 // newCommitter returns the store's committer, which, when cfg.Audit is
 // set, appends each batch's audit records while the store makes the
-// batch's changes, and lets it commit them only after.
+// batch's changes, and lets it commit them only after, with the log's new
+// head (store.AuditHead): a log cut short below it shows.
 func newCommitter(cfg Config) *store.Committer {
 	c := store.NewCommitter(cfg.Store)
 	if cfg.Audit != nil {
-		c.Prepare = func(b *store.Batch) error {
+		c.Prepare = func(b *store.Batch) (*store.AuditHead, error) {
 			if len(b.Audit) == 0 {
-				return nil
+				return nil, nil
 			}
 			if err := cfg.Audit.RecordEvents(b.Audit); err != nil {
-				return fmt.Errorf("audit log: %w", err)
+				return nil, fmt.Errorf("audit log: %w", err)
 			}
-			return nil
+			seq, hash := cfg.Audit.Head()
+			return &store.AuditHead{Seq: seq, Hash: hash}, nil
 		}
 	}
 	return c

@@ -144,14 +144,19 @@ func (s *Store) Close() error {
 // stored as valid UTF-8 without NUL bytes, which PostgreSQL's text cannot
 // hold: invalid bytes and NULs become U+FFFD.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
+	var head *store.AuditHead
 	if b.BeforeCommit != nil { // before the pipeline, which ends in the commit
-		if err := b.BeforeCommit(); err != nil {
+		var err error
+		if head, err = b.BeforeCommit(); err != nil {
 			return err
 		}
 	}
 	stmts, err := planBatch(b.Deduplicated())
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
+	}
+	if head != nil {
+		stmts = append(stmts, statement{what: "audit head", query: auditHeadQuery, args: []any{int64(head.Seq), head.Hash}})
 	}
 	if len(stmts) == 0 {
 		return nil
@@ -173,6 +178,10 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 	}
 	return nil
 }
+
+// auditHeadQuery is sqlstore.UpsertAuditHead with PostgreSQL's
+// placeholders.
+var auditHeadQuery = strings.NewReplacer("?, ?", "$1, $2").Replace(sqlstore.UpsertAuditHead)
 
 // statement is one statement of a batch.
 type statement struct {

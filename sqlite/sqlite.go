@@ -165,8 +165,14 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 		}
 	}
 	if b.BeforeCommit != nil {
-		if err := b.BeforeCommit(); err != nil {
+		h, err := b.BeforeCommit()
+		if err != nil {
 			return err
+		}
+		if h != nil {
+			if _, err := tx.ExecContext(ctx, sqlstore.UpsertAuditHead, int64(h.Seq), h.Hash); err != nil {
+				return fmt.Errorf("write: audit head: %w", err)
+			}
 		}
 	}
 	if err := tx.Commit(); err != nil {

@@ -20,9 +20,10 @@ type Committer struct {
 	// fails the batch like a store error, and nothing of the batch is
 	// written. The controller appends the batch's audit records there, so
 	// that they are durable no later than the changes they describe, at
-	// the cost of neither waiting for the other. Prepare must only read
-	// the batch. Set it before Start.
-	Prepare func(*Batch) error
+	// the cost of neither waiting for the other. The audit head Prepare
+	// returns, if not nil, the store writes in the batch's transaction.
+	// Prepare must only read the batch. Set it before Start.
+	Prepare func(*Batch) (*AuditHead, error)
 
 	store Writer
 
@@ -119,17 +120,25 @@ func (c *Committer) write(b *Batch) error {
 	if c.Prepare == nil {
 		return c.store.Write(context.Background(), b)
 	}
-	prepared := make(chan error, 1)
+	type result struct {
+		head *AuditHead
+		err  error
+	}
+	prepared := make(chan result, 1)
 	var prepareErr error
 	waited := false
-	b.BeforeCommit = func() error {
-		prepareErr, waited = <-prepared, true
-		return prepareErr
+	b.BeforeCommit = func() (*AuditHead, error) {
+		r := <-prepared
+		prepareErr, waited = r.err, true
+		return r.head, r.err
 	}
-	go func() { prepared <- c.Prepare(b) }()
+	go func() {
+		head, err := c.Prepare(b)
+		prepared <- result{head, err}
+	}()
 	err := c.store.Write(context.Background(), b)
 	if !waited { // the write failed first
-		prepareErr = <-prepared
+		prepareErr = (<-prepared).err
 	}
 	if prepareErr != nil {
 		return prepareErr

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,10 +293,11 @@ func TestCommitterPrepareRunsAlongsideWrite(t *testing.T) {
 		close(r.hold) // the first Write only signals that it has begun
 		c := store.NewCommitter(r)
 		release, prepared := make(chan struct{}), make(chan []berth.Event, 1)
-		c.Prepare = func(b *store.Batch) error {
+		head := &store.AuditHead{Seq: 7, Hash: strings.Repeat("c", 64)}
+		c.Prepare = func(b *store.Batch) (*store.AuditHead, error) {
 			<-release
 			prepared <- b.Audit
-			return nil
+			return head, nil
 		}
 		c.Start()
 		defer c.Stop()
@@ -327,6 +329,9 @@ func TestCommitterPrepareRunsAlongsideWrite(t *testing.T) {
 		if _, err := r.Store.Job(ctx, j.ID); err != nil {
 			t.Errorf("job after the commit: %v", err)
 		}
+		if got, err := r.Store.AuditHead(ctx); err != nil || got != *head {
+			t.Errorf("audit head after the commit = %+v, %v; want Prepare's %+v", got, err, *head)
+		}
 	})
 }
 
@@ -341,11 +346,11 @@ func TestCommitterPrepareErrorWritesNothing(t *testing.T) {
 		c := store.NewCommitter(st)
 		errAudit := errors.New("audit log full")
 		fail := false
-		c.Prepare = func(*store.Batch) error {
+		c.Prepare = func(*store.Batch) (*store.AuditHead, error) {
 			if fail {
-				return errAudit
+				return nil, errAudit
 			}
-			return nil
+			return nil, nil
 		}
 		c.Start()
 		defer c.Stop()

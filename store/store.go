@@ -36,7 +36,18 @@ type Batch struct {
 	// BeforeCommit, when set, runs before the batch's changes are
 	// committed: after they are made, or before, as the store finds
 	// cheaper. Its error aborts the write and leaves nothing written.
-	BeforeCommit func() error
+	// The audit head it returns, if not nil, the store writes in the same
+	// transaction (see AuditHead).
+	BeforeCommit func() (*AuditHead, error)
+}
+
+// AuditHead is the seq and line hash of an audit log's last record, as
+// the store last recorded it with the batch whose audit records it
+// covers, so that a log cut short below it shows; the zero value means
+// none recorded.
+type AuditHead struct {
+	Seq  uint64
+	Hash string
 }
 
 // KeptEvents is how many of the newest events a store keeps at least;
@@ -152,6 +163,9 @@ type JobStore interface {
 	// KeptEvents), log sizes of the active attempts and job counts by
 	// state.
 	LoadActive(ctx context.Context) (*Active, error)
+	// AuditHead returns the audit head the last batch that set one
+	// wrote, or the zero AuditHead if none did.
+	AuditHead(ctx context.Context) (AuditHead, error)
 }
 
 // JobReader reads jobs, attempts, workers and quota rules: what a standby

@@ -16,6 +16,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/audit"
+	"github.com/berth-dev/berth/auth"
 )
 
 // auditCommands are the subcommands of berth audit.
@@ -28,7 +29,7 @@ before it, and a checkpoint file records the head of the chain every so
 often. These commands read the files directly and work with the server
 down, or on a copy.
 
-  berth audit verify [--data-dir D | --file F] [--checkpoints C]
+  berth audit verify [--data-dir D | --file F] [--checkpoints C] [--store URL] [--key K]
   berth audit tail [-n N] [-o json] [--data-dir D | --file F]
   berth audit export [--since SEQ] [--data-dir D | --file F]
 
@@ -91,9 +92,11 @@ func (af *auditFlags) logPath() (logPath, cpPath string, err error) {
 }
 
 func runAuditVerify(ctx context.Context, m *Main, args []string) error {
-	fs := m.flagSet("audit verify", "[--data-dir D | --file F] [--checkpoints C]")
+	fs := m.flagSet("audit verify", "[--data-dir D | --file F] [--checkpoints C] [--store URL] [--key K]")
 	af := addAuditFlags("verify", fs)
 	checkpoints := fs.String("checkpoints", "", "the checkpoint file (default: the log's path plus .head)")
+	storeSpec := fs.String("store", "", "the server's store, whose audit head the log must reach: postgres://…, a SQLite file path or sqlite://PATH (default DATA-DIR/berth.db if it exists)")
+	keyFile := fs.String("key", "", "the server's key file, which signs checkpoints (default DATA-DIR/berth.key if it exists)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -104,7 +107,15 @@ func runAuditVerify(ctx context.Context, m *Main, args []string) error {
 	if *checkpoints != "" {
 		cpPath = *checkpoints
 	}
-	rep, err := audit.Verify(logPath, cpPath)
+	key, err := auditKey(af, *keyFile)
+	if err != nil {
+		return err
+	}
+	head, storeName, err := storeAuditHead(ctx, af, *storeSpec)
+	if err != nil {
+		return err
+	}
+	rep, err := audit.VerifyAgainst(logPath, cpPath, head, key)
 	var ce *audit.ChainError
 	if errors.As(err, &ce) {
 		return &exitError{code: exitFailed, msg: fmt.Sprintf("audit log %s FAILED verification: %v", logPath, ce)}
@@ -120,7 +131,73 @@ func runAuditVerify(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(m.Stderr, "berth: warning: %s: tail truncation can't be detected, nor an edit to the last records\n", where)
 	}
 	fmt.Fprintf(m.Stdout, "audit log OK: %d records, head %s, %d checkpoints\n", rep.Records, rep.Head, rep.Checkpoints)
+	switch {
+	case key == nil:
+		fmt.Fprintf(m.Stderr, "berth: warning: no key (--key, or DATA-DIR/berth.key): checkpoint signatures not checked\n")
+	case rep.Unsigned > 0:
+		fmt.Fprintf(m.Stdout, "checkpoints signed: %d verified, %d unsigned (written before checkpoints were signed)\n", rep.Signed, rep.Unsigned)
+	default:
+		fmt.Fprintf(m.Stdout, "checkpoints signed: %d verified\n", rep.Signed)
+	}
+	switch {
+	case storeName == "":
+		fmt.Fprintf(m.Stderr, "berth: warning: no store (--store, or DATA-DIR/berth.db): the log's end is anchored by checkpoints only\n")
+	case head.Seq == 0:
+		fmt.Fprintf(m.Stdout, "store %s: no audit head recorded yet: the log's end is anchored by checkpoints only\n", storeName)
+	default:
+		fmt.Fprintf(m.Stdout, "store %s: audit head seq %d matches: the chain is whole to seq %d; the %d records after it (appended outside the store's transactions) are anchored by checkpoints only\n",
+			storeName, head.Seq, head.Seq, rep.Records-head.Seq)
+	}
+	for _, r := range rep.Repairs {
+		fmt.Fprintf(m.Stdout, "repaired: record %d (%s): the %s file was cut back by %s bytes to its last whole line: %s\n",
+			r.Seq, r.Time.Format(time.RFC3339), r.File, r.Bytes, r.Reason)
+	}
 	return nil
+}
+
+// auditKey returns the key that signs checkpoints, from file or, with
+// --data-dir and no file, from DATA-DIR/berth.key if it exists; nil when
+// there is none to read.
+func auditKey(af *auditFlags, file string) ([]byte, error) {
+	if file == "" {
+		if givenFlags(af.fs)["file"] {
+			return nil, nil
+		}
+		file = filepath.Join(af.dataDir, "berth.key")
+		if _, err := os.Stat(file); err != nil {
+			return nil, nil
+		}
+	}
+	keys, err := auth.LoadKey(file)
+	if err != nil {
+		return nil, &berth.Error{Code: berth.ECodeInvalid, Field: "--key", Message: "cannot read the key", Err: err}
+	}
+	return keys.AuditKey(), nil
+}
+
+// storeAuditHead returns the audit head of the store spec names (or, with
+// --data-dir and no spec, of DATA-DIR/berth.db if it exists) and the
+// store's name; the zero head and "" when there is none to read.
+func storeAuditHead(ctx context.Context, af *auditFlags, spec string) (audit.Anchor, string, error) {
+	if spec == "" {
+		if givenFlags(af.fs)["file"] {
+			return audit.Anchor{}, "", nil
+		}
+		spec = filepath.Join(af.dataDir, "berth.db")
+		if _, err := os.Stat(spec); err != nil {
+			return audit.Anchor{}, "", nil
+		}
+	}
+	st, err := openStore(ctx, &serverConfig{DataDir: af.dataDir, Store: spec})
+	if err != nil {
+		return audit.Anchor{}, "", &berth.Error{Code: berth.ECodeInvalid, Field: "--store", Message: "cannot open the store", Err: err}
+	}
+	defer st.Close()
+	h, err := st.AuditHead(ctx)
+	if err != nil {
+		return audit.Anchor{}, "", fmt.Errorf("store audit head: %w", err)
+	}
+	return audit.Anchor{Seq: h.Seq, Hash: h.Hash}, storeKind(spec), nil
 }
 
 func runAuditTail(ctx context.Context, m *Main, args []string) error {

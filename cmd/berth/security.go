@@ -119,7 +119,7 @@ func openSecurity(dataDir string, sc *securityConfig) (*security, error) {
 	if err != nil {
 		return nil, err
 	}
-	log, err := audit.Open(auditLog, audit.Options{})
+	log, err := audit.Open(auditLog, audit.Options{Key: keys.AuditKey()})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -406,5 +407,45 @@ func runServer(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(m.Stdout, "first admin token (saved in %s):\n  %s\n", filepath.Join(cfg.DataDir, adminTokenFile), rs.AdminToken)
 	}
 	fmt.Fprintf(m.Stdout, "berth server listening on %s\n", rs.URL)
-	return rs.serve(ctx)
+	for {
+		err := rs.serve(ctx)
+		if !diskFull(err) {
+			return err
+		}
+		cfg.Log.Error("server stopped: the disk is full (nothing it could not persist was acknowledged); starting again once there is room", "err", err)
+		if rs, err = restartWhenRoom(ctx, &cfg); err != nil {
+			return err
+		}
+		fmt.Fprintf(m.Stdout, "berth server listening on %s\n", rs.URL)
+	}
+}
+
+// restartInterval is how often a server stopped by a full disk tries to
+// start again.
+const restartInterval = time.Second
+
+// restartWhenRoom starts the server again every restartInterval until it
+// starts, which it does not while the disk is full (it appends to the
+// audit log on start). It returns the error of a start that failed for
+// another reason, or ctx's.
+func restartWhenRoom(ctx context.Context, cfg *serverConfig) (*runningServer, error) {
+	tick := time.NewTicker(restartInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+		rs, err := startServer(ctx, cfg)
+		if !diskFull(err) {
+			return rs, err
+		}
+		cfg.Log.Warn("server start: the disk is still full", "err", err)
+	}
+}
+
+// diskFull reports whether err is a file system out of space or quota.
+func diskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }

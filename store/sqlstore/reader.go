@@ -333,3 +333,26 @@ func (r *Reader) WorkerControls(ctx context.Context) ([]*berth.WorkerControl, er
 	}
 	return cs, nil
 }
+
+// UpsertAuditHead writes a store.Batch's AuditHead: its arguments are the
+// seq and the hash.
+const UpsertAuditHead = `INSERT INTO audit_head (id, seq, hash) VALUES (1, ?, ?)
+	ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash`
+
+// AuditHead returns the audit head the last batch wrote, the zero value
+// for none.
+func (r *Reader) AuditHead(ctx context.Context) (store.AuditHead, error) {
+	var h store.AuditHead
+	err := r.each(ctx, `SELECT seq, hash FROM audit_head WHERE id = 1`, nil, func(row scanner) error {
+		var seq int64
+		if err := row.Scan(&seq, &h.Hash); err != nil {
+			return err
+		}
+		h.Seq = uint64(seq)
+		return nil
+	})
+	if err != nil {
+		return store.AuditHead{}, fmt.Errorf("read audit head: %w", err)
+	}
+	return h, nil
+}

@@ -2,8 +2,11 @@ package storetest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +23,7 @@ func lifecycleTests() []test {
 		{"LoadActiveEmpty", testLoadActiveEmpty},
 		{"LoadActive", testLoadActive},
 		{"ConcurrentWritesAndReads", testConcurrent},
+		{"AuditHead", testAuditHead},
 	}
 	for _, n := range []int{1, 127, 128, 129, 300, 1000} {
 		tests = append(tests, test{fmt.Sprintf("BatchOf%d", n), func(t *testing.T, s store.Store) { testBatchOf(t, s, n) }})
@@ -241,4 +245,37 @@ func testConcurrent(t *testing.T, s store.Store) {
 			t.Errorf("queue q%d has %d jobs, want %d", w, len(got), batches*perBatch)
 		}
 	}
+}
+
+// testAuditHead checks the audit head: none at first, written with the
+// batch that sets it, kept by one that does not, and not written by a
+// batch that fails before its commit.
+func testAuditHead(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	head := func(want store.AuditHead, when string) {
+		t.Helper()
+		got, err := s.AuditHead(ctx)
+		if err != nil || got != want {
+			t.Fatalf("AuditHead %s = %+v, %v; want %+v", when, got, err, want)
+		}
+	}
+	head(store.AuditHead{}, "of an empty store")
+	h1 := store.AuditHead{Seq: 5, Hash: strings.Repeat("a", 64)}
+	withHead := func(h store.AuditHead) func() (*store.AuditHead, error) {
+		return func() (*store.AuditHead, error) { return &h, nil }
+	}
+	write(t, s, &store.Batch{Jobs: []*berth.Job{newJob("a1", "q", "u", berth.JobPending)}, BeforeCommit: withHead(h1)})
+	head(h1, "after a batch set it")
+	write(t, s, &store.Batch{Jobs: []*berth.Job{newJob("a2", "q", "u", berth.JobPending)}, BeforeCommit: func() (*store.AuditHead, error) { return nil, nil }})
+	head(h1, "after a batch without one")
+	h2 := store.AuditHead{Seq: 1 << 40, Hash: strings.Repeat("b", 64)}
+	failed := errors.New("the audit append failed")
+	err := s.Write(ctx, &store.Batch{Jobs: []*berth.Job{newJob("a3", "q", "u", berth.JobPending)},
+		BeforeCommit: func() (*store.AuditHead, error) { return &h2, failed }})
+	if !errors.Is(err, failed) {
+		t.Fatalf("Write with a failing BeforeCommit = %v", err)
+	}
+	head(h1, "after a failed batch")
+	write(t, s, &store.Batch{Jobs: []*berth.Job{newJob("a3", "q", "u", berth.JobPending)}, BeforeCommit: withHead(h2)})
+	head(h2, "after a later batch set it")
 }
