@@ -37,8 +37,15 @@ func TestWatchdogKillsADeadAgentsAttempts(t *testing.T) {
 	}
 	waitForLog(t, job, "ready")
 	procs := pidsIn(t, pids)
-	if pgid, _ := syscall.Getpgid(procs[0]); pgid == readPgid(t, job) {
-		t.Fatalf("the grandchild %d stayed in the job's group", procs[0])
+	// setsid runs in the forked child: await its leaving the job's group.
+	for left := time.Now().Add(10 * time.Second); ; {
+		if pgid, _ := syscall.Getpgid(procs[0]); pgid != readPgid(t, job) {
+			break
+		}
+		if time.Now().After(left) {
+			t.Fatalf("the grandchild %d stayed in the job's group", procs[0])
+		}
+		time.Sleep(time.Millisecond)
 	}
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))

@@ -123,9 +123,11 @@ func TestKilledAgentsJobDiesWithIt(t *testing.T) {
 			return err == nil
 		}()
 	})
-	if _, sid, ok := procStat(procs[2]); !ok || sid != procs[2] {
-		t.Fatalf("the grandchild is in session %d (found: %v); want one of its own", sid, ok)
-	}
+	// setsid runs in the forked child: await its own session.
+	cl.eventually(10*time.Second, "the grandchild in a session of its own", func() bool {
+		_, sid, ok := procStat(procs[2])
+		return ok && sid == procs[2]
+	})
 	cl.awaitState(j.ID, time.Minute, berth.JobRunning)
 
 	killed := time.Now()
