@@ -33,6 +33,7 @@ type Spec struct {
 	Attempt          int               // BERTH_ATTEMPT when not 0
 	Host             string            // BERTH_HOST, the agent's host label, when not empty
 	Env              map[string]string // job env, added to the agent's own environment
+	Server           string            // the server's URL(s), as the agent has them: the job's BERTH_SERVER
 	Workdir          string            // cwd; empty: Dir
 	Dir              string            // the attempt's scratch directory, created by Start only when Workdir is empty
 	LogPath          string            // combined stdout+stderr file, created or appended to by Start; its directory must exist
@@ -221,11 +222,14 @@ func command(s Spec) (*exec.Cmd, error) {
 // URL's password): a job's output is for whoever may read its logs.
 func environ(s Spec) []string {
 	own := os.Environ()
-	env := make([]string, 0, len(own)+len(s.Env)+6)
+	env := make([]string, 0, len(own)+len(s.Env)+7)
 	for _, kv := range own {
 		if !strings.HasPrefix(kv, "BERTH_") {
 			env = append(env, kv)
 		}
+	}
+	if s.Server != "" { // before the job's env, which may name another
+		env = append(env, "BERTH_SERVER="+s.Server)
 	}
 	for k, v := range s.Env {
 		env = append(env, k+"="+v)

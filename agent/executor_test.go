@@ -175,14 +175,15 @@ func TestExitCodes(t *testing.T) {
 func TestEnvironment(t *testing.T) {
 	t.Parallel()
 	s := testSpec(t, "sh", "-c", `echo "job=$BERTH_JOB_ID task=$BERTH_TASK_INDEX attempt=$BERTH_ATTEMPT_ID array=$BERTH_ARRAY_INDEX cuda=$CUDA_VISIBLE_DEVICES model=$MODEL path=${PATH:+set}"`+
-		`; echo "name=$BERTH_JOB_NAME user=$BERTH_USER host=$BERTH_HOST n=$BERTH_ATTEMPT"`)
+		`; echo "name=$BERTH_JOB_NAME user=$BERTH_USER host=$BERTH_HOST n=$BERTH_ATTEMPT server=$BERTH_SERVER"`)
 	s.JobID, s.AttemptID, s.TaskIndex, s.ArrayIndex = "job-7", "att-9", 3, intp(12)
 	s.JobName, s.User, s.Host, s.Attempt = "train", "alice", "gpu-1", 2
+	s.Server = "http://127.0.0.1:7070"
 	s.GPUs = []int{0, 2}
 	s.Env = map[string]string{"MODEL": "llama 3"}
 	ex, out := run(t, s)
 	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")
-	want := "job=job-7 task=3 attempt=att-9 array=12 cuda=0,2 model=llama 3 path=set\nname=train user=alice host=gpu-1 n=2\n"
+	want := "job=job-7 task=3 attempt=att-9 array=12 cuda=0,2 model=llama 3 path=set\nname=train user=alice host=gpu-1 n=2 server=http://127.0.0.1:7070\n"
 	if out != want {
 		t.Fatalf("child saw %q, want %q", out, want)
 	}
@@ -198,6 +199,7 @@ func TestAgentsOwnBerthVariablesStayWithIt(t *testing.T) {
 	t.Setenv("BERTH_ARRAY_INDEX", "99")
 	t.Setenv("AGENT_OWN", "kept")
 	s := testSpec(t, "sh", "-c", `env | grep -E '^(BERTH_|AGENT_OWN=)' | sort`)
+	s.Server = "http://head:7070"
 	s.Env = map[string]string{"BERTH_SERVER": "http://set-by-the-job:7070"}
 	ex, out := run(t, s)
 	checkExit(t, ex, berth.AttemptSucceeded, intp(0), "")

@@ -355,7 +355,7 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	if err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	} else if proc, err = s.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
-		ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host,
+		ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
 		Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
 		MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
 		ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}); err != nil {
