@@ -192,6 +192,18 @@ func (h *harness) event(typ, id string) berth.Event {
 	return berth.Event{}
 }
 
+// checkEnded checks that the one job the test ran ended in st: the
+// counters hold it alone, and no job or attempt is left in memory.
+func (h *harness) checkEnded(st berth.JobState) {
+	h.t.Helper()
+	if got := h.counts(); got[st] != 1 || len(got) != 1 {
+		h.t.Errorf("counts after the end %v, want 1 %s", got, st)
+	}
+	if len(h.l.jobs) != 0 || len(h.l.attempts) != 0 {
+		h.t.Errorf("%d jobs, %d attempts left in memory, want none", len(h.l.jobs), len(h.l.attempts))
+	}
+}
+
 // counts returns the job counters, leaving out zeros.
 func (h *harness) counts() map[berth.JobState]int {
 	out := map[berth.JobState]int{}

@@ -46,12 +46,7 @@ func TestLifecycleRunsAJob(t *testing.T) {
 	if ack := h.lastSent(s, wire.TypeAck).(*wire.Ack); ack.Of != wire.AckResult || ack.AttemptID != assign.AttemptID {
 		t.Errorf("result acknowledged with %+v", ack)
 	}
-	if got := h.counts(); got[berth.JobSucceeded] != 1 || len(got) != 1 {
-		t.Errorf("counts after the end %v, want 1 succeeded", got)
-	}
-	if len(h.c.jobs) != 0 || len(h.c.attempts) != 0 {
-		t.Errorf("%d jobs, %d attempts left in memory, want none", len(h.c.jobs), len(h.c.attempts))
-	}
+	h.checkEnded(berth.JobSucceeded)
 }
 
 // TestLifecycleRefusesIllegalTransitions: an ended job does not run again
@@ -170,12 +165,7 @@ func TestLifecycleCancelsARunningJob(t *testing.T) {
 	if e := h.event(berth.EventJobCancelled, j.ID); e.Reason != "cancelled by alice" {
 		t.Errorf("cancelled for %q, want cancelled by alice", e.Reason)
 	}
-	if got := h.counts(); got[berth.JobCancelled] != 1 || len(got) != 1 {
-		t.Errorf("counts after the end %v, want 1 cancelled", got)
-	}
-	if len(h.l.jobs) != 0 || len(h.l.attempts) != 0 {
-		t.Errorf("%d jobs, %d attempts left in memory, want none", len(h.l.jobs), len(h.l.attempts))
-	}
+	h.checkEnded(berth.JobCancelled)
 }
 
 // TestLifecycleRequeuesAPreemptedJob: a plan's preemption stops its victim
