@@ -33,13 +33,16 @@ const (
 	PhaseFailed   = "failed"   // did not become ready: see its failure class
 )
 
-// Failure classes of a service attempt that did not become ready (seed 004).
+// Failure classes of an attempt: why a service attempt did not become
+// ready (seed 004), and FailureOOM for any attempt killed at its memory
+// limit.
 const (
 	FailureWarmup        = "warmup"         // still warming when its warm-up budget ran out
 	FailureStall         = "stall"          // no startup progress within its stall window
 	FailureWorkloadFatal = "workload_fatal" // the workload itself broke (CUDA out of memory, engine dead)
 	FailureInfraFatal    = "infra_fatal"    // the machine could not run it (port never bound, driver errors)
 	FailureUnknown       = "unknown"        // exited before ready, nothing recognised
+	FailureOOM           = "oom"            // the kernel killed a process of it at its memory limit (cause oom)
 )
 
 // Attempt is one placement of one task of a job on a worker. Everything an
@@ -57,9 +60,10 @@ type Attempt struct {
 	ExitCode  *int         `json:"exit_code,omitempty"`
 	Reason    string       `json:"reason,omitempty"`
 	Progress  string       `json:"progress,omitempty"` // the last progress the job reported
-	// A service's attempt: the port it serves on, its readiness phase
-	// (ServicePhase*) and, once it failed, the class of its failure
-	// (FailureClass*).
+	// A service's attempt: the port it serves on and its readiness phase
+	// (ServicePhase*). FailureClass is the class of a failure (Failure*):
+	// a service's that did not become ready, or oom for any attempt
+	// killed at its memory limit.
 	ServicePort  int       `json:"service_port,omitempty"`
 	Phase        string    `json:"phase,omitempty"`
 	FailureClass string    `json:"failure_class,omitempty"`

@@ -128,10 +128,11 @@ const (
 	CauseReadiness  = "readiness"  // a service did not become ready (see its failure class)
 	CauseOperator   = "operator"   // an operator turned the worker off with the hard policy
 	CauseShutdown   = "shutdown"   // the agent was asked to stop (SIGTERM, Ctrl-C) and stopped its attempts
+	CauseOOM        = "oom"        // the kernel killed a process of the attempt at its memory limit (resources.memory)
 )
 
 var causeCodes = map[string]int{CauseBudget: 75, CauseStall: 76, CauseReassigned: 77, CauseGPUHealth: 78, CauseOperator: 79,
-	CauseReadiness: 80, CauseShutdown: 81}
+	CauseReadiness: 80, CauseShutdown: 81, CauseOOM: 82}
 
 // CauseExitCode returns the exit code Berth reports for an attempt ended
 // by cause, and false for an unknown cause.

@@ -112,7 +112,10 @@ type adoption struct {
 // one.
 func (ad adoption) follow(ctx context.Context, s *supervisor) {
 	id := ad.at.id
-	go ad.proc.watch(func() { _ = s.groups.Ended(id) })
+	go ad.proc.watch(func() {
+		killAttemptCgroups(map[string]bool{id: true}, nil) // what left its group, started by the agent before
+		_ = s.groups.Ended(id)
+	})
 	s.follow(ctx, ad.at, ad.assign, ad.svc)
 }
 

@@ -108,6 +108,15 @@ type Config struct {
 	// Watchdog, which that process runs (berth agent-watchdog). Empty:
 	// none, and only each attempt's leader dies with the agent.
 	Watchdog []string
+	// RunAs is whose Unix account attempts run as: RunAsAgent (empty:
+	// the default) the agent's own; RunAsMap, for an agent running as
+	// root, the account UserMap names for the job's Berth user, or the
+	// account of the same name. An attempt whose user has no account, or
+	// whose account is uid 0 unless AllowRootJobs, fails without
+	// starting, saying why.
+	RunAs         string
+	UserMap       map[string]string // Berth user → Unix account; only with RunAsMap
+	AllowRootJobs bool
 }
 
 // Agent runs attempts for one worker. Create it with New and call Run.
@@ -159,6 +168,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if err := checkRunAs(&cfg); err != nil {
+		return nil, err
 	}
 	lock, err := acquire(cfg.DataDir)
 	if err != nil {
@@ -219,6 +231,12 @@ func prepare(cfg Config) (*Agent, error) {
 	}
 	w := &supervisor{cfg: &a.cfg, log: cfg.Log, workerID: id, attDir: attDir, models: models,
 		attempts: map[string]*attempt{}, forgot: make(chan struct{})}
+	if w.cgroups, err = openCgroups(hostCgroups(), id); err != nil {
+		a.log.Warn("the jobs' cpus and memory are not enforced, and processes that leave an attempt's process group outlive it",
+			"isolation", IsolationNone, "why", err)
+	} else {
+		a.log.Info("each attempt runs in a cgroup of its own, with its job's cpus and memory as limits", "isolation", hostCgroups().isolation())
+	}
 	if w.ports, err = NewPortAllocator(PortConfig{Lo: cfg.PortLo, Hi: cfg.PortHi, Path: filepath.Join(cfg.DataDir, "ports.json"),
 		Now: cfg.Now}); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -277,6 +295,16 @@ func loadWorkerID(path string, now time.Time) (string, error) {
 	return id, nil
 }
 
+// Isolation returns how the agent confines its attempts: IsolationCgroupV1
+// or IsolationCgroupV2 (each attempt in a cgroup of its own, its limits
+// enforced), or IsolationNone.
+func (a *Agent) Isolation() string {
+	if a.work.cgroups == nil {
+		return IsolationNone
+	}
+	return a.work.cgroups.host.isolation()
+}
+
 // WorkerID returns the id this agent registers as.
 func (a *Agent) WorkerID() string { return a.session.workerID }
 
@@ -315,6 +343,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}()
 	}
 	defer a.groups.Close()
+	defer a.work.cgroups.close()
 	defer a.work.models.prewarms.Wait() // the end of the session kills them
 	if a.cfg.Token == "" && a.cfg.JoinToken != "" {
 		if err := a.session.join(ctx); err != nil {

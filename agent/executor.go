@@ -43,6 +43,7 @@ type Spec struct {
 	StallTimeout     time.Duration     // 0: none; with no output and no progress for this long the attempt is stopped with cause stall
 	Grace            time.Duration     // SIGTERM → wait Grace → SIGKILL; 0: DefaultGrace
 	ProgressURL      string            // BERTH_PROGRESS_URL when not empty
+	Sandbox          *Sandbox          // the account and cgroup it runs in; nil: the agent's
 	// Detached leaves the process running when the agent dies (no
 	// Pdeathsig), for a restarted agent to adopt: services.
 	Detached bool
@@ -127,9 +128,16 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 		if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 			return nil, fmt.Errorf("attempt dir: %w", err)
 		}
+		if err := s.Sandbox.own(s.Dir); err != nil {
+			return nil, fmt.Errorf("attempt dir: %w", err)
+		}
 	}
 	logf, err := os.OpenFile(s.LogPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
+		return nil, fmt.Errorf("open log: %w", err)
+	}
+	if err := s.Sandbox.own(s.LogPath); err != nil {
+		_ = logf.Close()
 		return nil, fmt.Errorf("open log: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -157,7 +165,8 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 	if s.Detached {
 		cmd.SysProcAttr.Pdeathsig = 0
 	}
-	if err = cmd.Start(); err != nil {
+	if err = s.Sandbox.Start(cmd); err != nil {
+		s.Sandbox.end(0)
 		code := execFailureCode(err)
 		if _, serr := os.Stat(cmd.Dir); serr != nil { // the kernel blames the binary for a bad cwd
 			err, code = fmt.Errorf("workdir: %w", serr), nil
@@ -170,11 +179,12 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 		grace = DefaultGrace
 	}
 	p := &process{cmd: cmd, pgid: cmd.Process.Pid, grace: grace, done: make(chan struct{}),
-		attemptID: s.AttemptID, groups: s.Groups, logPath: s.LogPath}
+		attemptID: s.AttemptID, groups: s.Groups, logPath: s.LogPath, sandbox: s.Sandbox}
 	if s.Groups != nil {
 		if err := s.Groups.Started(s.AttemptID, p.pgid); err != nil {
 			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
 			_ = cmd.Wait()
+			s.Sandbox.end(grace)
 			return nil, err
 		}
 	}
@@ -228,7 +238,8 @@ func environ(s Spec) []string {
 			env = append(env, kv)
 		}
 	}
-	if s.Server != "" { // before the job's env, which may name another
+	env = append(env, s.Sandbox.env()...) // before the job's env, which may set its own HOME
+	if s.Server != "" {                   // before the job's env, which may name another
 		env = append(env, "BERTH_SERVER="+s.Server)
 	}
 	for k, v := range s.Env {
@@ -269,6 +280,7 @@ type process struct {
 	attemptID string
 	groups    *GroupJournal // nil: not recorded
 	logPath   string
+	sandbox   *Sandbox // nil: none
 
 	mu         sync.Mutex
 	exited     bool // the leader has exited: signal the group no more (its id may be reused)
@@ -393,17 +405,20 @@ func (p *process) wait() {
 	p.mu.Unlock()
 	err := p.cmd.Wait()
 	lingering := awaitGroup(p.pgid, p.grace)
+	end := p.sandbox.end(p.grace) // what left the group but stayed in the cgroup
 	if p.groups != nil {
 		_ = p.groups.Ended(p.attemptID) // a lost line only makes a restarted agent signal a dead group
 	}
 	ex := exitOf(p.cmd.ProcessState, err)
-	ex.Lingering = lingering
+	ex.Lingering = append(lingering, end.lingering...)
 	p.mu.Lock()
 	if p.stopping {
 		ex.State, ex.Reason, ex.Cause = stoppedState(p.stopCause), p.stopReason, p.stopCause
 		if code, ok := berth.CauseExitCode(p.stopCause); ok {
 			ex.ExitCode = &code
 		}
+	} else {
+		end.apply(&ex)
 	}
 	p.exit = ex
 	p.mu.Unlock()

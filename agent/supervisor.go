@@ -39,6 +39,7 @@ type supervisor struct {
 	gpus        gpuState
 	send        sendFunc
 	adopted     []adoption // services a previous agent left running, followed once Run starts
+	cgroups     *cgroups   // where attempts' cgroups are made; nil: none
 	progressURL string     // the progress endpoint's base URL, set when Run starts
 
 	mu       sync.Mutex
@@ -63,6 +64,7 @@ type attempt struct {
 	secrets  *redact.Redactor // hides its secrets' values in what is shipped
 	keep     bool             // a service left running when the agent shuts down, for the next agent to adopt
 	proc     Process
+	sandbox  *Sandbox // the account and cgroup its processes run in; nil: the agent's
 	progress progress
 
 	mu      sync.Mutex // serialises shipping and result sending
@@ -335,17 +337,22 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 		return
 	}
 	dir := filepath.Join(s.attDir, m.AttemptID)
+	sb, err := s.sandbox(m)
 	// A batch attempt appends to a kept file. A service has its own (a
 	// restarted agent finds it by its name; readiness reads it), and so
 	// has an attempt with secrets, whose values then leave the worker's
-	// disk once its output is shipped (Release deletes the file).
+	// disk once its output is shipped (Release deletes the file), and one
+	// run as its user's account, who owns the file.
 	log, logStart := dir+".log", int64(0)
-	if m.Service == nil && len(m.Secrets) == 0 {
+	if m.Service == nil && len(m.Secrets) == 0 && !sb.mapped() {
 		log, logStart = s.logs.Take()
 	}
 	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: log, logStart: logStart,
-		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: secretRedactor(m)}
-	run, err := expandSecrets(m)
+		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: secretRedactor(m), sandbox: sb}
+	run := m
+	if err == nil {
+		run, err = expandSecrets(m)
+	}
 	var svc *serviceRun
 	if err == nil && m.Service != nil {
 		svc = &serviceRun{}
@@ -358,7 +365,7 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 		ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
 		Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
 		MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
-		ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}); err != nil {
+		ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m), Sandbox: sb}); err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
 	}
 	at.proc = proc
@@ -431,9 +438,13 @@ func (s *supervisor) follow(runCtx context.Context, at *attempt, m *wire.JobAssi
 		if ex.Cause == berth.CauseOperator {
 			ex.Reason += "; " + s.confirmStopped(runCtx, at.gpus, ex.Lingering)
 		}
+		class := svc.failureClass()
+		if ex.Cause == berth.CauseOOM {
+			class = berth.FailureOOM
+		}
 		at.mu.Lock()
 		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(ex.Reason),
-			Cause: ex.Cause, Class: svc.failureClass()}
+			Cause: ex.Cause, Class: class}
 		at.mu.Unlock()
 		s.report(runCtx, at)
 	}()

@@ -128,7 +128,8 @@ func Watchdog(dataDir string, agent io.Reader, log *slog.Logger) error {
 }
 
 // KillAttempts sends SIGKILL to the process group of each attempt of live
-// (attempt id → process group), but its own group, and then to every
+// (attempt id → process group), but its own group, then to every process
+// in those attempts' cgroups (removing the cgroups), and then to every
 // process whose environment carries one of those attempts' ids
 // (BERTH_ATTEMPT_ID), found in /proc: those that left the group (setsid)
 // keep their environment. It returns how many groups were alive and how
@@ -145,6 +146,7 @@ func KillAttempts(live map[string]int) (groups, escaped int, err error) {
 	for id, pgid := range live {
 		ids[id], pgids[pgid] = true, true
 	}
+	escaped = killAttemptCgroups(ids, pgids) // what stayed in their cgroups; the /proc scan finds those that left the group and have none
 	killed := map[int]bool{}
 	for range escapeRounds {
 		n, serr := killEscaped(ids, pgids, killed)

@@ -32,7 +32,7 @@ func (p *agentPool) Launch(j *berth.Job, a *berth.Attempt, env map[string]string
 	l := p.l
 	msg := &wire.JobAssign{AttemptID: a.ID, JobID: j.ID, TaskIndex: a.TaskIndex, ArrayIndex: j.ArrayIndex,
 		JobName: j.Name, User: j.User, Attempt: j.Attempts, Queue: j.Queue, Model: j.Model, Command: j.Command,
-		Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs,
+		Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs, CPUs: j.Resources.CPUs, Memory: j.Resources.Memory,
 		MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: p.cfg.Grace}
 	if j.Kind == berth.KindService && p.cfg.Services != nil {
 		msg.Service = p.cfg.Services.Service(j)

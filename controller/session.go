@@ -364,7 +364,10 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 	st, code, reason := m.State, m.ExitCode, m.Reason
 	as.cause = m.Cause
 	if m.Class != "" {
-		as.a.FailureClass, as.a.Phase = m.Class, berth.PhaseFailed
+		as.a.FailureClass = m.Class
+		if as.job.job.Kind == berth.KindService {
+			as.a.Phase = berth.PhaseFailed
+		}
 	}
 	switch {
 	case st == berth.AttemptSucceeded:

@@ -103,6 +103,8 @@ var fastDecoders = map[string]func([]byte) (any, bool){
 				return d.str(&m.Workdir)
 			case "gpus":
 				return d.ints(&m.GPUs)
+			case "memory":
+				return d.int64((*int64)(&m.Memory))
 			case "max_runtime":
 				return d.duration(&m.MaxRuntime)
 			case "stall_timeout":

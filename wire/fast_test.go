@@ -28,7 +28,7 @@ func TestFastDecodersTakeWhatAppendFrameWrites(t *testing.T) {
 		{TypeJobAssign, &JobAssign{AttemptID: "a1", JobID: "j1", TaskIndex: 3, ArrayIndex: &index, JobName: "train-7b", User: "alice",
 			Attempt: 2, Queue: "gpu",
 			Command: []string{"sh", "-c", "echo $BERTH_ARRAY_INDEX > out"}, Env: map[string]string{"A": "1", "B": ""},
-			Workdir: "/srv/run", GPUs: []int{0, 2}, MaxRuntime: 90 * time.Minute, StallTimeout: -time.Minute, Grace: 10 * time.Second,
+			Workdir: "/srv/run", GPUs: []int{0, 2}, Memory: 64 << 20, MaxRuntime: 90 * time.Minute, StallTimeout: -time.Minute, Grace: 10 * time.Second,
 			Model: "org/llama", Secrets: map[string]string{"HF": "hf_x"}}},
 		{TypeJobAssign, &JobAssign{AttemptID: "a1", JobID: "j1", ArrayIndex: &zero, Queue: "default", Command: []string{"true"}}},
 	} {
@@ -71,6 +71,7 @@ func TestFastDecodersGiveUp(t *testing.T) {
 		{TypeAck, `{"of":"result","resend":"yes"}`},
 		{TypeJobAssign, `{"attempt_id":"a1","env":{"A":"1","A":"2"}}`},
 		{TypeJobAssign, `{"attempt_id":"a1","service":{"needs_port":true}}`},
+		{TypeJobAssign, `{"attempt_id":"a1","cpus":0.5}`},
 		{TypeJobAssign, `{"attempt_id":"a1","gpus":[0,-1.5]}`},
 	} {
 		if _, ok := fastDecoders[tt.typ]([]byte(tt.payload)); ok {

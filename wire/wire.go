@@ -251,15 +251,20 @@ type JobAssign struct {
 	// JobName and User are the job's name and its submitter's; Attempt
 	// counts the job's attempts, this one included (a gang's members share
 	// it), as its retries count them.
-	JobName    string            `json:"job_name,omitempty"`
-	User       string            `json:"user,omitempty"`
-	Attempt    int               `json:"attempt,omitempty"`
-	Queue      string            `json:"queue"`
-	Command    []string          `json:"command"`
-	Env        map[string]string `json:"env,omitempty"`
-	Workdir    string            `json:"workdir,omitempty"`
-	GPUs       []int             `json:"gpus,omitempty"`
-	MaxRuntime time.Duration     `json:"max_runtime,omitempty"`
+	JobName string            `json:"job_name,omitempty"`
+	User    string            `json:"user,omitempty"`
+	Attempt int               `json:"attempt,omitempty"`
+	Queue   string            `json:"queue"`
+	Command []string          `json:"command"`
+	Env     map[string]string `json:"env,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+	GPUs    []int             `json:"gpus,omitempty"`
+	// CPUs and Memory are the job's resources.cpus and resources.memory,
+	// which the agent enforces where it can (a cgroup per attempt); 0:
+	// no limit.
+	CPUs       float64       `json:"cpus,omitempty"`
+	Memory     berth.Bytes   `json:"memory,omitempty"`
+	MaxRuntime time.Duration `json:"max_runtime,omitempty"`
 	// StallTimeout ends the attempt (cause stall) when it writes no output
 	// and reports no progress for this long; 0: never.
 	StallTimeout time.Duration `json:"stall_timeout,omitempty"`
@@ -292,8 +297,9 @@ type JobResult struct {
 	Reason    string             `json:"reason,omitempty"`
 	Cause     string             `json:"cause,omitempty"` // berth.Cause*
 	LogSize   int64              `json:"log_size"`
-	// Class is the failure class of a service attempt the agent ended
-	// because it did not become ready (berth.Failure*).
+	// Class is the failure class (berth.Failure*) of a service attempt
+	// the agent ended because it did not become ready, or oom for an
+	// attempt killed at its memory limit.
 	Class string `json:"class,omitempty"`
 }
 
