@@ -213,7 +213,7 @@ func prepare(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(attDir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent: data dir: %w", err)
 	}
-	id, err := loadWorkerID(filepath.Join(cfg.DataDir, "worker-id"), cfg.Now())
+	id, err := loadWorkerID(cfg.DataDir, cfg.Now())
 	if err != nil {
 		return nil, err
 	}
@@ -280,16 +280,24 @@ func prepare(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
-// loadWorkerID returns the worker id saved in path, or makes one at now
-// and saves it there; it fails when the new id cannot be saved.
-func loadWorkerID(path string, now time.Time) (string, error) {
-	data, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(data))) > 0 {
-		return strings.TrimSpace(string(data)), nil
+// workerIDFile is the file in the data dir that holds the worker id.
+const workerIDFile = "worker-id"
+
+// savedWorkerID returns the worker id saved in dataDir, "" if none.
+func savedWorkerID(dataDir string) string {
+	data, _ := os.ReadFile(filepath.Join(dataDir, workerIDFile))
+	return strings.TrimSpace(string(data))
+}
+
+// loadWorkerID returns the worker id saved in dataDir, or makes one at
+// now and saves it there; it fails when the new id cannot be saved.
+func loadWorkerID(dataDir string, now time.Time) (string, error) {
+	if id := savedWorkerID(dataDir); id != "" {
+		return id, nil
 	}
 	var ids berth.IDGen
 	id := "w-" + strings.ToLower(ids.New(now))
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dataDir, workerIDFile), []byte(id+"\n"), 0o644); err != nil {
 		return "", fmt.Errorf("agent: save worker id: %w", err)
 	}
 	return id, nil

@@ -279,6 +279,15 @@ func (cg *cgroups) close() {
 	}
 }
 
+// closeWorkerCgroups removes the cgroups of the worker of the agent with
+// data dir dataDir (see close), for its watchdog once the agent died.
+func closeWorkerCgroups(dataDir string) {
+	h, id := hostCgroups(), savedWorkerID(dataDir)
+	if h.version != 0 && id != "" {
+		(&cgroups{host: h, dirs: h.workerDirs(id)}).close()
+	}
+}
+
 // attemptCgroup is one attempt's cgroup, in each hierarchy the agent uses
 // (v1: memory first, whose cgroup.procs lists every process of the
 // attempt).

@@ -118,6 +118,7 @@ func Watchdog(dataDir string, agent io.Reader, log *slog.Logger) error {
 		}
 	}
 	groups, escaped, kerr := KillAttempts(live)
+	closeWorkerCgroups(dataDir)
 	if groups+escaped > 0 {
 		log.Warn("the agent died: killed its attempts", "attempts", len(live), "groups", groups, "escaped_processes", escaped)
 	}

@@ -27,6 +27,9 @@ type agentFlags struct {
 	prewarmFor  time.Duration
 	ports       string
 	modelCache  string
+	runAs       string
+	userMap     string
+	allowRoot   bool
 }
 
 func (m *Main) addAgentFlags(fs *flag.FlagSet, af *agentFlags) {
@@ -40,6 +43,9 @@ func (m *Main) addAgentFlags(fs *flag.FlagSet, af *agentFlags) {
 	durationVar(fs, &af.prewarmFor, "prewarm-timeout", 30*time.Minute, "how long a --prewarm command may run (a `duration`, 1s to 24h)")
 	fs.StringVar(&af.ports, "ports", "8000-9000", "LOW-HIGH: the ports services get ({{SERVICE_PORT}})")
 	fs.StringVar(&af.modelCache, "model-cache", "", "where services keep model weights ({{MODEL_CACHE}}; default DATA-DIR/models)")
+	fs.StringVar(&af.runAs, "run-as", agent.RunAsAgent, "whose Unix account jobs run as: agent (the agent's own) or map (an agent running as root runs\neach job as the account of its Berth user: --user-map's, else the account of the same name)")
+	fs.StringVar(&af.userMap, "user-map", "", "with --run-as map, a `file` of lines \"BERTHUSER UNIXACCOUNT\" (# comments); users not in it run\nas the account of their own name")
+	fs.BoolVar(&af.allowRoot, "allow-root-jobs", false, "with --run-as map, let a Berth user that maps to uid 0 run jobs as root (refused otherwise)")
 }
 
 // agentConfig turns flags into an agent configuration, discovering GPUs with
@@ -77,6 +83,20 @@ func (af *agentFlags) agentConfig(ctx context.Context) (agent.Config, error) {
 		return cfg, berth.Invalidf("--ports", "%q: want LOW-HIGH within 1-65535, e.g. 8000-9000", af.ports)
 	}
 	cfg.ModelCache = af.modelCache
+	if af.runAs != agent.RunAsAgent && af.runAs != agent.RunAsMap {
+		return cfg, berth.Invalidf("--run-as", "%q: want %s or %s", af.runAs, agent.RunAsMap, agent.RunAsAgent)
+	}
+	if af.runAs != agent.RunAsMap && (af.userMap != "" || af.allowRoot) {
+		return cfg, berth.Invalidf("--run-as", "--user-map and --allow-root-jobs need --run-as map")
+	}
+	cfg.RunAs, cfg.AllowRootJobs = af.runAs, af.allowRoot
+	if af.userMap != "" {
+		m, err := agent.ReadUserMap(af.userMap)
+		if err != nil {
+			return cfg, &berth.Error{Code: berth.ECodeInvalid, Field: "--user-map", Err: err}
+		}
+		cfg.UserMap = m
+	}
 	if af.gpus != "" {
 		gpus, err := berth.ParseGPUSpec(af.gpus)
 		if err != nil {
@@ -133,8 +153,18 @@ reports progress (a fraction or a short message) with a line
 either counts as activity for its stall_timeout. An attempt the agent ends
 itself exits with 75 (max_runtime), 76 (stalled), 77 (reassigned elsewhere),
 78 (GPU health), 79 (stopped by an operator turning the worker off), 80
-(a service that did not become ready) or 81 (its agent was stopped: the job
-goes back to the queue for another worker, no retry spent).
+(a service that did not become ready), 81 (its agent was stopped: the job
+goes back to the queue for another worker, no retry spent) or 82 (oom: the
+kernel killed it at its memory limit).
+
+Where the agent can make cgroups (it runs as root, with cgroup v2's memory
+and cpu controllers or v1's memory and cpu hierarchies), each attempt runs
+in a cgroup of its own: the job's cpus and memory are enforced, and every
+process in it, daemons that left the process group included, is killed
+when the attempt ends. Otherwise the agent logs at start that limits are
+not enforced, and jobs run as before. With --run-as map, an agent running
+as root runs each job as its Berth user's Unix account (see
+docs/security.md for what is and is not isolated).
 
 --server may list the servers of a highly available control plane,
 comma-separated (--server http://a:7070,http://b:7070): the agent keeps a
