@@ -87,6 +87,20 @@ type GPUStat struct {
 	MemoryUsed  Bytes `json:"memory_used"`
 }
 
+// Isolation modes: how a worker's agent confines its attempts
+// (Worker.Isolation).
+const (
+	IsolationCgroupV1 = "cgroup-v1" // each attempt in a cgroup (v1) of its own: cpus and memory enforced, every process killed at its end
+	IsolationCgroupV2 = "cgroup-v2" // the same with cgroup v2
+	IsolationNone     = "none"      // process groups only: no limits, and a process that leaves the group outlives its attempt
+)
+
+// ValidIsolation reports whether s is an isolation mode, or empty (an
+// agent that does not say).
+func ValidIsolation(s string) bool {
+	return s == "" || s == IsolationCgroupV1 || s == IsolationCgroupV2 || s == IsolationNone
+}
+
 // Worker is a machine running a berth agent.
 type Worker struct {
 	ID            string            `json:"id"`
@@ -99,6 +113,7 @@ type Worker struct {
 	Slots         int               `json:"slots"` // most attempts at once
 	Labels        map[string]string `json:"labels,omitempty"`
 	Version       string            `json:"version,omitempty"`
+	Isolation     string            `json:"isolation,omitempty"` // Isolation*, as its agent reports
 	State         WorkerState       `json:"state"`
 	Running       int               `json:"running"`
 	GPUsInUse     int               `json:"gpus_in_use"` // GPUs its running attempts hold

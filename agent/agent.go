@@ -233,9 +233,9 @@ func prepare(cfg Config) (*Agent, error) {
 		attempts: map[string]*attempt{}, forgot: make(chan struct{})}
 	if w.cgroups, err = openCgroups(hostCgroups(), id); err != nil {
 		a.log.Warn("the jobs' cpus and memory are not enforced, and processes that leave an attempt's process group outlive it",
-			"isolation", IsolationNone, "why", err)
+			"isolation", berth.IsolationNone, "why", err)
 	} else {
-		a.log.Info("each attempt runs in a cgroup of its own, with its job's cpus and memory as limits", "isolation", hostCgroups().isolation())
+		a.log.Info("each attempt runs in a cgroup of its own, with its job's cpus and memory as limits", "isolation", w.isolation())
 	}
 	if w.ports, err = NewPortAllocator(PortConfig{Lo: cfg.PortLo, Hi: cfg.PortHi, Path: filepath.Join(cfg.DataDir, "ports.json"),
 		Now: cfg.Now}); err != nil {
@@ -301,16 +301,6 @@ func loadWorkerID(dataDir string, now time.Time) (string, error) {
 		return "", fmt.Errorf("agent: save worker id: %w", err)
 	}
 	return id, nil
-}
-
-// Isolation returns how the agent confines its attempts: IsolationCgroupV1
-// or IsolationCgroupV2 (each attempt in a cgroup of its own, its limits
-// enforced), or IsolationNone.
-func (a *Agent) Isolation() string {
-	if a.work.cgroups == nil {
-		return IsolationNone
-	}
-	return a.work.cgroups.host.isolation()
 }
 
 // WorkerID returns the id this agent registers as.

@@ -29,13 +29,6 @@ import (
 // OWN/berth/WORKER/ATTEMPT, OWN being the agent's own cgroup in each
 // hierarchy.
 
-// Isolation modes: how an agent confines its attempts (Agent.Isolation).
-const (
-	IsolationCgroupV1 = "cgroup-v1"
-	IsolationCgroupV2 = "cgroup-v2"
-	IsolationNone     = "none" // process groups only: no limits, and processes that leave the group outlive the attempt
-)
-
 // v1Controllers are the v1 hierarchies an attempt gets a cgroup in: memory
 // (its limit, its OOM kills, and the list of its processes: every process
 // is in one memory cgroup) and cpu (its quota).
@@ -57,15 +50,15 @@ type cgroupHost struct {
 	why     string            // when version is 0: why
 }
 
-// isolation names the mode of h.
+// isolation names the mode of h (berth.Isolation*).
 func (h *cgroupHost) isolation() string {
 	switch h.version {
 	case 1:
-		return IsolationCgroupV1
+		return berth.IsolationCgroupV1
 	case 2:
-		return IsolationCgroupV2
+		return berth.IsolationCgroupV2
 	}
-	return IsolationNone
+	return berth.IsolationNone
 }
 
 // hostCgroups is this process's cgroupHost, read once.

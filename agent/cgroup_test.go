@@ -64,7 +64,7 @@ func TestDetectCgroups(t *testing.T) {
 			if h.version != tt.version || (tt.version != 0 && !reflect.DeepEqual(h.own, tt.own)) || !strings.Contains(h.why, tt.why) {
 				t.Fatalf("detected v%d %v (%q), want v%d %v (%q)", h.version, h.own, h.why, tt.version, tt.own, tt.why)
 			}
-			if want := map[int]string{0: IsolationNone, 1: IsolationCgroupV1, 2: IsolationCgroupV2}[tt.version]; h.isolation() != want {
+			if want := map[int]string{0: berth.IsolationNone, 1: berth.IsolationCgroupV1, 2: berth.IsolationCgroupV2}[tt.version]; h.isolation() != want {
 				t.Errorf("isolation %q, want %q", h.isolation(), want)
 			}
 		})

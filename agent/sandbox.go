@@ -41,6 +41,15 @@ func (s *supervisor) sandbox(m *wire.JobAssign) (*Sandbox, error) {
 	return &Sandbox{acct: acct, cgroups: s.cgroups, attempt: m.AttemptID, cpus: m.CPUs, memory: m.Memory}, nil
 }
 
+// isolation says how the supervisor confines its attempts
+// (berth.Isolation*).
+func (s *supervisor) isolation() string {
+	if s.cgroups == nil {
+		return berth.IsolationNone
+	}
+	return s.cgroups.host.isolation()
+}
+
 // env is HOME, USER and LOGNAME of the attempt's account, none when it
 // runs as the agent.
 func (sb *Sandbox) env() []string {

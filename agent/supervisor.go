@@ -86,7 +86,7 @@ const reassigned = "reassigned: the server says this attempt now belongs elsewhe
 
 // resume implements supervision.
 func (s *supervisor) resume(reg *wire.Register) {
-	reg.Models = s.models.list()
+	reg.Models, reg.Isolation = s.models.list(), s.isolation()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, at := range s.attempts {

@@ -213,7 +213,7 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 	case m.WorkerID == "" || m.Host == "" || len(m.WorkerID) > 128 || len(m.Host) > 253:
 		c.protocolError(s, "register needs worker_id and host")
 		return
-	case m.Slots < 1 || m.CPUs < 0 || m.Memory < 0 || len(m.GPUs) > berth.MaxGPUsPerWorker:
+	case m.Slots < 1 || m.CPUs < 0 || m.Memory < 0 || len(m.GPUs) > berth.MaxGPUsPerWorker || !berth.ValidIsolation(m.Isolation):
 		c.protocolError(s, "register has invalid capacity")
 		return
 	}
@@ -234,8 +234,8 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 		old.close("replaced by a new session of the same worker")
 	}
 	w := ws.w
-	w.Host, w.Queues, w.GPUs, w.CPUs, w.Memory, w.Slots, w.Labels, w.Version =
-		m.Host, m.Queues, m.GPUs, m.CPUs, m.Memory, m.Slots, m.Labels, m.Agent
+	w.Host, w.Queues, w.GPUs, w.CPUs, w.Memory, w.Slots, w.Labels, w.Version, w.Isolation =
+		m.Host, m.Queues, m.GPUs, m.CPUs, m.Memory, m.Slots, m.Labels, m.Agent, m.Isolation
 	w.State, w.LastHeartbeat, w.RegisteredAt = berth.WorkerReady, now, now
 	ws.sess, ws.lastSeen = s, now.UnixNano()
 	s.worker = ws

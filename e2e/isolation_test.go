@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,12 +16,24 @@ import (
 
 // isolatedAgent adds an agent and skips the test unless it runs each
 // attempt in a cgroup (root, and cgroup controllers it may use): where it
-// cannot, it says so at start and jobs run unconfined, by design.
+// cannot, it says so at start and jobs run unconfined, by design. The
+// worker shows the agent's mode, as the agent logged it.
 func (cl *cluster) isolatedAgent(host string, extra ...string) *proc {
 	cl.t.Helper()
 	p := cl.addAgent(host, extra...)
-	if out := p.out.String(); !strings.Contains(out, "isolation=cgroup-v") {
-		cl.t.Skipf("the agent has no cgroups on this machine:\n%s", out)
+	ws, err := cl.c.Workers(context.Background())
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+	i := slices.IndexFunc(ws, func(w *berth.Worker) bool { return w.Host == host })
+	if i < 0 {
+		cl.t.Fatalf("worker %s is not listed", host)
+	}
+	if !strings.Contains(p.out.String(), "isolation="+ws[i].Isolation) {
+		cl.t.Fatalf("worker %s has isolation %q; its agent logged:\n%s", host, ws[i].Isolation, p.out)
+	}
+	if ws[i].Isolation == berth.IsolationNone {
+		cl.t.Skipf("the agent has no cgroups on this machine:\n%s", p.out)
 	}
 	return p
 }

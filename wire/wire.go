@@ -218,6 +218,9 @@ type Register struct {
 	Running  []string          `json:"running,omitempty"`
 	Finished []string          `json:"finished,omitempty"` // ended, result not yet acknowledged
 	Agent    string            `json:"agent,omitempty"`    // build version
+	// Isolation is how the agent confines its attempts
+	// (berth.Isolation*).
+	Isolation string `json:"isolation,omitempty"`
 	// Models are the models warm on this worker (their weights are cached
 	// here), sorted.
 	Models []string `json:"models,omitempty"`

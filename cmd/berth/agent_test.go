@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -120,6 +122,35 @@ func TestAgentGPUsErrorNamesTheFlagOnce(t *testing.T) {
 		if code != exitUsage || out.Len() != 0 || errOut.String() != want {
 			t.Errorf("berth %s: exit %d, stdout %q, stderr %q; want exit 2 and %q",
 				strings.Join(args, " "), code, out.String(), errOut.String(), want)
+		}
+	}
+}
+
+// TestAgentRejectsBadRunAsFlags checks that --run-as, --user-map and
+// --allow-root-jobs are validated before the agent starts, with an error
+// naming the flag (and, for a bad map file, its line).
+func TestAgentRejectsBadRunAsFlags(t *testing.T) {
+	t.Parallel()
+	bad := filepath.Join(t.TempDir(), "users")
+	if err := os.WriteFile(bad, []byte("alice alice\nbob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--run-as", "user"}, `--run-as: "user": want map or agent`},
+		{[]string{"--user-map", bad}, "--run-as: --user-map and --allow-root-jobs need --run-as map"},
+		{[]string{"--allow-root-jobs"}, "--run-as: --user-map and --allow-root-jobs need --run-as map"},
+		{[]string{"--run-as", "map", "--user-map", bad}, "--user-map: user map " + bad + `:2: "bob": want BERTHUSER UNIXACCOUNT`},
+	} {
+		var out, errOut bytes.Buffer
+		m := &Main{Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }}
+		args := append([]string{"agent", "--gpus", "0", "--data-dir", t.TempDir(), "--server", "http://127.0.0.1:1"}, tc.args...)
+		code := m.Run(context.Background(), args)
+		if code != exitUsage || !strings.Contains(errOut.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("berth %s: exit %d, stdout %q, stderr %q; want exit 2 and an error with %q",
+				strings.Join(args, " "), code, out.String(), errOut.String(), tc.want)
 		}
 	}
 }
