@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,10 +126,12 @@ func (j *GroupJournal) compactLocked() error {
 // alive. A missing journal is not an error. It goes on past malformed
 // lines and returns the first such error with the count; it never signals
 // its own process group, nor processes it may not signal (EPERM). It
-// changes no file.
+// changes no file but the cgroups: those of the attempts, and then, once
+// empty, those of the worker whose data dir holds the journal.
 func KillStale(path string) (int, error) {
 	live, err := StaleGroups(path)
 	killed, _, kerr := KillAttempts(live)
+	closeWorkerCgroups(filepath.Dir(path))
 	return killed, errors.Join(err, kerr)
 }
 
