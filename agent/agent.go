@@ -11,7 +11,11 @@
 // stall_timeout (stall), when the server says they belong elsewhere
 // (reassigned), when a GPU of theirs fails its health check (gpu_health),
 // and on a hard stop by an operator (operator), which it confirms: the
-// processes are gone and the GPU memory was released.
+// processes are gone and the GPU memory was released. Where it can, it runs
+// each attempt in a cgroup of its own (cgroup.go), which enforces the job's
+// cpus and memory (an attempt the kernel kills at its memory limit ends
+// with cause oom) and whose processes all die with the attempt; as root, it
+// may run each attempt as its user's Unix account (runas.go, Config.RunAs).
 //
 // Asked to stop (the end of Run's context), the agent keeps its session
 // while it stops its attempts (SIGTERM, then SIGKILL after their grace),

@@ -53,8 +53,10 @@ type Spec struct {
 // (non-zero exit, killed by a signal, start failure, stopped by a
 // watchdog) or cancelled (stopped without a cause, or with cause
 // operator). Cause is set when the attempt was stopped for one
-// (berth.Cause*: Stop or Kill with a cause, max_runtime, stall_timeout);
-// ExitCode is then the cause's code (berth.CauseExitCode). A command that
+// (berth.Cause*: Stop or Kill with a cause, max_runtime, stall_timeout),
+// or is oom when, not stopped, it failed after the kernel killed a process
+// of its cgroup for memory; ExitCode is then the cause's code
+// (berth.CauseExitCode). A command that
 // could not be run has a shell's codes: 127 not found, 126 not
 // executable. Otherwise ExitCode is nil when the process did not exit by
 // itself (killed by a signal, never started for another reason).
@@ -102,9 +104,10 @@ type Process interface {
 
 // ProcessExecutor runs each attempt as a child process group of the agent:
 // the leader is Command, in its own process group, killed if the agent dies
-// (Pdeathsig), with stdout and stderr appended to LogPath. When the leader
-// exits, the rest of its group is killed, and Done waits (at most Grace) for
-// those members to die. It records the group in Spec.Groups while it lives
+// (Pdeathsig), with stdout and stderr appended to LogPath, as the account
+// and in the cgroup of its Spec.Sandbox. When the leader exits, the rest of
+// its group is killed, then every process left in its cgroup, and Done
+// waits (at most Grace for each) for them to die. It records the group in Spec.Groups while it lives
 // so that the agent's watchdog (Watchdog), or a restarted agent
 // (KillStale), can kill what a dead agent left behind.
 type ProcessExecutor struct{}
