@@ -226,7 +226,7 @@ func (s *session) dial(ctx context.Context, server string) (c *websocket.Conn, l
 	defer cancel()
 	var d net.Dialer
 	var local atomic.Pointer[string] // the transport dials on a goroutine of its own
-	tr := &http.Transport{Proxy: http.ProxyFromEnvironment, TLSClientConfig: s.cfg.TLS,
+	tr := &http.Transport{TLSClientConfig: s.cfg.TLS,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := d.DialContext(ctx, network, addr)
 			if tcp, ok := conn.(*net.TCPConn); ok && err == nil {
@@ -235,6 +235,9 @@ func (s *session) dial(ctx context.Context, server string) (c *websocket.Conn, l
 			}
 			return conn, err
 		}}
+	if s.cfg.TLS == nil {
+		tr.Proxy = http.ProxyFromEnvironment // like http.DefaultClient; with a pinned CA, directly
+	}
 	opts := &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: &http.Client{Transport: tr}}
 	c, resp, err := websocket.Dial(dialCtx, wsURL(server), opts)
 	if ip := local.Load(); ip != nil && err == nil {
