@@ -44,6 +44,9 @@ type lifecycle struct {
 	// preempted holds when each preemption of the last window happened.
 	preempted []time.Time
 	nextPort  int // where the next rendezvous port search starts
+	// busyPorts holds when a gang's rank 0 last found a rendezvous port in
+	// use on its machine, by "ADDRESS:PORT" (see rendezvousPort).
+	busyPorts map[string]time.Time
 
 	ids berth.IDGen
 	now func() time.Time
@@ -74,6 +77,7 @@ func newLifecycle(cfg *Config) lifecycle {
 		restarting:  map[*jobState]struct{}{},
 		idem:        map[idemKey][]string{},
 		controls:    map[string]map[string]*berth.WorkerControl{},
+		busyPorts:   map[string]time.Time{},
 		stats:       newStats(),
 		now:         cfg.Now,
 		log:         cfg.Log,
@@ -294,6 +298,9 @@ func (l *lifecycle) endAttempt(as *attemptState, st berth.AttemptState, code *in
 	}
 	a.ExitCode, a.Reason, a.FinishedAt = code, reason, now
 	_ = l.transitionAttempt(as, st) // checked above
+	if as.cause == berth.CausePortBusy {
+		l.busyPorts[rendezvousKey(as.worker.w.Address(), a.Port)] = now
+	}
 	delete(l.attempts, a.ID)
 	as.worker.release(as)
 	js := as.job
