@@ -22,6 +22,7 @@ type Cluster interface {
 	Cancel(ctx context.Context, id string) (*berth.Job, error)
 	Services(ctx context.Context) ([]*berth.Service, error)
 	Workers(ctx context.Context) ([]*berth.Worker, error)
+	Job(ctx context.Context, id string) (*berth.JobDetail, error)
 }
 
 // Swapper runs model swaps (seed 000's POST /api/swap): stop what a pool
@@ -224,13 +225,33 @@ func (s *Swapper) swap(ctx context.Context, id string, sw berth.Swap) (string, e
 			return false, err
 		}
 		for _, svc := range list {
-			if svc.ID == job {
-				return svc.Phase == berth.PhaseReady, nil
+			if svc.ID != job {
+				continue
 			}
+			if diedBeforeReady(svc) {
+				if _, err := s.Cluster.Cancel(ctx, job); err != nil && berth.ErrorCode(err) != berth.ECodeConflict {
+					return false, fmt.Errorf("service %s died before it was ready (%s); stopping it: %w", job, svc.Reason, err)
+				}
+				return false, fmt.Errorf("service %s died before it was ready; stopped it: %s", job, svc.Reason)
+			}
+			return svc.Phase == berth.PhaseReady, nil
 		}
-		return false, fmt.Errorf("service %s ended before it was ready", job)
+		d, err := s.Cluster.Job(ctx, job)
+		if err != nil {
+			return false, fmt.Errorf("service %s ended before it was ready: %w", job, err)
+		}
+		return false, fmt.Errorf("service %s %s before it was ready: %s", job, d.State, d.Reason)
 	})
 	return job, err
+}
+
+// diedBeforeReady reports whether svc, a service a swap started and which
+// has not been ready yet, has had an attempt end: it waits out a restart
+// (its one attempt spent, none running) or runs a restart. Attempts lost
+// with their worker, preempted or stopped by an operator spend none, so
+// they do not count.
+func diedBeforeReady(svc *berth.Service) bool {
+	return svc.Attempts > 1 || (svc.Attempts == 1 && svc.AttemptID == "")
 }
 
 // poolServices returns the active services named name.
