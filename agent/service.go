@@ -23,7 +23,7 @@ type serviceRun struct {
 
 	mu     sync.Mutex
 	class  string // the failure class once it failed its readiness check
-	reason string // why, when it replaces the exit's reason (cannot_start)
+	reason string // why, when it replaces the exit's reason (it exited before ready)
 }
 
 // prepareService gives a service attempt its port (when it needs one) and
@@ -103,8 +103,11 @@ func (s *supervisor) watchService(ctx context.Context, at *attempt, m *wire.JobA
 		st = exitStatus(at, st)
 		svc.mu.Lock()
 		svc.class = st.Class
-		if st.Class == FailCannotStart {
+		switch {
+		case st.Class == FailCannotStart:
 			svc.reason = st.Reason
+		case hasEnded(at.proc): // it exited by itself: its result says how, and what the check saw
+			svc.reason = fmt.Sprintf("%s (%s): %s", at.proc.Exit().Reason, st.Class, st.Reason)
 		}
 		svc.mu.Unlock()
 		at.proc.Stop(berth.CauseReadiness, fmt.Sprintf("not ready (%s): %s", st.Class, st.Reason))

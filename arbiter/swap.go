@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -103,7 +104,8 @@ func poolHas(p Pool, w *berth.Worker) bool {
 // caller's lock token, "" for none): ECodeNotFound for an unknown key,
 // ECodeLocked (423) when the lock is held by another, ECodeConflict when
 // a swap runs on the pool already. A dry run only validates and returns
-// the swap it would start, ended, touching nothing.
+// the swap it would start, ended (ready, or failed with the problems as
+// its reason), with the services it would stop, touching nothing.
 func (s *Swapper) Start(ctx context.Context, key, token, who string, dryRun bool) (*berth.Swap, error) {
 	v, err := s.Validate(ctx, key)
 	if err != nil {
@@ -112,11 +114,18 @@ func (s *Swapper) Start(ctx context.Context, key, token, who string, dryRun bool
 	sw := &berth.Swap{ID: newSwapID(), ModelKey: key, Pool: v.Pool, State: berth.SwapStatePending,
 		StartedAt: berth.FormatSparkTime(s.now()), DryRun: dryRun, RequestedBy: who}
 	if dryRun {
+		current, err := s.poolServices(ctx, poolService(v.Pool))
+		if err != nil {
+			return nil, err
+		}
+		for _, svc := range current {
+			sw.Stopped = append(sw.Stopped, svc.ID)
+		}
 		code := 0
 		sw.State, sw.FinishedAt, sw.Returncode = berth.SwapStateReady, sw.StartedAt, &code
 		if !v.OK {
 			code = 1
-			sw.State, sw.Reason = berth.SwapStateFailed, fmt.Sprint(v.Problems)
+			sw.State, sw.Reason = berth.SwapStateFailed, strings.Join(v.Problems, "; ")
 		}
 		return sw, nil
 	}
@@ -229,10 +238,7 @@ func (s *Swapper) swap(ctx context.Context, id string, sw berth.Swap) (string, e
 				continue
 			}
 			if diedBeforeReady(svc) {
-				if _, err := s.Cluster.Cancel(ctx, job); err != nil && berth.ErrorCode(err) != berth.ECodeConflict {
-					return false, fmt.Errorf("service %s died before it was ready (%s); stopping it: %w", job, svc.Reason, err)
-				}
-				return false, fmt.Errorf("service %s died before it was ready; stopped it: %s", job, svc.Reason)
+				return false, s.stopDead(ctx, job)
 			}
 			return svc.Phase == berth.PhaseReady, nil
 		}
@@ -243,6 +249,24 @@ func (s *Swapper) swap(ctx context.Context, id string, sw berth.Swap) (string, e
 		return false, fmt.Errorf("service %s %s before it was ready: %s", job, d.State, d.Reason)
 	})
 	return job, err
+}
+
+// stopDead stops service job, which died before it was ever ready, and
+// returns the swap's error: how its attempt ended.
+func (s *Swapper) stopDead(ctx context.Context, job string) error {
+	if _, err := s.Cluster.Cancel(ctx, job); err != nil && berth.ErrorCode(err) != berth.ECodeConflict {
+		return fmt.Errorf("service %s died before it was ready; stopping it: %w", job, err)
+	}
+	how := "its attempt ended"
+	if d, err := s.Cluster.Job(ctx, job); err == nil { // the cancel is durable, and so is the end before it
+		for _, a := range d.AttemptList {
+			if a.State.Terminal() && a.State != berth.AttemptCancelled {
+				how = fmt.Sprintf("attempt %s on %s %s: %s", a.ID, a.Host, a.State, a.Reason)
+				break
+			}
+		}
+	}
+	return fmt.Errorf("service %s died before it was ready (%s); the swap stopped it", job, how)
 }
 
 // diedBeforeReady reports whether svc, a service a swap started and which
