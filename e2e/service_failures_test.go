@@ -148,7 +148,9 @@ readiness: {probe: {kind: http, path: /v1/models}}
 	swap := func(key string) *berth.Swap {
 		t.Helper()
 		begin := time.Now()
-		defer func() { t.Logf("swap to %s ended %v after it was asked for", key, time.Since(begin).Round(10*time.Millisecond)) }()
+		defer func() {
+			t.Logf("swap to %s ended %v after it was asked for", key, time.Since(begin).Round(10*time.Millisecond))
+		}()
 		sw, err := cl.c.Swap(ctx, berth.SwapRequest{ModelKey: key}, "")
 		if err != nil {
 			t.Fatalf("swap to %s: %v", key, err)
