@@ -40,6 +40,11 @@ const (
 	FailureWorkloadFatal = "workload_fatal" // the workload itself broke (CUDA out of memory, engine dead)
 	FailureInfraFatal    = "infra_fatal"    // the machine could not run it (port never bound, driver errors)
 	FailureUnknown       = "unknown"        // exited before ready, nothing recognised
+	// FailureCannotStart: its program could not be started — exit code
+	// 126 (not executable) or 127 (not found), from the agent's own exec
+	// or from a shell, before the service was ever ready. On a service's
+	// first run it ends the service at once: restarting cannot help.
+	FailureCannotStart = "cannot_start"
 )
 
 // Attempt is one placement of one task of a job on a worker. Everything an

@@ -14,7 +14,7 @@ type WorkerState string
 // Worker states.
 const (
 	WorkerReady        WorkerState = "ready"        // connected, has free capacity
-	WorkerBusy         WorkerState = "busy"         // connected, full
+	WorkerBusy         WorkerState = "busy"         // connected, full: every slot, or every GPU that is not faulty, in use
 	WorkerDraining     WorkerState = "draining"     // turned off (drain): takes no work, running attempts finishing
 	WorkerParked       WorkerState = "parked"       // turned off: takes no work
 	WorkerDisconnected WorkerState = "disconnected" // no session, within its lease

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -436,9 +437,10 @@ func (s *supervisor) follow(runCtx context.Context, at *attempt, m *wire.JobAssi
 		if ex.Cause == berth.CauseOperator {
 			ex.Reason += "; " + s.confirmStopped(runCtx, at.gpus, ex.Lingering)
 		}
+		class, why := svc.failure()
 		at.mu.Lock()
-		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(ex.Reason),
-			Cause: ex.Cause, Class: svc.failureClass()}
+		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(cmp.Or(why, ex.Reason)),
+			Cause: ex.Cause, Class: class}
 		at.mu.Unlock()
 		s.report(runCtx, at)
 	}()
