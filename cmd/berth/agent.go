@@ -154,8 +154,10 @@ either counts as activity for its stall_timeout. An attempt the agent ends
 itself exits with 75 (max_runtime), 76 (stalled), 77 (reassigned elsewhere),
 78 (GPU health), 79 (stopped by an operator turning the worker off), 80
 (a service that did not become ready), 81 (its agent was stopped: the job
-goes back to the queue for another worker, no retry spent) or 82 (oom: the
-kernel killed it at its memory limit).
+goes back to the queue for another worker, no retry spent), 82 (oom: the
+kernel killed it at its memory limit) or 83 (rank 0 of a gang not started
+because its MASTER_PORT was in use here: the gang is placed again with
+another port, no retry spent).
 
 Where the agent can make cgroups (it runs as root, with cgroup v2's memory
 and cpu controllers or v1's memory and cpu hierarchies), each attempt runs
@@ -188,6 +190,7 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	dataDir := fs.String("data-dir", ".berth/agent", "directory for attempt output and the worker id")
 	host := fs.String("host", hostname, "host label of this worker")
 	keep := fs.Bool("keep-services", true, "leave services running when the agent stops, for the agent started next on this\ndata dir to adopt (within --lease of the server, else they are retried elsewhere)")
+	advertise := fs.String("advertise", "", "the `address` (an IP or a host name, no port) other machines and the server reach\nthis worker at: its services' endpoints and, for rank 0 of a gang, MASTER_ADDR\n(default: the local address of this agent's connection to the server)")
 	join := fs.String("join-token", m.Getenv("BERTH_JOIN_TOKEN"), "a join token (berth token create --role agent), traded at the first start for a credential\nof this agent's own, kept in DATA-DIR/credential (default $BERTH_JOIN_TOKEN)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -198,12 +201,17 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	if err := berth.ValidHost("--host", *host); err != nil {
 		return err
 	}
+	if *advertise != "" {
+		if err := berth.ValidAdvertise("--advertise", *advertise); err != nil {
+			return err
+		}
+	}
 	cfg, err := af.agentConfig(ctx)
 	if err != nil {
 		return err
 	}
 	cfg.Server, cfg.Token, cfg.JoinToken, cfg.TLS = cf.server, m.Getenv("BERTH_TOKEN"), *join, cf.tls
-	cfg.DataDir, cfg.Host, cfg.Version, cfg.KeepServices = *dataDir, *host, Version, *keep
+	cfg.DataDir, cfg.Host, cfg.Version, cfg.KeepServices, cfg.Advertise = *dataDir, *host, Version, *keep, *advertise
 	cfg.Log = slog.New(slog.NewTextHandler(m.Stderr, nil))
 	if cfg.Watchdog, err = watchdogArgv(); err != nil {
 		return err
