@@ -50,6 +50,16 @@ const (
 	FailureCannotStart = "cannot_start"
 )
 
+// ValidFailureClass reports whether c is a failure class (Failure*), or
+// empty (none).
+func ValidFailureClass(c string) bool {
+	switch c {
+	case "", FailureWarmup, FailureStall, FailureWorkloadFatal, FailureInfraFatal, FailureUnknown, FailureOOM, FailureCannotStart:
+		return true
+	}
+	return false
+}
+
 // Attempt is one placement of one task of a job on a worker. Everything an
 // agent reports is fenced by the attempt id: reports for a superseded
 // attempt are ignored.

@@ -365,6 +365,10 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 		c.protocolError(s, "job_result state %q", m.State)
 		return
 	}
+	if _, known := berth.CauseExitCode(m.Cause); (m.Cause != "" && !known) || !berth.ValidFailureClass(m.Class) {
+		c.protocolError(s, "job_result cause %q, class %q", m.Cause, m.Class)
+		return
+	}
 	st, code, reason := m.State, m.ExitCode, m.Reason
 	as.cause = m.Cause
 	if m.Class != "" {
