@@ -1,13 +1,17 @@
 package agent
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth"
 )
@@ -143,5 +147,45 @@ func TestSandboxOOM(t *testing.T) {
 	if ex.State != berth.AttemptFailed || ex.Cause != berth.CauseOOM || ex.ExitCode == nil || *ex.ExitCode != code ||
 		!strings.HasPrefix(ex.Reason, "oom: killed by the kernel at its memory limit (32MiB)") {
 		t.Fatalf("exit %+v (%s), want failed with cause oom, exit code %d and the limit in the reason; output %q", ex, deref(ex.ExitCode), code, out)
+	}
+}
+
+// TestWatchdogKillsWhatIsInTheCgroup: when the agent dies, its watchdog
+// kills every process in its attempts' cgroups, even one that left the
+// group and the session and cleared its environment (which the /proc scan
+// for BERTH_ATTEMPT_ID cannot find), and removes the cgroups.
+func TestWatchdogKillsWhatIsInTheCgroup(t *testing.T) {
+	cg := cgroupsOrSkip(t)
+	root := t.TempDir()
+	pids := filepath.Join(root, "pids")
+	job := specIn(t, root, openJournal(t, root), "hidden-job", "sh", "-c", `env -i setsid sleep 300 & echo $! > `+pids+`; echo ready; wait`)
+	job.Sandbox = &Sandbox{cgroups: cg, attempt: job.AttemptID}
+	jp := start(t, job)
+	waitForLog(t, job, "ready")
+	pid := pidsIn(t, pids)[0]
+	for left := time.Now().Add(10 * time.Second); ; { // setsid runs in the forked child
+		if pgid, _ := syscall.Getpgid(pid); pgid != readPgid(t, job) && attemptOf(pid) == "" {
+			break
+		}
+		if time.Now().After(left) {
+			t.Fatalf("the grandchild %d stayed in the job's group, or kept its environment", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var logged bytes.Buffer
+	if err := Watchdog(root, strings.NewReader(""), slog.New(slog.NewTextHandler(&logged, nil))); err != nil {
+		t.Fatalf("Watchdog after the agent died: %v", err)
+	}
+	if processRunning(pid) { // the watchdog returns once the cgroup is empty
+		t.Errorf("the hidden grandchild %d still runs after the watchdog", pid)
+	}
+	await(t, jp)
+	if !strings.Contains(logged.String(), "escaped_processes=1") {
+		t.Errorf("the watchdog logged %q; want one escaped process", logged.String())
+	}
+	for _, dir := range job.Sandbox.cg.dirs {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("the attempt's cgroup %s is still there (%v)", dir, err)
+		}
 	}
 }
