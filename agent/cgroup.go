@@ -282,8 +282,8 @@ func closeWorkerCgroups(dataDir string) {
 }
 
 // attemptCgroup is one attempt's cgroup, in each hierarchy the agent uses
-// (v1: memory first, whose cgroup.procs lists every process of the
-// attempt).
+// for it (v1: memory, whose cgroup.procs lists every process of the
+// attempt, then cpu when it has a CPU limit).
 type attemptCgroup struct {
 	host *cgroupHost
 	dirs []string
@@ -291,9 +291,15 @@ type attemptCgroup struct {
 
 // create makes attempt's cgroup with its limits: at most memory bytes
 // (swap included, where the kernel accounts it) and cpus CPUs; 0: none.
+// On v1 an attempt without a CPU limit has no cpu cgroup: each hierarchy
+// a process joins costs a migration.
 func (cg *cgroups) create(attempt string, cpus float64, memory berth.Bytes) (*attemptCgroup, error) {
 	ag := &attemptCgroup{host: cg.host}
-	for _, d := range cg.dirs {
+	dirs := cg.dirs
+	if cg.host.version == 1 && cpus == 0 {
+		dirs = dirs[:1]
+	}
+	for _, d := range dirs {
 		dir := filepath.Join(d, attempt)
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			ag.remove()
@@ -375,7 +381,7 @@ func (ag *attemptCgroup) start(cmd *exec.Cmd) error {
 	if err == nil {
 		err = cmd.Start()
 	}
-	for _, c := range v1Controllers {
+	for _, c := range v1Controllers[:len(ag.dirs)] {
 		// Should this fail, the thread stays counted in the attempt's
 		// cgroup; killAll never signals the agent itself.
 		_ = writeCgroup(ag.host.own[c], "tasks", tid)

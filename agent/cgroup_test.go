@@ -77,7 +77,7 @@ func TestDetectCgroups(t *testing.T) {
 
 // cgroupsOrSkip returns a worker's cgroups on this machine, skipping the
 // test where the agent could not make them (not root, no controllers).
-func cgroupsOrSkip(t *testing.T) *cgroups {
+func cgroupsOrSkip(t testing.TB) *cgroups {
 	t.Helper()
 	cg, err := openCgroups(hostCgroups(), "w-test-"+strconv.Itoa(os.Getpid())+"-"+t.Name())
 	if err != nil {

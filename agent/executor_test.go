@@ -514,12 +514,28 @@ func TestEnvironLaterEntriesWin(t *testing.T) {
 }
 
 // BenchmarkStartTrue starts `true` and waits for it to end, one at a time.
-func BenchmarkStartTrue(b *testing.B) {
+func BenchmarkStartTrue(b *testing.B) { benchStartTrue(b, nil) }
+
+// BenchmarkStartTrueInCgroup is BenchmarkStartTrue with each attempt in a
+// cgroup of its own, with limits: made, entered, emptied and removed.
+func BenchmarkStartTrueInCgroup(b *testing.B) {
+	cg := cgroupsOrSkip(b)
+	benchStartTrue(b, func(id string) *Sandbox { return &Sandbox{cgroups: cg, attempt: id, cpus: 1, memory: 1 << 30} })
+}
+
+// benchStartTrue starts `true` and waits for it to end, one at a time, in
+// the sandbox of each attempt (nil: none).
+func benchStartTrue(b *testing.B, sandbox func(id string) *Sandbox) {
 	root := b.TempDir()
 	for i := 0; b.Loop(); i++ {
-		dir := filepath.Join(root, strconv.Itoa(i))
-		p, err := ProcessExecutor{}.Start(context.Background(), Spec{AttemptID: "a", JobID: "j",
-			Command: []string{"true"}, Workdir: root, Dir: dir, LogPath: dir + ".log"})
+		id := strconv.Itoa(i)
+		dir := filepath.Join(root, id)
+		var sb *Sandbox
+		if sandbox != nil {
+			sb = sandbox(id)
+		}
+		p, err := ProcessExecutor{}.Start(context.Background(), Spec{AttemptID: id, JobID: "j",
+			Command: []string{"true"}, Workdir: root, Dir: dir, LogPath: dir + ".log", Sandbox: sb})
 		if err != nil {
 			b.Fatal(err)
 		}
