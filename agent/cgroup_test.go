@@ -153,22 +153,38 @@ func TestSandboxOOM(t *testing.T) {
 // TestWatchdogKillsWhatIsInTheCgroup: when the agent dies, its watchdog
 // kills every process in its attempts' cgroups, even one that left the
 // group and the session and cleared its environment (which the /proc scan
-// for BERTH_ATTEMPT_ID cannot find), and removes the cgroups.
+// for BERTH_ATTEMPT_ID cannot find), and removes the cgroups. The attempt
+// is started as the agent starts it, but with no executor left to end it,
+// as when the agent is dead.
 func TestWatchdogKillsWhatIsInTheCgroup(t *testing.T) {
 	cg := cgroupsOrSkip(t)
 	root := t.TempDir()
 	pids := filepath.Join(root, "pids")
-	job := specIn(t, root, openJournal(t, root), "hidden-job", "sh", "-c", `env -i setsid sleep 300 & echo $! > `+pids+`; echo ready; wait`)
-	job.Sandbox = &Sandbox{cgroups: cg, attempt: job.AttemptID}
-	jp := start(t, job)
-	waitForLog(t, job, "ready")
-	pid := pidsIn(t, pids)[0]
+	ag, err := cg.create("hidden-job", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", `env -i setsid sleep 300 & echo $! > `+pids+`.tmp; mv `+pids+`.tmp `+pids+`; wait`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := ag.start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited; ag.killAll(time.Second); ag.remove() })
+	if err := openJournal(t, root).Started("hidden-job", cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
 	for left := time.Now().Add(10 * time.Second); ; { // setsid runs in the forked child
-		if pgid, _ := syscall.Getpgid(pid); pgid != readPgid(t, job) && attemptOf(pid) == "" {
+		if data, err := os.ReadFile(pids); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		}
+		if pgid, err := syscall.Getpgid(pid); pid > 0 && err == nil && pgid != cmd.Process.Pid && attemptOf(pid) == "" {
 			break
 		}
 		if time.Now().After(left) {
-			t.Fatalf("the grandchild %d stayed in the job's group, or kept its environment", pid)
+			t.Fatalf("the grandchild %d did not leave the job's group with an empty environment", pid)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -179,13 +195,10 @@ func TestWatchdogKillsWhatIsInTheCgroup(t *testing.T) {
 	if processRunning(pid) { // the watchdog returns once the cgroup is empty
 		t.Errorf("the hidden grandchild %d still runs after the watchdog", pid)
 	}
-	await(t, jp)
 	if !strings.Contains(logged.String(), "escaped_processes=1") {
 		t.Errorf("the watchdog logged %q; want one escaped process", logged.String())
 	}
-	for _, dir := range job.Sandbox.cg.dirs {
-		if _, err := os.Stat(dir); !os.IsNotExist(err) {
-			t.Errorf("the attempt's cgroup %s is still there (%v)", dir, err)
-		}
+	if _, err := os.Stat(ag.dirs[0]); !os.IsNotExist(err) {
+		t.Errorf("the attempt's cgroup %s is still there (%v)", ag.dirs[0], err)
 	}
 }
