@@ -63,6 +63,7 @@ type attempt struct {
 	secrets  *redact.Redactor // hides its secrets' values in what is shipped
 	keep     bool             // a service left running when the agent shuts down, for the next agent to adopt
 	proc     Process
+	spec     *Spec // how proc was started, for execs into it; nil when it was not
 	progress progress
 
 	mu      sync.Mutex // serialises shipping and result sending
@@ -354,12 +355,15 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	var proc Process
 	if err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
-	} else if proc, err = s.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
-		ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
-		Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
-		MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
-		ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}); err != nil {
-		proc = failedProcess(fmt.Sprintf("start: %v", err))
+	} else {
+		at.spec = &Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
+			ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
+			Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
+			MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
+			ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}
+		if proc, err = s.cfg.Executor.Start(runCtx, *at.spec); err != nil {
+			proc = failedProcess(fmt.Sprintf("start: %v", err))
+		}
 	}
 	at.proc = proc
 	if svc != nil && err == nil && adoptable(m) {

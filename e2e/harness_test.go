@@ -102,8 +102,14 @@ func (b *lineBuffer) String() string {
 // start runs berth with args; its output is kept and shown if the test fails.
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startAs(t, "", name, args...)
+}
+
+// startAs is start with BERTH_TOKEN=token.
+func startAs(t *testing.T, token, name string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(berthBin, args...)
-	cmd.Env = append(os.Environ(), "BERTH_TOKEN=", "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
+	cmd.Env = append(os.Environ(), "BERTH_TOKEN="+token, "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {

@@ -37,6 +37,9 @@ const (
 	TypeControl   = "control"
 	// TypePrewarmHint tells an agent which model jobs are about to need.
 	TypePrewarmHint = "prewarm_hint"
+	// TypeStreamOpen asks an agent to open a stream into a running
+	// attempt (stream.go).
+	TypeStreamOpen = "stream_open"
 )
 
 // Envelope is one frame.
@@ -72,6 +75,7 @@ var kinds = func() map[string]kind {
 		TypeNoWork:        func() any { return &NoWork{} },
 		TypeAck:           func() any { return &Ack{} },
 		TypePrewarmHint:   func() any { return &PrewarmHint{} },
+		TypeStreamOpen:    func() any { return &StreamOpen{} },
 	}
 	m := make(map[string]kind, len(news))
 	for name, fn := range news {
