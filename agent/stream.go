@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -99,11 +98,18 @@ func StartExec(spec *Spec, argv []string, stdin, stdout, stderr *os.File) (*exec
 
 // runExec runs argv (StartExec) with its stdin, stdout and stderr joined
 // to the stream c, then sends its exit code (a shell's 127 or 126, with
-// the reason on stderr, when it cannot start). When its leader exits, the
-// rest of its process group is killed, as an attempt's is; when ctx ends
-// (the client went away, the attempt ended), the whole group is.
+// the reason on stderr, when it cannot start) and closes c. When its
+// leader exits, the rest of its process group is killed, as an attempt's
+// is; when the stream or ctx ends first (the client went away, the
+// attempt ended), the whole group is. It returns once every goroutine it
+// started has.
 func runExec(ctx context.Context, spec *Spec, argv []string, c *websocket.Conn) {
-	code, err := execStreams(ctx, spec, argv, c)
+	code, input, err := execStreams(ctx, spec, argv, c)
+	defer input.Wait()
+	defer c.CloseNow()
+	if ctx.Err() != nil {
+		return
+	}
 	if err != nil {
 		msg := "berth exec: " + err.Error() + "\n"
 		_ = c.Write(ctx, websocket.MessageBinary, append([]byte{wire.StreamStderr}, msg...))
@@ -114,8 +120,11 @@ func runExec(ctx context.Context, spec *Spec, argv []string, c *websocket.Conn) 
 }
 
 // execStreams is runExec up to the exit code: it returns the command's,
-// or, with the error that kept it from starting, the shell's code for it.
-func execStreams(ctx context.Context, spec *Spec, argv []string, c *websocket.Conn) (int, error) {
+// or, with the error that kept it from starting, the shell's code for it,
+// and the goroutine that reads the client's messages, which ends with the
+// stream.
+func execStreams(ctx context.Context, spec *Spec, argv []string, c *websocket.Conn) (code int, input *sync.WaitGroup, err error) {
+	input = &sync.WaitGroup{}
 	var pipes [3][2]*os.File // stdin, stdout, stderr: read end, write end
 	defer func() {
 		for _, p := range pipes {
@@ -129,13 +138,13 @@ func execStreams(ctx context.Context, spec *Spec, argv []string, c *websocket.Co
 	for i := range pipes {
 		r, w, err := os.Pipe()
 		if err != nil {
-			return exitNotExecutable, fmt.Errorf("pipe: %w", err)
+			return exitNotExecutable, input, fmt.Errorf("pipe: %w", err)
 		}
 		pipes[i] = [2]*os.File{r, w}
 	}
 	cmd, err := StartExec(spec, argv, pipes[0][0], pipes[1][1], pipes[2][1])
 	if err != nil {
-		return *execFailureCode(err), err
+		return *execFailureCode(err), input, err
 	}
 	// The child has its ends; closing ours lets the readers see its end.
 	for _, f := range []**os.File{&pipes[0][0], &pipes[1][1], &pipes[2][1]} {
@@ -153,7 +162,9 @@ func execStreams(ctx context.Context, spec *Spec, argv []string, c *websocket.Co
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
 	}
+	input.Add(1)
 	go func() { // the client's messages: stdin until the stream ends
+		defer input.Done()
 		defer kill()
 		for {
 			_, data, err := c.Read(ctx)
@@ -181,7 +192,7 @@ func execStreams(ctx context.Context, spec *Spec, argv []string, c *websocket.Co
 		out.Add(1)
 		go func() {
 			defer out.Done()
-			sendOutput(ctx, c, p.f, p.ch)
+			_ = client.SendStream(ctx, c, p.f, p.ch)
 		}()
 	}
 	err = cmd.Wait()
@@ -190,33 +201,15 @@ func execStreams(ctx context.Context, spec *Spec, argv []string, c *websocket.Co
 	ended = true
 	mu.Unlock()
 	out.Wait()
-	if ctx.Err() != nil {
-		return 0, ctx.Err()
-	}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, nil
+		return 0, input, nil
 	case errors.As(err, &ee) && ee.ExitCode() >= 0:
-		return ee.ExitCode(), nil
+		return ee.ExitCode(), input, nil
 	case errors.As(err, &ee):
 		ws := ee.Sys().(syscall.WaitStatus)
-		return 128 + int(ws.Signal()), nil
+		return 128 + int(ws.Signal()), input, nil
 	}
-	return exitNotExecutable, err
-}
-
-// sendOutput sends what r yields on channel ch of c until r ends.
-func sendOutput(ctx context.Context, c *websocket.Conn, r io.Reader, ch byte) {
-	buf := make([]byte, 1+wire.MaxStreamMessage)
-	buf[0] = ch
-	for {
-		n, err := r.Read(buf[1:])
-		if n > 0 && c.Write(ctx, websocket.MessageBinary, buf[:1+n]) != nil {
-			return
-		}
-		if err != nil {
-			return
-		}
-	}
+	return exitNotExecutable, input, err
 }

@@ -74,7 +74,7 @@ func (s *Server) execJob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, berth.Invalidf("command", "name the command to run"))
 		return
 	}
-	s.stream(w, r, &wire.StreamOpen{Kind: wire.StreamExec, Command: argv},
+	s.stream(w, r, &wire.StreamOpen{Kind: wire.StreamExec, Command: argv}, "job.exec",
 		map[string]string{"program": argv[0], "args": strconv.Itoa(len(argv) - 1)})
 }
 
@@ -97,14 +97,14 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 	if check {
 		m = nil
 	}
-	s.stream(w, r, m, map[string]string{"port": strconv.Itoa(port)})
+	s.stream(w, r, m, "job.port_forward", map[string]string{"port": strconv.Itoa(port)})
 }
 
 // stream opens stream m into the job of r's path, which the caller must
-// be allowed to cancel, once it is recorded in the audit log with fields
-// (and the rank), and relays it until either side ends. A nil m only
-// checks the request and answers 204.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, m *wire.StreamOpen, fields map[string]string) {
+// be allowed to cancel, once it is recorded in the audit log as action
+// with fields (and the rank), and relays it until either side ends. A nil
+// m only checks the request and answers 204.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, m *wire.StreamOpen, action string, fields map[string]string) {
 	id := r.PathValue("id")
 	rank, err := wholeQuery(r, "rank", 0, "the member of a gang, from 0")
 	if err == nil {
@@ -114,16 +114,16 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, m *wire.StreamOp
 		writeError(w, r, err)
 		return
 	}
+	if _, err := s.ctl.OpenStream(r.Context(), id, rank, nil); err != nil {
+		writeError(w, r, err) // refused before it is recorded
+		return
+	}
 	if m == nil {
-		if _, err := s.ctl.OpenStream(r.Context(), id, rank, nil); err != nil {
-			writeError(w, r, err)
-			return
-		}
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	fields["rank"] = strconv.Itoa(rank)
-	if err := s.sec.record(r, "job."+m.Kind, "job/"+id, fields); err != nil {
+	if err := s.sec.record(r, action, "job/"+id, fields); err != nil {
 		writeError(w, r, err)
 		return
 	}

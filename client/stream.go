@@ -39,7 +39,7 @@ func (c *Client) Exec(ctx context.Context, id string, rank int, argv []string, s
 	defer cancel()
 	if stdin != nil {
 		go func() {
-			_ = sendFrom(ctx, ws, stdin, wire.StreamStdin)
+			_ = SendStream(ctx, ws, stdin, wire.StreamStdin)
 		}()
 	}
 	for {
@@ -114,7 +114,7 @@ func JoinStream(ctx context.Context, ws *websocket.Conn, conn net.Conn, out, in 
 	sent := make(chan error, 1)
 	go func() {
 		defer wg.Done()
-		sent <- sendFrom(ctx, ws, conn, out)
+		sent <- SendStream(ctx, ws, conn, out)
 	}()
 	received := false
 	for !received {
@@ -159,10 +159,10 @@ func closeWrite(conn net.Conn) {
 	_ = conn.Close()
 }
 
-// sendFrom sends what r yields on channel ch of ws, one message per read,
-// then an empty message once r ends; it returns nil at r's end, else the
-// error that stopped it.
-func sendFrom(ctx context.Context, ws *websocket.Conn, r io.Reader, ch byte) error {
+// SendStream sends what r yields on channel ch of the stream ws, one
+// message per read, then an empty message once r ends; it returns nil at
+// r's end, else the error that stopped it.
+func SendStream(ctx context.Context, ws *websocket.Conn, r io.Reader, ch byte) error {
 	buf := make([]byte, 1+wire.MaxStreamMessage)
 	buf[0] = ch
 	for {

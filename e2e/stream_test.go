@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -163,6 +164,23 @@ func TestExecAndPortForwardThroughTheServer(t *testing.T) {
 		t.Fatalf("port-forward exited %d when its job ended, want 0:\n%s", code, pf.out)
 	}
 	cl.awaitState(id, 30*time.Second, berth.JobCancelled)
+
+	// The audit log holds each exec and each forwarded connection, by
+	// whom, and nothing of the refused ones.
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(mustCLI(t, "", "", "audit", "export", "--data-dir", filepath.Join(cl.dir, "server"))), "\n") {
+		var rec struct{ Action, Actor, Target string }
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("audit record %q: %v", line, err)
+		}
+		if strings.HasPrefix(rec.Action, "job.") && rec.Target == "job/"+id {
+			counts[rec.Action+" by "+rec.Actor]++
+		}
+	}
+	if counts["job.exec by alice"] != 2 || counts["job.exec by admin"] != 1 || counts["job.port_forward by alice"] < 1 ||
+		counts["job.exec by bob"]+counts["job.exec by vera"]+counts["job.port_forward by bob"]+counts["job.port_forward by vera"] != 0 {
+		t.Fatalf("audit records of the job: %v; want alice's 2 execs and her forwarded connections, admin's exec, none of the refused", counts)
+	}
 	for _, args := range [][]string{
 		{"exec", "--server", cl.url, id, "--", "true"},
 		{"port-forward", "--server", cl.url, id, fmt.Sprint(jobPort)},
