@@ -29,40 +29,60 @@ const streamReadLimit = 2 * wire.MaxStreamMessage
 // wire.StreamOpen).
 type streams struct {
 	mu      sync.Mutex
-	pending map[string]chan agentStream
+	pending map[string]pendingStream
 }
 
-// agentStream is an agent's WebSocket for a stream: the host its
-// credential is bound to ("" for an admin's), and done, which the agent's
-// request waits on and the relay closes once the stream is over.
+// pendingStream is a stream asked of the agent of host, and where its
+// WebSocket goes once that agent dials it.
+type pendingStream struct {
+	host string
+	ch   chan agentStream
+}
+
+// agentStream is an agent's WebSocket for a stream (nil when it could not
+// be accepted), and done, which the agent's request waits on until the
+// stream is over.
 type agentStream struct {
 	conn *websocket.Conn
-	host string
 	done chan struct{}
 }
 
-// expect registers a stream id, returning where its agent's WebSocket will
-// arrive and the function that forgets it.
-func (st *streams) expect() (id string, arrived <-chan agentStream, forget func()) {
+// expect registers a new stream for the agent of host, returning its id,
+// where its agent's WebSocket will arrive and the function that gives up
+// on it: it forgets the id and, when the agent has dialled meanwhile,
+// hangs up on it.
+func (st *streams) expect(host string) (id string, arrived <-chan agentStream, abandon func()) {
 	id = rand.Text()
 	ch := make(chan agentStream, 1)
 	st.mu.Lock()
 	if st.pending == nil {
-		st.pending = map[string]chan agentStream{}
+		st.pending = map[string]pendingStream{}
 	}
-	st.pending[id] = ch
+	st.pending[id] = pendingStream{host: host, ch: ch}
 	st.mu.Unlock()
-	return id, ch, func() { st.claim(id) }
+	return id, ch, func() {
+		if st.claim(id, "") != nil {
+			return // the agent will find nothing
+		}
+		if a := <-ch; a.conn != nil { // it dialled: its request waits on done
+			a.conn.CloseNow()
+			close(a.done)
+		}
+	}
 }
 
-// claim removes stream id and returns its channel, nil when no stream of
-// that id is awaited (never asked, already dialled or given up).
-func (st *streams) claim(id string) chan agentStream {
+// claim removes stream id and returns its channel: nil when no stream of
+// that id is awaited (never asked, already dialled or given up) or, with
+// host set, when it is awaited from another host's agent.
+func (st *streams) claim(id, host string) chan agentStream {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	ch := st.pending[id]
+	p, ok := st.pending[id]
+	if !ok || (host != "" && p.host != host) {
+		return nil
+	}
 	delete(st.pending, id)
-	return ch
+	return p.ch
 }
 
 // execJob is GET /api/v1/jobs/{id}/exec: a WebSocket that runs a command
@@ -114,7 +134,8 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, m *wire.StreamOp
 		writeError(w, r, err)
 		return
 	}
-	if _, err := s.ctl.OpenStream(r.Context(), id, rank, nil); err != nil {
+	host, err := s.ctl.OpenStream(r.Context(), id, rank, nil)
+	if err != nil {
 		writeError(w, r, err) // refused before it is recorded
 		return
 	}
@@ -128,11 +149,13 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, m *wire.StreamOp
 		return
 	}
 	var arrived <-chan agentStream
-	var forget func()
-	m.ID, arrived, forget = s.streams.expect()
-	defer forget()
-	host, err := s.ctl.OpenStream(r.Context(), id, rank, m)
-	if err != nil {
+	var abandon func()
+	m.ID, arrived, abandon = s.streams.expect(host)
+	if now, err := s.ctl.OpenStream(r.Context(), id, rank, m); err != nil || now != host {
+		abandon()
+		if err == nil { // it ended and started again elsewhere meanwhile
+			err = berth.Errorf(berth.ECodeConflict, "member %d of job %s moved from %s to %s; try again", rank, id, host, now)
+		}
 		writeError(w, r, err)
 		return
 	}
@@ -142,17 +165,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, m *wire.StreamOp
 	select {
 	case agent = <-arrived:
 	case <-timer.C:
+		abandon()
 		writeError(w, r, berth.Errorf(berth.ECodeUnavailable, "the agent of worker %s did not open the stream within %s", host, StreamDialTimeout))
 		return
 	case <-r.Context().Done():
+		abandon()
+		return
+	}
+	if agent.conn == nil {
+		writeError(w, r, berth.Errorf(berth.ECodeUnavailable, "the agent of worker %s could not open the stream", host))
 		return
 	}
 	defer close(agent.done)
-	if agent.host != "" && agent.host != host {
-		agent.conn.Close(websocket.StatusPolicyViolation, "this stream is for worker "+host)
-		writeError(w, r, berth.Errorf(berth.ECodeUnavailable, "the stream was dialled by the agent of %s, not %s", agent.host, host))
-		return
-	}
 	client, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		agent.conn.CloseNow()
@@ -163,20 +187,22 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, m *wire.StreamOp
 }
 
 // agentStream is GET /api/v1/agent/streams/{id}: the agent's side of a
-// stream the server asked it to open. It lasts as long as the stream.
+// stream the server asked it to open, dialled by that agent (its
+// credential's host) or an admin's. It lasts as long as the stream.
 func (s *Server) agentStream(w http.ResponseWriter, r *http.Request) {
-	ch := s.streams.claim(r.PathValue("id"))
+	ch := s.streams.claim(r.PathValue("id"), identity(r).Worker)
 	if ch == nil {
-		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no stream %s is awaited", r.PathValue("id")))
+		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no stream %s is awaited from this agent", r.PathValue("id")))
 		return
 	}
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
-		return // Accept wrote the error response
+		ch <- agentStream{} // the client's side learns; Accept wrote the error response
+		return
 	}
 	c.SetReadLimit(streamReadLimit)
 	done := make(chan struct{})
-	ch <- agentStream{conn: c, host: identity(r).Worker, done: done}
+	ch <- agentStream{conn: c, done: done}
 	<-done
 }
 

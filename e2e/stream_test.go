@@ -191,3 +191,74 @@ func TestExecAndPortForwardThroughTheServer(t *testing.T) {
 		}
 	}
 }
+
+// TestExecAndPortForwardReachAGangMember: --rank picks the member of a
+// 2-node gang, on its own worker; a forwarded connection to a port
+// nothing listens on is closed, and berth port-forward says why and goes
+// on serving.
+func TestExecAndPortForwardReachAGangMember(t *testing.T) {
+	t.Parallel()
+	cl := newCluster(t)
+	cl.addAgent("n1")
+	cl.addAgent("n2")
+	gate := filepath.Join(t.TempDir(), "go")
+	t.Cleanup(func() { _ = os.WriteFile(gate, nil, 0o644) })
+	req := shellJob(`while [ ! -e ` + gate + ` ]; do sleep 0.05; done`)
+	req.Nodes = 2
+	req.Resources.GPUs = 2 // a whole worker each
+	id := cl.submit(req)[0].ID
+	d := cl.awaitState(id, time.Minute, berth.JobRunning)
+	cl.eventually(30*time.Second, "both members running", func() bool {
+		d = cl.job(id)
+		running := 0
+		for _, a := range d.AttemptList {
+			if a.State == berth.AttemptRunning {
+				running++
+			}
+		}
+		return running == 2
+	})
+	hosts := map[int]string{}
+	for _, a := range d.AttemptList {
+		hosts[a.TaskIndex] = a.Host
+	}
+	for rank := range 2 {
+		out := mustCLI(t, "", "", "exec", "--server", cl.url, "--rank", fmt.Sprint(rank), id, "--", "sh", "-c", `echo "$BERTH_TASK_INDEX $BERTH_HOST"`)
+		if want := fmt.Sprintf("%d %s\n", rank, hosts[rank]); out != want {
+			t.Fatalf("exec --rank %d printed %q, want %q", rank, out, want)
+		}
+	}
+	_, errOut, err := runCLI(t, "", "", "exec", "--server", cl.url, "--rank", "2", id, "--", "true")
+	if code := exitCode(t, err); code != 2 || !strings.Contains(errOut, "rank: job "+id+" has 2 node(s): rank must be 0 to 1") {
+		t.Fatalf("exec --rank 2 of a 2-node gang: exit %d, stderr %q; want 2 naming rank", code, errOut)
+	}
+
+	// Nothing listens on the member's port: the connection is closed and
+	// port-forward says so.
+	_, closedPort, _ := net.SplitHostPort(freeAddr(t))
+	local := freeAddr(t)
+	_, localPort, _ := net.SplitHostPort(local)
+	pf := start(t, "port-forward", "port-forward", "--server", cl.url, "--rank", "1", id, localPort+":"+closedPort)
+	if _, ok := pf.out.await("Forwarding from "+local, 30*time.Second); !ok {
+		t.Fatalf("port-forward did not start:\n%s", pf.out)
+	}
+	for range 2 { // each connection is tried on its own
+		conn, err := net.Dial("tcp", local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("read from a forwarded connection to a closed port: %d bytes, %v; want it closed", n, err)
+		}
+		conn.Close()
+	}
+	if _, ok := pf.out.await("port "+closedPort+" on "+hosts[1]+": dial tcp 127.0.0.1:"+closedPort+": connect: connection refused", 30*time.Second); !ok {
+		t.Fatalf("port-forward did not say why the connection closed:\n%s", pf.out)
+	}
+	select {
+	case <-pf.done:
+		t.Fatalf("port-forward stopped after a refused connection:\n%s", pf.out)
+	default:
+	}
+}
