@@ -36,8 +36,8 @@ func (s *session) openStream(runCtx context.Context, server string, m *wire.Stre
 func (s *supervisor) stream(ctx context.Context, m *wire.StreamOpen, c *websocket.Conn) {
 	defer c.CloseNow()
 	at := s.get(m.AttemptID)
-	if at == nil || at.spec == nil || hasEnded(at.proc) {
-		streamFailed(ctx, c, fmt.Sprintf("attempt %s is not running on this worker", m.AttemptID))
+	if at == nil || at.proc == nil || hasEnded(at.proc) {
+		streamFailed(ctx, c, fmt.Sprintf("attempt %s is not running on %s", m.AttemptID, s.cfg.Host))
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -51,6 +51,10 @@ func (s *supervisor) stream(ctx context.Context, m *wire.StreamOpen, c *websocke
 	}()
 	switch m.Kind {
 	case wire.StreamExec:
+		if at.spec == nil {
+			streamFailed(ctx, c, fmt.Sprintf("attempt %s was started by an earlier agent on %s, which alone knew its environment", m.AttemptID, s.cfg.Host))
+			return
+		}
 		runExec(ctx, at.spec, m.Command, c)
 	case wire.StreamPort:
 		tcp, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(m.Port)))

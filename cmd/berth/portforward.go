@@ -53,32 +53,27 @@ func runPortForward(ctx context.Context, m *Main, args []string) error {
 	}
 	fmt.Fprintf(m.Stdout, "Forwarding from %s to port %d of job %s\n", ln.Addr(), remote, id)
 
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ended := make(chan error, 1)
-	go func() { // the job's end ends the forwarding
-		res, err := c.Wait(ctx, []string{id}, false, 0)
-		if err == nil && res.Done {
-			err = &exitError{code: 0}
+	go func() { // the job's end, Ctrl-C or a failed wait ends the forwarding
+		_, err := c.Wait(ctx, []string{id}, false, 0)
+		if err == nil {
 			fmt.Fprintf(m.Stderr, "berth: job %s has ended; port-forward stops\n", id)
 		}
 		ended <- err
 		_ = ln.Close()
 	}()
-	go func() {
-		<-ctx.Done()
-		_ = ln.Close()
-	}()
 	var conns sync.WaitGroup
-	defer conns.Wait()
+	var acceptErr error
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
-			cancel()
-			if errors.Is(err, net.ErrClosed) {
-				break
+			if !errors.Is(err, net.ErrClosed) {
+				acceptErr = fmt.Errorf("accept: %w", err)
 			}
-			return fmt.Errorf("accept: %w", err)
+			break
 		}
 		conns.Add(1)
 		go func() {
@@ -88,14 +83,19 @@ func runPortForward(ctx context.Context, m *Main, args []string) error {
 			}
 		}()
 	}
-	if err := <-ended; err != nil {
-		var ee *exitError
-		if errors.As(err, &ee) && ee.code == 0 {
-			return nil
-		}
-		return err
+	_ = ln.Close()
+	cancel()
+	conns.Wait()
+	waitErr := <-ended
+	switch {
+	case parent.Err() != nil:
+		return parent.Err() // Ctrl-C
+	case acceptErr != nil:
+		return acceptErr
+	case errors.Is(waitErr, context.Canceled):
+		return nil
 	}
-	return nil
+	return waitErr // nil: the job ended
 }
 
 // parsePorts parses LOCAL:REMOTE, or PORT for both, each a port number
