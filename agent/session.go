@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -74,6 +75,7 @@ type session struct {
 	server    string        // the server of the current session
 	lease     time.Duration // the server's lease, or Config.Lease until it says
 	heartbeat time.Duration // how often to heartbeat, as the server last said
+	local     string        // the local IP address of the last connection dial made
 
 	registered chan struct{} // closed at the first successful register
 	regOnce    sync.Once
@@ -167,8 +169,10 @@ func (s *session) connect(ctx context.Context) error {
 	var refused *RefusedError
 	for server, ok := round.Next(""); ok; server, ok = round.Next(leader) {
 		var c *websocket.Conn
-		if c, leader, err = s.dial(ctx, server, "/api/v1/agent"); err == nil {
+		var local string
+		if c, local, leader, err = s.dial(ctx, server, "/api/v1/agent"); err == nil {
 			c.SetReadLimit(16 << 20)
+			s.local = local // the default of Config.Advertise
 			round.Answered()
 			return s.run(ctx, c, server)
 		}
@@ -219,30 +223,45 @@ func (e *RefusedError) Error() string {
 func (e *RefusedError) Unwrap() error { return ErrRefused }
 
 // dial opens the WebSocket at path (the agent's session, or a stream) on
-// server with the agent's credential; when server refuses it, it
-// also returns the leader named in the refusal, if any.
-func (s *session) dial(ctx context.Context, server, path string) (c *websocket.Conn, leader string, err error) {
+// server with the agent's credential and returns it with the local IP
+// address it was made from; when server refuses it, it returns the
+// leader named in the refusal, if any.
+func (s *session) dial(ctx context.Context, server, path string) (c *websocket.Conn, localIP, leader string, err error) {
 	hdr := http.Header{}
 	if s.cfg.Token != "" {
 		hdr.Set("Authorization", "Bearer "+s.cfg.Token)
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	opts := &websocket.DialOptions{HTTPHeader: hdr}
-	if s.cfg.TLS != nil {
-		opts.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: s.cfg.TLS}}
+	var d net.Dialer
+	var local atomic.Pointer[string] // the transport dials on a goroutine of its own
+	tr := &http.Transport{TLSClientConfig: s.cfg.TLS,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if tcp, ok := conn.(*net.TCPConn); ok && err == nil {
+				ip := tcp.LocalAddr().(*net.TCPAddr).IP.String()
+				local.Store(&ip)
+			}
+			return conn, err
+		}}
+	if s.cfg.TLS == nil {
+		tr.Proxy = http.ProxyFromEnvironment // like http.DefaultClient; with a pinned CA, directly
 	}
+	opts := &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: &http.Client{Transport: tr}}
 	c, resp, err := websocket.Dial(dialCtx, wsURL(server, path), opts)
 	if err != nil {
 		if resp == nil {
-			return nil, "", fmt.Errorf("dial %s: %w", server, err)
+			return nil, "", "", fmt.Errorf("dial %s: %w", server, err)
 		}
 		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-			return nil, "", s.refusal(server, resp)
+			return nil, "", "", s.refusal(server, resp)
 		}
-		return nil, resp.Header.Get(berth.LeaderHeader), fmt.Errorf("dial %s: %w", server, err)
+		return nil, "", resp.Header.Get(berth.LeaderHeader), fmt.Errorf("dial %s: %w", server, err)
 	}
-	return c, "", nil
+	if ip := local.Load(); ip != nil {
+		localIP = *ip
+	}
+	return c, localIP, "", nil
 }
 
 // refusal returns the *RefusedError of resp, server's refusal of the
@@ -265,7 +284,11 @@ func (s *session) run(ctx context.Context, c *websocket.Conn, server string) err
 	sctx, cancelSession := context.WithCancel(ctx)
 	defer cancelSession()
 
-	reg := &wire.Register{Version: wire.Version, WorkerID: s.workerID, Host: s.cfg.Host, Queues: s.cfg.Queues,
+	advertise := s.cfg.Advertise
+	if advertise == "" {
+		advertise = s.local
+	}
+	reg := &wire.Register{Version: wire.Version, WorkerID: s.workerID, Host: s.cfg.Host, Advertise: advertise, Queues: s.cfg.Queues,
 		GPUs: s.cfg.GPUs, CPUs: s.cfg.CPUs, Memory: s.cfg.Memory, Slots: s.cfg.Slots, Labels: s.cfg.Labels, Agent: s.cfg.Version}
 	s.work.resume(reg)
 	frame, _ := wire.Encode(wire.TypeRegister, reg)

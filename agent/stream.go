@@ -22,7 +22,7 @@ import (
 // asked for it, and serves it (supervision.stream) until it ends. runCtx
 // outlives the session: a stream is the attempt's, not the session's.
 func (s *session) openStream(runCtx context.Context, server string, m *wire.StreamOpen) {
-	c, _, err := s.dial(runCtx, server, wire.StreamPath(m.ID))
+	c, _, _, err := s.dial(runCtx, server, wire.StreamPath(m.ID))
 	if err != nil {
 		s.log.Warn("open a stream the server asked for", "stream", m.Kind, "attempt", m.AttemptID, "err", err)
 		return

@@ -3,13 +3,11 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,22 +16,6 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
 )
-
-// exitCode is the exit status of a finished berth command: 0 for no
-// error, the status of an *exec.ExitError, and a failure for anything
-// else.
-func exitCode(t *testing.T, err error) int {
-	t.Helper()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		return ee.ExitCode()
-	}
-	t.Fatalf("berth did not run: %v", err)
-	return -1
-}
 
 // TestExecAndPortForwardThroughTheServer runs a server that trusts no one
 // on loopback and an agent joined with a token. alice's job serves HTTP on
@@ -80,7 +62,7 @@ func TestExecAndPortForwardThroughTheServer(t *testing.T) {
 	// stderr apart; the exit code out.
 	script := `echo "$BERTH_JOB_ID|$GREETING"; pwd; read line; echo "stdin:$line"; echo "to stderr" >&2; exit 7`
 	out, errOut, err := runCLI(t, alice, "a line of input\n", "exec", "--server", cl.url, id, "--", "sh", "-c", script)
-	if code := exitCode(t, err); code != 7 {
+	if code := exitCode(err); code != 7 {
 		t.Fatalf("berth exec exited %d, want the command's 7\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 	want := id + "|hello from the job env\n" + workdir + "\nstdin:a line of input\n"
@@ -92,7 +74,7 @@ func TestExecAndPortForwardThroughTheServer(t *testing.T) {
 	}
 	// A command that does not exist exits as a shell's does.
 	_, errOut, err = runCLI(t, alice, "", "exec", "--server", cl.url, id, "--", "no-such-command-here")
-	if code := exitCode(t, err); code != 127 || !strings.Contains(errOut, "no-such-command-here") {
+	if code := exitCode(err); code != 127 || !strings.Contains(errOut, "no-such-command-here") {
 		t.Fatalf("exec of a missing command: exit %d, stderr %q; want 127 naming it", code, errOut)
 	}
 	// An admin may exec into anyone's job.
@@ -122,13 +104,13 @@ func TestExecAndPortForwardThroughTheServer(t *testing.T) {
 	// Others may do neither; nothing listens for them.
 	for _, who := range []struct{ name, token string }{{"bob", bob}, {"a viewer", viewer}} {
 		_, errOut, err := runCLI(t, who.token, "", "exec", "--server", cl.url, id, "--", "true")
-		if code := exitCode(t, err); code != 2 || !strings.Contains(errOut, "(forbidden)") {
+		if code := exitCode(err); code != 2 || !strings.Contains(errOut, "(forbidden)") {
 			t.Fatalf("%s's exec: exit %d, stderr %q; want 2 and forbidden", who.name, code, errOut)
 		}
 		theirs := freeAddr(t)
 		_, port, _ := net.SplitHostPort(theirs)
 		_, errOut, err = runCLI(t, who.token, "", "port-forward", "--server", cl.url, id, port+":"+jobPort)
-		if code := exitCode(t, err); code != 2 || !strings.Contains(errOut, "(forbidden)") {
+		if code := exitCode(err); code != 2 || !strings.Contains(errOut, "(forbidden)") {
 			t.Fatalf("%s's port-forward: exit %d, stderr %q; want 2 and forbidden", who.name, code, errOut)
 		}
 	}
@@ -146,7 +128,7 @@ func TestExecAndPortForwardThroughTheServer(t *testing.T) {
 	} {
 		args := append(tc.args[:1:1], append([]string{"--server", cl.url}, tc.args[1:]...)...)
 		_, errOut, err := runCLI(t, alice, "", args...)
-		if code := exitCode(t, err); code != 2 || !strings.Contains(errOut, tc.want) {
+		if code := exitCode(err); code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Fatalf("berth %s: exit %d, stderr %q; want 2 and %q", strings.Join(tc.args, " "), code, errOut, tc.want)
 		}
 	}
@@ -186,7 +168,7 @@ func TestExecAndPortForwardThroughTheServer(t *testing.T) {
 		{"port-forward", "--server", cl.url, id, fmt.Sprint(jobPort)},
 	} {
 		_, errOut, err := runCLI(t, alice, "", args...)
-		if code := exitCode(t, err); code != 2 || !strings.Contains(errOut, "is cancelled, not running (conflict)") {
+		if code := exitCode(err); code != 2 || !strings.Contains(errOut, "is cancelled, not running (conflict)") {
 			t.Fatalf("berth %s on an ended job: exit %d, stderr %q; want 2 and a conflict naming its state", args[0], code, errOut)
 		}
 	}
@@ -229,7 +211,7 @@ func TestExecAndPortForwardReachAGangMember(t *testing.T) {
 		}
 	}
 	_, errOut, err := runCLI(t, "", "", "exec", "--server", cl.url, "--rank", "2", id, "--", "true")
-	if code := exitCode(t, err); code != 2 || !strings.Contains(errOut, "rank: job "+id+" has 2 node(s): rank must be 0 to 1") {
+	if code := exitCode(err); code != 2 || !strings.Contains(errOut, "rank: job "+id+" has 2 node(s): rank must be 0 to 1") {
 		t.Fatalf("exec --rank 2 of a 2-node gang: exit %d, stderr %q; want 2 naming rank", code, errOut)
 	}
 
