@@ -29,3 +29,16 @@ func TestGPUHasType(t *testing.T) {
 		}
 	}
 }
+
+func TestGPUSpecRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, spec := range []string{"2xA100:40GiB,1xT4:16GiB", "4xH100:80GiB", ""} {
+		gpus, err := ParseGPUSpec(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := GPUSpec(gpus); got != spec {
+			t.Errorf("GPUSpec(ParseGPUSpec(%q)) = %q", spec, got)
+		}
+	}
+}

@@ -26,6 +26,17 @@ func (p *agentPool) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
 	return into
 }
 
+// Reach appends the workers connected now or whose last heartbeat is
+// after since.
+func (p *agentPool) Reach(since time.Time, into []*scheduler.Worker) []*scheduler.Worker {
+	for _, ws := range p.l.order {
+		if ws.sess != nil || ws.w.LastHeartbeat.After(since) {
+			into = append(into, ws.sched)
+		}
+	}
+	return into
+}
+
 // Launch sends the attempt's worker a job_assign, with the job's secrets
 // resolved and its service settings, once durable.
 func (p *agentPool) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) {

@@ -90,6 +90,10 @@ func (b *fakeBackend) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
 	return into
 }
 
+func (b *fakeBackend) Reach(_ time.Time, into []*scheduler.Worker) []*scheduler.Worker {
+	return b.Capacity(into)
+}
+
 func (b *fakeBackend) Launch(_ *berth.Job, a *berth.Attempt, _ map[string]string) {
 	b.launched = append(b.launched, a)
 }
