@@ -796,6 +796,15 @@ func TestMetrics(t *testing.T) {
 		"berth_scheduling_latency_seconds_count 0",
 		"berth_jobs{state=\"pending\"} 0",
 		"berth_workers{state=\"ready\"} 0",
+		"# TYPE berth_jobs_submitted_total counter\nberth_jobs_submitted_total 0\n",
+		"# TYPE berth_jobs_finished_total counter\nberth_jobs_finished_total{state=\"succeeded\"} 0\n" +
+			"berth_jobs_finished_total{state=\"failed\"} 0\nberth_jobs_finished_total{state=\"cancelled\"} 0\n",
+		"# TYPE berth_attempts_ended_total counter\nberth_attempts_ended_total{state=\"succeeded\"} 0\n",
+		"berth_attempts_ended_total{state=\"preempted\"} 0\n",
+		"# TYPE berth_attempts_started_total counter\n",
+		"# TYPE berth_jobs_requeued_total counter\n",
+		"# TYPE berth_job_retries_total counter\n",
+		"# TYPE berth_service_restarts_total counter\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, text)
@@ -803,14 +812,21 @@ func TestMetrics(t *testing.T) {
 	}
 
 	s.submit(`{"command":["true"],"queue":"gpu","array":3}`, http.StatusCreated)
-	s.submit(`{"command":["true"],"queue":"cpu"}`, http.StatusCreated)
+	cpu := s.submit(`{"command":["true"],"queue":"cpu"}`, http.StatusCreated)
+	if status, _, data := s.do("POST", "/api/v1/jobs/"+cpu[0].ID+"/cancel", ""); status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", status, data)
+	}
 	_, m := scrape()
 	for series, want := range map[string]float64{
 		`berth_queue_depth{queue="gpu"}`: 3,
-		`berth_queue_depth{queue="cpu"}`: 1,
-		`berth_jobs{state="pending"}`:    4,
+		`berth_jobs{state="pending"}`:    3,
 		`berth_jobs{state="running"}`:    0,
 		`berth_workers{state="ready"}`:   0,
+		// Counters: the cancelled job stays counted as submitted.
+		`berth_jobs_submitted_total`:                   4,
+		`berth_jobs_finished_total{state="cancelled"}`: 1,
+		`berth_jobs_finished_total{state="succeeded"}`: 0,
+		`berth_attempts_started_total`:                 0,
 	} {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
