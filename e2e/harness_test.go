@@ -103,6 +103,7 @@ func (b *lineBuffer) String() string {
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(berthBin, args...)
+	cmd.Dir = t.TempDir() // a default --data-dir (.berth) or a job's relative path is not the source tree
 	cmd.Env = append(os.Environ(), "BERTH_TOKEN=", "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
