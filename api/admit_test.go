@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/coder/websocket"
-
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/wire"
 )
@@ -27,17 +25,7 @@ func TestSubmitRefusesWhatNoWorkerFits(t *testing.T) {
 	for i := range 4 {
 		reg.GPUs = append(reg.GPUs, berth.GPU{Index: i, Model: "H100", Memory: 80 << 30})
 	}
-	msg, err := wire.Encode(wire.TypeRegister, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := s.dialAgent(ctx)
-	if err := agent.Write(ctx, websocket.MessageText, msg); err != nil {
-		t.Fatal(err)
-	}
-	if _, data, err := agent.Read(ctx); err != nil || !strings.Contains(string(data), wire.TypeAck) {
-		t.Fatalf("register: %s, %v; want an ack", data, err)
-	}
+	s.registerAgent(ctx, reg)
 	events := s.ctl.Bus().Last()
 
 	for _, tc := range []struct {

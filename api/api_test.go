@@ -377,17 +377,7 @@ func TestSubmitWarnsOfAnUnservedQueue(t *testing.T) {
 	s := newServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	reg, err := wire.Encode(wire.TypeRegister, &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "h1", Queues: []string{"gpu"}, Slots: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := s.dialAgent(ctx)
-	if err := agent.Write(ctx, websocket.MessageText, reg); err != nil {
-		t.Fatal(err)
-	}
-	if _, data, err := agent.Read(ctx); err != nil || !strings.Contains(string(data), wire.TypeAck) {
-		t.Fatalf("register: %s, %v; want an ack", data, err)
-	}
+	s.registerAgent(ctx, &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "h1", Queues: []string{"gpu"}, Slots: 1})
 	for _, tc := range []struct {
 		path, body string
 		status     int
@@ -941,6 +931,24 @@ func (s *server) dialAgent(ctx context.Context) *websocket.Conn {
 		s.t.Fatalf("dial agent: %v", err)
 	}
 	s.t.Cleanup(func() { _ = c.CloseNow() })
+	return c
+}
+
+// registerAgent dials the agent WebSocket and registers reg on it,
+// requiring an ack; the session stays open until the test ends.
+func (s *server) registerAgent(ctx context.Context, reg *wire.Register) *websocket.Conn {
+	s.t.Helper()
+	msg, err := wire.Encode(wire.TypeRegister, reg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	c := s.dialAgent(ctx)
+	if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
+		s.t.Fatal(err)
+	}
+	if _, data, err := c.Read(ctx); err != nil || !strings.Contains(string(data), wire.TypeAck) {
+		s.t.Fatalf("register: %s, %v; want an ack", data, err)
+	}
 	return c
 }
 
