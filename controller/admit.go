@@ -41,7 +41,7 @@ func (c *Controller) fits(spec *berth.JobSpec, hold bool) (warnings []string, er
 	case hold:
 		return []string{e.Error() + ": held until a worker that fits joins (hold_until_fits)"}, nil
 	}
-	e.Message += " (hold_until_fits, or berth submit --hold-until-fits, queues it until a worker that fits joins)"
+	e.Message += " (hold_until_fits, or --hold-until-fits, queues it until a worker that fits joins)"
 	return nil, e
 }
 
