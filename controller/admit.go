@@ -24,14 +24,25 @@ const SeenWithin = 24 * time.Hour
 // that no worker serves its queue. Loop only.
 func (c *Controller) fits(spec *berth.JobSpec, hold bool) (warnings []string, err error) {
 	since := c.now().Add(-SeenWithin)
-	var ws []*scheduler.Worker
-	for _, be := range c.backends() {
-		ws = be.Reach(since, ws)
+	backends := c.backends()
+	ws := func(yield func(*scheduler.Worker) bool) {
+		for _, be := range backends {
+			for w := range be.Reach(since) {
+				if !yield(w) {
+					return
+				}
+			}
+		}
+	}
+	empty := true
+	for range ws {
+		empty = false
+		break
 	}
 	switch {
-	case len(ws) == 0 && len(c.workers) == 0:
+	case empty && len(c.workers) == 0:
 		return nil, nil // no worker ever: the queue's warning says so
-	case len(ws) == 0:
+	case empty:
 		return []string{"no worker has been seen in the last day, so whether the job can ever run is not checked: it waits for a worker that fits"}, nil
 	}
 	e := scheduler.NeverFits(ws, &spec.Resources, spec.Nodes)

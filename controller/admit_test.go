@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -54,5 +55,26 @@ func TestFitsCountsWorkersSeenInTheLastDay(t *testing.T) {
 	warnings, err := h.c.fits(&spec, false)
 	if err != nil || len(warnings) != 1 || !strings.Contains(warnings[0], "no worker has been seen in the last day") {
 		t.Fatalf("no worker seen for a day: fits = %q, %v; want accepted with a warning", warnings, err)
+	}
+}
+
+// BenchmarkFits checks a gang of four 8-GPU members that fits, as
+// SubmitFull does on the loop, against 1,000 connected workers of 8 H100s.
+func BenchmarkFits(b *testing.B) {
+	c := New(Config{})
+	now := c.now()
+	for i := range 1000 {
+		w := &berth.Worker{ID: fmt.Sprintf("w%03d", i), CPUs: 64, Memory: 512 << 30, Slots: 8, LastHeartbeat: now}
+		for g := range 8 {
+			w.GPUs = append(w.GPUs, berth.GPU{Index: g, Model: "NVIDIA H100", Memory: 80 << 30})
+		}
+		c.addWorker(newWorkerState(w))
+	}
+	spec := berth.DefaultJobSpec()
+	spec.Resources.GPUs, spec.Nodes = 8, 4
+	for b.Loop() {
+		if _, err := c.fits(&spec, false); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"iter"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -28,14 +29,14 @@ type Backend interface {
 	// (free GPUs, CPUs, memory and slots; Off when taking no work), to
 	// into and returns it.
 	Capacity(into []*scheduler.Worker) []*scheduler.Worker
-	// Reach appends to into the workers the backend could ever run an
-	// attempt on, as the scheduler sees them; only their totals (GPUs,
-	// CPUs, memory) count. For the agent pool these are its workers
-	// connected or heard from since since, parked and disconnected ones
-	// too; a backend that rents machines would add the largest it could
-	// rent. Submit refuses a job that none of any backend's could take
-	// (admit.go).
-	Reach(since time.Time, into []*scheduler.Worker) []*scheduler.Worker
+	// Reach yields the workers the backend could ever run an attempt on,
+	// as the scheduler sees them; only their totals (GPUs, CPUs, memory)
+	// count. For the agent pool these are its workers connected or heard
+	// from since since, parked and disconnected ones too; a backend that
+	// rents machines would yield the largest it could rent. Submit
+	// refuses a job that none of any backend's could take (admit.go),
+	// stopping at the first that fit.
+	Reach(since time.Time) iter.Seq[*scheduler.Worker]
 	// Launch starts attempt a of job j, with env added to the job's
 	// environment, once the batch that created a is durable. It cannot
 	// fail: an attempt that does not start is reported ended (or times

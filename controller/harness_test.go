@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"iter"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,8 +92,8 @@ func (b *fakeBackend) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
 	return into
 }
 
-func (b *fakeBackend) Reach(_ time.Time, into []*scheduler.Worker) []*scheduler.Worker {
-	return b.Capacity(into)
+func (b *fakeBackend) Reach(time.Time) iter.Seq[*scheduler.Worker] {
+	return slices.Values(b.Capacity(nil))
 }
 
 func (b *fakeBackend) Launch(_ *berth.Job, a *berth.Attempt, _ map[string]string) {
