@@ -1,6 +1,9 @@
 package berth
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 func TestGPUHasType(t *testing.T) {
 	t.Parallel()
@@ -39,6 +42,22 @@ func TestGPUSpecRoundTrips(t *testing.T) {
 		}
 		if got := GPUSpec(gpus); got != spec {
 			t.Errorf("GPUSpec(ParseGPUSpec(%q)) = %q", spec, got)
+		}
+	}
+}
+
+func TestValidAdvertise(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"127.0.0.1", "10.1.2.3", "::1", "fe80::1", "gpu-7", "gpu-7.example.com"} {
+		if err := ValidAdvertise("--advertise", ok); err != nil {
+			t.Errorf("ValidAdvertise(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "10.0.0.1:7070", "[::1]", "http://gpu-7", "gpu-7/x", "gpu 7", "-gpu", "gpu_7"} {
+		err := ValidAdvertise("--advertise", bad)
+		var e *Error
+		if !errors.As(err, &e) || e.Field != "--advertise" || e.Code != ECodeInvalid {
+			t.Errorf("ValidAdvertise(%q) = %v, want an invalid error naming --advertise", bad, err)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -70,6 +71,7 @@ type session struct {
 	// Only the goroutine that runs serve uses these.
 	lease     time.Duration // the server's lease, or Config.Lease until it says
 	heartbeat time.Duration // how often to heartbeat, as the server last said
+	local     string        // the local IP address of the last connection dial made
 
 	registered chan struct{} // closed at the first successful register
 	regOnce    sync.Once
@@ -222,11 +224,25 @@ func (s *session) dial(ctx context.Context, server string) (c *websocket.Conn, l
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	opts := &websocket.DialOptions{HTTPHeader: hdr}
-	if s.cfg.TLS != nil {
-		opts.HTTPClient = &http.Client{Transport: &http.Transport{TLSClientConfig: s.cfg.TLS}}
+	var d net.Dialer
+	var local atomic.Pointer[string] // the transport dials on a goroutine of its own
+	tr := &http.Transport{TLSClientConfig: s.cfg.TLS,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := d.DialContext(ctx, network, addr)
+			if tcp, ok := conn.(*net.TCPConn); ok && err == nil {
+				ip := tcp.LocalAddr().(*net.TCPAddr).IP.String()
+				local.Store(&ip)
+			}
+			return conn, err
+		}}
+	if s.cfg.TLS == nil {
+		tr.Proxy = http.ProxyFromEnvironment // like http.DefaultClient; with a pinned CA, directly
 	}
+	opts := &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: &http.Client{Transport: tr}}
 	c, resp, err := websocket.Dial(dialCtx, wsURL(server), opts)
+	if ip := local.Load(); ip != nil && err == nil {
+		s.local = *ip // the default of Config.Advertise
+	}
 	if err != nil {
 		if resp == nil {
 			return nil, "", fmt.Errorf("dial %s: %w", server, err)
@@ -259,7 +275,11 @@ func (s *session) run(ctx context.Context, c *websocket.Conn, server string) err
 	sctx, cancelSession := context.WithCancel(ctx)
 	defer cancelSession()
 
-	reg := &wire.Register{Version: wire.Version, WorkerID: s.workerID, Host: s.cfg.Host, Queues: s.cfg.Queues,
+	advertise := s.cfg.Advertise
+	if advertise == "" {
+		advertise = s.local
+	}
+	reg := &wire.Register{Version: wire.Version, WorkerID: s.workerID, Host: s.cfg.Host, Advertise: advertise, Queues: s.cfg.Queues,
 		GPUs: s.cfg.GPUs, CPUs: s.cfg.CPUs, Memory: s.cfg.Memory, Slots: s.cfg.Slots, Labels: s.cfg.Labels, Agent: s.cfg.Version}
 	s.work.resume(reg)
 	frame, _ := wire.Encode(wire.TypeRegister, reg)

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -331,7 +332,11 @@ func (s *supervisor) fence(ctx context.Context, lost func(now time.Time) bool) {
 // it. An attempt it already has is not started again.
 func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	if s.stopping.Load() {
-		s.refuse(runCtx, m)
+		s.refuse(runCtx, m, berth.CauseShutdown, shutdownReason)
+		return
+	}
+	if p := m.RendezvousPort; p > 0 && PortBound(p) {
+		s.refuse(runCtx, m, berth.CausePortBusy, fmt.Sprintf("MASTER_PORT %d is in use on this machine", p))
 		return
 	}
 	dir := filepath.Join(s.attDir, m.AttemptID)
@@ -390,13 +395,14 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	s.follow(runCtx, at, m, svc)
 }
 
-// refuse answers an assignment that comes while the agent is stopping:
-// the attempt ends without starting, with cause shutdown, so that the
-// server places it again without spending a retry.
-func (s *supervisor) refuse(runCtx context.Context, m *wire.JobAssign) {
-	code, _ := berth.CauseExitCode(berth.CauseShutdown)
-	at := &attempt{id: m.AttemptID, proc: &doneProcess{noFiles: true, exit: Exit{State: stoppedState(berth.CauseShutdown),
-		ExitCode: &code, Reason: "not started: " + shutdownReason, Cause: berth.CauseShutdown}}}
+// refuse answers an assignment the agent does not start: while it is
+// stopping (cause shutdown), or for rank 0 of a gang whose port is in use
+// (cause port_busy). The attempt ends unstarted with cause, which spends
+// no retry: the server places it again.
+func (s *supervisor) refuse(runCtx context.Context, m *wire.JobAssign, cause, reason string) {
+	code, _ := berth.CauseExitCode(cause)
+	at := &attempt{id: m.AttemptID, proc: &doneProcess{noFiles: true, exit: Exit{State: stoppedState(cause),
+		ExitCode: &code, Reason: "not started: " + reason, Cause: cause}}}
 	s.mu.Lock()
 	_, dup := s.attempts[m.AttemptID]
 	if !dup {
@@ -431,9 +437,10 @@ func (s *supervisor) follow(runCtx context.Context, at *attempt, m *wire.JobAssi
 		if ex.Cause == berth.CauseOperator {
 			ex.Reason += "; " + s.confirmStopped(runCtx, at.gpus, ex.Lingering)
 		}
+		class, why := svc.failure()
 		at.mu.Lock()
-		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(ex.Reason),
-			Cause: ex.Cause, Class: svc.failureClass()}
+		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(cmp.Or(why, ex.Reason)),
+			Cause: ex.Cause, Class: class}
 		at.mu.Unlock()
 		s.report(runCtx, at)
 	}()
