@@ -184,7 +184,7 @@ func Status(code string) int {
 		return http.StatusForbidden
 	case berth.ECodeNotFound:
 		return http.StatusNotFound
-	case berth.ECodeConflict:
+	case berth.ECodeConflict, berth.ECodeUnsatisfiable:
 		return http.StatusConflict
 	case berth.ECodeLocked:
 		return http.StatusLocked

@@ -179,7 +179,8 @@ func idempotent(method string, in any) bool {
 // servers and no req.IdempotencyKey it submits a copy of req with a random
 // key, so that a submission a failing server may have taken can be sent
 // again to another: the server answers a repeated key with the jobs of
-// the first submission.
+// the first submission. A job no worker could ever run is the server's
+// ECodeUnsatisfiable error unless req.HoldUntilFits.
 func (c *Client) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
 	sub, err := c.SubmitFull(ctx, req, false)
 	if err != nil {

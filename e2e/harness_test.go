@@ -113,6 +113,7 @@ func start(t *testing.T, name string, args ...string) *proc {
 func startAs(t *testing.T, token, name string, args ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(berthBin, args...)
+	cmd.Dir = t.TempDir() // a default --data-dir (.berth) or a job's relative path is not the source tree
 	cmd.Env = append(os.Environ(), "BERTH_TOKEN="+token, "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw

@@ -51,6 +51,7 @@ func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
 	fs.StringVar(&req.NextRun, "next-run", "", "its next run, RFC 3339 (2026-06-18T06:00:00Z)")
 	fs.StringVar(&req.Description, "description", "", "what it does to the GPUs")
 	file := fs.String("f", "", "a job file (YAML or JSON, as for berth submit; - for stdin) that Berth runs at every --cron time")
+	hold := fs.Bool("hold-until-fits", false, "with a job: register it even when no worker could ever run it (each run waits for one that fits)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -74,6 +75,9 @@ func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
 		}
 		if len(cmd) > 0 {
 			job.Command = cmd
+		}
+		if givenFlags(fs)["hold-until-fits"] {
+			job.HoldUntilFits = *hold
 		}
 		if req.Cron == "" {
 			return berth.Invalidf("--cron", "is required with a job: it says when Berth runs it")

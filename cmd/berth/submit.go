@@ -205,6 +205,8 @@ func defineJobFlags(fs *flag.FlagSet) []jobFlag {
 			func(r *req, v string) { r.Constraints.Host = v }),
 		field(fs.String, "idempotency-key", "", "your key for this request: a repeat of it returns the first submission's jobs; another request under it is refused",
 			func(r *req, v string) { r.IdempotencyKey = v }),
+		field(fs.Bool, "hold-until-fits", false, "queue the job even when no worker could ever run it (it waits for one that fits) instead of refusing it",
+			func(r *req, v bool) { r.HoldUntilFits = v }),
 		field(fs.Bool, "preemptible", false, "a more urgent job may stop this one (it is requeued without spending a retry)",
 			func(r *req, v bool) { r.Preemptible = v }),
 		field(fs.String, "model", "", "model the job serves or trains; placed preferably where it is loaded",
