@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -56,7 +55,12 @@ type Main struct {
 	Stderr io.Writer
 	Getenv func(string) string
 
-	savedTokenOf string // the server whose saved token this run sends, if any
+	savedTokenOf string   // the server whose saved token this run sends, if any
+	globals      []string // the client flags given before the command
+
+	// subcommandsSeen, when set, asks a command made of subcommands to
+	// store their names there and do nothing else (berth completion).
+	subcommandsSeen *[]string
 }
 
 // command is one subcommand: it parses its own flags from args and runs.
@@ -109,28 +113,50 @@ const (
 	exitStopped = 130 // interrupted (Ctrl-C) while waiting, as a shell reports it
 )
 
-// Run runs the command named by args[0] and returns the process exit status.
+// Run runs the command named by args[0], after the client flags that may
+// come before it, and returns the process exit status.
 func (m *Main) Run(ctx context.Context, args []string) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		m.usage()
 		if len(args) == 0 {
 			return exitUsage
 		}
 		return 0
 	}
-	if args[0] == "version" || args[0] == "--version" {
-		fmt.Fprintln(m.Stdout, "berth", Version)
-		return 0
-	}
 	if args[0] == watchdogCommand {
 		return m.runWatchdog(args[1:])
 	}
+	globals, rest, err := m.splitGlobals(args)
+	if err == nil && len(rest) == 0 {
+		err = berth.Invalidf("command", "give a command after the flags (see berth help)")
+	}
+	if err != nil {
+		return m.exit(ctx, err)
+	}
+	m.globals = globals
+	return m.exit(ctx, m.dispatch(ctx, rest))
+}
+
+// dispatch runs the command args[0] with the rest of args.
+func (m *Main) dispatch(ctx context.Context, args []string) error {
+	switch args[0] {
+	case "help":
+		return m.help(ctx, args[1:])
+	case "version", "--version":
+		return m.version()
+	case "completion":
+		return m.completion(ctx, args[1:])
+	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(m.Stderr, "berth: unknown command %q (see berth help)\n", args[0])
-		return exitUsage
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("unknown command %q%s (see berth help)", args[0], suggest(args[0], commandNames()))}
 	}
-	err := cmd.run(ctx, m, args[1:])
+	return cmd.run(ctx, m, m.withGlobals(args[1:]))
+}
+
+// exit prints err, if any, as one line (with a hint for the CLI where one
+// helps) and returns the exit status it means.
+func (m *Main) exit(ctx context.Context, err error) int {
 	if err == nil {
 		return 0
 	}
@@ -147,17 +173,7 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		}
 		return ee.code
 	}
-	var be *berth.Error
-	if errors.As(err, &be) {
-		hint := ""
-		if be.Code == berth.ECodeUnauthorized && m.savedTokenOf != "" {
-			hint = fmt.Sprintf("; the token sent is the one saved for %s in %s (berth up saves one): "+
-				"if another server runs there now, delete that entry or set BERTH_TOKEN", m.savedTokenOf, m.credentialsPath())
-		}
-		fmt.Fprintf(m.Stderr, "berth: %s%s\n", errorLine(err), hint)
-		return exitUsage
-	}
-	fmt.Fprintln(m.Stderr, "berth:", err)
+	fmt.Fprintf(m.Stderr, "berth: %s%s\n", errorLine(err), m.hint(err))
 	return exitUsage
 }
 
@@ -169,19 +185,6 @@ func errorLine(err error) string {
 		return fmt.Sprintf("%s (%s)", be.Error(), be.Code)
 	}
 	return err.Error()
-}
-
-func (m *Main) usage() {
-	fmt.Fprintln(m.Stdout, "berth: one control plane for every GPU you own, rent or borrow.\n\nUsage: berth COMMAND [flags] [args]\n\nCommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(m.Stdout, "  %-8s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(m.Stdout, "\nThe server is --server, else $BERTH_SERVER, else http://127.0.0.1:7070 (a comma-separated list fails over); the token is $BERTH_TOKEN.\nRun berth COMMAND -h for a command's flags.")
 }
 
 // flagSet returns a FlagSet whose -h prints the command's usage to
@@ -200,6 +203,9 @@ func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 // flag is an invalid *berth.Error naming it, printed as one line rather
 // than the flag package's report (its error, then the whole usage).
 func parse(fs *flag.FlagSet, args []string) error {
+	if err := checkRepeats(fs, args); err != nil {
+		return err
+	}
 	out := fs.Output()
 	var report bytes.Buffer
 	fs.SetOutput(&report)
@@ -221,7 +227,7 @@ func flagError(fs *flag.FlagSet, err error) error {
 	msg := err.Error()
 	field, why := "", msg
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
-		field, why = flagName(name), "no such flag"
+		field, why = flagName(name), "no such flag"+suggest(flagName(name), flagNames(fs))
 	} else if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
 		field, why = flagName(name), "needs a value"
 	} else if rest, ok := strings.CutPrefix(msg, "invalid boolean value "); ok {
@@ -384,7 +390,7 @@ func (m *Main) addClientFlags(fs *flag.FlagSet, withOutput bool) *clientFlags {
 	fs.StringVar(&cf.ca, "ca", m.Getenv("BERTH_CA"), "trust the https:// server's certificate when this CA (PEM file) signed it (default $BERTH_CA)")
 	fs.StringVar(&cf.fingerprint, "ca-fingerprint", m.Getenv("BERTH_CA_FINGERPRINT"), "trust the https:// server when its chain holds the certificate with this SHA-256\nfingerprint (sha256:HEX, printed by the server; default $BERTH_CA_FINGERPRINT)")
 	if withOutput {
-		fs.StringVar(&cf.output, "o", "table", "output: table or json")
+		fs.StringVar(&cf.output, "o", "table", "output: table, json or yaml")
 	}
 	return cf
 }
