@@ -35,9 +35,9 @@ func (m *Main) withGlobals(args []string) []string {
 	return append(slices.Clip(m.globals), args...)
 }
 
-// repeatable is a flag value that may be given more than once (--env K=V
-// --env K2=V2); any other flag given twice is an error.
-type repeatable interface{ repeatable() }
+// repeatableMark ends the usage of a flag that may be given more than once
+// (--env K=V --env K2=V2); any other flag given twice is an error.
+const repeatableMark = "(repeatable)"
 
 // checkRepeats refuses a single-value flag that the flags at the start of
 // args (up to the first argument that is no flag, or "--") give twice, or
@@ -58,7 +58,7 @@ func checkRepeats(fs *flag.FlagSet, args []string) error {
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && b.IsBoolFlag()) {
 			i++ // its value
 		}
-		if _, ok := f.Value.(repeatable); ok {
+		if strings.HasSuffix(f.Usage, repeatableMark) {
 			continue
 		}
 		if given[name] {
