@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -375,13 +376,14 @@ func parseOneArg(fs *flag.FlagSet, cf *clientFlags, args []string, what, hint st
 type clientFlags struct {
 	server      string
 	output      string
+	formats     []string // what -o may be; addClientFlags sets table, json and yaml
 	ca          string
 	fingerprint string
 	tls         *tls.Config // from ca and fingerprint, set by check
 }
 
 func (m *Main) addClientFlags(fs *flag.FlagSet, withOutput bool) *clientFlags {
-	cf := &clientFlags{}
+	cf := &clientFlags{formats: []string{"table", "json", "yaml"}}
 	def := m.Getenv("BERTH_SERVER")
 	if def == "" {
 		def = "http://127.0.0.1:7070"
@@ -396,8 +398,8 @@ func (m *Main) addClientFlags(fs *flag.FlagSet, withOutput bool) *clientFlags {
 }
 
 func (cf *clientFlags) check() error {
-	if cf.output != "" && cf.output != "table" && cf.output != "json" {
-		return berth.Invalidf("-o", "must be table or json")
+	if cf.output != "" && !slices.Contains(cf.formats, cf.output) {
+		return berth.Invalidf("-o", "%q: must be %s%s", cf.output, strings.Join(cf.formats, ", "), suggest(cf.output, cf.formats))
 	}
 	for _, s := range client.ParseServers(cf.server).URLs() {
 		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -84,8 +84,8 @@ func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, s)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, s)
 	}
 	fmt.Fprintln(m.Stdout, s.ID)
 	return nil
