@@ -26,6 +26,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("jobs", jobsUsage)
 	cf := m.addClientFlags(fs, true)
 	cf.formats = append(cf.formats, "wide", "name")
+	fs.Lookup("o").Usage = "output: table, wide (more columns), json, yaml or name (job/ID lines)"
 	state := fs.String("state", "", "comma-separated states: pending, running, succeeded, failed, cancelled")
 	queue := fs.String("queue", "", "only this queue")
 	user := fs.String("user", "", "only this user's jobs")

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -124,6 +125,9 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		}
 		return 0
 	}
+	if args[0] == "--version" {
+		return m.exit(ctx, m.version())
+	}
 	if args[0] == watchdogCommand {
 		return m.runWatchdog(args[1:])
 	}
@@ -143,7 +147,7 @@ func (m *Main) dispatch(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "help":
 		return m.help(ctx, args[1:])
-	case "version", "--version":
+	case "version":
 		return m.version()
 	case "completion":
 		return m.completion(ctx, args[1:])
@@ -195,10 +199,19 @@ func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 	fs.SetOutput(m.Stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: berth %s %s\n\nFlags:\n", name, usage)
+		var defaults bytes.Buffer
+		out := fs.Output()
+		fs.SetOutput(&defaults)
 		fs.PrintDefaults()
+		fs.SetOutput(out)
+		// Flags as people type them (and berth's errors name them): -o, --server.
+		_, _ = io.WriteString(out, longFlag.ReplaceAllString(defaults.String(), "$1--$2"))
 	}
 	return fs
 }
+
+// longFlag matches a flag of two letters or more in PrintDefaults.
+var longFlag = regexp.MustCompile(`(?m)^(  )-(\w\w)`)
 
 // parse parses flags. -h prints the usage and returns flag.ErrHelp; a bad
 // flag is an invalid *berth.Error naming it, printed as one line rather
