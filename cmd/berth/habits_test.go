@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -195,6 +197,52 @@ func TestSuggest(t *testing.T) {
 	} {
 		if got := suggest(tc.typed, names); got != tc.want {
 			t.Errorf("suggest(%q) = %q, want %q", tc.typed, got, tc.want)
+		}
+	}
+}
+
+// TestBashCompletion sources berth completion bash in a real bash and
+// completes commands, subcommands after client flags, and flags.
+func TestBashCompletion(t *testing.T) {
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash on this machine:", err)
+	}
+	var script bytes.Buffer
+	m := &Main{Stdout: &script, Stderr: &script, Getenv: func(string) string { return "" }}
+	if code := m.Run(context.Background(), []string{"completion", "bash"}); code != 0 {
+		t.Fatalf("berth completion bash: exit %d: %s", code, script.String())
+	}
+	file := filepath.Join(t.TempDir(), "berth.bash")
+	if err := os.WriteFile(file, script.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	complete := func(words ...string) string {
+		// COMP_WORDS as bash sets them; the last word is the one completed.
+		cmd := exec.Command(bash, "--norc", "-c", `source "$1"; shift; complete -p berth; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _berth; echo "${COMPREPLY[*]}"`,
+			"bash", file)
+		cmd.Args = append(cmd.Args, words...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("bash completing %q: %v\n%s", words, err, out)
+		}
+		return string(out)
+	}
+	for _, tc := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"berth", "jo"}, "complete -F _berth berth\njob jobs\n"},
+		{[]string{"berth", "--server", "http://127.0.0.1:7070", "quota", "s"}, "set\n"},
+		{[]string{"berth", "-o", "json", "schedule", "list", "--ser"}, "--server\n"},
+		{[]string{"berth", "jobs", "--ex"}, "--expand\n"},
+		{[]string{"berth", "completion", "f"}, "fish\n"},
+		{[]string{"berth", "--ca-f"}, "--ca-fingerprint\n"},
+	} {
+		got := complete(tc.words...)
+		if !strings.HasSuffix(got, tc.want) || !strings.HasPrefix(got, "complete -F _berth berth\n") {
+			t.Errorf("completing %q: %q, want %q after complete -p's line", tc.words, got, tc.want)
 		}
 	}
 }
