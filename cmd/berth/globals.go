@@ -16,7 +16,9 @@ import (
 // followed its name, and a command that talks to no server refuses them
 // as it refuses any flag it lacks.
 func (m *Main) splitGlobals(args []string) (globals, rest []string, err error) {
-	fs := m.flagSet("", "[flags] COMMAND [args]")
+	fs := flag.NewFlagSet("berth", flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	fs.Usage = func() { writeUsage(fs.Output()) }
 	m.addClientFlags(fs, true)
 	if err := parse(fs, args); err != nil {
 		return nil, nil, err

@@ -45,7 +45,7 @@ func TestCLIHabits(t *testing.T) {
 		{args: []string{"jobs", srv}, stdout: []string{"ID", single}},
 		{args: []string{"jobs"}, code: exitUsage, stderr: []string{"cannot reach the server at http://127.0.0.1:1"}},
 		{args: []string{srv}, code: exitUsage, stderr: []string{"command: give a command"}},
-		{args: []string{"--sever", c.url, "jobs"}, code: exitUsage, stderr: []string{"--sever: no such flag (did you mean --server?)"}},
+		{args: []string{"--sever", c.url, "jobs"}, code: exitUsage, stderr: []string{"--sever: no such flag (did you mean --server?); berth -h lists"}, noStdout: "Usage"},
 		{args: []string{srv, "up"}, code: exitUsage, stderr: []string{"--server: no such flag", "berth up -h"}},
 		// A repeated single-value flag is an error naming it; a repeatable one is not.
 		{args: []string{srv, "jobs", "--server", c.url}, code: exitUsage, stderr: []string{"--server: given more than once"}},

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"runtime/debug"
 	"slices"
@@ -37,14 +38,15 @@ func summary(name string) string {
 	return commands[name].summary
 }
 
-func (m *Main) usage() {
-	fmt.Fprintln(m.Stdout, "berth: one control plane for every GPU you own, rent or borrow.\n\nUsage: berth [client flags] COMMAND [flags] [args]\n\nCommands:")
+// writeUsage writes berth help: the commands and how flags work.
+func writeUsage(w io.Writer) {
+	fmt.Fprintln(w, "berth: one control plane for every GPU you own, rent or borrow.\n\nUsage: berth [client flags] COMMAND [flags] [args]\n\nCommands:")
 	names := commandNames()
 	width := len(slices.MaxFunc(names, func(a, b string) int { return len(a) - len(b) }))
 	for _, n := range names {
-		fmt.Fprintf(m.Stdout, "  %-*s  %s\n", width, n, summary(n))
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, summary(n))
 	}
-	fmt.Fprintln(m.Stdout, `
+	fmt.Fprintln(w, `
 The server is --server, else $BERTH_SERVER, else http://127.0.0.1:7070 (a comma-separated list fails over); the token is $BERTH_TOKEN.
 The client flags (--server, --ca, --ca-fingerprint, -o) may come before the command or after it.
 Run berth help COMMAND, or berth COMMAND -h, for a command's flags. Exit statuses: 0 done, 1 a job did not
@@ -55,7 +57,7 @@ succeed, 2 bad input or refused, 124 timed out, 130 interrupted.`)
 // follow), or the list of commands, to stdout.
 func (m *Main) help(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		m.usage()
+		writeUsage(m.Stdout)
 		return nil
 	}
 	if s, ok := builtins[args[0]]; ok {

@@ -119,7 +119,7 @@ const (
 // come before it, and returns the process exit status.
 func (m *Main) Run(ctx context.Context, args []string) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		m.usage()
+		writeUsage(m.Stdout)
 		if len(args) == 0 {
 			return exitUsage
 		}
