@@ -246,3 +246,23 @@ func TestBashCompletion(t *testing.T) {
 		}
 	}
 }
+
+// TestNoTokenHint: a server that trusts no client without a token answers
+// 401 in HTTP's words; berth adds the variable that sends one.
+func TestNoTokenHint(t *testing.T) {
+	t.Parallel()
+	rs, err := startServer(context.Background(), &serverConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0",
+		Security: securityConfig{TrustLoopback: "none"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close(context.Background()) })
+	var stdout, stderr bytes.Buffer
+	env := map[string]string{"BERTH_CREDENTIALS": filepath.Join(t.TempDir(), "none.json")}
+	m := &Main{Stdout: &stdout, Stderr: &stderr, Getenv: func(k string) string { return env[k] }}
+	code := m.Run(context.Background(), []string{"--server", rs.URL, "jobs"})
+	if line := stderr.String(); code != exitUsage || !strings.Contains(line, "send Authorization: Bearer TOKEN") ||
+		!strings.Contains(line, "(unauthorized); set BERTH_TOKEN to a token of this server") || strings.Count(line, "\n") != 1 {
+		t.Errorf("berth jobs without a token: exit %d, %q; want the API's message and the CLI's hint, one line", code, line)
+	}
+}
