@@ -330,7 +330,7 @@ type Swap struct {
 	Pool        string   `json:"pool"`
 	State       string   `json:"state"` // Swap*
 	Service     string   `json:"service_job_id,omitempty"`
-	Stopped     []string `json:"stopped,omitempty"` // the services it stopped
+	Stopped     []string `json:"stopped,omitempty"` // the services it stopped; for a dry run, those it would stop
 	Reason      string   `json:"reason,omitempty"`
 	Returncode  *int     `json:"returncode"` // 0 once ready, 1 once failed, null before
 	StartedAt   string   `json:"started_at"` // FormatSparkTime

@@ -40,6 +40,11 @@ const (
 	FailureWorkloadFatal = "workload_fatal" // the workload itself broke (CUDA out of memory, engine dead)
 	FailureInfraFatal    = "infra_fatal"    // the machine could not run it (port never bound, driver errors)
 	FailureUnknown       = "unknown"        // exited before ready, nothing recognised
+	// FailureCannotStart: its program could not be started — exit code
+	// 126 (not executable) or 127 (not found), from the agent's own exec
+	// or from a shell, before the service was ever ready. On a service's
+	// first run it ends the service at once: restarting cannot help.
+	FailureCannotStart = "cannot_start"
 )
 
 // Attempt is one placement of one task of a job on a worker. Everything an
@@ -69,14 +74,18 @@ type Attempt struct {
 }
 
 // Endpoint is where a ready service serves: listed while its attempt is
-// ready and its worker keeps its lease.
+// ready and its worker keeps its lease. Host is the worker's host label,
+// Address its advertised address (Worker.Address), Port the service's and
+// URL "http://ADDRESS:PORT".
 type Endpoint struct {
 	JobID      string    `json:"job_id"`
 	Name       string    `json:"name"`
 	User       string    `json:"user,omitempty"`
 	AttemptID  string    `json:"attempt_id"`
 	Host       string    `json:"host"`
+	Address    string    `json:"address"`
 	Port       int       `json:"port"`
+	URL        string    `json:"url"`
 	Model      string    `json:"model,omitempty"`
 	ReadySince time.Time `json:"ready_since"`
 	LeaseUntil time.Time `json:"lease_until"`
@@ -93,6 +102,7 @@ type Service struct {
 	Job
 	AttemptID string    `json:"attempt_id,omitempty"`
 	Host      string    `json:"host,omitempty"`
+	Address   string    `json:"address,omitempty"` // the worker's advertised address, where Port is reached
 	Port      int       `json:"port,omitempty"`
 	Phase     string    `json:"phase,omitempty"`     // Phase*; empty while pending
 	RestartAt time.Time `json:"restart_at,omitzero"` // when a service waiting out its restart backoff is queued again

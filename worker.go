@@ -14,7 +14,7 @@ type WorkerState string
 // Worker states.
 const (
 	WorkerReady        WorkerState = "ready"        // connected, has free capacity
-	WorkerBusy         WorkerState = "busy"         // connected, full
+	WorkerBusy         WorkerState = "busy"         // connected, full: every slot, or every GPU that is not faulty, in use
 	WorkerDraining     WorkerState = "draining"     // turned off (drain): takes no work, running attempts finishing
 	WorkerParked       WorkerState = "parked"       // turned off: takes no work
 	WorkerDisconnected WorkerState = "disconnected" // no session, within its lease
@@ -87,10 +87,15 @@ type GPUStat struct {
 	MemoryUsed  Bytes `json:"memory_used"`
 }
 
-// Worker is a machine running a berth agent.
+// Worker is a machine running a berth agent. Advertise is the address (an
+// IP or a host name) others reach it at: its services' endpoints and, for
+// rank 0 of a gang, MASTER_ADDR; its agent's --advertise, by default the
+// address the agent reaches the server from; empty for an agent that sent
+// none.
 type Worker struct {
 	ID            string            `json:"id"`
 	Host          string            `json:"host"`
+	Advertise     string            `json:"advertise,omitempty"`
 	Queues        []string          `json:"queues,omitempty"` // empty: every queue
 	GPUs          []GPU             `json:"gpus,omitempty"`
 	GPUStats      []GPUStat         `json:"gpu_stats,omitempty"` // the GPUs' load at the last heartbeat
@@ -109,6 +114,15 @@ type Worker struct {
 	Models        []string          `json:"models,omitempty"`       // models warm on it, as its agent reports
 	// Controls is the desired state of its host's queues (absent: on).
 	Controls []*WorkerControl `json:"controls,omitempty"`
+}
+
+// Address returns where others reach w: its advertised address, else
+// its host label.
+func (w *Worker) Address() string {
+	if w.Advertise != "" {
+		return w.Advertise
+	}
+	return w.Host
 }
 
 // Serves reports whether the worker takes jobs from queue.

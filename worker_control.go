@@ -1,7 +1,9 @@
 package berth
 
 import (
+	"net"
 	"regexp"
+	"strings"
 	"time"
 )
 
@@ -56,6 +58,16 @@ func ValidHost(field, host string) error {
 		return Invalidf(field, "%q is not a host label (1-253 letters, digits, '.', '_' or '-', starting and ending with a letter or digit)", host)
 	}
 	return nil
+}
+
+// ValidAdvertise checks the address a worker advertises: an IP address
+// (v4, or v6 without brackets) or a host name, with no port, scheme or
+// path. It returns an ECodeInvalid *Error naming field.
+func ValidAdvertise(field, addr string) error {
+	if net.ParseIP(addr) != nil || (hostRe.MatchString(addr) && !strings.Contains(addr, "_")) {
+		return nil
+	}
+	return Invalidf(field, "%q is not an IP address or a host name (give the address alone: no scheme, port or path)", addr)
 }
 
 // Validate checks every field but UpdatedAt and returns an ECodeInvalid
@@ -128,10 +140,16 @@ const (
 	CauseReadiness  = "readiness"  // a service did not become ready (see its failure class)
 	CauseOperator   = "operator"   // an operator turned the worker off with the hard policy
 	CauseShutdown   = "shutdown"   // the agent was asked to stop (SIGTERM, Ctrl-C) and stopped its attempts
+	// CausePortBusy: rank 0 of a gang was not started because its
+	// MASTER_PORT was in use on its machine; the gang is placed again
+	// with another port.
+	CausePortBusy = "port_busy"
 )
 
 var causeCodes = map[string]int{CauseBudget: 75, CauseStall: 76, CauseReassigned: 77, CauseGPUHealth: 78, CauseOperator: 79,
-	CauseReadiness: 80, CauseShutdown: 81}
+	CauseReadiness: 80, CauseShutdown: 81,
+	CausePortBusy: 83,
+}
 
 // CauseExitCode returns the exit code Berth reports for an attempt ended
 // by cause, and false for an unknown cause.
@@ -142,7 +160,9 @@ func CauseExitCode(cause string) (int, bool) {
 
 // CauseSpendsRetry reports whether an attempt ended by cause counts
 // against its job's retries: the job's own doing (budget, stall) does;
-// hardware, reassignment, operators and the shutdown of its agent do not.
+// hardware, reassignment, operators, the shutdown of its agent and a busy
+// rendezvous port do not.
 func CauseSpendsRetry(cause string) bool {
-	return cause != CauseGPUHealth && cause != CauseReassigned && cause != CauseOperator && cause != CauseShutdown
+	return cause != CauseGPUHealth && cause != CauseReassigned && cause != CauseOperator && cause != CauseShutdown &&
+		cause != CausePortBusy
 }

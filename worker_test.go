@@ -1,6 +1,9 @@
 package berth
 
-import "testing"
+import (
+	"errors"
+	"testing"
+)
 
 func TestGPUHasType(t *testing.T) {
 	t.Parallel()
@@ -26,6 +29,22 @@ func TestGPUHasType(t *testing.T) {
 	} {
 		if got := (GPU{Model: tc.model}).HasType(tc.typ); got != tc.want {
 			t.Errorf("GPU %q HasType(%q) = %v, want %v", tc.model, tc.typ, got, tc.want)
+		}
+	}
+}
+
+func TestValidAdvertise(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"127.0.0.1", "10.1.2.3", "::1", "fe80::1", "gpu-7", "gpu-7.example.com"} {
+		if err := ValidAdvertise("--advertise", ok); err != nil {
+			t.Errorf("ValidAdvertise(%q) = %v, want nil", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "10.0.0.1:7070", "[::1]", "http://gpu-7", "gpu-7/x", "gpu 7", "-gpu", "gpu_7"} {
+		err := ValidAdvertise("--advertise", bad)
+		var e *Error
+		if !errors.As(err, &e) || e.Field != "--advertise" || e.Code != ECodeInvalid {
+			t.Errorf("ValidAdvertise(%q) = %v, want an invalid error naming --advertise", bad, err)
 		}
 	}
 }

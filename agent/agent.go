@@ -54,9 +54,14 @@ type Config struct {
 	// at the first connection, which is saved in DataDir/credential.
 	JoinToken string
 	// TLS verifies https:// servers (a pinned CA); nil: the system's roots.
-	TLS       *tls.Config
-	DataDir   string
-	Host      string
+	TLS     *tls.Config
+	DataDir string
+	Host    string
+	// Advertise is the address (an IP or a host name, no port) others
+	// reach this worker at: its services' endpoints, and MASTER_ADDR when
+	// it runs rank 0 of a gang. Empty: the local address of its connection
+	// to the server (127.0.0.1 for a server on loopback).
+	Advertise string
 	Queues    []string // empty: every queue
 	GPUs      []berth.GPU
 	CPUs      float64
@@ -129,6 +134,11 @@ type Agent struct {
 func New(cfg Config) (*Agent, error) {
 	if cfg.Server == "" || cfg.DataDir == "" || cfg.Host == "" {
 		return nil, errors.New("agent: server, data dir and host are required")
+	}
+	if cfg.Advertise != "" {
+		if err := berth.ValidAdvertise("advertise", cfg.Advertise); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
 	}
 	if cfg.Slots <= 0 {
 		cfg.Slots = 16

@@ -46,6 +46,7 @@ const (
 	FailInfraFatal    = berth.FailureInfraFatal    // the host or its setup is at fault
 	FailStall         = berth.FailureStall         // no semantic progress for the stall budget
 	FailUnknown       = berth.FailureUnknown       // the process exited with no known cause
+	FailCannotStart   = berth.FailureCannotStart   // its program could not be started (exit 126 or 127)
 )
 
 // Defaults of ReadinessSpec and ProberConfig fields left zero.
@@ -339,6 +340,12 @@ func (p *Prober) warm(ctx context.Context, now time.Time) bool {
 	r := p.probe(ctx, p.spec.Probe)
 	st := p.Status()
 	if r.ok {
+		select {
+		case <-p.cfg.Done: // it exited while the probe ran (something else answered): never ready
+			p.exited()
+			return true
+		default:
+		}
 		p.lastLive = now
 		p.set(ServiceStatus{Phase: ServiceReady, Marker: st.Marker, Reason: "readiness probe passed"})
 		return false

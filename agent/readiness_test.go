@@ -292,6 +292,35 @@ func TestProberProcessExit(t *testing.T) {
 	}
 }
 
+// TestProberNeverReportsAnExitedProcessReady: the process exits while a
+// readiness probe is under way, and the probe passes all the same
+// (something else answers on the port): the prober reports the exit, never
+// ready.
+func TestProberNeverReportsAnExitedProcessReady(t *testing.T) {
+	t.Parallel()
+	done := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(done) }) // the process exits as the probe is answered
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	port := srv.Listener.Addr().(*net.TCPAddr).Port
+	var r reports
+	p, err := NewProber(ProberConfig{Spec: ReadinessSpec{Probe: ProbeSpec{Kind: "http", Path: "/"}}, Port: port,
+		LogPath: filepath.Join(t.TempDir(), "out.log"), Done: done, Report: r.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.Run(t.Context())
+	if st.Phase != ServiceFailed || st.Class != FailUnknown || !strings.Contains(st.Reason, "exited before ready") {
+		t.Fatalf("Run = %+v, want failed unknown: exited before ready", st)
+	}
+	if slices.Contains(r.phases(), ServiceReady) {
+		t.Fatalf("reported %v: an exited process reported ready", r.phases())
+	}
+}
+
 func TestProberRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"fmt"
@@ -63,6 +64,7 @@ type attempt struct {
 	secrets  *redact.Redactor // hides its secrets' values in what is shipped
 	keep     bool             // a service left running when the agent shuts down, for the next agent to adopt
 	proc     Process
+	spec     *Spec // how proc was started, for execs into it; nil when it was not
 	progress progress
 
 	mu      sync.Mutex // serialises shipping and result sending
@@ -331,7 +333,11 @@ func (s *supervisor) fence(ctx context.Context, lost func(now time.Time) bool) {
 // it. An attempt it already has is not started again.
 func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	if s.stopping.Load() {
-		s.refuse(runCtx, m)
+		s.refuse(runCtx, m, berth.CauseShutdown, shutdownReason)
+		return
+	}
+	if p := m.RendezvousPort; p > 0 && PortBound(p) {
+		s.refuse(runCtx, m, berth.CausePortBusy, fmt.Sprintf("MASTER_PORT %d is in use on this machine", p))
 		return
 	}
 	dir := filepath.Join(s.attDir, m.AttemptID)
@@ -354,12 +360,15 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	var proc Process
 	if err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
-	} else if proc, err = s.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
-		ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
-		Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
-		MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
-		ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}); err != nil {
-		proc = failedProcess(fmt.Sprintf("start: %v", err))
+	} else {
+		at.spec = &Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
+			ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
+			Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
+			MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
+			ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}
+		if proc, err = s.cfg.Executor.Start(runCtx, *at.spec); err != nil {
+			proc = failedProcess(fmt.Sprintf("start: %v", err))
+		}
 	}
 	at.proc = proc
 	if svc != nil && err == nil && adoptable(m) {
@@ -390,13 +399,14 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	s.follow(runCtx, at, m, svc)
 }
 
-// refuse answers an assignment that comes while the agent is stopping:
-// the attempt ends without starting, with cause shutdown, so that the
-// server places it again without spending a retry.
-func (s *supervisor) refuse(runCtx context.Context, m *wire.JobAssign) {
-	code, _ := berth.CauseExitCode(berth.CauseShutdown)
-	at := &attempt{id: m.AttemptID, proc: &doneProcess{noFiles: true, exit: Exit{State: stoppedState(berth.CauseShutdown),
-		ExitCode: &code, Reason: "not started: " + shutdownReason, Cause: berth.CauseShutdown}}}
+// refuse answers an assignment the agent does not start: while it is
+// stopping (cause shutdown), or for rank 0 of a gang whose port is in use
+// (cause port_busy). The attempt ends unstarted with cause, which spends
+// no retry: the server places it again.
+func (s *supervisor) refuse(runCtx context.Context, m *wire.JobAssign, cause, reason string) {
+	code, _ := berth.CauseExitCode(cause)
+	at := &attempt{id: m.AttemptID, proc: &doneProcess{noFiles: true, exit: Exit{State: stoppedState(cause),
+		ExitCode: &code, Reason: "not started: " + reason, Cause: cause}}}
 	s.mu.Lock()
 	_, dup := s.attempts[m.AttemptID]
 	if !dup {
@@ -431,9 +441,10 @@ func (s *supervisor) follow(runCtx context.Context, at *attempt, m *wire.JobAssi
 		if ex.Cause == berth.CauseOperator {
 			ex.Reason += "; " + s.confirmStopped(runCtx, at.gpus, ex.Lingering)
 		}
+		class, why := svc.failure()
 		at.mu.Lock()
-		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(ex.Reason),
-			Cause: ex.Cause, Class: svc.failureClass()}
+		at.result = &wire.JobResult{AttemptID: at.id, State: ex.State, ExitCode: ex.ExitCode, Reason: at.secrets.Redact(cmp.Or(why, ex.Reason)),
+			Cause: ex.Cause, Class: class}
 		at.mu.Unlock()
 		s.report(runCtx, at)
 	}()

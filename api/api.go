@@ -60,6 +60,8 @@ type Server struct {
 	sec   *Security
 	log   *slog.Logger
 	mux   *http.ServeMux
+	// streams are the exec and port-forward streams agents are to dial.
+	streams streams
 }
 
 // Store is what the API reads and writes in the store itself rather than
@@ -87,6 +89,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("POST /api/v1/jobs", auth.Identity.CanSubmit, submitters, s.submit)
 	s.route("POST /api/v1/jobs/{id}/cancel", auth.Identity.CanSubmit, submitters, s.cancel)
 	s.route("POST /api/v1/jobs/cancel", auth.Identity.CanSubmit, submitters, s.cancelMatching)
+	s.streamRoutes()
 	s.route("GET /api/v1/jobs/{id}/logs", readsJobs, jobReader, s.logs)
 	s.route("GET /api/v1/attempts/{id}/valid", readsJobs, jobReader, s.attemptValid)
 	s.route("POST /api/v1/wait", readsJobs, jobReader, s.wait)

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +23,7 @@ type Cluster interface {
 	Cancel(ctx context.Context, id string) (*berth.Job, error)
 	Services(ctx context.Context) ([]*berth.Service, error)
 	Workers(ctx context.Context) ([]*berth.Worker, error)
+	Job(ctx context.Context, id string) (*berth.JobDetail, error)
 }
 
 // Swapper runs model swaps (seed 000's POST /api/swap): stop what a pool
@@ -102,7 +104,8 @@ func poolHas(p Pool, w *berth.Worker) bool {
 // caller's lock token, "" for none): ECodeNotFound for an unknown key,
 // ECodeLocked (423) when the lock is held by another, ECodeConflict when
 // a swap runs on the pool already. A dry run only validates and returns
-// the swap it would start, ended, touching nothing.
+// the swap it would start, ended (ready, or failed with the problems as
+// its reason), with the services it would stop, touching nothing.
 func (s *Swapper) Start(ctx context.Context, key, token, who string, dryRun bool) (*berth.Swap, error) {
 	v, err := s.Validate(ctx, key)
 	if err != nil {
@@ -111,11 +114,18 @@ func (s *Swapper) Start(ctx context.Context, key, token, who string, dryRun bool
 	sw := &berth.Swap{ID: newSwapID(), ModelKey: key, Pool: v.Pool, State: berth.SwapStatePending,
 		StartedAt: berth.FormatSparkTime(s.now()), DryRun: dryRun, RequestedBy: who}
 	if dryRun {
+		current, err := s.poolServices(ctx, poolService(v.Pool))
+		if err != nil {
+			return nil, err
+		}
+		for _, svc := range current {
+			sw.Stopped = append(sw.Stopped, svc.ID)
+		}
 		code := 0
 		sw.State, sw.FinishedAt, sw.Returncode = berth.SwapStateReady, sw.StartedAt, &code
 		if !v.OK {
 			code = 1
-			sw.State, sw.Reason = berth.SwapStateFailed, fmt.Sprint(v.Problems)
+			sw.State, sw.Reason = berth.SwapStateFailed, strings.Join(v.Problems, "; ")
 		}
 		return sw, nil
 	}
@@ -224,13 +234,48 @@ func (s *Swapper) swap(ctx context.Context, id string, sw berth.Swap) (string, e
 			return false, err
 		}
 		for _, svc := range list {
-			if svc.ID == job {
-				return svc.Phase == berth.PhaseReady, nil
+			if svc.ID != job {
+				continue
 			}
+			if diedBeforeReady(svc) {
+				return false, s.stopDead(ctx, job)
+			}
+			return svc.Phase == berth.PhaseReady, nil
 		}
-		return false, fmt.Errorf("service %s ended before it was ready", job)
+		d, err := s.Cluster.Job(ctx, job)
+		if err != nil {
+			return false, fmt.Errorf("service %s ended before it was ready: %w", job, err)
+		}
+		return false, fmt.Errorf("service %s %s before it was ready: %s", job, d.State, d.Reason)
 	})
 	return job, err
+}
+
+// stopDead stops service job, which died before it was ever ready, and
+// returns the swap's error: how its attempt ended.
+func (s *Swapper) stopDead(ctx context.Context, job string) error {
+	if _, err := s.Cluster.Cancel(ctx, job); err != nil && berth.ErrorCode(err) != berth.ECodeConflict {
+		return fmt.Errorf("service %s died before it was ready; stopping it: %w", job, err)
+	}
+	how := "its attempt ended"
+	if d, err := s.Cluster.Job(ctx, job); err == nil { // the cancel is durable, and so is the end before it
+		for _, a := range d.AttemptList {
+			if a.State.Terminal() && a.State != berth.AttemptCancelled {
+				how = fmt.Sprintf("attempt %s on %s %s: %s", a.ID, a.Host, a.State, a.Reason)
+				break
+			}
+		}
+	}
+	return fmt.Errorf("service %s died before it was ready (%s); the swap stopped it", job, how)
+}
+
+// diedBeforeReady reports whether svc, a service a swap started and which
+// has not been ready yet, has had an attempt end: it waits out a restart
+// (its one attempt spent, none running) or runs a restart. Attempts lost
+// with their worker, preempted or stopped by an operator spend none, so
+// they do not count.
+func diedBeforeReady(svc *berth.Service) bool {
+	return svc.Attempts > 1 || (svc.Attempts == 1 && svc.AttemptID == "")
 }
 
 // poolServices returns the active services named name.

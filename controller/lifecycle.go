@@ -44,6 +44,9 @@ type lifecycle struct {
 	// preempted holds when each preemption of the last window happened.
 	preempted []time.Time
 	nextPort  int // where the next rendezvous port search starts
+	// busyPorts holds when a gang's rank 0 last found a rendezvous port in
+	// use on its machine, by "ADDRESS:PORT" (see rendezvousPort).
+	busyPorts map[string]time.Time
 
 	ids berth.IDGen
 	now func() time.Time
@@ -74,6 +77,7 @@ func newLifecycle(cfg *Config) lifecycle {
 		restarting:  map[*jobState]struct{}{},
 		idem:        map[idemKey][]string{},
 		controls:    map[string]map[string]*berth.WorkerControl{},
+		busyPorts:   map[string]time.Time{},
 		stats:       newStats(),
 		now:         cfg.Now,
 		log:         cfg.Log,
@@ -294,6 +298,9 @@ func (l *lifecycle) endAttempt(as *attemptState, st berth.AttemptState, code *in
 	}
 	a.ExitCode, a.Reason, a.FinishedAt = code, reason, now
 	_ = l.transitionAttempt(as, st) // checked above
+	if as.cause == berth.CausePortBusy {
+		l.busyPorts[rendezvousKey(as.worker.w.Address(), a.Port)] = now
+	}
 	delete(l.attempts, a.ID)
 	as.worker.release(as)
 	js := as.job
@@ -302,7 +309,7 @@ func (l *lifecycle) endAttempt(as *attemptState, st berth.AttemptState, code *in
 	l.dirty = true
 	if st != berth.AttemptSucceeded && js.failure == nil {
 		js.failure = &memberEnd{state: st, code: code, reason: reason, cause: as.cause, stoppedBy: as.stoppedBy, attempt: a.ID,
-			worker: a.WorkerID}
+			worker: a.WorkerID, class: a.FailureClass}
 		if js.live > 0 {
 			why := fmt.Sprintf("gang member %d %s", a.TaskIndex, st)
 			if st == berth.AttemptPreempted || st == berth.AttemptStopped {
@@ -387,13 +394,20 @@ const (
 // restartService handles the end of a service's attempt last (f is how it
 // failed, nil when it exited 0: a service runs until stopped). Within its
 // retries the service is requeued after a doubling backoff; past them it
-// fails. An attempt that ran serviceStableAfter resets the count. Loop
-// only.
+// fails. An attempt that ran serviceStableAfter resets the count. A
+// first run whose program could not be started (class cannot_start:
+// exit code 126 or 127 before it was ever ready) fails it at once, since
+// restarting cannot help; a later run that does so is restarted like any
+// other end. Loop only.
 func (l *lifecycle) restartService(js *jobState, f *memberEnd, last *berth.Attempt, now time.Time) {
 	j := js.job
 	how := "exited 0"
 	if f != nil {
 		how = fmt.Sprintf("%s: %s", f.state, orDefault(f.reason, exitDesc(f.code)))
+	}
+	if f != nil && f.class == berth.FailureCannotStart && j.Attempts == 1 {
+		l.finishJob(js, berth.JobFailed, f.code, berth.FailureCannotStart+": "+orDefault(f.reason, exitDesc(f.code)), now)
+		return
 	}
 	if !last.StartedAt.IsZero() && now.Sub(last.StartedAt) >= serviceStableAfter {
 		j.Attempts = 1 // it ran well: this is a first failure again

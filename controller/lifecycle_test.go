@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -250,4 +251,46 @@ func TestALostWorkerEndsItsAttempts(t *testing.T) {
 		}
 	}
 	t.Fatalf("no worker.lost event in %+v", h.events)
+}
+
+// TestServiceThatCannotStartFailsAtOnce: a service whose first run could
+// not start its program (class cannot_start) fails at once with the
+// reason, not restarted; one that ran before and then cannot start is
+// restarted like any other end.
+func TestServiceThatCannotStartFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	end := func(h *harness, code int, class, reason string) {
+		as := h.launched()
+		h.step(func() { h.l.markRunning(as, h.clock.Now().UTC()) })
+		as.a.FailureClass = class
+		h.step(func() { h.l.endAttempt(as, berth.AttemptFailed, &code, reason, h.clock.Now().UTC()) })
+	}
+	service := func(spec *berth.JobSpec) { spec.Kind, spec.Retries = berth.KindService, 10 }
+
+	h := newLifecycleHarness(t)
+	h.worker(workerReg())
+	j := h.submit(service, "sh", "-c", "vllm serve m")
+	end(h, 127, berth.FailureCannotStart, "exit code 127: sh: 1: vllm: not found")
+	e := h.event(berth.EventJobFailed, j.ID)
+	if want := "cannot_start: exit code 127: sh: 1: vllm: not found"; e.Reason != want || e.ExitCode == nil || *e.ExitCode != 127 {
+		t.Errorf("job.failed %q, exit code %v; want %q, 127", e.Reason, e.ExitCode, want)
+	}
+	if len(h.be.launched) != 1 {
+		t.Errorf("%d attempts launched, want 1: no restart", len(h.be.launched))
+	}
+	h.checkEnded(berth.JobFailed)
+
+	h = newLifecycleHarness(t)
+	h.worker(workerReg())
+	j = h.submit(service, "sh", "-c", "vllm serve m")
+	end(h, 1, "", "exit code 1")
+	h.clock.Advance(time.Second)
+	h.step(func() { h.l.requeueDue(h.clock.Now().UTC()) })
+	end(h, 127, berth.FailureCannotStart, "exit code 127: sh: 1: vllm: not found")
+	if e := h.event(berth.EventJobRequeued, j.ID); !strings.Contains(e.Reason, "restart 2 of 10") {
+		t.Errorf("a second run that cannot start: requeued for %q, want a restart", e.Reason)
+	}
+	if got := h.counts(); got[berth.JobPending] != 1 || len(got) != 1 {
+		t.Errorf("counts %v, want the service pending its restart", got)
+	}
 }

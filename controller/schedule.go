@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"sort"
 	"strconv"
@@ -126,8 +127,9 @@ func (l *lifecycle) assign(members []scheduler.Assignment, now time.Time, b *sto
 		ws.got = true
 		if len(members) > 1 {
 			if pa.Rank == 0 {
-				a.Port = l.rendezvousPort(ws)
-				env = rendezvous(ws.w.Host, a.Port, len(members))
+				addr := ws.w.Address()
+				a.Port = l.rendezvousPort(addr, now)
+				env = rendezvous(addr, a.Port, len(members), j.Resources.GPUs)
 			}
 			env = maps.Clone(env)
 			for _, k := range []string{"BERTH_NODE_RANK", "RANK", "NODE_RANK"} {
@@ -200,35 +202,58 @@ func (c *Controller) prewarm(j *berth.Job, now time.Time) {
 }
 
 // rendezvous returns the environment every member of a gang of n shares:
-// rank 0's host and port, in Berth's names and torchrun's.
-func rendezvous(host string, port, n int) map[string]string {
-	p, nn := strconv.Itoa(port), strconv.Itoa(n)
-	return map[string]string{"BERTH_NNODES": nn, "BERTH_COORDINATOR": host + ":" + p,
-		"MASTER_ADDR": host, "MASTER_PORT": p, "WORLD_SIZE": nn}
+// rank 0's address and port, in Berth's names and torchrun's, and the
+// processes per node torchrun is to start (--nproc_per_node): one per
+// GPU, at least one.
+func rendezvous(addr string, port, n, gpus int) map[string]string {
+	p, nn, local := strconv.Itoa(port), strconv.Itoa(n), strconv.Itoa(max(gpus, 1))
+	return map[string]string{"BERTH_NNODES": nn, "BERTH_COORDINATOR": net.JoinHostPort(addr, p),
+		"MASTER_ADDR": addr, "MASTER_PORT": p, "WORLD_SIZE": nn, "LOCAL_WORLD_SIZE": local, "BERTH_GPUS_PER_NODE": local}
 }
 
-// mergeEnv returns the job's environment with Berth's added, sharing the
-// job's map when there is nothing to add.
-func mergeEnv(job, add map[string]string) map[string]string {
-	if len(add) == 0 {
+// mergeEnv returns Berth's environment for a job with the job's own added
+// over it (a job that sets MASTER_PORT keeps its own), sharing the job's
+// map when Berth adds nothing.
+func mergeEnv(job, berthEnv map[string]string) map[string]string {
+	if len(berthEnv) == 0 {
 		return job
 	}
-	out := make(map[string]string, len(job)+len(add))
+	out := make(map[string]string, len(job)+len(berthEnv))
+	maps.Copy(out, berthEnv)
 	maps.Copy(out, job)
-	maps.Copy(out, add)
 	return out
 }
 
-// rendezvousPort picks a coordinator port on ws that no active gang there
-// holds.
-func (l *lifecycle) rendezvousPort(ws *workerState) int {
+// busyPortFor is how long a rendezvous port found in use on a machine is
+// not handed out there again.
+const busyPortFor = 10 * time.Minute
+
+// rendezvousKey names a port on the machine at addr.
+func rendezvousKey(addr string, port int) string { return net.JoinHostPort(addr, strconv.Itoa(port)) }
+
+// rendezvousPort picks a coordinator port on the machine at addr (every
+// worker advertising addr: agents that share a machine share its ports)
+// that no active gang there holds and that a rank 0 did not find in use
+// there in the last busyPortFor. The agent checks it is free before it
+// starts rank 0 (wire.JobAssign.RendezvousPort).
+func (l *lifecycle) rendezvousPort(addr string, now time.Time) int {
 	used := map[int]bool{}
-	for _, as := range ws.attempts {
-		used[as.a.Port] = true
+	for _, ws := range l.order {
+		if ws.w.Address() != addr {
+			continue
+		}
+		for _, as := range ws.attempts {
+			used[as.a.Port] = true
+		}
+	}
+	for k, at := range l.busyPorts {
+		if now.Sub(at) > busyPortFor {
+			delete(l.busyPorts, k)
+		}
 	}
 	for i := range rendezvousPorts {
 		p := firstRendezvousPort + (l.nextPort+i)%rendezvousPorts
-		if !used[p] {
+		if _, busy := l.busyPorts[rendezvousKey(addr, p)]; !used[p] && !busy {
 			l.nextPort = (l.nextPort + i + 1) % rendezvousPorts
 			return p
 		}

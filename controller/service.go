@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,9 +84,11 @@ func (c *Controller) Endpoints(ctx context.Context) ([]*berth.Endpoint, error) {
 				continue
 			}
 			j := as.job.job
+			addr := as.worker.w.Address()
 			out = append(out, &berth.Endpoint{JobID: j.ID, Name: j.Name, User: j.User, AttemptID: as.a.ID,
-				Host: as.a.Host, Port: as.a.ServicePort, Model: serviceModel(j), ReadySince: as.readySince,
-				LeaseUntil: as.leaseUntil.UTC()})
+				Host: as.a.Host, Address: addr, Port: as.a.ServicePort,
+				URL:   "http://" + net.JoinHostPort(addr, strconv.Itoa(as.a.ServicePort)),
+				Model: serviceModel(j), ReadySince: as.readySince, LeaseUntil: as.leaseUntil.UTC()})
 		}
 	})
 	slices.SortFunc(out, func(a, b *berth.Endpoint) int { return b.ReadySince.Compare(a.ReadySince) })
@@ -114,6 +118,7 @@ func (c *Controller) Services(ctx context.Context) ([]*berth.Service, error) {
 			js.active(func(as *attemptState) {
 				if as.a.TaskIndex == 0 {
 					svc.AttemptID, svc.Host, svc.Port, svc.Phase = as.a.ID, as.a.Host, as.a.ServicePort, as.a.Phase
+					svc.Address = as.worker.w.Address()
 				}
 			})
 			if !js.restartAt.IsZero() {

@@ -217,7 +217,11 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 		c.protocolError(s, "register has invalid capacity")
 		return
 	}
-	if reason := s.refusal(m, c.workers[m.WorkerID]); reason != "" {
+	reason := s.refusal(m, c.workers[m.WorkerID])
+	if err := berth.ValidAdvertise("advertise", m.Advertise); m.Advertise != "" && err != nil && reason == "" {
+		reason = err.Error()
+	}
+	if reason != "" {
 		c.log.Warn("refusing agent registration", "reason", reason)
 		s.refused = true
 		s.sendAndClose(wire.TypeAck, &wire.Ack{Of: wire.AckRegister, Error: reason}, reason)
@@ -234,8 +238,8 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 		old.close("replaced by a new session of the same worker")
 	}
 	w := ws.w
-	w.Host, w.Queues, w.GPUs, w.CPUs, w.Memory, w.Slots, w.Labels, w.Version =
-		m.Host, m.Queues, m.GPUs, m.CPUs, m.Memory, m.Slots, m.Labels, m.Agent
+	w.Host, w.Advertise, w.Queues, w.GPUs, w.CPUs, w.Memory, w.Slots, w.Labels, w.Version =
+		m.Host, m.Advertise, m.Queues, m.GPUs, m.CPUs, m.Memory, m.Slots, m.Labels, m.Agent
 	w.State, w.LastHeartbeat, w.RegisteredAt = berth.WorkerReady, now, now
 	ws.sess, ws.lastSeen = s, now.UnixNano()
 	s.worker = ws

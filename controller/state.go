@@ -42,6 +42,7 @@ type memberEnd struct {
 	stoppedBy *berth.WorkerControl // the control whose hard stop ended it
 	attempt   string
 	worker    string // the attempt's worker ID
+	class     string // a service attempt's failure class (berth.Failure*)
 }
 
 // placed reports whether the job has active attempts.
@@ -237,7 +238,8 @@ func (ws *workerState) release(as *attemptState) {
 }
 
 // observedState is what ws is doing: lost, disconnected, draining or
-// parked (turned off), busy (no free slot) or ready. Loop only.
+// parked (turned off), busy (no free slot, or every GPU that is not
+// faulty held by its attempts) or ready. Loop only.
 func (l *lifecycle) observedState(ws *workerState) berth.WorkerState {
 	switch {
 	case ws.w.State == berth.WorkerLost:
@@ -248,7 +250,7 @@ func (l *lifecycle) observedState(ws *workerState) berth.WorkerState {
 		return berth.WorkerDraining
 	case ws.parked:
 		return berth.WorkerParked
-	case ws.sched.FreeSlots <= 0:
+	case ws.sched.FreeSlots <= 0 || (ws.w.GPUsInUse > 0 && ws.w.GPUsInUse >= len(ws.w.GPUs)-len(ws.faulty)):
 		return berth.WorkerBusy
 	}
 	return berth.WorkerReady

@@ -181,12 +181,12 @@ func (c *Controller) queueWarnings(queue string) []string {
 	return []string{fmt.Sprintf("no worker serves queue %q: the jobs wait until one does (berth workers lists the queues served)", queue)}
 }
 
-// withDefaults returns spec as createJobs stores it: named after its
-// program when it has no name, and a service restarted
-// DefaultServiceRestarts times when its retries are not set.
+// withDefaults returns spec as createJobs stores it: named (defaultName)
+// when it has no name, and a service restarted DefaultServiceRestarts
+// times when its retries are not set.
 func withDefaults(spec berth.JobSpec) berth.JobSpec {
 	if spec.Name == "" {
-		spec.Name = defaultName(spec.Command)
+		spec.Name = defaultName(&spec)
 	}
 	if spec.Kind == berth.KindService && spec.Retries == 0 {
 		spec.Retries = berth.DefaultServiceRestarts
@@ -194,19 +194,27 @@ func withDefaults(spec berth.JobSpec) berth.JobSpec {
 	return spec
 }
 
-// defaultName is the base name of the command's program.
-func defaultName(cmd berth.Argv) string {
-	name := cmd[0]
-	for i := len(name) - 1; i >= 0; i-- {
-		if name[i] == '/' {
-			name = name[i+1:]
-			break
+// defaultName is the name of a job submitted without one: a job from a
+// template is named after the model it serves (the last part of its
+// model, or of its MODEL_NAME: Qwen/Qwen2-7B-Instruct → Qwen2-7B-Instruct)
+// or, with none, after its template; any other job after its program's
+// base name. A name that is not valid is passed over; "job" is the last
+// resort.
+func defaultName(spec *berth.JobSpec) string {
+	var names []string
+	if spec.Template != "" {
+		names = append(names, spec.Model, spec.Vars["MODEL_NAME"], spec.Template)
+	}
+	names = append(names, spec.Command[0])
+	for _, n := range names {
+		if i := strings.LastIndexByte(n, '/'); i >= 0 {
+			n = n[i+1:]
+		}
+		if berth.ValidName(n) {
+			return n
 		}
 	}
-	if !berth.ValidName(name) {
-		return "job"
-	}
-	return name
+	return "job"
 }
 
 // Cancel stops a job. A pending job is cancelled at once; a running one is

@@ -319,3 +319,32 @@ func TestJobsNameTheirBackend(t *testing.T) {
 		t.Errorf("store holds %d jobs, want 2", n)
 	}
 }
+
+// TestDefaultNames: a job without a name is named after the model its
+// template serves, else its template, else its program; a name given
+// wins.
+func TestDefaultNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, template, model, modelVar string
+		command                         berth.Argv
+		want                            string
+	}{
+		{command: berth.Argv{"/usr/bin/python3", "-m", "http.server"}, want: "python3"},
+		{template: "vllm", modelVar: "Qwen/Qwen2-7B-Instruct", command: berth.Argv{"vllm", "serve"}, want: "Qwen2-7B-Instruct"},
+		{template: "vllm", model: "org/chat", modelVar: "/models/x", command: berth.Argv{"vllm"}, want: "chat"},
+		{template: "tgi", modelVar: "bad name!", command: berth.Argv{"python3", "serve.py"}, want: "tgi"},
+		{template: "jupyterlab", command: berth.Argv{"python3", "-m", "jupyterlab"}, want: "jupyterlab"},
+		{name: "web", template: "vllm", modelVar: "org/m", command: berth.Argv{"vllm"}, want: "web"},
+		{command: berth.Argv{"./no good name"}, want: "job"},
+	} {
+		spec := berth.DefaultJobSpec()
+		spec.Name, spec.Template, spec.Model, spec.Command = tc.name, tc.template, tc.model, tc.command
+		if tc.modelVar != "" {
+			spec.Vars = map[string]string{"MODEL_NAME": tc.modelVar}
+		}
+		if got := withDefaults(spec).Name; got != tc.want {
+			t.Errorf("%+v: named %q, want %q", tc, got, tc.want)
+		}
+	}
+}

@@ -66,3 +66,53 @@ func TestControlCountsTheHostsWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerIsBusyWhileFull: a connected worker is busy while every slot,
+// or every GPU that is not faulty, is held by its attempts, and ready
+// again once one is given back.
+func TestWorkerIsBusyWhileFull(t *testing.T) {
+	t.Parallel()
+	gpus := []berth.GPU{{Index: 0, Model: "T4"}, {Index: 1, Model: "T4"}, {Index: 2, Model: "T4"}}
+	for _, tc := range []struct {
+		name   string
+		slots  int
+		faulty []int
+		gpus   int // the job's
+	}{
+		{"every GPU held", 4, nil, 3},
+		{"every GPU but the faulty one held", 4, []int{2}, 2},
+		{"every slot held", 1, nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newLifecycleHarness(t)
+			reg := workerReg()
+			reg.Slots, reg.GPUs = tc.slots, gpus
+			ws := h.worker(reg)
+			ws.faulty = tc.faulty
+			ws.recompute()
+			if st := h.l.observedState(ws); st != berth.WorkerReady {
+				t.Fatalf("idle: %s, want ready", st)
+			}
+			h.submit(func(spec *berth.JobSpec) { spec.Resources.GPUs = tc.gpus }, "sleep", "1")
+			as := h.launched()
+			if st := h.l.observedState(ws); st != berth.WorkerBusy {
+				t.Errorf("with %d GPUs and 1 of %d slots held: %s, want busy", ws.w.GPUsInUse, tc.slots, st)
+			}
+			code := 0
+			h.step(func() { h.l.endAttempt(as, berth.AttemptSucceeded, &code, "", h.clock.Now().UTC()) })
+			if st := h.l.observedState(ws); st != berth.WorkerReady {
+				t.Errorf("once the attempt ended: %s, want ready", st)
+			}
+		})
+	}
+	h := newLifecycleHarness(t)
+	reg := workerReg()
+	reg.Slots, reg.GPUs = 4, gpus
+	ws := h.worker(reg)
+	h.submit(func(spec *berth.JobSpec) { spec.Resources.GPUs = 2 }, "sleep", "1")
+	h.launched()
+	if st := h.l.observedState(ws); st != berth.WorkerReady {
+		t.Errorf("with a GPU and slots free: %s, want ready", st)
+	}
+}

@@ -42,7 +42,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	cl.addAgent("gpu-b")
 	dir := t.TempDir()
 	req := shellJob(`echo line-1; while [ ! -e ` + dir + `/stop ]; do sleep 0.05; done; echo line-2`)
-	req.Name, req.Resources.GPUs = "train", 1
+	req.Name, req.Resources.GPUs = "train", 2 // every GPU of its worker: busy
 	job := cl.submit(req)[0]
 	running := cl.awaitState(job.ID, 30*time.Second, berth.JobRunning)
 	busyHost := running.AttemptList[0].Host
@@ -55,7 +55,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	ctx := browser(t)
 	acceptDialogs(ctx)
 
-	// Overview: the totals are what the API says (2 workers, 4 GPUs, 1 busy).
+	// Overview: the totals are what the API says (2 workers, 4 GPUs, 2
+	// busy), and the cards agree: one worker busy (its GPUs all held), one
+	// ready, together the workers taking work.
 	workers, err := cl.c.Workers(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +66,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	for _, w := range workers {
 		gpus += len(w.GPUs)
 	}
-	want := fmt.Sprintf("%d %d 1 %d", len(workers), gpus, gpus-1)
+	want := fmt.Sprintf("%d %d 2 %d", len(workers), gpus, gpus-2)
 	var totals string
 	run(t, ctx, "overview", chromedp.Navigate(cl.url+"/"), chromedp.WaitVisible("#capacity"),
 		poll(`(() => { const c = document.querySelectorAll('#capacity tfoot td.num'); return c.length >= 4 && `+
@@ -72,6 +74,12 @@ func TestDashboardInABrowser(t *testing.T) {
 		chromedp.Evaluate(`[0,1,2,3].map(i => document.querySelectorAll('#capacity tfoot td.num')[i].textContent.trim()).join(' ')`, &totals))
 	if totals != want {
 		t.Fatalf("overview totals (workers, GPUs, busy, free) = %q, want %q (the API's)", totals, want)
+	}
+	var cards string
+	run(t, ctx, "worker cards", chromedp.Evaluate(`[...document.querySelectorAll('#worker-states div')].`+
+		`map(d => d.querySelector('dt').textContent.trim() + '=' + d.querySelector('dd').textContent.trim()).join(', ')`, &cards))
+	if !strings.Contains(cards, "Workers ready=1, Workers busy=1,") {
+		t.Fatalf("overview cards %q, want 1 ready and 1 busy: the table's 2 workers taking work", cards)
 	}
 	screenshot(t, ctx, "overview")
 

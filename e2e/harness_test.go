@@ -33,14 +33,18 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	berthBin = filepath.Join(dir, "berth")
-	build := exec.Command("go", "build", "-race", "-o", berthBin, "../cmd/berth")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if os.Getenv("BERTH_E2E_NORACE") != "" {
-		build.Args = []string{"go", "build", "-o", berthBin, "../cmd/berth"}
-	}
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build berth:", err)
-		os.Exit(1)
+	if prebuilt := os.Getenv("BERTH_E2E_BIN"); prebuilt != "" {
+		berthBin = prebuilt // a machine without Go, such as a GPU host given a compiled e2e.test
+	} else {
+		build := exec.Command("go", "build", "-race", "-o", berthBin, "../cmd/berth")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if os.Getenv("BERTH_E2E_NORACE") != "" {
+			build.Args = []string{"go", "build", "-o", berthBin, "../cmd/berth"}
+		}
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build berth:", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -102,8 +106,14 @@ func (b *lineBuffer) String() string {
 // start runs berth with args; its output is kept and shown if the test fails.
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startAs(t, "", name, args...)
+}
+
+// startAs is start with BERTH_TOKEN=token.
+func startAs(t *testing.T, token, name string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(berthBin, args...)
-	cmd.Env = append(os.Environ(), "BERTH_TOKEN=", "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
+	cmd.Env = append(os.Environ(), "BERTH_TOKEN="+token, "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {

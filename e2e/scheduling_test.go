@@ -23,10 +23,11 @@ func TestGangRendezvousAndDiesTogether(t *testing.T) {
 	cl.addAgent("n1")
 	cl.addAgent("n2")
 	dir := t.TempDir()
-	req := shellJob(`echo "$BERTH_NODE_RANK $BERTH_NNODES $BERTH_COORDINATOR $MASTER_ADDR $MASTER_PORT $WORLD_SIZE $RANK $NODE_RANK $CUDA_VISIBLE_DEVICES" > ` +
+	req := shellJob(`echo "$BERTH_NODE_RANK $BERTH_NNODES $BERTH_COORDINATOR $MASTER_ADDR $MASTER_PORT $WORLD_SIZE $RANK $NODE_RANK $CUDA_VISIBLE_DEVICES $BERTH_GPUS_PER_NODE $LOCAL_WORLD_SIZE" > ` +
 		dir + `/env.$BERTH_NODE_RANK`)
 	req.Nodes = 2
 	req.Resources.GPUs = 2
+	req.Env = map[string]string{"LOCAL_WORLD_SIZE": "1"} // the job's own value wins
 	j := cl.submit(req)[0]
 	d := cl.awaitState(j.ID, time.Minute, berth.JobSucceeded, berth.JobFailed)
 	if d.State != berth.JobSucceeded || len(d.AttemptList) != 2 {
@@ -49,8 +50,10 @@ func TestGangRendezvousAndDiesTogether(t *testing.T) {
 	}
 	f0, f1 := strings.Fields(lines[0]), strings.Fields(lines[1])
 	port := f0[4]
-	want0 := []string{"0", "2", hosts[0] + ":" + port, hosts[0], port, "2", "0", "0", "0,1"}
-	want1 := []string{"1", "2", hosts[0] + ":" + port, hosts[0], port, "2", "1", "1", "0,1"}
+	// Rank 0's address is the one its agent advertises: by default the
+	// address it reaches the server from, loopback here; not its host label.
+	want0 := []string{"0", "2", "127.0.0.1:" + port, "127.0.0.1", port, "2", "0", "0", "0,1", "2", "1"}
+	want1 := []string{"1", "2", "127.0.0.1:" + port, "127.0.0.1", port, "2", "1", "1", "0,1", "2", "1"}
 	if strings.Join(f0, " ") != strings.Join(want0, " ") || strings.Join(f1, " ") != strings.Join(want1, " ") {
 		t.Fatalf("rendezvous environment:\n rank 0: %s\n rank 1: %s\nwant\n %s\n %s", lines[0], lines[1], want0, want1)
 	}

@@ -71,10 +71,8 @@ func (h *Handler) overview(r *http.Request) (string, any, error) {
 		d.Range = v
 	}
 	d.Queues, d.Total = capacity(workers, m)
-	for _, st := range []berth.WorkerState{berth.WorkerReady, berth.WorkerBusy, berth.WorkerDraining, berth.WorkerParked,
-		berth.WorkerDisconnected, berth.WorkerLost} {
-		d.WorkerStates = append(d.WorkerStates, stateCount{string(st), m.Workers[st]})
-	}
+	d.WorkerStates = workerStates(workers) // the table's snapshot: ready + busy is its workers taking work
+
 	now := h.cfg.Now()
 	samples := h.samples.since(now.Add(-plotRanges[d.Range]))
 	from := now.Add(-plotRanges[d.Range])

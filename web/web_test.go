@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -519,6 +520,26 @@ func TestWorkersAndCapacity(t *testing.T) {
 	wantIn(t, "worker row", r, "h1", "4× H100 80GiB", "ready", "every queue: on", `<form class="control" data-host="h1">`) // no control: on
 	wantIn(t, "worker row", cells(r)[6], "2")
 	wantNotIn(t, "viewer's workers", d.page("/workers", viewer), `<form class="control"`)
+	checkCards(t, d.page("/", admin), map[string]int{"ready": 1, "busy": 0})
+
+	// A second job takes the other two GPUs: the worker is busy, on the
+	// overview's cards as in its table (no GPU free) and on the workers page.
+	fill := d.submit("alice", "fills", "gpu", 2)
+	as2 := ag.assigned(ctx)
+	if as2.JobID != fill.ID {
+		t.Fatalf("assigned %+v, want job %s", as2, fill.ID)
+	}
+	ag.send(ctx, wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: as2.AttemptID})
+	body = d.eventually(ctx, "/", admin, regexp.MustCompile(`<dt>Workers busy</dt><dd>1</dd>`))
+	if got := cells(row(t, body, `data-queue="gpu"`)); strings.Join(got[:6], "|") != "gpu|1|4|4|0|0" {
+		t.Errorf("gpu row with every GPU held = %q, want 1 worker, 4 GPUs, 4 busy, 0 free", got)
+	}
+	checkCards(t, body, map[string]int{"ready": 0, "busy": 1})
+	wantIn(t, "busy worker row", row(t, d.page("/workers", admin), `data-worker="w1"`), "busy")
+	code := 0
+	ag.send(ctx, wire.TypeJobResult, &wire.JobResult{AttemptID: as2.AttemptID, State: berth.AttemptSucceeded, ExitCode: &code})
+	body = d.eventually(ctx, "/", admin, regexp.MustCompile(`<dt>Workers ready</dt><dd>1</dd>`))
+	checkCards(t, body, map[string]int{"ready": 1, "busy": 0})
 
 	// The job page reads the store, where the attempt is running once the
 	// acceptance's group commit is durable, a little after the overview,
@@ -550,6 +571,26 @@ func TestWorkersAndCapacity(t *testing.T) {
 	body = d.page("/", admin)
 	if got := cells(row(t, body, `data-queue="gpu"`)); got[1] != "0" || got[2] != "0" || got[5] != "4" {
 		t.Errorf("gpu row with the queue off = %q, want no workers taking work, 0 GPUs, 4 off", got)
+	}
+}
+
+// checkCards checks the overview's worker cards: the counts of want, and
+// ready plus busy equal to the workers taking work of its capacity
+// table's total row.
+func checkCards(t *testing.T, body string, want map[string]int) {
+	t.Helper()
+	cards := map[string]int{}
+	for _, m := range regexp.MustCompile(`<dt>Workers (\w+)</dt><dd>(\d+)</dd>`).FindAllStringSubmatch(body, -1) {
+		n, _ := strconv.Atoi(m[2])
+		cards[m[1]] = n
+	}
+	for st, n := range want {
+		if cards[st] != n {
+			t.Errorf("card workers %s = %d, want %d (cards %v)", st, cards[st], n, cards)
+		}
+	}
+	if total := cells(row(t, body, `data-queue=""`)); total[1] != strconv.Itoa(cards["ready"]+cards["busy"]) {
+		t.Errorf("the total row's workers taking work %s, the cards ready %d + busy %d", total[1], cards["ready"], cards["busy"])
 	}
 }
 

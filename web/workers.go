@@ -61,10 +61,8 @@ func (h *Handler) workers(r *http.Request) (string, any, error) {
 	}
 	slices.Sort(every)
 	known := map[string]bool{}
-	count := map[berth.WorkerState]int{}
 	for _, w := range list {
 		known[w.Host] = true
-		count[w.State]++
 		row := workerRow{Worker: w, GPUsInUse: m.GPUsInUse[w.ID], Desired: byHost[w.Host]}
 		queues := w.Queues
 		if len(queues) == 0 {
@@ -78,9 +76,20 @@ func (h *Handler) workers(r *http.Request) (string, any, error) {
 			d.Orphans = append(d.Orphans, c)
 		}
 	}
+	d.States = workerStates(list)
+	return "", d, nil
+}
+
+// workerStates counts workers by observed state, every state listed.
+func workerStates(workers []*berth.Worker) []stateCount {
+	count := map[berth.WorkerState]int{}
+	for _, w := range workers {
+		count[w.State]++
+	}
+	var out []stateCount
 	for _, st := range []berth.WorkerState{berth.WorkerReady, berth.WorkerBusy, berth.WorkerDraining, berth.WorkerParked,
 		berth.WorkerDisconnected, berth.WorkerLost} {
-		d.States = append(d.States, stateCount{string(st), count[st]})
+		out = append(out, stateCount{string(st), count[st]})
 	}
-	return "", d, nil
+	return out
 }

@@ -37,6 +37,9 @@ const (
 	TypeControl   = "control"
 	// TypePrewarmHint tells an agent which model jobs are about to need.
 	TypePrewarmHint = "prewarm_hint"
+	// TypeStreamOpen asks an agent to open a stream into a running
+	// attempt (stream.go).
+	TypeStreamOpen = "stream_open"
 )
 
 // Envelope is one frame.
@@ -72,6 +75,7 @@ var kinds = func() map[string]kind {
 		TypeNoWork:        func() any { return &NoWork{} },
 		TypeAck:           func() any { return &Ack{} },
 		TypePrewarmHint:   func() any { return &PrewarmHint{} },
+		TypeStreamOpen:    func() any { return &StreamOpen{} },
 	}
 	m := make(map[string]kind, len(news))
 	for name, fn := range news {
@@ -221,6 +225,10 @@ type Register struct {
 	// Models are the models warm on this worker (their weights are cached
 	// here), sorted.
 	Models []string `json:"models,omitempty"`
+
+	// Advertise is the address others reach the worker at (an IP or a
+	// host name, berth.ValidAdvertise); empty: the host label.
+	Advertise string `json:"advertise,omitempty"`
 }
 
 // Heartbeat renews the worker's lease and the leases of Running attempts.
@@ -264,6 +272,10 @@ type JobAssign struct {
 	// and reports no progress for this long; 0: never.
 	StallTimeout time.Duration `json:"stall_timeout,omitempty"`
 	Grace        time.Duration `json:"grace,omitempty"` // SIGTERM → SIGKILL
+	// RendezvousPort, set for rank 0 of a gang, is its MASTER_PORT: the
+	// agent starts the attempt only if nothing on the machine listens on
+	// it, and otherwise ends it unstarted with berth.CausePortBusy.
+	RendezvousPort int `json:"rendezvous_port,omitempty"`
 	// Model is the job's model: once the attempt succeeds, the agent
 	// reports it warm.
 	Model string `json:"model,omitempty"`

@@ -66,6 +66,7 @@ func TestRoundTrip(t *testing.T) {
 		{wire.TypeJobCancel, &wire.JobCancel{AttemptID: "att-1", Reason: "cancelled by user"}},
 		{wire.TypeNoWork, &wire.NoWork{}},
 		{wire.TypePrewarmHint, &wire.PrewarmHint{Model: "org/llama-3-70b"}},
+		{wire.TypeStreamOpen, &wire.StreamOpen{ID: "s1", AttemptID: "att-1", Kind: wire.StreamExec, Command: []string{"env"}}},
 		{wire.TypeAck, &wire.Ack{
 			Of:        wire.AckRegister,
 			AttemptID: "att-1",
@@ -103,7 +104,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, typ := range []string{
 		wire.TypeRegister, wire.TypeHeartbeat, wire.TypeReadyForWork, wire.TypeJobAccepted,
 		wire.TypeJobResult, wire.TypeLog, wire.TypeJobAssign, wire.TypeJobCancel, wire.TypeNoWork, wire.TypeAck,
-		wire.TypePrewarmHint,
+		wire.TypePrewarmHint, wire.TypeStreamOpen,
 	} {
 		if !seen[typ] {
 			t.Errorf("message type %q has no round-trip case", typ)

@@ -133,8 +133,10 @@ reports progress (a fraction or a short message) with a line
 either counts as activity for its stall_timeout. An attempt the agent ends
 itself exits with 75 (max_runtime), 76 (stalled), 77 (reassigned elsewhere),
 78 (GPU health), 79 (stopped by an operator turning the worker off), 80
-(a service that did not become ready) or 81 (its agent was stopped: the job
-goes back to the queue for another worker, no retry spent).
+(a service that did not become ready), 81 (its agent was stopped: the job
+goes back to the queue for another worker, no retry spent) or 83 (rank 0 of
+a gang not started because its MASTER_PORT was in use here: the gang is
+placed again with another port, no retry spent).
 
 --server may list the servers of a highly available control plane,
 comma-separated (--server http://a:7070,http://b:7070): the agent keeps a
@@ -158,6 +160,7 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	dataDir := fs.String("data-dir", ".berth/agent", "directory for attempt output and the worker id")
 	host := fs.String("host", hostname, "host label of this worker")
 	keep := fs.Bool("keep-services", true, "leave services running when the agent stops, for the agent started next on this\ndata dir to adopt (within --lease of the server, else they are retried elsewhere)")
+	advertise := fs.String("advertise", "", "the `address` (an IP or a host name, no port) other machines and the server reach\nthis worker at: its services' endpoints and, for rank 0 of a gang, MASTER_ADDR\n(default: the local address of this agent's connection to the server)")
 	join := fs.String("join-token", m.Getenv("BERTH_JOIN_TOKEN"), "a join token (berth token create --role agent), traded at the first start for a credential\nof this agent's own, kept in DATA-DIR/credential (default $BERTH_JOIN_TOKEN)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -168,12 +171,17 @@ func runAgent(ctx context.Context, m *Main, args []string) error {
 	if err := berth.ValidHost("--host", *host); err != nil {
 		return err
 	}
+	if *advertise != "" {
+		if err := berth.ValidAdvertise("--advertise", *advertise); err != nil {
+			return err
+		}
+	}
 	cfg, err := af.agentConfig(ctx)
 	if err != nil {
 		return err
 	}
 	cfg.Server, cfg.Token, cfg.JoinToken, cfg.TLS = cf.server, m.Getenv("BERTH_TOKEN"), *join, cf.tls
-	cfg.DataDir, cfg.Host, cfg.Version, cfg.KeepServices = *dataDir, *host, Version, *keep
+	cfg.DataDir, cfg.Host, cfg.Version, cfg.KeepServices, cfg.Advertise = *dataDir, *host, Version, *keep, *advertise
 	cfg.Log = slog.New(slog.NewTextHandler(m.Stderr, nil))
 	if cfg.Watchdog, err = watchdogArgv(); err != nil {
 		return err

@@ -13,9 +13,9 @@ import (
 	"github.com/berth-dev/berth/auth"
 )
 
-// TestAgentRejectsBadModelFlags checks that --models, --prewarm and
-// --prewarm-timeout are validated before the agent starts, with an error
-// naming the flag.
+// TestAgentRejectsBadModelFlags checks that --models, --prewarm,
+// --prewarm-timeout and --advertise are validated before the agent starts,
+// with an error naming the flag.
 func TestAgentRejectsBadModelFlags(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -27,6 +27,8 @@ func TestAgentRejectsBadModelFlags(t *testing.T) {
 		{[]string{"--models", "m1,a\tb"}, "--models"},
 		{[]string{"--prewarm", "fetch-weights"}, "--prewarm"},
 		{[]string{"--prewarm", "fetch {model}", "--prewarm-timeout", "0s"}, "--prewarm-timeout"},
+		{[]string{"--advertise", "10.0.0.5:7070"}, "--advertise"},
+		{[]string{"--advertise", "http://gpu-7"}, "--advertise"},
 	} {
 		var out, errOut bytes.Buffer
 		m := &Main{Stdout: &out, Stderr: &errOut, Getenv: func(string) string { return "" }}

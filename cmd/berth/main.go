@@ -84,6 +84,7 @@ var commands = map[string]command{
 	"job":       {"show one job with its attempts and why it waits", runJob},
 	"logs":      {"print a job's output (-f to follow)", runLogs},
 	"cancel":    {"cancel jobs", runCancel},
+	"exec":      {"run a command inside a running job, on its worker", runExec},
 	"attempt":   {"check that an attempt may still act for its job, before a side effect (check)", runAttempt},
 	"wait":      {"wait for jobs to end; exit 0 only if all succeeded", runWait},
 	"workers":   {"list workers", runWorkers},
@@ -97,6 +98,8 @@ var commands = map[string]command{
 	"worker":    {"turn a host's workers on or off (drain, pause, hard stop)", runWorker},
 	"bench":     {"measure throughput and latency on this machine", runBench},
 	"sim":       {"replay a workload trace through the scheduler in virtual time", runSim},
+
+	"port-forward": {"forward a local port to a port of a running job", runPortForward},
 }
 
 // exitError carries a specific exit status.

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"net"
 	"strconv"
 	"time"
 )
@@ -23,7 +23,7 @@ func runServices(ctx context.Context, m *Main, args []string) error {
 		for _, s := range list {
 			endpoint := "-"
 			if s.Port > 0 {
-				endpoint = fmt.Sprintf("%s:%d", s.Host, s.Port)
+				endpoint = net.JoinHostPort(s.Address, strconv.Itoa(s.Port))
 			}
 			t.row(s.ID, s.Name, orDash(s.User), string(s.State), orDash(s.Phase), endpoint,
 				strconv.Itoa(max(s.Attempts-1, 0)), ago(s.CreatedAt, now), s.Reason)
@@ -46,7 +46,7 @@ func runEndpoints(ctx context.Context, m *Main, args []string) error {
 		now := time.Now()
 		t := newTable(m.Stdout, "ENDPOINT", "MODEL", "JOB", "NAME", "USER", "READY")
 		for _, e := range list {
-			t.row(fmt.Sprintf("http://%s:%d", e.Host, e.Port), orDash(e.Model), e.JobID, e.Name, orDash(e.User), ago(e.ReadySince, now))
+			t.row(e.URL, orDash(e.Model), e.JobID, e.Name, orDash(e.User), ago(e.ReadySince, now))
 		}
 		return t.flush()
 	})

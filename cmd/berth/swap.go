@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -49,15 +50,40 @@ func runSwap(ctx context.Context, m *Main, args []string) error {
 			return err
 		}
 	}
-	if cf.output == "json" {
+	switch {
+	case cf.output == "json":
 		if err := printJSON(m.Stdout, sw); err != nil {
 			return err
 		}
-	} else {
-		fmt.Fprintf(m.Stdout, "swap %s to %s on pool %s: %s %s\n", sw.ID, sw.ModelKey, sw.Pool, sw.State, sw.Reason)
+	case sw.DryRun:
+		fmt.Fprintln(m.Stdout, dryRunSummary(sw))
+	default:
+		fmt.Fprintf(m.Stdout, "swap %s to %s on pool %s: %s%s\n", sw.ID, sw.ModelKey, sw.Pool, sw.State, orNone(": ", sw.Reason))
 	}
 	if sw.State == berth.SwapStateFailed {
 		return &exitError{code: exitFailed}
 	}
 	return nil
+}
+
+// dryRunSummary says what the server answered a dry run: whether the swap
+// could start, and what it would stop, or why it could not start.
+func dryRunSummary(sw *berth.Swap) string {
+	if sw.State == berth.SwapStateFailed {
+		return fmt.Sprintf("dry run: a swap to %s on pool %s would fail: %s (nothing was changed)", sw.ModelKey, sw.Pool, sw.Reason)
+	}
+	stop := "nothing"
+	if len(sw.Stopped) > 0 {
+		stop = strings.Join(sw.Stopped, ", ")
+	}
+	return fmt.Sprintf("dry run: a swap to %s on pool %s can start; it would stop %s and start %s (nothing was changed)",
+		sw.ModelKey, sw.Pool, stop, sw.ModelKey)
+}
+
+// orNone is prefix+s, or "" when s is empty.
+func orNone(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
 }

@@ -37,7 +37,7 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 		return printData(m.Stdout, cf.output, list)
 	}
 	now := time.Now()
-	t := newTable(m.Stdout, "HOST", "STATE", "DESIRED", "GPUS", "FREE", "RUNNING", "SLOTS", "QUEUES", "HEARTBEAT", "RESERVED FOR", "ID")
+	t := newTable(m.Stdout, "HOST", "ADDRESS", "STATE", "DESIRED", "GPUS", "FREE", "RUNNING", "SLOTS", "QUEUES", "HEARTBEAT", "RESERVED FOR", "ID")
 	for _, w := range list {
 		gpus, free := "-", "-"
 		if len(w.GPUs) > 0 {
@@ -55,7 +55,7 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 		if w.ReservedFor != "" {
 			reserved = w.ReservedFor
 		}
-		t.row(w.Host, string(w.State), desiredSummary(w), gpus, free, strconv.Itoa(w.Running), strconv.Itoa(w.Slots), queues,
+		t.row(w.Host, orDash(w.Advertise), string(w.State), desiredSummary(w), gpus, free, strconv.Itoa(w.Running), strconv.Itoa(w.Slots), queues,
 			ago(w.LastHeartbeat, now), reserved, w.ID)
 	}
 	return t.flush()
