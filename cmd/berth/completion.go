@@ -15,9 +15,9 @@ import (
 
 // completionNode is a command or subcommand as a shell completes it.
 type completionNode struct {
-	name, summary string
-	flags         []string // as typed: -o, --server
-	words         []string // the subcommands, or the arguments it takes from a fixed set
+	summary string   // a command's, for the shells that show it
+	flags   []string // as typed: -o, --server
+	words   []string // the subcommands, or the arguments it takes from a fixed set
 }
 
 // completionShells are the shells berth completion writes a script for.
@@ -61,7 +61,7 @@ func (m *Main) completionTree(ctx context.Context) map[string]*completionNode {
 	}
 	tree := map[string]*completionNode{}
 	for _, name := range commandNames() {
-		n := &completionNode{name: name, summary: summary(name)}
+		n := &completionNode{summary: summary(name)}
 		tree[name] = n
 		switch name {
 		case "help":
@@ -77,7 +77,7 @@ func (m *Main) completionTree(ctx context.Context) map[string]*completionNode {
 		n.flags = usage(cmd.run, []string{"-h"}, &subs)
 		for _, sub := range subs {
 			n.words = append(n.words, sub)
-			tree[name+" "+sub] = &completionNode{name: sub, flags: usage(cmd.run, []string{sub, "-h"}, nil)}
+			tree[name+" "+sub] = &completionNode{flags: usage(cmd.run, []string{sub, "-h"}, nil)}
 		}
 	}
 	return tree
