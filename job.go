@@ -249,6 +249,11 @@ type Job struct {
 	CreatedAt  time.Time `json:"created_at"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Host is where the job runs or ran: the worker host of its latest
+	// attempt; a gang's is its rank 0's host and "+N" for the other
+	// members. Set in listings (GET /api/v1/jobs), not stored; empty
+	// before any attempt.
+	Host string `json:"host,omitempty"`
 }
 
 // JobDetail is a job with its attempts, oldest first.

@@ -256,6 +256,7 @@ type ListOptions struct {
 	Queue  string
 	User   string
 	Parent string // only the jobs submitted under this job
+	Name   string // only the jobs of this name
 	Limit  int
 	Cursor string
 }
@@ -278,6 +279,9 @@ func (c *Client) Jobs(ctx context.Context, o ListOptions) (*berth.JobList, error
 	}
 	if o.Parent != "" {
 		q.Set("parent", o.Parent)
+	}
+	if o.Name != "" {
+		q.Set("name", o.Name)
 	}
 	if o.Cursor != "" {
 		q.Set("cursor", o.Cursor)

@@ -163,7 +163,7 @@ func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Even
 	j.State = to
 	b := l.fx.rows()
 	b.JobUpdates = append(b.JobUpdates, js.update())
-	ev.JobID, ev.State = j.ID, to
+	ev.JobID, ev.Name, ev.State = j.ID, j.Name, to
 	l.emit(ev)
 	return nil
 }

@@ -81,6 +81,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	s.Reader = sqlstore.NewReader(s.query, sqlstore.Dialect{
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 		ControlTime: "updated_at_ns",
+		JobName:     "spec->>'name'",
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)

@@ -113,6 +113,7 @@ type JobFilter struct {
 	Queue  string
 	User   string
 	Parent string // only the jobs submitted under this job
+	Name   string // only the jobs of this name (an array's jobs share one)
 	Before string // cursor: only ids < Before
 	Limit  int    // 0: no limit
 }
@@ -181,6 +182,9 @@ type JobReader interface {
 	// JobStates returns the state of each job in ids that exists; unknown
 	// ids are absent from the map.
 	JobStates(ctx context.Context, ids []string) (map[string]berth.JobState, error)
+	// JobHosts returns where each job of ids that has had an attempt on a
+	// worker runs or ran (berth.Job.Host); the others are absent.
+	JobHosts(ctx context.Context, ids []string) (map[string]string, error)
 	// Attempts returns a job's attempts, oldest first.
 	Attempts(ctx context.Context, jobID string) ([]*berth.Attempt, error)
 	// Attempt returns one attempt; an unknown id is ECodeNotFound.

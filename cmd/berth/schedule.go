@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/arbiter"
 )
 
 // scheduleCommands are the subcommands of berth schedule.
@@ -88,8 +89,8 @@ func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, s)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, s)
 	}
 	fmt.Fprintln(m.Stdout, s.ID)
 	return nil
@@ -110,12 +111,39 @@ func runScheduleList(ctx context.Context, m *Main, args []string) error {
 	}
 	return printList(m.Stdout, cf.output, list, func() error {
 		now := time.Now()
-		t := newTable(m.Stdout, "ID", "NAME", "OWNER", "CRON", "NEXT RUN", "UPDATED")
+		t := newTable(m.Stdout, "ID", "NAME", "OWNER", "CRON", "NEXT RUN", "LAST RUN", "UPDATED")
 		for _, s := range list {
-			t.row(s.ID, truncate(s.Name, 40), orDash(s.Owner), orDash(s.Cron), orDash(s.NextRun), ago(s.UpdatedAt, now))
+			t.row(s.ID, truncate(s.Name, 40), orDash(s.Owner), orDash(s.Cron), nextRun(s, now), lastRun(s, now), ago(s.UpdatedAt, now))
 		}
 		return t.flush()
 	})
+}
+
+// nextRun says when s runs next: for an entry with a job, the next time
+// its cron names (the server's runner reads cron in UTC), e.g.
+// "2026-06-18 06:00Z (in 3h)"; else the time the entry displays.
+func nextRun(s *berth.Schedule, now time.Time) string {
+	c, err := arbiter.ParseCron(s.Cron)
+	if s.Job == nil || err != nil {
+		return orDash(s.NextRun)
+	}
+	next := c.Next(now.UTC())
+	if next.IsZero() {
+		return "never"
+	}
+	return next.Format("2006-01-02 15:04Z") + " (in " + ago(now, next) + ")"
+}
+
+// lastRun says when s's job last ran and what became of it: "3h ago
+// (01J…)", "3h ago (failed: …)", or "-" before its first run.
+func lastRun(s *berth.Schedule, now time.Time) string {
+	switch {
+	case s.Job == nil || s.LastRun.IsZero():
+		return "-"
+	case s.LastError != "":
+		return ago(s.LastRun, now) + " ago (failed: " + truncate(s.LastError, 40) + ")"
+	}
+	return ago(s.LastRun, now) + " ago (" + s.LastJobID + ")"
 }
 
 func runScheduleRm(ctx context.Context, m *Main, args []string) error {

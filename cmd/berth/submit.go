@@ -77,6 +77,7 @@ func runServe(ctx context.Context, m *Main, args []string) error {
 func submitJobs(ctx context.Context, m *Main, args []string, command, kind string) error {
 	fs := m.flagSet(command, "[flags] [-- COMMAND ARGS...]")
 	cf := m.addClientFlags(fs, true)
+	cf.formats = []string{"table", "json"}
 	file := fs.String("f", "", "job file (YAML or JSON; - for stdin); flags override its fields")
 	wait := fs.Bool("wait", false, "wait for the jobs to end; exit 0 only if all succeeded")
 	fields := defineJobFlags(fs)

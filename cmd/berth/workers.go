@@ -23,8 +23,8 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, list)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, list)
 	}
 	now := time.Now()
 	t := newTable(m.Stdout, "HOST", "ADDRESS", "STATE", "DESIRED", "GPUS", "FREE", "RUNNING", "SLOTS", "QUEUES", "HEARTBEAT", "RESERVED FOR", "ID")

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -33,6 +34,8 @@ type Dialect struct {
 	// ControlTime is the expression that reads a worker control's time
 	// in unix nanoseconds, 0 for none.
 	ControlTime string
+	// JobName is the expression that reads a job's name from its spec.
+	JobName string
 }
 
 // rewrite returns query with each "?" placeholder replaced by the
@@ -199,6 +202,9 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 	if f.Parent != "" {
 		where = append(where, "parent = "+a.add(f.Parent))
 	}
+	if f.Name != "" {
+		where = append(where, r.dialect.JobName+" = "+a.add(f.Name))
+	}
 	if f.Before != "" {
 		where = append(where, "id < "+a.add(f.Before))
 	}
@@ -215,6 +221,41 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	return jobs, nil
+}
+
+// JobHosts returns where each job of ids that has had an attempt on a
+// worker runs or ran: its latest attempt's host, or its latest gang's
+// rank 0 host and "+N" for the other members.
+func (r *Reader) JobHosts(ctx context.Context, ids []string) (map[string]string, error) {
+	latest := map[string]map[int]string{} // job id → task index → host, the newest attempt's
+	for start := 0; start < len(ids); start += idsPerQuery {
+		a := args{d: &r.dialect}
+		q := `SELECT job_id, task_index, host FROM attempts WHERE host <> '' AND job_id ` +
+			in(&a, ids[start:min(start+idsPerQuery, len(ids))]) + ` ORDER BY id`
+		err := r.each(ctx, q, a.list, func(row scanner) error {
+			var id, host string
+			var task int
+			if err := row.Scan(&id, &task, &host); err != nil {
+				return err
+			}
+			if latest[id] == nil {
+				latest[id] = map[int]string{}
+			}
+			latest[id][task] = host
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("hosts of jobs: %w", err)
+		}
+	}
+	out := make(map[string]string, len(latest))
+	for id, hosts := range latest {
+		out[id] = hosts[slices.Min(slices.Collect(maps.Keys(hosts)))]
+		if len(hosts) > 1 {
+			out[id] += fmt.Sprintf(" +%d", len(hosts)-1)
+		}
+	}
+	return out, nil
 }
 
 // JobsByIdempotencyKey returns the jobs submitted with key, in id order.
