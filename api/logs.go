@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -43,11 +44,24 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	records, err := recordsFormat(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if records && (only > 0 || skip > 0 || download) {
+		writeError(w, r, berth.Invalidf("format", "records are sent for every attempt from the start: without attempt, offset or download"))
+		return
+	}
 	ctx := r.Context()
 	st := s.store
 	j, err := s.ownJob(r, id, false)
 	if err != nil {
 		writeError(w, r, err)
+		return
+	}
+	if records {
+		s.logRecords(w, r, id, follow)
 		return
 	}
 	if made := placements(j.AttemptList); only > 0 && only > made[len(made)-1] && (!follow || j.State.Terminal()) {
@@ -119,6 +133,83 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		}
 		if !follow || (job.State.Terminal() && index >= len(attempts)) {
+			return
+		}
+		select {
+		case <-notify:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// recordsFormat reports whether the logs are asked for as records
+// (format=records) rather than text (format empty or text).
+func recordsFormat(r *http.Request) (bool, error) {
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "text":
+		return false, nil
+	case "records":
+		return true, nil
+	default:
+		return false, berth.Invalidf("format", "%q is not a logs format: text or records", f)
+	}
+}
+
+// logRecords streams job id's output as berth.LogRecords, one JSON object
+// a line: each chunk as it was stored, with its attempt, rank, placement
+// and stream. A gang's members are sent side by side, each record as soon
+// as it is stored (not one member after the other, as text is); records of
+// one attempt come in offset order. With follow it keeps streaming until
+// the job ends.
+func (s *Server) logRecords(w http.ResponseWriter, r *http.Request, id string, follow bool) {
+	ctx := r.Context()
+	st := s.store
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	flusher, _ := w.(http.Flusher)
+	enc := json.NewEncoder(w)
+	sent := map[string]int64{} // bytes sent of each attempt's output
+	ended := map[string]bool{} // attempts whose whole output is sent
+	for {
+		notify := s.ctl.LogNotify() // before reading, so nothing stored after the read is missed
+		job, err := st.Job(ctx, id)
+		if err != nil {
+			return
+		}
+		attempts, err := st.Attempts(ctx, id)
+		if err != nil {
+			return
+		}
+		placement := placements(attempts)
+		for i, a := range attempts {
+			if ended[a.ID] {
+				continue
+			}
+			terminal := a.State.Terminal() // read before its output: then the output is whole
+			for {
+				chunks, err := st.LogChunks(ctx, a.ID, sent[a.ID], logReadSize)
+				if err != nil {
+					return
+				}
+				if len(chunks) == 0 {
+					break
+				}
+				for _, c := range chunks {
+					rec := berth.LogRecord{AttemptID: a.ID, Rank: a.TaskIndex, Placement: placement[i+1],
+						Stream: c.Stream, Offset: c.Offset, Data: c.Data}
+					if err := enc.Encode(&rec); err != nil {
+						return
+					}
+					sent[a.ID] = c.Offset + int64(len(c.Data))
+				}
+			}
+			ended[a.ID] = terminal
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		if !follow || job.State.Terminal() {
 			return
 		}
 		select {
