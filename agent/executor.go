@@ -147,7 +147,7 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 	}
 	cmd, err := command(s)
 	if err != nil {
-		return notStarted(logf, err, execFailureCode(err)), nil
+		return notStarted(logf, s.Streams, err, execFailureCode(err)), nil
 	}
 	cmd.Dir = s.Workdir
 	if cmd.Dir == "" {
@@ -182,7 +182,7 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 		if _, serr := os.Stat(cmd.Dir); serr != nil { // the kernel blames the binary for a bad cwd
 			err, code = fmt.Errorf("workdir: %w", serr), nil
 		}
-		return notStarted(logf, err, code), nil
+		return notStarted(logf, s.Streams, err, code), nil
 	}
 	if s.Streams != nil {
 		closeAll(pipes[2:]) // the child has its own copies
@@ -654,10 +654,16 @@ const (
 
 // notStarted ends an attempt whose command could not be started, with
 // exit code code (nil: none): like a shell, and like Slurm's output file,
-// it says why in the attempt's output. It closes log.
-func notStarted(log *os.File, err error, code *int) Process {
+// it says why in the attempt's output (as stderr's, with streams). It
+// closes log.
+func notStarted(log *os.File, streams *Streams, err error, code *int) Process {
 	reason := "start: " + err.Error()
-	_, _ = fmt.Fprintf(log, "berth: cannot %s\n", reason)
+	note := fmt.Sprintf("berth: cannot %s\n", reason)
+	if streams != nil {
+		streams.note(log, note)
+	} else {
+		_, _ = log.WriteString(note)
+	}
 	_ = log.Close()
 	return &doneProcess{exit: Exit{State: berth.AttemptFailed, ExitCode: code, Reason: reason}, output: true}
 }

@@ -79,6 +79,20 @@ func (s *Streams) write(log *os.File, data []byte, stderr bool) {
 	s.end += int64(n)
 }
 
+// note appends the agent's own line about a job that did not start to
+// log, as stderr's.
+func (s *Streams) note(log *os.File, text string) {
+	info, err := log.Stat()
+	if err != nil {
+		_, _ = log.WriteString(text) // told apart or not, the line is kept
+		return
+	}
+	s.mu.Lock()
+	s.started, s.end = true, info.Size()
+	s.mu.Unlock()
+	s.write(log, []byte(text), true)
+}
+
 // drain waits until the pipes are read to their end, at most
 // drainAfterExit, then stops reading them. It is called once the job's
 // process group has ended.
@@ -108,9 +122,8 @@ func (s *Streams) drain() {
 // StreamAt says which stream wrote the byte at off in the log file
 // (stderr or not) and how far from off the output is told apart: up to
 // where the stream next changes (changes is true) or, past the last
-// change, up to what is written so far. Output the copiers did not write
-// (the agent's own note on a job that could not start) is stdout's, with
-// no limit.
+// change, up to what is written so far. Until they start (a job that
+// writes its log itself), all output is stdout's, with no limit.
 func (s *Streams) StreamAt(off int64) (stderr bool, limit int64, changes bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -56,6 +56,13 @@ func TestRunPassesExitCodeAndStreams(t *testing.T) {
 		t.Errorf("stderr = %q, want a line saying the job failed with exit code 3", errOut)
 	}
 
+	// A command that cannot start: a shell's 127, and Berth's line on
+	// stderr.
+	out, errOut, err = runCLI(t, "", "", "run", "--server", cl.url, "--", "no-such-command-berth")
+	if code := exitCode(t, err); code != 127 || out != "" || !strings.Contains(errOut, "berth: cannot start") {
+		t.Errorf("berth run of a missing command: exit %d, stdout %q, stderr %q; want 127, nothing, why on stderr", code, out, errOut)
+	}
+
 	out, errOut, err = runCLI(t, "", "", "run", "--server", cl.url, "--name", "fine", "--", "sh", "-c", "echo done")
 	if code := exitCode(t, err); code != 0 || out != "done\n" || errOut != "" {
 		t.Errorf("berth run of a job that succeeds: exit %d, stdout %q, stderr %q; want 0, %q, nothing", code, out, errOut, "done\n")

@@ -65,7 +65,13 @@ func runRun(ctx context.Context, m *Main, args []string) error {
 		return berth.Invalidf("kind", "berth run waits for a batch job to end; a service runs until stopped: berth serve")
 	}
 	c := m.client(cf)
-	sub, err := c.SubmitFull(ctx, req, cf.output != "json")
+	submitCtx := ctx
+	if !*detach {
+		// A Ctrl-C while the submission is on its way cancels the job
+		// once it is in: attach sees ctx ended.
+		submitCtx = context.WithoutCancel(ctx)
+	}
+	sub, err := c.SubmitFull(submitCtx, req, cf.output != "json")
 	if err != nil {
 		return err
 	}
