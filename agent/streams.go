@@ -53,10 +53,17 @@ func (s *Streams) start(log *os.File, size int64, stdout, stderr *os.File) {
 	}()
 }
 
+// copyBuffers are the copiers' read buffers, kept between jobs: most
+// jobs print little, and a buffer made for each would cost more than
+// starting it.
+var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
 // copy appends what it reads from r to log until r ends.
 func (s *Streams) copy(log, r *os.File, stderr bool) {
 	defer r.Close()
-	buf := make([]byte, 32<<10)
+	b := copyBuffers.Get().(*[32 << 10]byte)
+	defer copyBuffers.Put(b)
+	buf := b[:]
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
@@ -108,10 +115,12 @@ func (s *Streams) drain() {
 		s.copied.Wait()
 		close(done)
 	}()
+	t := time.NewTimer(drainAfterExit)
+	defer t.Stop()
 	select {
 	case <-done:
 		return
-	case <-time.After(drainAfterExit):
+	case <-t.C:
 	}
 	for _, r := range s.pipes {
 		_ = r.SetReadDeadline(time.Now()) // a read blocked on it returns
