@@ -154,19 +154,17 @@ func TestAgentAttemptsShareALogFileApart(t *testing.T) {
 func TestAgentShipsStdoutAndStderrApart(t *testing.T) {
 	t.Parallel()
 	fs := newFakeServer(t)
-	a, _ := startAgent(t, fs, nil)
-	fs.assign(&wire.JobAssign{AttemptID: "a1", Command: []string{"sh", "-c",
+	startAgent(t, fs, nil)
+	// The leader ends once the escapee, in a session of its own, has
+	// written its pid.
+	work := t.TempDir()
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Workdir: work, Command: []string{"sh", "-c",
 		`echo out 1; sleep 0.05; echo err 1 >&2; sleep 0.05; printf 'out 2\nout 3\n'; sleep 0.05; echo err 2 >&2; ` +
-			`setsid sh -c 'echo $$ >escapee.tmp && mv escapee.tmp escapee; exec sleep 60' &`}})
+			`setsid sh -c 'echo $$ >escapee.tmp && mv escapee.tmp escapee; exec sleep 60' & ` +
+			`while [ ! -e escapee ]; do sleep 0.01; done`}})
 	checkResult(t, fs.result("a1"), berth.AttemptSucceeded, "", intp(0), "")
 	// The escapee, which holds the job's stdout open, outlived the result.
-	pidFile := filepath.Join(a.work.attDir, "a1", "escapee")
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(pidFile); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, pidFile)))
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(work, "escapee"))))
 	if err != nil {
 		t.Fatal(err)
 	}
