@@ -77,19 +77,10 @@ func TestLogsHeadEachAttemptOnItsOwnLine(t *testing.T) {
 // attempt=2 streams both members of the second placement.
 func TestLogsNameAGangMembersRank(t *testing.T) {
 	t.Parallel()
-	now := time.Now().UTC()
-	var ids berth.IDGen
-	job := &berth.Job{ID: ids.New(now), JobSpec: berth.DefaultJobSpec(), State: berth.JobSucceeded, Attempts: 2, CreatedAt: now}
-	job.Command, job.Nodes = berth.Argv{"train"}, 2
-	var attempts []*berth.Attempt
+	job, attempts := retriedGang()
 	var chunks []store.LogChunk
-	for placement := 1; placement <= 2; placement++ {
-		for rank := range 2 {
-			a := &berth.Attempt{ID: ids.New(now), JobID: job.ID, TaskIndex: rank, WorkerID: fmt.Sprint("w-", rank),
-				Host: fmt.Sprint("h", rank), State: berth.AttemptSucceeded, CreatedAt: now}
-			attempts = append(attempts, a)
-			chunks = append(chunks, store.LogChunk{AttemptID: a.ID, Data: fmt.Appendf(nil, "p%d r%d\n", placement, rank)})
-		}
+	for i, a := range attempts {
+		chunks = append(chunks, store.LogChunk{AttemptID: a.ID, Data: fmt.Appendf(nil, "p%d r%d\n", i/2+1, a.TaskIndex)})
 	}
 	s := serveJob(t, job, attempts, chunks)
 	head := func(i int) string {
@@ -116,25 +107,17 @@ func TestLogsNameAGangMembersRank(t *testing.T) {
 // the refusals of what records cannot combine with.
 func TestLogRecordsKeepStreamsAndRanks(t *testing.T) {
 	t.Parallel()
-	now := time.Now().UTC()
-	var ids berth.IDGen
-	job := &berth.Job{ID: ids.New(now), JobSpec: berth.DefaultJobSpec(), State: berth.JobSucceeded, Attempts: 2, CreatedAt: now}
-	job.Command, job.Nodes = berth.Argv{"train"}, 2
-	var attempts []*berth.Attempt
+	job, attempts := retriedGang()
 	var chunks []store.LogChunk
 	var want []berth.LogRecord
-	for placement := 1; placement <= 2; placement++ {
-		for rank := range 2 {
-			a := &berth.Attempt{ID: ids.New(now), JobID: job.ID, TaskIndex: rank, WorkerID: fmt.Sprint("w-", rank),
-				Host: fmt.Sprint("h", rank), State: berth.AttemptSucceeded, CreatedAt: now}
-			attempts = append(attempts, a)
-			out := fmt.Appendf(nil, "p%d r%d\n", placement, rank)
-			warn := fmt.Appendf(nil, "warn r%d\n", rank)
-			chunks = append(chunks, store.LogChunk{AttemptID: a.ID, Data: out},
-				store.LogChunk{AttemptID: a.ID, Offset: int64(len(out)), Data: warn, Stream: berth.StreamStderr})
-			want = append(want, berth.LogRecord{AttemptID: a.ID, Rank: rank, Placement: placement, Data: out},
-				berth.LogRecord{AttemptID: a.ID, Rank: rank, Placement: placement, Stream: berth.StreamStderr, Offset: int64(len(out)), Data: warn})
-		}
+	for i, a := range attempts {
+		placement, rank := i/2+1, a.TaskIndex
+		out := fmt.Appendf(nil, "p%d r%d\n", placement, rank)
+		warn := fmt.Appendf(nil, "warn r%d\n", rank)
+		chunks = append(chunks, store.LogChunk{AttemptID: a.ID, Data: out},
+			store.LogChunk{AttemptID: a.ID, Offset: int64(len(out)), Data: warn, Stream: berth.StreamStderr})
+		want = append(want, berth.LogRecord{AttemptID: a.ID, Rank: rank, Placement: placement, Data: out},
+			berth.LogRecord{AttemptID: a.ID, Rank: rank, Placement: placement, Stream: berth.StreamStderr, Offset: int64(len(out)), Data: warn})
 	}
 	s := serveJob(t, job, attempts, chunks)
 	for _, path := range []string{"/logs?format=records", "/logs?format=records&follow=true"} {
@@ -164,6 +147,23 @@ func TestLogRecordsKeepStreamsAndRanks(t *testing.T) {
 			t.Errorf("GET %s: %d %s; want 400 naming %q", path, code, body, field)
 		}
 	}
+}
+
+// retriedGang returns a succeeded two-member gang placed twice, and its
+// attempts: each placement's rank 0, then its rank 1.
+func retriedGang() (*berth.Job, []*berth.Attempt) {
+	now := time.Now().UTC()
+	var ids berth.IDGen
+	job := &berth.Job{ID: ids.New(now), JobSpec: berth.DefaultJobSpec(), State: berth.JobSucceeded, Attempts: 2, CreatedAt: now}
+	job.Command, job.Nodes = berth.Argv{"train"}, 2
+	var attempts []*berth.Attempt
+	for range 2 {
+		for rank := range 2 {
+			attempts = append(attempts, &berth.Attempt{ID: ids.New(now), JobID: job.ID, TaskIndex: rank,
+				WorkerID: fmt.Sprint("w-", rank), Host: fmt.Sprint("h", rank), State: berth.AttemptSucceeded, CreatedAt: now})
+		}
+	}
+	return job, attempts
 }
 
 // serveJob stores job with its attempts and output in a fresh SQLite

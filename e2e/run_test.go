@@ -167,6 +167,20 @@ func (cl *cluster) jobOf(name string) string {
 	return ""
 }
 
+// interruptedRun starts berth run of a job named name that runs trap, says
+// "started" and loops; once berth run has printed that line it sends
+// berth run SIGINT, as Ctrl-C does.
+func interruptedRun(t *testing.T, cl *cluster, name, trap string) *attached {
+	t.Helper()
+	a := startRun(t, "--server", cl.url, "--name", name, "--",
+		"sh", "-c", trap+"; echo started; while :; do sleep 0.05; done")
+	if _, ok := a.stdout.await("started", 30*time.Second); !ok {
+		t.Fatal("the job's output did not reach berth run")
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGINT)
+	return a
+}
+
 // TestRunCtrlCCancelsTheJob checks that Ctrl-C (SIGINT) to a real berth
 // run cancels its job on the server, and that berth run keeps printing
 // until the job has ended, then exits 130; and that a second Ctrl-C stops
@@ -177,12 +191,7 @@ func TestRunCtrlCCancelsTheJob(t *testing.T) {
 	cl.addAgent("vm-1")
 
 	t.Run("once", func(t *testing.T) {
-		a := startRun(t, "--server", cl.url, "--name", "ctrlc", "--",
-			"sh", "-c", "trap 'echo terminated; exit 143' TERM; echo started; while :; do sleep 0.05; done")
-		if _, ok := a.stdout.await("started", 30*time.Second); !ok {
-			t.Fatal("the job's output did not reach berth run")
-		}
-		_ = a.cmd.Process.Signal(syscall.SIGINT)
+		a := interruptedRun(t, cl, "ctrlc", "trap 'echo terminated; exit 143' TERM")
 		if code := a.await(t, 30*time.Second); code != 130 {
 			t.Errorf("berth run interrupted: exit %d, want 130", code)
 		}
@@ -199,12 +208,7 @@ func TestRunCtrlCCancelsTheJob(t *testing.T) {
 	t.Run("twice", func(t *testing.T) {
 		// The job ignores SIGTERM, so it lives through the agent's 10 s
 		// grace: the second Ctrl-C must not wait for it.
-		a := startRun(t, "--server", cl.url, "--name", "stubborn", "--",
-			"sh", "-c", "trap 'echo ignoring' TERM; echo started; while :; do sleep 0.05; done")
-		if _, ok := a.stdout.await("started", 30*time.Second); !ok {
-			t.Fatal("the job's output did not reach berth run")
-		}
-		_ = a.cmd.Process.Signal(syscall.SIGINT)
+		a := interruptedRun(t, cl, "stubborn", "trap 'echo ignoring' TERM")
 		if _, ok := a.stdout.await("ignoring", 30*time.Second); !ok {
 			t.Fatal("the job was not sent SIGTERM after the first Ctrl-C")
 		}
