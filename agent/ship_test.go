@@ -155,13 +155,20 @@ func TestAgentShipsStdoutAndStderrApart(t *testing.T) {
 	t.Parallel()
 	fs := newFakeServer(t)
 	startAgent(t, fs, nil)
-	// The leader ends once the escapee, in a session of its own, has
-	// written its pid.
+	// Each write waits until the one before is shipped, so that the
+	// order the agent reads them in is the order written. The leader ends
+	// once the escapee, in a session of its own, has written its pid.
 	work := t.TempDir()
 	fs.assign(&wire.JobAssign{AttemptID: "a1", Workdir: work, Command: []string{"sh", "-c",
-		`echo out 1; sleep 0.05; echo err 1 >&2; sleep 0.05; printf 'out 2\nout 3\n'; sleep 0.05; echo err 2 >&2; ` +
+		`mkfifo next; echo out 1; read x <next; echo err 1 >&2; read x <next; printf 'out 2\nout 3\n'; read x <next; echo err 2 >&2; ` +
 			`setsid sh -c 'echo $$ >escapee.tmp && mv escapee.tmp escapee; exec sleep 60' & ` +
 			`while [ ! -e escapee ]; do sleep 0.01; done`}})
+	for _, line := range []string{"out 1", "err 1", "out 3"} {
+		fs.output("a1", line)
+		if err := os.WriteFile(filepath.Join(work, "next"), []byte("go\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	checkResult(t, fs.result("a1"), berth.AttemptSucceeded, "", intp(0), "")
 	// The escapee, which holds the job's stdout open, outlived the result.
 	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(work, "escapee"))))
