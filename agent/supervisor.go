@@ -57,7 +57,8 @@ type attempt struct {
 	dir      string
 	scratch  bool // dir was made as the working directory
 	log      string
-	logStart int64 // where its output begins in log
+	logStart int64    // where its output begins in log
+	streams  *Streams // which of log's bytes are stderr; nil: not told apart (a service's)
 	queue    string
 	gpus     []int
 	token    string           // the secret of its progress URL
@@ -351,6 +352,9 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	}
 	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: log, logStart: logStart,
 		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: secretRedactor(m)}
+	if !adoptable(m) {
+		at.streams = new(Streams) // a job that may outlive the agent writes its log itself
+	}
 	run, err := expandSecrets(m)
 	var svc *serviceRun
 	if err == nil && m.Service != nil {
@@ -365,7 +369,8 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 			ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
 			Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
 			MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
-			ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m)}
+			ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m),
+			Streams: at.streams}
 		if proc, err = s.cfg.Executor.Start(runCtx, *at.spec); err != nil {
 			proc = failedProcess(fmt.Sprintf("start: %v", err))
 		}

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -335,4 +336,16 @@ func awaitEventAt(t *testing.T, url string, timeout time.Duration, what string, 
 	}
 	t.Fatalf("no event %s within %s", what, timeout)
 	return nil
+}
+
+// exitCode is the exit status of a command that ended with err.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

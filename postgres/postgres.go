@@ -201,7 +201,7 @@ var (
 	workerTypes  = []string{"text", "json"}
 	quotaTypes   = []string{"text", "text", "text", "integer", "integer", "double precision", "bigint"}
 	controlTypes = []string{"text", "text", "text", "text", "text", "bigint", "timestamptz"}
-	logTypes     = []string{"text", "bigint", "bytea"}
+	logTypes     = []string{"text", "bigint", "bytea", "text"}
 	eventTypes   = []string{"bigint", "json"}
 )
 

@@ -100,11 +100,14 @@ type JobUpdate struct {
 }
 
 // LogChunk is Data written at byte Offset of an attempt's output. The
-// controller only appends contiguous chunks.
+// controller only appends contiguous chunks. Stream is the job's stream
+// the chunk was written to: berth.StreamStderr, or empty for stdout (and
+// for output whose stream the agent did not tell apart).
 type LogChunk struct {
 	AttemptID string
 	Offset    int64
 	Data      []byte
+	Stream    string
 }
 
 // JobFilter selects jobs for a listing, newest first.
@@ -209,6 +212,10 @@ type ControlReader interface {
 type LogReader interface {
 	// Logs returns up to limit bytes of an attempt's output from offset.
 	Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error)
+	// LogChunks returns the chunks of an attempt's output from offset, up
+	// to limit bytes of data in all, each with its stream; the first is cut
+	// to begin at offset and the last to end within the limit.
+	LogChunks(ctx context.Context, attemptID string, offset int64, limit int) ([]LogChunk, error)
 }
 
 // CredentialStore keeps the credentials: the token registry and users'

@@ -368,11 +368,16 @@ type Progress struct {
 	Progress  string `json:"progress"`
 }
 
-// Log is a chunk of an attempt's combined stdout and stderr at Offset.
+// Log is a chunk of an attempt's output at Offset: its stdout and stderr
+// in one sequence, in the order the agent read them. Stream is the stream
+// the chunk was written to: berth.StreamStderr, or empty for stdout (and
+// for output whose streams the agent does not tell apart, such as a
+// service's).
 type Log struct {
 	AttemptID string `json:"attempt_id"`
 	Offset    int64  `json:"offset"`
 	Data      []byte `json:"data"`
+	Stream    string `json:"stream,omitempty"`
 }
 
 // JobCancel stops an attempt: SIGTERM to its process group, then SIGKILL

@@ -50,6 +50,7 @@ func TestRoundTrip(t *testing.T) {
 			LogSize:   1 << 40,
 		}},
 		{wire.TypeLog, &wire.Log{AttemptID: "att-1", Offset: 4096, Data: []byte("hello\x00\xff world\n")}},
+		{wire.TypeLog, &wire.Log{AttemptID: "att-1", Offset: 4096, Data: []byte("oops\n"), Stream: berth.StreamStderr}},
 		{wire.TypeJobAssign, &wire.JobAssign{
 			AttemptID:  "att-1",
 			JobID:      "job-1",

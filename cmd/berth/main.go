@@ -76,6 +76,7 @@ var commands = map[string]command{
 	"server":    {"run the control plane only", runServer},
 	"agent":     {"run a worker agent that joins a server", runAgent},
 	"submit":    {"submit a job (or an array of jobs)", runSubmit},
+	"run":       {"run a job attached: print its output as it runs, exit with its exit code", runRun},
 	"swap":      {"swap the model a pool of workers serves (the catalog's MODEL_KEY)", runSwap},
 	"serve":     {"run a service (a model server, a notebook) until stopped", runServe},
 	"services":  {"list services and where they serve", runServices},

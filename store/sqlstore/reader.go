@@ -315,6 +315,20 @@ func (r *Reader) Attempt(ctx context.Context, id string) (*berth.Attempt, error)
 
 // Logs returns up to limit bytes of an attempt's output from offset.
 func (r *Reader) Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error) {
+	chunks, err := r.LogChunks(ctx, attemptID, offset, limit)
+	if len(chunks) == 1 {
+		return chunks[0].Data, err
+	}
+	var out []byte
+	for _, c := range chunks {
+		out = append(out, c.Data...)
+	}
+	return out, err
+}
+
+// LogChunks returns the chunks of an attempt's output from offset, up to
+// limit bytes in all, the first cut to begin at offset.
+func (r *Reader) LogChunks(ctx context.Context, attemptID string, offset int64, limit int) ([]store.LogChunk, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -323,26 +337,30 @@ func (r *Reader) Logs(ctx context.Context, attemptID string, offset int64, limit
 		end = math.MaxInt64
 	}
 	a := args{d: &r.dialect}
-	q := `SELECT off, data FROM logs WHERE attempt_id = ` + a.add(attemptID) + ` AND off < ` + a.add(end) +
+	q := `SELECT off, data, stream FROM logs WHERE attempt_id = ` + a.add(attemptID) + ` AND off < ` + a.add(end) +
 		` AND off + length(data) > ` + a.add(offset) + ` ORDER BY off`
-	var out []byte
+	var out []store.LogChunk
+	left := limit
 	err := r.each(ctx, q, a.list, func(row scanner) error {
-		var off int64
-		var data []byte
-		if err := row.Scan(&off, &data); err != nil {
+		c := store.LogChunk{AttemptID: attemptID}
+		if err := row.Scan(&c.Offset, &c.Data, &c.Stream); err != nil {
 			return err
 		}
-		if off < offset {
-			data = data[offset-off:]
+		if c.Offset < offset {
+			c.Data, c.Offset = c.Data[offset-c.Offset:], offset
 		}
-		out = append(out, data...)
+		if left <= 0 {
+			return nil
+		}
+		if len(c.Data) > left {
+			c.Data = c.Data[:left]
+		}
+		left -= len(c.Data)
+		out = append(out, c)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s: %w", attemptID, err)
-	}
-	if len(out) > limit {
-		out = out[:limit]
 	}
 	return out, nil
 }
