@@ -122,3 +122,22 @@ type AttemptValidity struct {
 	Valid     bool   `json:"valid"`
 	Reason    string `json:"reason,omitempty"`
 }
+
+// StreamStderr names a job's standard error in a LogRecord (and in the
+// stored output); stdout is the empty stream.
+const StreamStderr = "stderr"
+
+// LogRecord is one line of GET /api/v1/jobs/{id}/logs?format=records (a
+// stream of JSON objects, one a line): Data, written by the attempt's
+// process to Stream ("stderr", or empty for stdout) at byte Offset of the
+// attempt's output. Rank is the attempt's rank in its gang (0 for a job
+// of one node) and Placement counts the job's placements from 1, a gang's
+// members sharing theirs.
+type LogRecord struct {
+	AttemptID string `json:"attempt_id"`
+	Rank      int    `json:"rank"`
+	Placement int    `json:"placement"`
+	Stream    string `json:"stream,omitempty"`
+	Offset    int64  `json:"offset"`
+	Data      []byte `json:"data"`
+}

@@ -10,16 +10,17 @@ import (
 
 // Error codes. The api package maps each to an HTTP status; nothing else does.
 const (
-	ECodeInvalid      = "invalid"           // 400: a field breaks a rule
-	ECodeUnauthorized = "unauthorized"      // 401: no or wrong token
-	ECodeForbidden    = "forbidden"         // 403
-	ECodeNotFound     = "not_found"         // 404
-	ECodeConflict     = "conflict"          // 409: the object is in the wrong state
-	ECodeLocked       = "locked"            // 423
-	ECodeTooLarge     = "too_large"         // 413: a request body over the limit
-	ECodeTooMany      = "too_many_requests" // 429
-	ECodeUnavailable  = "unavailable"       // 503: shutting down or store failing
-	ECodeInternal     = "internal"          // 500
+	ECodeInvalid       = "invalid"           // 400: a field breaks a rule
+	ECodeUnauthorized  = "unauthorized"      // 401: no or wrong token
+	ECodeForbidden     = "forbidden"         // 403
+	ECodeNotFound      = "not_found"         // 404
+	ECodeConflict      = "conflict"          // 409: the object is in the wrong state
+	ECodeUnsatisfiable = "unsatisfiable"     // 409: no worker the cluster has or could get could ever run the job
+	ECodeLocked        = "locked"            // 423
+	ECodeTooLarge      = "too_large"         // 413: a request body over the limit
+	ECodeTooMany       = "too_many_requests" // 429
+	ECodeUnavailable   = "unavailable"       // 503: shutting down or store failing
+	ECodeInternal      = "internal"          // 500
 )
 
 // Error is the one error type users see. Field names the offending input

@@ -8,6 +8,7 @@ type Event struct {
 	Time      time.Time `json:"time"`
 	Type      string    `json:"type"`
 	JobID     string    `json:"job_id,omitempty"`
+	Name      string    `json:"name,omitempty"` // the job's name, for job events
 	State     JobState  `json:"state,omitempty"`
 	WorkerID  string    `json:"worker_id,omitempty"`
 	Host      string    `json:"host,omitempty"`
@@ -46,6 +47,15 @@ const (
 	EventServiceUnready    = "service.unready" // a ready service attempt fails its liveness probe: its endpoint is withdrawn
 	EventServiceFailed     = "service.failed"  // a service attempt did not become ready (its failure class says why)
 )
+
+// EventTypes are every type an Event may have, the names a webhook may
+// subscribe to; a new type is added here too.
+var EventTypes = []string{
+	EventJobSubmitted, EventJobRunning, EventJobRequeued, EventJobPreempted, EventQuotaExceeded,
+	EventJobSucceeded, EventJobFailed, EventJobCancelled, EventWorkerRegistered, EventWorkerLost,
+	EventWorkerDisconnects, EventQuotaSet, EventQuotaDeleted, EventWorkerControl, EventServiceReady,
+	EventServiceUnready, EventServiceFailed,
+}
 
 // AuditJobAssigned is the audit record of an attempt placed on a worker:
 // audited, not published (job.running follows once it starts).

@@ -81,10 +81,13 @@ type JobSpec struct {
 }
 
 // SubmitRequest is one submission: a spec, run Array times when Array > 0
-// (each job gets BERTH_ARRAY_INDEX 0..Array-1).
+// (each job gets BERTH_ARRAY_INDEX 0..Array-1). A spec that no worker
+// could ever run is refused (ECodeUnsatisfiable) unless HoldUntilFits,
+// which queues it with a warning until a worker that fits joins.
 type SubmitRequest struct {
-	JobSpec `yaml:",inline"`
-	Array   int `json:"array,omitempty" yaml:"array,omitempty"`
+	JobSpec       `yaml:",inline"`
+	Array         int  `json:"array,omitempty" yaml:"array,omitempty"`
+	HoldUntilFits bool `json:"hold_until_fits,omitempty" yaml:"hold_until_fits,omitempty"`
 }
 
 // Defaults and limits of a job spec.
@@ -246,6 +249,11 @@ type Job struct {
 	CreatedAt  time.Time `json:"created_at"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+	// Host is where the job runs or ran: the worker host of its latest
+	// attempt; a gang's is its rank 0's host and "+N" for the other
+	// members. Set in listings (GET /api/v1/jobs), not stored; empty
+	// before any attempt.
+	Host string `json:"host,omitempty"`
 }
 
 // JobDetail is a job with its attempts, oldest first.

@@ -3,6 +3,7 @@ package berth
 import (
 	"encoding/json"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -94,6 +95,10 @@ func (r *WebhookRequest) Validate() error {
 			return !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-')
 		}) >= 0 {
 			return Invalidf("events", "entry %d %q: must be an event type (job.succeeded), a prefix ending in \".\" (job.) or *", i, e)
+		}
+		if !slices.ContainsFunc(EventTypes, func(t string) bool { return t == e || strings.HasSuffix(e, ".") && strings.HasPrefix(t, e) }) {
+			return Invalidf("events", "entry %d %q: no such event type; the types are %s (a prefix such as job. matches several)",
+				i, e, strings.Join(EventTypes, ", "))
 		}
 	}
 	if all {

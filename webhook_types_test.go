@@ -40,7 +40,7 @@ func TestWebhookRequestValidate(t *testing.T) {
 	ok := []berth.WebhookRequest{
 		{URL: "http://127.0.0.1:9000/hook"},
 		{URL: "https://hooks.example.com/berth?token=x", Secret: "s", Events: []string{"job.", "service.ready", "quota.set"}},
-		{URL: "https://h.example/", Events: []string{"worker_control-x.y"}},
+		{URL: "https://h.example/", Events: []string{"worker.control", "service."}},
 	}
 	for _, r := range ok {
 		if err := r.Validate(); err != nil {
@@ -62,6 +62,8 @@ func TestWebhookRequestValidate(t *testing.T) {
 		{berth.WebhookRequest{URL: "http://h/", Events: []string{"job.", ""}}, "events"},
 		{berth.WebhookRequest{URL: "http://h/", Events: []string{"JOB."}}, "events"},
 		{berth.WebhookRequest{URL: "http://h/", Events: []string{"job *"}}, "events"},
+		{berth.WebhookRequest{URL: "http://h/", Events: []string{"job.finished"}}, "events"},
+		{berth.WebhookRequest{URL: "http://h/", Events: []string{"jobs."}}, "events"},
 		{berth.WebhookRequest{URL: "http://h/", Events: []string{strings.Repeat("a", 65)}}, "events"},
 	}
 	for _, tc := range bad {

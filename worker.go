@@ -79,6 +79,16 @@ func GPUKinds(gpus []GPU) []GPUKind {
 	return kinds
 }
 
+// GPUSpec writes gpus as ParseGPUSpec reads them, by kind:
+// "2xA100:40GiB,1xT4:16GiB" ("" for none).
+func GPUSpec(gpus []GPU) string {
+	var parts []string
+	for _, k := range GPUKinds(gpus) {
+		parts = append(parts, fmt.Sprintf("%dx%s:%s", k.Count, k.Model, k.Memory))
+	}
+	return strings.Join(parts, ",")
+}
+
 // GPUStat is a GPU's load as its agent last read it (nvidia-smi), sent
 // with heartbeats.
 type GPUStat struct {

@@ -33,6 +33,19 @@ func TestGPUHasType(t *testing.T) {
 	}
 }
 
+func TestGPUSpecRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, spec := range []string{"2xA100:40GiB,1xT4:16GiB", "4xH100:80GiB", ""} {
+		gpus, err := ParseGPUSpec(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := GPUSpec(gpus); got != spec {
+			t.Errorf("GPUSpec(ParseGPUSpec(%q)) = %q", spec, got)
+		}
+	}
+}
+
 func TestValidAdvertise(t *testing.T) {
 	t.Parallel()
 	for _, ok := range []string{"127.0.0.1", "10.1.2.3", "::1", "fe80::1", "gpu-7", "gpu-7.example.com"} {

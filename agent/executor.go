@@ -47,6 +47,11 @@ type Spec struct {
 	// Detached leaves the process running when the agent dies (no
 	// Pdeathsig), for a restarted agent to adopt: services.
 	Detached bool
+	// Streams, when not nil, has the job's stdout and stderr piped to the
+	// agent, which appends them to LogPath and notes which is which; nil:
+	// the job appends both to LogPath itself (a Detached job, which must
+	// outlive the agent).
+	Streams *Streams
 }
 
 // Exit is how an attempt ended. State is succeeded (exit code 0), failed
@@ -153,7 +158,7 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 	}
 	cmd, err := command(s)
 	if err != nil {
-		return notStarted(logf, err, execFailureCode(err)), nil
+		return notStarted(logf, s.Streams, err, execFailureCode(err)), nil
 	}
 	cmd.Dir = s.Workdir
 	if cmd.Dir == "" {
@@ -161,6 +166,20 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 	}
 	cmd.Env = environ(s)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	var pipes []*os.File // the read ends, then the write ends, of stdout and stderr
+	var logSize int64
+	if s.Streams != nil {
+		info, err := logf.Stat()
+		if err == nil {
+			logSize = info.Size()
+			pipes, err = streamPipes()
+		}
+		if err != nil {
+			_ = logf.Close()
+			return nil, fmt.Errorf("log: %w", err)
+		}
+		cmd.Stdout, cmd.Stderr = pipes[2], pipes[3]
+	}
 	if f := devNull(); f != nil {
 		cmd.Stdin = f
 	}
@@ -169,20 +188,26 @@ func (ProcessExecutor) Start(ctx context.Context, s Spec) (Process, error) {
 		cmd.SysProcAttr.Pdeathsig = 0
 	}
 	if err = s.Sandbox.Start(cmd); err != nil {
+		closeAll(pipes)
 		s.Sandbox.end(0)
 		code := execFailureCode(err)
 		if _, serr := os.Stat(cmd.Dir); serr != nil { // the kernel blames the binary for a bad cwd
 			err, code = fmt.Errorf("workdir: %w", serr), nil
 		}
-		return notStarted(logf, err, code), nil
+		return notStarted(logf, s.Streams, err, code), nil
 	}
-	_ = logf.Close() // the child has its own copy
+	if s.Streams != nil {
+		closeAll(pipes[2:]) // the child has its own copies
+		s.Streams.start(logf, logSize, pipes[0], pipes[1])
+	} else {
+		_ = logf.Close() // the child has its own copy
+	}
 	grace := s.Grace
 	if grace <= 0 {
 		grace = DefaultGrace
 	}
 	p := &process{cmd: cmd, pgid: cmd.Process.Pid, grace: grace, done: make(chan struct{}),
-		attemptID: s.AttemptID, groups: s.Groups, logPath: s.LogPath, sandbox: s.Sandbox}
+		attemptID: s.AttemptID, groups: s.Groups, logPath: s.LogPath, streams: s.Streams, sandbox: s.Sandbox}
 	if s.Groups != nil {
 		if err := s.Groups.Started(s.AttemptID, p.pgid); err != nil {
 			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
@@ -283,6 +308,7 @@ type process struct {
 	attemptID string
 	groups    *GroupJournal // nil: not recorded
 	logPath   string
+	streams   *Streams // nil: the job writes its log itself
 	sandbox   *Sandbox // nil: none
 
 	mu         sync.Mutex
@@ -408,7 +434,10 @@ func (p *process) wait() {
 	p.mu.Unlock()
 	err := p.cmd.Wait()
 	lingering := awaitGroup(p.pgid, p.grace)
-	end := p.sandbox.end(p.grace) // what left the group but stayed in the cgroup
+	end := p.sandbox.end(p.grace) // what left the group but stayed in the cgroup, which may hold the pipes
+	if p.streams != nil {
+		p.streams.drain() // the output is whole in the file before Done
+	}
 	if p.groups != nil {
 		_ = p.groups.Ended(p.attemptID) // a lost line only makes a restarted agent signal a dead group
 	}
@@ -643,10 +672,16 @@ const (
 
 // notStarted ends an attempt whose command could not be started, with
 // exit code code (nil: none): like a shell, and like Slurm's output file,
-// it says why in the attempt's output. It closes log.
-func notStarted(log *os.File, err error, code *int) Process {
+// it says why in the attempt's output (as stderr's, with streams). It
+// closes log.
+func notStarted(log *os.File, streams *Streams, err error, code *int) Process {
 	reason := "start: " + err.Error()
-	_, _ = fmt.Fprintf(log, "berth: cannot %s\n", reason)
+	note := fmt.Sprintf("berth: cannot %s\n", reason)
+	if streams != nil {
+		streams.note(log, note)
+	} else {
+		_, _ = log.WriteString(note)
+	}
 	_ = log.Close()
 	return &doneProcess{exit: Exit{State: berth.AttemptFailed, ExitCode: code, Reason: reason}, output: true}
 }

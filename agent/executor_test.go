@@ -547,27 +547,36 @@ func benchStartTrue(b *testing.B, sandbox func(id string) *Sandbox) {
 }
 
 // BenchmarkStartTrueParallel runs many `true` attempts at once, as an agent
-// with several slots does.
+// with several slots does: with the job writing its log itself (file, as
+// a service does) and with its stdout and stderr piped through the agent
+// (streams, as a batch job's are).
 func BenchmarkStartTrueParallel(b *testing.B) {
-	root := b.TempDir()
-	b.SetParallelism(4)
-	var seq atomic.Int64
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			dir := filepath.Join(root, strconv.FormatInt(seq.Add(1), 10))
-			p, err := ProcessExecutor{}.Start(context.Background(), Spec{AttemptID: "a", JobID: "j",
-				Command: []string{"true"}, Workdir: root, Dir: dir, LogPath: dir + ".log"})
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			<-p.Done()
-			if ex := p.Exit(); ex.State != berth.AttemptSucceeded {
-				b.Errorf("exit %+v", ex)
-				return
-			}
-		}
-	})
+	for _, streams := range []bool{false, true} {
+		b.Run(map[bool]string{false: "file", true: "streams"}[streams], func(b *testing.B) {
+			root := b.TempDir()
+			b.SetParallelism(4)
+			var seq atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					dir := filepath.Join(root, strconv.FormatInt(seq.Add(1), 10))
+					spec := Spec{AttemptID: "a", JobID: "j", Command: []string{"true"}, Workdir: root, Dir: dir, LogPath: dir + ".log"}
+					if streams {
+						spec.Streams = new(Streams)
+					}
+					p, err := ProcessExecutor{}.Start(context.Background(), spec)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					<-p.Done()
+					if ex := p.Exit(); ex.State != berth.AttemptSucceeded {
+						b.Errorf("exit %+v", ex)
+						return
+					}
+				}
+			})
+		})
+	}
 }
 
 func TestAwaitExitWaitsOnPidfdWithoutReaping(t *testing.T) {

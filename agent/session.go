@@ -50,6 +50,9 @@ type supervision interface {
 	ackLog(m *wire.Ack)
 	// ackResult forgets an attempt whose result the server has.
 	ackResult(id string)
+	// stream serves stream m (exec, port-forward) on c, a WebSocket the
+	// agent dialled on the server, until it ends, and closes c.
+	stream(ctx context.Context, m *wire.StreamOpen, c *websocket.Conn)
 }
 
 // session keeps the agent's session with the server: it dials (the leader
@@ -69,6 +72,7 @@ type session struct {
 	fenceAt atomic.Int64                // unix nanos past which the server is lost: its last message plus the lease; 0 before the first
 
 	// Only the goroutine that runs serve uses these.
+	server    string        // the server of the current session
 	lease     time.Duration // the server's lease, or Config.Lease until it says
 	heartbeat time.Duration // how often to heartbeat, as the server last said
 	local     string        // the local IP address of the last connection dial made
@@ -120,15 +124,15 @@ func (s *session) lost(now time.Time) bool {
 // touch records that the server was heard from now.
 func (s *session) touch() { s.fenceAt.Store(s.cfg.Now().Add(s.lease).UnixNano()) }
 
-// wsURL returns the agent WebSocket's URL on server.
-func wsURL(server string) string {
+// wsURL returns the URL of the WebSocket at path on server.
+func wsURL(server, path string) string {
 	switch {
 	case strings.HasPrefix(server, "https://"):
 		server = "wss://" + strings.TrimPrefix(server, "https://")
 	case strings.HasPrefix(server, "http://"):
 		server = "ws://" + strings.TrimPrefix(server, "http://")
 	}
-	return server + "/api/v1/agent"
+	return server + path
 }
 
 // outboxLimit bounds the messages queued for the server, so that shipping
@@ -165,7 +169,10 @@ func (s *session) connect(ctx context.Context) error {
 	var refused *RefusedError
 	for server, ok := round.Next(""); ok; server, ok = round.Next(leader) {
 		var c *websocket.Conn
-		if c, leader, err = s.dial(ctx, server); err == nil {
+		var local string
+		if c, local, leader, err = s.dial(ctx, server, "/api/v1/agent"); err == nil {
+			c.SetReadLimit(16 << 20)
+			s.local = local // the default of Config.Advertise
 			round.Answered()
 			return s.run(ctx, c, server)
 		}
@@ -215,9 +222,11 @@ func (e *RefusedError) Error() string {
 // Unwrap returns ErrRefused.
 func (e *RefusedError) Unwrap() error { return ErrRefused }
 
-// dial opens the agent WebSocket on server; when server refuses it, it
-// also returns the leader named in the refusal, if any.
-func (s *session) dial(ctx context.Context, server string) (c *websocket.Conn, leader string, err error) {
+// dial opens the WebSocket at path (the agent's session, or a stream) on
+// server with the agent's credential and returns it with the local IP
+// address it was made from; when server refuses it, it returns the
+// leader named in the refusal, if any.
+func (s *session) dial(ctx context.Context, server, path string) (c *websocket.Conn, localIP, leader string, err error) {
 	hdr := http.Header{}
 	if s.cfg.Token != "" {
 		hdr.Set("Authorization", "Bearer "+s.cfg.Token)
@@ -239,21 +248,20 @@ func (s *session) dial(ctx context.Context, server string) (c *websocket.Conn, l
 		tr.Proxy = http.ProxyFromEnvironment // like http.DefaultClient; with a pinned CA, directly
 	}
 	opts := &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: &http.Client{Transport: tr}}
-	c, resp, err := websocket.Dial(dialCtx, wsURL(server), opts)
-	if ip := local.Load(); ip != nil && err == nil {
-		s.local = *ip // the default of Config.Advertise
-	}
+	c, resp, err := websocket.Dial(dialCtx, wsURL(server, path), opts)
 	if err != nil {
 		if resp == nil {
-			return nil, "", fmt.Errorf("dial %s: %w", server, err)
+			return nil, "", "", fmt.Errorf("dial %s: %w", server, err)
 		}
 		if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-			return nil, "", s.refusal(server, resp)
+			return nil, "", "", s.refusal(server, resp)
 		}
-		return nil, resp.Header.Get(berth.LeaderHeader), fmt.Errorf("dial %s: %w", server, err)
+		return nil, "", resp.Header.Get(berth.LeaderHeader), fmt.Errorf("dial %s: %w", server, err)
 	}
-	c.SetReadLimit(16 << 20)
-	return c, "", nil
+	if ip := local.Load(); ip != nil {
+		localIP = *ip
+	}
+	return c, localIP, "", nil
 }
 
 // refusal returns the *RefusedError of resp, server's refusal of the
@@ -272,6 +280,7 @@ func (s *session) refusal(server string, resp *http.Response) *RefusedError {
 // messages until the connection ends.
 func (s *session) run(ctx context.Context, c *websocket.Conn, server string) error {
 	defer c.CloseNow()
+	s.server = server
 	sctx, cancelSession := context.WithCancel(ctx)
 	defer cancelSession()
 
@@ -368,6 +377,8 @@ func (s *session) handle(runCtx, sctx context.Context, typ string, msg any) {
 		s.work.control(m)
 	case *wire.PrewarmHint:
 		s.work.prewarm(runCtx, m.Model)
+	case *wire.StreamOpen:
+		go s.openStream(runCtx, s.server, m)
 	case *wire.Ack:
 		switch m.Of {
 		case wire.AckHeartbeat:

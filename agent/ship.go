@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -76,15 +77,32 @@ func (s *supervisor) shipLocked(ctx context.Context, at *attempt) error {
 		if buf == nil {
 			buf = make([]byte, chunkSize)
 		}
-		n, err := at.file.ReadAt(buf, at.logStart+at.sent)
+		// One chunk holds one stream's output: it ends where the stream
+		// changes, or where the streams are told apart up to.
+		read, stream, runEnds := buf, "", false
+		if at.streams != nil {
+			stderr, limit, changes := at.streams.StreamAt(at.logStart + at.sent)
+			if stderr {
+				stream = berth.StreamStderr
+			}
+			if left := limit - at.logStart - at.sent; left <= int64(len(read)) {
+				if left <= 0 {
+					return nil // not told apart yet
+				}
+				read, runEnds = read[:left], changes
+			}
+		}
+		n, err := at.file.ReadAt(read, at.logStart+at.sent)
 		if n > 0 {
 			at.scan(buf[:n])
-			final := at.result != nil && errors.Is(err, io.EOF) // the whole output is read
+			// The whole output, or this run of one stream, is read.
+			whole := errors.Is(err, io.EOF) || at.logStart+at.sent+int64(n) >= info.Size()
+			final := (at.result != nil && whole) || (runEnds && n == len(read))
 			if n = at.secrets.Mask(buf[:n], final); n == 0 {
 				return nil // what is there may be the start of a secret: wait for more
 			}
 			chunk := append([]byte(nil), buf[:n]...)
-			if err := s.send(ctx, wire.TypeLog, &wire.Log{AttemptID: at.id, Offset: at.sent, Data: chunk}); err != nil {
+			if err := s.send(ctx, wire.TypeLog, &wire.Log{AttemptID: at.id, Offset: at.sent, Data: chunk, Stream: stream}); err != nil {
 				return err
 			}
 			at.sent += int64(n)
@@ -119,6 +137,9 @@ func (s *supervisor) ackLog(m *wire.Ack) {
 	at.acked = max(at.acked, m.Offset)
 	if m.Resend {
 		at.acked, at.sent = m.Offset, m.Offset
+	}
+	if at.streams != nil {
+		at.streams.forget(at.logStart + at.acked)
 	}
 	at.mu.Unlock()
 }

@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,5 +143,87 @@ func TestAgentAttemptsShareALogFileApart(t *testing.T) {
 	dir := filepath.Join(a.cfg.DataDir, "logs")
 	if names := spares(t, dir); len(names) != 1 || readFile(t, filepath.Join(dir, names[0])) != "first\nsecond\n" {
 		t.Errorf("%s holds %v; want one file the second attempt appended to", dir, names)
+	}
+}
+
+// TestAgentShipsStdoutAndStderrApart checks that each chunk the agent
+// ships holds one stream's output, tagged with it, and that the chunks
+// together are the job's output in the order it wrote it; a process that
+// leaves the group holding stdout open does not keep the attempt from
+// ending.
+func TestAgentShipsStdoutAndStderrApart(t *testing.T) {
+	t.Parallel()
+	fs := newFakeServer(t)
+	startAgent(t, fs, nil)
+	// Each write waits until the one before is shipped, so that the
+	// order the agent reads them in is the order written. The leader ends
+	// once the escapee, in a session of its own, has written its pid.
+	work := t.TempDir()
+	fs.assign(&wire.JobAssign{AttemptID: "a1", Workdir: work, Command: []string{"sh", "-c",
+		`mkfifo next; echo out 1; read x <next; echo err 1 >&2; read x <next; printf 'out 2\nout 3\n'; read x <next; echo err 2 >&2; ` +
+			`setsid sh -c 'echo $$ >escapee.tmp && mv escapee.tmp escapee; exec sleep 60' & ` +
+			`while [ ! -e escapee ]; do sleep 0.01; done`}})
+	for _, line := range []string{"out 1", "err 1", "out 3"} {
+		fs.output("a1", line)
+		if err := os.WriteFile(filepath.Join(work, "next"), []byte("go\n"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkResult(t, fs.result("a1"), berth.AttemptSucceeded, "", intp(0), "")
+	// The escapee, which holds the job's stdout open, outlived the result.
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(work, "escapee"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Errorf("the process that left the group was gone before the result (%v): the result waited for it", err)
+	}
+	var all, stdout, stderr []byte
+	for _, m := range fs.sent(func(m wire.Message) bool { return m.Type == wire.TypeLog }) {
+		l := m.Body.(*wire.Log)
+		if l.Offset != int64(len(all)) {
+			t.Fatalf("chunk at offset %d, want %d: the chunks are not contiguous", l.Offset, len(all))
+		}
+		all = append(all, l.Data...)
+		switch l.Stream {
+		case "":
+			stdout = append(stdout, l.Data...)
+		case berth.StreamStderr:
+			stderr = append(stderr, l.Data...)
+		default:
+			t.Fatalf("chunk with stream %q", l.Stream)
+		}
+	}
+	if want := "out 1\nerr 1\nout 2\nout 3\nerr 2\n"; string(all) != want {
+		t.Errorf("output = %q, want %q, in the order written", all, want)
+	}
+	if string(stdout) != "out 1\nout 2\nout 3\n" || string(stderr) != "err 1\nerr 2\n" {
+		t.Errorf("stdout chunks = %q, stderr chunks = %q: want each stream's lines alone", stdout, stderr)
+	}
+}
+
+func TestStreamsSayWhichStreamWroteEachByte(t *testing.T) {
+	t.Parallel()
+	var s Streams
+	if stderr, limit, _ := s.StreamAt(0); stderr || limit != math.MaxInt64 {
+		t.Fatalf("unstarted Streams: StreamAt(0) = %t, %d; want stdout without limit", stderr, limit)
+	}
+	s.started, s.end = true, 10 // 10 bytes of earlier attempts
+	s.runs = []streamRun{{10, false}, {14, true}, {20, false}}
+	s.end = 25
+	for _, c := range []struct {
+		off     int64
+		stderr  bool
+		limit   int64
+		changes bool
+	}{{10, false, 14, true}, {13, false, 14, true}, {14, true, 20, true}, {19, true, 20, true}, {20, false, 25, false}, {24, false, 25, false}} {
+		stderr, limit, changes := s.StreamAt(c.off)
+		if stderr != c.stderr || limit != c.limit || changes != c.changes {
+			t.Errorf("StreamAt(%d) = %t, %d, %t; want %t, %d, %t", c.off, stderr, limit, changes, c.stderr, c.limit, c.changes)
+		}
+	}
+	s.forget(16)
+	if stderr, limit, _ := s.StreamAt(16); !stderr || limit != 20 || len(s.runs) != 2 {
+		t.Errorf("after forget(16): StreamAt(16) = %t, %d with runs %v; want the run holding 16 kept", stderr, limit, s.runs)
 	}
 }

@@ -58,14 +58,15 @@ type attempt struct {
 	dir      string
 	scratch  bool // dir was made as the working directory
 	log      string
-	logStart int64 // where its output begins in log
+	logStart int64    // where its output begins in log
+	streams  *Streams // which of log's bytes are stderr; nil: not told apart (a service's)
 	queue    string
 	gpus     []int
 	token    string           // the secret of its progress URL
 	secrets  *redact.Redactor // hides its secrets' values in what is shipped
 	keep     bool             // a service left running when the agent shuts down, for the next agent to adopt
 	proc     Process
-	sandbox  *Sandbox // the account and cgroup its processes run in; nil: the agent's
+	spec     *Spec // how proc was started, for execs into it; nil when it was not
 	progress progress
 
 	mu      sync.Mutex // serialises shipping and result sending
@@ -353,7 +354,10 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 		log, logStart = s.logs.Take()
 	}
 	at := &attempt{id: m.AttemptID, dir: dir, scratch: m.Workdir == "", log: log, logStart: logStart,
-		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: secretRedactor(m), sandbox: sb}
+		queue: m.Queue, gpus: m.GPUs, token: rand.Text(), secrets: secretRedactor(m)}
+	if !adoptable(m) {
+		at.streams = new(Streams) // a job that may outlive the agent writes its log itself
+	}
 	run := m
 	if err == nil {
 		run, err = expandSecrets(m)
@@ -366,12 +370,16 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 	var proc Process
 	if err != nil {
 		proc = failedProcess(fmt.Sprintf("start: %v", err))
-	} else if proc, err = s.cfg.Executor.Start(runCtx, Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
-		ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
-		Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
-		MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
-		ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m), Sandbox: sb}); err != nil {
-		proc = failedProcess(fmt.Sprintf("start: %v", err))
+	} else {
+		at.spec = &Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
+			ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
+			Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
+			MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
+			ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m),
+			Streams: at.streams, Sandbox: sb}
+		if proc, err = s.cfg.Executor.Start(runCtx, *at.spec); err != nil {
+			proc = failedProcess(fmt.Sprintf("start: %v", err))
+		}
 	}
 	at.proc = proc
 	if svc != nil && err == nil && adoptable(m) {

@@ -60,6 +60,8 @@ type Server struct {
 	sec   *Security
 	log   *slog.Logger
 	mux   *http.ServeMux
+	// streams are the exec and port-forward streams agents are to dial.
+	streams streams
 }
 
 // Store is what the API reads and writes in the store itself rather than
@@ -87,6 +89,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("POST /api/v1/jobs", auth.Identity.CanSubmit, submitters, s.submit)
 	s.route("POST /api/v1/jobs/{id}/cancel", auth.Identity.CanSubmit, submitters, s.cancel)
 	s.route("POST /api/v1/jobs/cancel", auth.Identity.CanSubmit, submitters, s.cancelMatching)
+	s.streamRoutes()
 	s.route("GET /api/v1/jobs/{id}/logs", readsJobs, jobReader, s.logs)
 	s.route("GET /api/v1/attempts/{id}/valid", readsJobs, jobReader, s.attemptValid)
 	s.route("POST /api/v1/wait", readsJobs, jobReader, s.wait)
@@ -181,7 +184,7 @@ func Status(code string) int {
 		return http.StatusForbidden
 	case berth.ECodeNotFound:
 		return http.StatusNotFound
-	case berth.ECodeConflict:
+	case berth.ECodeConflict, berth.ECodeUnsatisfiable:
 		return http.StatusConflict
 	case berth.ECodeLocked:
 		return http.StatusLocked
@@ -314,6 +317,24 @@ func wholeQuery(r *http.Request, name string, def int, hint string) (int, error)
 	return n, nil
 }
 
+// setHosts sets the Host of each job of jobs that has had an attempt.
+func (s *Server) setHosts(ctx context.Context, jobs []*berth.Job) error {
+	var ids []string
+	for _, j := range jobs {
+		if j.Attempts > 0 {
+			ids = append(ids, j.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	hosts, err := s.reads.JobHosts(ctx, ids)
+	for _, j := range jobs {
+		j.Host = hosts[j.ID]
+	}
+	return err
+}
+
 func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	before, err := berth.ParseCursor(q.Get("cursor"))
@@ -321,7 +342,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	f := store.JobFilter{Queue: q.Get("queue"), User: q.Get("user"), Parent: q.Get("parent"), Before: before, Limit: 100}
+	f := store.JobFilter{Queue: q.Get("queue"), User: q.Get("user"), Parent: q.Get("parent"), Name: q.Get("name"), Before: before, Limit: 100}
 	if who := identity(r); !who.SeesAllJobs() {
 		if f.User != "" && f.User != who.Name {
 			writeError(w, r, berth.Errorf(berth.ECodeForbidden, "%s (role %s) may only list its own jobs", who.Name, who.Role))
@@ -356,6 +377,10 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
 	if want > 0 && len(jobs) > want {
 		out.Jobs = jobs[:want]
 		out.NextCursor = jobs[want-1].ID
+	}
+	if err := s.setHosts(r.Context(), out.Jobs); err != nil {
+		writeError(w, r, err)
+		return
 	}
 	if out.Jobs == nil {
 		out.Jobs = []*berth.Job{}

@@ -377,17 +377,7 @@ func TestSubmitWarnsOfAnUnservedQueue(t *testing.T) {
 	s := newServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	reg, err := wire.Encode(wire.TypeRegister, &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "h1", Queues: []string{"gpu"}, Slots: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent := s.dialAgent(ctx)
-	if err := agent.Write(ctx, websocket.MessageText, reg); err != nil {
-		t.Fatal(err)
-	}
-	if _, data, err := agent.Read(ctx); err != nil || !strings.Contains(string(data), wire.TypeAck) {
-		t.Fatalf("register: %s, %v; want an ack", data, err)
-	}
+	s.registerAgent(ctx, &wire.Register{Version: wire.Version, WorkerID: "w1", Host: "h1", Queues: []string{"gpu"}, Slots: 1})
 	for _, tc := range []struct {
 		path, body string
 		status     int
@@ -796,6 +786,15 @@ func TestMetrics(t *testing.T) {
 		"berth_scheduling_latency_seconds_count 0",
 		"berth_jobs{state=\"pending\"} 0",
 		"berth_workers{state=\"ready\"} 0",
+		"# TYPE berth_jobs_submitted_total counter\nberth_jobs_submitted_total 0\n",
+		"# TYPE berth_jobs_finished_total counter\nberth_jobs_finished_total{state=\"succeeded\"} 0\n" +
+			"berth_jobs_finished_total{state=\"failed\"} 0\nberth_jobs_finished_total{state=\"cancelled\"} 0\n",
+		"# TYPE berth_attempts_ended_total counter\nberth_attempts_ended_total{state=\"succeeded\"} 0\n",
+		"berth_attempts_ended_total{state=\"preempted\"} 0\n",
+		"# TYPE berth_attempts_started_total counter\n",
+		"# TYPE berth_jobs_requeued_total counter\n",
+		"# TYPE berth_job_retries_total counter\n",
+		"# TYPE berth_service_restarts_total counter\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, text)
@@ -803,14 +802,21 @@ func TestMetrics(t *testing.T) {
 	}
 
 	s.submit(`{"command":["true"],"queue":"gpu","array":3}`, http.StatusCreated)
-	s.submit(`{"command":["true"],"queue":"cpu"}`, http.StatusCreated)
+	cpu := s.submit(`{"command":["true"],"queue":"cpu"}`, http.StatusCreated)
+	if status, _, data := s.do("POST", "/api/v1/jobs/"+cpu[0].ID+"/cancel", ""); status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", status, data)
+	}
 	_, m := scrape()
 	for series, want := range map[string]float64{
 		`berth_queue_depth{queue="gpu"}`: 3,
-		`berth_queue_depth{queue="cpu"}`: 1,
-		`berth_jobs{state="pending"}`:    4,
+		`berth_jobs{state="pending"}`:    3,
 		`berth_jobs{state="running"}`:    0,
 		`berth_workers{state="ready"}`:   0,
+		// Counters: the cancelled job stays counted as submitted.
+		`berth_jobs_submitted_total`:                   4,
+		`berth_jobs_finished_total{state="cancelled"}`: 1,
+		`berth_jobs_finished_total{state="succeeded"}`: 0,
+		`berth_attempts_started_total`:                 0,
 	} {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
@@ -925,6 +931,24 @@ func (s *server) dialAgent(ctx context.Context) *websocket.Conn {
 		s.t.Fatalf("dial agent: %v", err)
 	}
 	s.t.Cleanup(func() { _ = c.CloseNow() })
+	return c
+}
+
+// registerAgent dials the agent WebSocket and registers reg on it,
+// requiring an ack; the session stays open until the test ends.
+func (s *server) registerAgent(ctx context.Context, reg *wire.Register) *websocket.Conn {
+	s.t.Helper()
+	msg, err := wire.Encode(wire.TypeRegister, reg)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	c := s.dialAgent(ctx)
+	if err := c.Write(ctx, websocket.MessageText, msg); err != nil {
+		s.t.Fatal(err)
+	}
+	if _, data, err := c.Read(ctx); err != nil || !strings.Contains(string(data), wire.TypeAck) {
+		s.t.Fatalf("register: %s, %v; want an ack", data, err)
+	}
 	return c
 }
 

@@ -168,14 +168,20 @@ func (s *Server) listSchedules(w http.ResponseWriter, r *http.Request) {
 // and answers 200 with the entry stored; 400 naming the field for bad
 // input. An entry's job (Berth's extension) is decoded over
 // berth.DefaultJobSpec and checked as POST /api/v1/jobs checks a
-// submission: it runs as the caller unless it names its user, and the
-// secrets it references must exist (400 naming "job." and the field).
+// submission: it runs as the caller unless it names its user, the
+// secrets it references must exist (400 naming "job." and the field), and
+// a job no worker could ever run is refused (409 unsatisfiable) unless it
+// has hold_until_fits.
 func (s *Server) putSchedule(w http.ResponseWriter, r *http.Request) {
 	req, err := decodeScheduleRequest(r)
 	if err == nil && req.Job != nil {
 		err = jobField(submitter(identity(r), req.Job))
 		if err == nil {
 			err = jobField(controller.CheckSecrets(&req.Job.JobSpec, s.sec.Secrets))
+		}
+		if err == nil && req.Job.Validate() == nil { // else Put says what is invalid
+			_, err = s.ctl.CheckFits(r.Context(), req.Job)
+			err = jobField(err)
 		}
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -43,11 +44,24 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	records, err := recordsFormat(r)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if records && (only > 0 || skip > 0 || download) {
+		writeError(w, r, berth.Invalidf("format", "records are sent for every attempt from the start: without attempt, offset or download"))
+		return
+	}
 	ctx := r.Context()
 	st := s.store
 	j, err := s.ownJob(r, id, false)
 	if err != nil {
 		writeError(w, r, err)
+		return
+	}
+	if records {
+		s.logRecords(w, r, id, follow)
 		return
 	}
 	if made := placements(j.AttemptList); only > 0 && only > made[len(made)-1] && (!follow || j.State.Terminal()) {
@@ -59,7 +73,6 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", id+".log"))
 	}
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	flusher, _ := w.(http.Flusher)
 	out := &skipWriter{w: w, skip: int64(skip)}
 	gang := j.Nodes > 1
 	var (
@@ -69,17 +82,7 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		midLine bool        // the last byte written was not a newline
 		found   = only == 0 // index is at a row to stream
 	)
-	for {
-		notify := s.ctl.LogNotify() // before reading, so nothing stored after the read is missed
-		job, err := st.Job(ctx, id)
-		if err != nil {
-			return
-		}
-		attempts, err := st.Attempts(ctx, id)
-		if err != nil {
-			return
-		}
-		placement := placements(attempts)
+	s.followJob(w, r, id, follow, func(job *berth.Job, attempts []*berth.Attempt, placement []int) bool {
 		if !found {
 			if index = slices.Index(placement[1:], only); index >= 0 {
 				found = true
@@ -96,13 +99,13 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 			for {
 				data, err := st.Logs(ctx, a.ID, offset, logReadSize)
 				if err != nil {
-					return
+					return true
 				}
 				if len(data) == 0 {
 					break
 				}
 				if _, err := out.Write(data); err != nil {
-					return
+					return true
 				}
 				offset += int64(len(data))
 				midLine = data[len(data)-1] != '\n'
@@ -111,14 +114,38 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 				break // the live attempt: wait for more
 			}
 			if only > 0 && (index+1 == len(attempts) || placement[index+2] != only) {
-				return // every member of the attempt asked for has ended
+				return true // every member of the attempt asked for has ended
 			}
 			index, offset = index+1, 0
 		}
+		return job.State.Terminal() && index >= len(attempts)
+	})
+}
+
+// followJob calls send with job id, its attempts and their placements
+// (see placements) as they are now, then flushes what it wrote; with
+// follow, it does so again each time output is stored or a job ends,
+// until send reports that it is done (the job has ended and all is sent,
+// or it cannot go on), reading fails or the client leaves.
+func (s *Server) followJob(w http.ResponseWriter, r *http.Request, id string, follow bool,
+	send func(job *berth.Job, attempts []*berth.Attempt, placement []int) (done bool)) {
+	ctx := r.Context()
+	flusher, _ := w.(http.Flusher)
+	for {
+		notify := s.ctl.LogNotify() // before reading, so nothing stored after the read is missed
+		job, err := s.store.Job(ctx, id)
+		if err != nil {
+			return
+		}
+		attempts, err := s.store.Attempts(ctx, id)
+		if err != nil {
+			return
+		}
+		done := send(job, attempts, placements(attempts))
 		if flusher != nil {
 			flusher.Flush()
 		}
-		if !follow || (job.State.Terminal() && index >= len(attempts)) {
+		if done || !follow {
 			return
 		}
 		select {
@@ -127,6 +154,62 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// recordsFormat reports whether the logs are asked for as records
+// (format=records) rather than text (format empty or text).
+func recordsFormat(r *http.Request) (bool, error) {
+	switch f := r.URL.Query().Get("format"); f {
+	case "", "text":
+		return false, nil
+	case "records":
+		return true, nil
+	default:
+		return false, berth.Invalidf("format", "%q is not a logs format: text or records", f)
+	}
+}
+
+// logRecords streams job id's output as berth.LogRecords, one JSON object
+// a line: each chunk as it was stored, with its attempt, rank, placement
+// and stream. A gang's members are sent side by side, each record as soon
+// as it is stored (not one member after the other, as text is); records of
+// one attempt come in offset order. With follow it keeps streaming until
+// the job ends.
+func (s *Server) logRecords(w http.ResponseWriter, r *http.Request, id string, follow bool) {
+	ctx := r.Context()
+	st := s.store
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	enc := json.NewEncoder(w)
+	sent := map[string]int64{} // bytes sent of each attempt's output
+	ended := map[string]bool{} // attempts whose whole output is sent
+	s.followJob(w, r, id, follow, func(job *berth.Job, attempts []*berth.Attempt, placement []int) bool {
+		for i, a := range attempts {
+			if ended[a.ID] {
+				continue
+			}
+			terminal := a.State.Terminal() // read before its output: then the output is whole
+			for {
+				chunks, err := st.LogChunks(ctx, a.ID, sent[a.ID], logReadSize)
+				if err != nil {
+					return true
+				}
+				if len(chunks) == 0 {
+					break
+				}
+				for _, c := range chunks {
+					rec := berth.LogRecord{AttemptID: a.ID, Rank: a.TaskIndex, Placement: placement[i+1],
+						Stream: c.Stream, Offset: c.Offset, Data: c.Data}
+					if err := enc.Encode(&rec); err != nil {
+						return true
+					}
+					sent[a.ID] = c.Offset + int64(len(c.Data))
+				}
+			}
+			ended[a.ID] = terminal
+		}
+		return job.State.Terminal()
+	})
 }
 
 // placements numbers a job's attempt rows by the placement each belongs

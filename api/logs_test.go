@@ -1,10 +1,13 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -74,19 +77,10 @@ func TestLogsHeadEachAttemptOnItsOwnLine(t *testing.T) {
 // attempt=2 streams both members of the second placement.
 func TestLogsNameAGangMembersRank(t *testing.T) {
 	t.Parallel()
-	now := time.Now().UTC()
-	var ids berth.IDGen
-	job := &berth.Job{ID: ids.New(now), JobSpec: berth.DefaultJobSpec(), State: berth.JobSucceeded, Attempts: 2, CreatedAt: now}
-	job.Command, job.Nodes = berth.Argv{"train"}, 2
-	var attempts []*berth.Attempt
+	job, attempts := retriedGang()
 	var chunks []store.LogChunk
-	for placement := 1; placement <= 2; placement++ {
-		for rank := range 2 {
-			a := &berth.Attempt{ID: ids.New(now), JobID: job.ID, TaskIndex: rank, WorkerID: fmt.Sprint("w-", rank),
-				Host: fmt.Sprint("h", rank), State: berth.AttemptSucceeded, CreatedAt: now}
-			attempts = append(attempts, a)
-			chunks = append(chunks, store.LogChunk{AttemptID: a.ID, Data: fmt.Appendf(nil, "p%d r%d\n", placement, rank)})
-		}
+	for i, a := range attempts {
+		chunks = append(chunks, store.LogChunk{AttemptID: a.ID, Data: fmt.Appendf(nil, "p%d r%d\n", i/2+1, a.TaskIndex)})
 	}
 	s := serveJob(t, job, attempts, chunks)
 	head := func(i int) string {
@@ -106,6 +100,70 @@ func TestLogsNameAGangMembersRank(t *testing.T) {
 	if code, _, body := s.do("GET", "/api/v1/jobs/"+job.ID+"/logs?attempt=3", ""); code != 404 {
 		t.Errorf("GET attempt 3 of 2: %d %s; want 404", code, body)
 	}
+}
+
+// TestLogRecordsKeepStreamsAndRanks reads a retried gang's output as
+// records: each chunk with its attempt, rank, placement and stream, and
+// the refusals of what records cannot combine with.
+func TestLogRecordsKeepStreamsAndRanks(t *testing.T) {
+	t.Parallel()
+	job, attempts := retriedGang()
+	var chunks []store.LogChunk
+	var want []berth.LogRecord
+	for i, a := range attempts {
+		placement, rank := i/2+1, a.TaskIndex
+		out := fmt.Appendf(nil, "p%d r%d\n", placement, rank)
+		warn := fmt.Appendf(nil, "warn r%d\n", rank)
+		chunks = append(chunks, store.LogChunk{AttemptID: a.ID, Data: out},
+			store.LogChunk{AttemptID: a.ID, Offset: int64(len(out)), Data: warn, Stream: berth.StreamStderr})
+		want = append(want, berth.LogRecord{AttemptID: a.ID, Rank: rank, Placement: placement, Data: out},
+			berth.LogRecord{AttemptID: a.ID, Rank: rank, Placement: placement, Stream: berth.StreamStderr, Offset: int64(len(out)), Data: warn})
+	}
+	s := serveJob(t, job, attempts, chunks)
+	for _, path := range []string{"/logs?format=records", "/logs?format=records&follow=true"} {
+		code, ctype, body := s.do("GET", "/api/v1/jobs/"+job.ID+path, "")
+		if code != 200 || ctype != "application/x-ndjson" {
+			t.Fatalf("GET %s: %d %s %s", path, code, ctype, body)
+		}
+		var got []berth.LogRecord
+		dec := json.NewDecoder(bytes.NewReader(body))
+		for dec.More() {
+			var rec berth.LogRecord
+			if err := dec.Decode(&rec); err != nil {
+				t.Fatalf("GET %s: %v in %s", path, err, body)
+			}
+			got = append(got, rec)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("GET %s:\n got %+v\nwant %+v", path, got, want)
+		}
+	}
+	for path, field := range map[string]string{
+		"/logs?format=html":              "format",
+		"/logs?format=records&offset=3":  "format",
+		"/logs?format=records&attempt=1": "format",
+	} {
+		if code, _, body := s.do("GET", "/api/v1/jobs/"+job.ID+path, ""); code != 400 || !strings.Contains(string(body), `"field":"`+field+`"`) {
+			t.Errorf("GET %s: %d %s; want 400 naming %q", path, code, body, field)
+		}
+	}
+}
+
+// retriedGang returns a succeeded two-member gang placed twice, and its
+// attempts: each placement's rank 0, then its rank 1.
+func retriedGang() (*berth.Job, []*berth.Attempt) {
+	now := time.Now().UTC()
+	var ids berth.IDGen
+	job := &berth.Job{ID: ids.New(now), JobSpec: berth.DefaultJobSpec(), State: berth.JobSucceeded, Attempts: 2, CreatedAt: now}
+	job.Command, job.Nodes = berth.Argv{"train"}, 2
+	var attempts []*berth.Attempt
+	for range 2 {
+		for rank := range 2 {
+			attempts = append(attempts, &berth.Attempt{ID: ids.New(now), JobID: job.ID, TaskIndex: rank,
+				WorkerID: fmt.Sprint("w-", rank), Host: fmt.Sprint("h", rank), State: berth.AttemptSucceeded, CreatedAt: now})
+		}
+	}
+	return job, attempts
 }
 
 // serveJob stores job with its attempts and output in a fresh SQLite

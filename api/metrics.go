@@ -3,10 +3,12 @@ package api
 import (
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,7 +53,53 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	writeHistogram(w, "berth_scheduling_latency_seconds", "Submit to placement on a worker.", m.PlaceLatency)
 	writeHistogram(w, "berth_start_latency_seconds", "Submit to process started.", m.StartLatency)
 	writeHistogram(w, "berth_scheduler_pass_seconds", "Duration of one scheduling pass.", m.PassLength)
+	s.writeTotals(w, &m.Totals)
 	writeProcessMetrics(w)
+}
+
+// writeTotals writes the counters: totals since the server started.
+func (s *Server) writeTotals(w io.Writer, t *controller.Totals) {
+	writeSeries(w, "berth_jobs_submitted_total", "counter", "Jobs submitted since the server started; an array of N counts N.",
+		float64(t.JobsSubmitted))
+	writeLabeled(w, "berth_jobs_finished_total", "Jobs ended since the server started, by final state.", "state",
+		[]berth.JobState{berth.JobSucceeded, berth.JobFailed, berth.JobCancelled}, t.JobsFinished)
+	writeSeries(w, "berth_jobs_requeued_total", "counter",
+		"Moves of a job back to pending since the server started: retries, service restarts, preemptions, operators' stops.",
+		float64(t.JobsRequeued))
+	writeSeries(w, "berth_job_retries_total", "counter", "Failed batch attempts run again since the server started, each spending a retry.",
+		float64(t.JobRetries))
+	writeSeries(w, "berth_service_restarts_total", "counter", "Services restarted after their attempt ended, since the server started.",
+		float64(t.ServiceRestarts))
+	writeSeries(w, "berth_attempts_started_total", "counter", "Attempts whose process started, since the server started.",
+		float64(t.AttemptsStarted))
+	writeLabeled(w, "berth_attempts_ended_total", "Attempts ended since the server started, by state (preempted: the preemptions).", "state",
+		[]berth.AttemptState{berth.AttemptSucceeded, berth.AttemptFailed, berth.AttemptCancelled, berth.AttemptLost,
+			berth.AttemptPreempted, berth.AttemptStopped}, t.AttemptsEnded)
+	if s.Swapper != nil {
+		writeLabeled(w, "berth_swaps_total", "Model swaps ended since the server started, by outcome.", "outcome",
+			[]string{berth.SwapStateReady, berth.SwapStateFailed}, s.Swapper.Outcomes())
+	}
+	if s.Webhooks != nil {
+		writeLabeled(w, "berth_webhook_delivery_attempts_total",
+			"Webhook delivery attempts since the server started, by outcome (retrying: failed, to be tried again).", "outcome",
+			[]string{"delivered", "retrying", "failed"}, s.Webhooks.Outcomes())
+	}
+}
+
+// writeLabeled writes a counter with one label: a series for each of
+// known, 0 when values lacks it, then for the other keys of values, in
+// order.
+func writeLabeled[K ~string](w io.Writer, name, help, label string, known []K, values map[K]uint64) {
+	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", name, help, name)
+	keys := slices.Clone(known)
+	for _, k := range slices.Sorted(maps.Keys(values)) {
+		if !slices.Contains(known, k) {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		fmt.Fprintf(w, "%s{%s=%q} %d\n", name, label, k, values[k])
+	}
 }
 
 // processStart is when this process started, near enough: when the

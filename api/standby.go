@@ -19,6 +19,7 @@ const forwardedHeader = "Berth-Forwarded-By"
 // controller on the leader, the store on a standby.
 type reader interface {
 	Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, error)
+	JobHosts(ctx context.Context, ids []string) (map[string]string, error)
 	Job(ctx context.Context, id string) (*berth.JobDetail, error)
 	Quotas(ctx context.Context) ([]*berth.QuotaRule, error)
 }

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/berth-dev/berth"
 )
@@ -198,8 +201,8 @@ func (r *Runner) runDue(ctx context.Context, s *berth.Schedule, now time.Time) e
 	}
 	req := *s.Job
 	req.IdempotencyKey = RunKey(s.ID, due)
-	if req.Name == "" && berth.ValidName(s.ID) {
-		req.Name = s.ID
+	if req.Name == "" {
+		req.Name = JobName(s)
 	}
 	jobs, err := r.Submit(berth.WithActor(ctx, "schedule/"+s.ID), &req)
 	jobID, errText := "", ""
@@ -217,6 +220,29 @@ func (r *Runner) runDue(ctx context.Context, s *berth.Schedule, now time.Time) e
 		return fmt.Errorf("schedule %s: %w", s.ID, err)
 	}
 	return nil
+}
+
+// JobName is the name of the jobs s submits when its job has none: the
+// entry's name, with each character a job name may not hold made '-'
+// ("Nightly eval" runs as "Nightly-eval"), else its id, else none.
+func JobName(s *berth.Schedule) string {
+	name := strings.Map(func(r rune) rune {
+		if r < utf8.RuneSelf && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '.' || r == '_' || r == '-') {
+			return r
+		}
+		return '-'
+	}, s.Name)
+	name = strings.TrimLeft(name, "._-")
+	if len(name) > 128 {
+		name = name[:128]
+	}
+	switch {
+	case berth.ValidName(name):
+		return name
+	case berth.ValidName(s.ID):
+		return s.ID
+	}
+	return ""
 }
 
 // RunKey returns the idempotency key of the run of entry id scheduled at

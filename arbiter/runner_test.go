@@ -166,8 +166,8 @@ func TestRunnerCollapsesMissedRuns(t *testing.T) {
 	f.put(t, berth.ScheduleRequest{ID: "hourly", Name: "Hourly", Cron: "0 * * * *", Job: job})
 	f.tickAt(t, day(17, 13, 0))
 	wantKeys(t, "first hour", f.sub.keys(), key("hourly", day(17, 13, 0)))
-	if name := f.sub.reqs[0].Name; name != "hourly" {
-		t.Errorf("a job without a name submitted as %q; want the entry's id", name)
+	if name := f.sub.reqs[0].Name; name != "Hourly" {
+		t.Errorf("a job without a name submitted as %q; want the entry's name", name)
 	}
 	// Down from 13:00 to 18:30: 14:00 to 18:00 were missed; only 18:00 runs.
 	f.tickAt(t, day(17, 18, 30))
@@ -395,4 +395,23 @@ func TestRunnerStartStop(t *testing.T) {
 		t.Fatalf("second Stop: %v", err)
 	}
 	wantKeys(t, "started runner", f.sub.keys(), key("s", day(17, 13, 0)), key("s", day(17, 14, 0)))
+}
+
+// TestScheduleJobName: a schedule's jobs are named after the entry's name,
+// made a valid job name, else its id.
+func TestScheduleJobName(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ id, name, want string }{
+		{"nightly", "Nightly", "Nightly"},
+		{"eval", "Nightly eval: all models", "Nightly-eval--all-models"},
+		{"sweep", " ünï", "n-"},
+		{"daily", "", "daily"},
+		{"daily", "---", "daily"},
+		{"bad id", "☃", ""},
+		{"long", strings.Repeat("x", 200), strings.Repeat("x", 128)},
+	} {
+		if got := arbiter.JobName(&berth.Schedule{ID: tc.id, Name: tc.name}); got != tc.want {
+			t.Errorf("JobName(id %q, name %q) = %q, want %q", tc.id, tc.name, got, tc.want)
+		}
+	}
 }

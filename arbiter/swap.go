@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -48,6 +49,14 @@ type Swapper struct {
 	mu    sync.Mutex
 	swaps map[string]*berth.Swap
 	busy  map[string]string // pool → the swap running there
+
+	ready, failed atomic.Uint64 // real swaps ended so, since the Swapper was made (Outcomes)
+}
+
+// Outcomes counts the real swaps ended since the Swapper was made, by
+// final state (ready, failed), for /metrics.
+func (s *Swapper) Outcomes() map[string]uint64 {
+	return map[string]uint64{berth.SwapStateReady: s.ready.Load(), berth.SwapStateFailed: s.failed.Load()}
 }
 
 // poolService is the name of the service a pool's swaps run.
@@ -180,6 +189,9 @@ func (s *Swapper) run(id string) {
 	code, state, event, reason := 0, berth.SwapStateReady, berth.SwapComplete, ""
 	if err != nil {
 		code, state, event, reason = 1, berth.SwapStateFailed, berth.SwapFailed, err.Error()
+		s.failed.Add(1)
+	} else {
+		s.ready.Add(1)
 	}
 	final := s.update(id, func(sw *berth.Swap) {
 		sw.State, sw.Returncode, sw.Reason, sw.FinishedAt = state, &code, reason, berth.FormatSparkTime(s.now())

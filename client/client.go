@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -179,7 +180,8 @@ func idempotent(method string, in any) bool {
 // servers and no req.IdempotencyKey it submits a copy of req with a random
 // key, so that a submission a failing server may have taken can be sent
 // again to another: the server answers a repeated key with the jobs of
-// the first submission.
+// the first submission. A job no worker could ever run is the server's
+// ECodeUnsatisfiable error unless req.HoldUntilFits.
 func (c *Client) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
 	sub, err := c.SubmitFull(ctx, req, false)
 	if err != nil {
@@ -255,6 +257,7 @@ type ListOptions struct {
 	Queue  string
 	User   string
 	Parent string // only the jobs submitted under this job
+	Name   string // only the jobs of this name
 	Limit  int
 	Cursor string
 }
@@ -277,6 +280,9 @@ func (c *Client) Jobs(ctx context.Context, o ListOptions) (*berth.JobList, error
 	}
 	if o.Parent != "" {
 		q.Set("parent", o.Parent)
+	}
+	if o.Name != "" {
+		q.Set("name", o.Name)
 	}
 	if o.Cursor != "" {
 		q.Set("cursor", o.Cursor)
@@ -410,6 +416,78 @@ func (c *Client) copyLogs(ctx context.Context, path string, w io.Writer) (answer
 		return true, ctx.Err()
 	}
 	return true, err
+}
+
+// LogRecords calls fn with each record of a job's output (its stdout and
+// stderr told apart, a gang's members side by side; see berth.LogRecord)
+// in the order the server sends them; with follow it goes on until the job
+// ends or ctx does, riding out a server restart or failover as Retry says:
+// it asks again and passes fn only the bytes it has not had. An error fn
+// returns ends it and is returned. A stream that ends cleanly is the
+// server's word that the job has ended (or, without follow, that all the
+// output stored so far is sent).
+func (c *Client) LogRecords(ctx context.Context, id string, follow bool, fn func(*berth.LogRecord) error) error {
+	had := map[string]int64{} // bytes passed to fn of each attempt's output
+	o := newOutage(&c.Retry, 0)
+	for {
+		path := fmt.Sprintf("/api/v1/jobs/%s/logs?format=records&follow=%t", url.PathEscape(id), follow)
+		answered, err := c.readRecords(ctx, path, func(rec *berth.LogRecord) error {
+			end := rec.Offset + int64(len(rec.Data))
+			seen := had[rec.AttemptID]
+			if end <= seen {
+				return nil // had before the server was asked again
+			}
+			if rec.Offset < seen {
+				rec.Data, rec.Offset = rec.Data[seen-rec.Offset:], seen
+			}
+			had[rec.AttemptID] = end
+			return fn(rec)
+		})
+		var fnErr *recordError
+		if errors.As(err, &fnErr) {
+			return fnErr.err
+		}
+		if err == nil || !follow {
+			return err
+		}
+		if answered {
+			o.answered()
+		}
+		if err := o.pause(ctx, err); err != nil {
+			return err
+		}
+	}
+}
+
+// recordError is an error of LogRecords' fn, which ends it.
+type recordError struct{ err error }
+
+func (e *recordError) Error() string { return e.err.Error() }
+
+// readRecords asks once for the log records at path and passes each to
+// fn, and reports whether the server answered.
+func (c *Client) readRecords(ctx context.Context, path string, fn func(*berth.LogRecord) error) (answered bool, err error) {
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var rec berth.LogRecord
+		if err := dec.Decode(&rec); err != nil {
+			if errors.Is(err, io.EOF) {
+				return true, nil
+			}
+			if ctx.Err() != nil {
+				return true, ctx.Err()
+			}
+			return true, fmt.Errorf("read log records: %w", err)
+		}
+		if err := fn(&rec); err != nil {
+			return true, &recordError{err}
+		}
+	}
 }
 
 // countingWriter counts the bytes written to w.

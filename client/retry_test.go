@@ -3,6 +3,7 @@ package client_test
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -299,6 +300,44 @@ func TestLogsFollowResumesWhereItStopped(t *testing.T) {
 	// after the failure that followed the first.
 	if got, want := clock.pauses(), []time.Duration{time.Second, 2 * time.Second, time.Second}; !slices.Equal(got, want) {
 		t.Errorf("paused %v, want %v", got, want)
+	}
+}
+
+// TestLogRecordsFollowSkipsWhatItHad breaks a followed record stream after
+// two records, one of them cut short; asked again, the server sends every
+// record from the start, the last grown: LogRecords passes each byte of
+// each attempt on once, with its stream.
+func TestLogRecordsFollowSkipsWhatItHad(t *testing.T) {
+	t.Parallel()
+	rec := func(attempt, stream string, offset int, data string) string {
+		return fmt.Sprintf(`{"attempt_id":%q,"rank":0,"placement":1,"stream":%q,"offset":%d,"data":%q}`+"\n",
+			attempt, stream, offset, base64.StdEncoding.EncodeToString([]byte(data)))
+	}
+	first := rec("a1", "", 0, "out\n") + rec("a1", "stderr", 4, "err\n")
+	steps := script(
+		streamsThenDies(first+rec("a2", "", 0, "x")[:20]), // a record cut off mid-line
+		answers(http.StatusOK, first+rec("a1", "", 8, "more\n")+rec("a2", "", 0, "x\n")),
+	)
+	fs := newFakeServer(t, steps)
+	var clock fakeClock
+	c := client.New(fs.url, "", nil)
+	c.Retry = clock.retry(time.Minute)
+	var got []string
+	err := c.LogRecords(t.Context(), "j1", true, func(r *berth.LogRecord) error {
+		got = append(got, fmt.Sprintf("%s %s@%d %q", r.AttemptID, cmp.Or(r.Stream, "stdout"), r.Offset, r.Data))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("LogRecords: %v", err)
+	}
+	want := []string{`a1 stdout@0 "out\n"`, `a1 stderr@4 "err\n"`, `a1 stdout@8 "more\n"`, `a2 stdout@0 "x\n"`}
+	if !slices.Equal(got, want) {
+		t.Errorf("records passed on:\n%q\nwant\n%q", got, want)
+	}
+	// An error of fn ends it, returned as it is.
+	stop := errors.New("stop")
+	if err := c.LogRecords(t.Context(), "j1", true, func(*berth.LogRecord) error { return stop }); err != stop {
+		t.Errorf("LogRecords with a failing fn = %v, want its error", err)
 	}
 }
 

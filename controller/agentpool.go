@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"iter"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -24,6 +25,18 @@ func (p *agentPool) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
 		into = append(into, ws.sched)
 	}
 	return into
+}
+
+// Reach yields the workers connected now or whose last heartbeat is
+// after since.
+func (p *agentPool) Reach(since time.Time) iter.Seq[*scheduler.Worker] {
+	return func(yield func(*scheduler.Worker) bool) {
+		for _, ws := range p.l.order {
+			if (ws.sess != nil || ws.w.LastHeartbeat.After(since)) && !yield(ws.sched) {
+				return
+			}
+		}
+	}
 }
 
 // Launch sends the attempt's worker a job_assign, with the job's secrets

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"iter"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -28,6 +29,14 @@ type Backend interface {
 	// (free GPUs, CPUs, memory and slots; Off when taking no work), to
 	// into and returns it.
 	Capacity(into []*scheduler.Worker) []*scheduler.Worker
+	// Reach yields the workers the backend could ever run an attempt on,
+	// as the scheduler sees them; only their totals (GPUs, CPUs, memory)
+	// count. For the agent pool these are its workers connected or heard
+	// from since since, parked and disconnected ones too; a backend that
+	// rents machines would yield the largest it could rent. Submit
+	// refuses a job that none of any backend's could take (admit.go),
+	// stopping at the first that fit.
+	Reach(since time.Time) iter.Seq[*scheduler.Worker]
 	// Launch starts attempt a of job j, with env added to the job's
 	// environment, once the batch that created a is durable. It cannot
 	// fail: an attempt that does not start is reported ended (or times
@@ -53,6 +62,9 @@ type Backend interface {
 
 // AgentPoolBackend is the name of the agent pool backend, the default.
 const AgentPoolBackend = "agents"
+
+// backends returns every backend of this server, for what asks them all.
+func (c *Controller) backends() []Backend { return []Backend{c.pool} }
 
 // backendFor returns the backend a job spec names, or an ECodeInvalid
 // error on backend when this server has none of that name.

@@ -26,6 +26,9 @@ func (l *lifecycle) emit(events ...berth.Event) {
 	for i := range events {
 		l.eventSeq++
 		events[i].Seq = l.eventSeq
+		if e := &events[i]; e.JobID != "" && e.Name == "" && l.jobs[e.JobID] != nil {
+			e.Name = l.jobs[e.JobID].job.Name // a job event carries the job's name
+		}
 	}
 	l.audit(events...)
 	if l.storeEvents {

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"iter"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,6 +90,10 @@ func (b *fakeBackend) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
 		into = append(into, ws.sched)
 	}
 	return into
+}
+
+func (b *fakeBackend) Reach(time.Time) iter.Seq[*scheduler.Worker] {
+	return slices.Values(b.Capacity(nil))
 }
 
 func (b *fakeBackend) Launch(_ *berth.Job, a *berth.Attempt, _ map[string]string) {

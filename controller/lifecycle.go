@@ -154,10 +154,16 @@ func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Even
 	from := j.State
 	l.stats.jobs[from]--
 	l.stats.jobs[to]++
+	switch {
+	case to.Terminal():
+		l.stats.totals.JobsFinished[to]++
+	case to == berth.JobPending:
+		l.stats.totals.JobsRequeued++
+	}
 	j.State = to
 	b := l.fx.rows()
 	b.JobUpdates = append(b.JobUpdates, js.update())
-	ev.JobID, ev.State = j.ID, to
+	ev.JobID, ev.Name, ev.State = j.ID, j.Name, to
 	l.emit(ev)
 	return nil
 }
@@ -172,6 +178,9 @@ func (l *lifecycle) transitionAttempt(as *attemptState, to berth.AttemptState) e
 		return err
 	}
 	a.State = to
+	if to.Terminal() {
+		l.stats.totals.AttemptsEnded[to]++
+	}
 	l.write(&store.Batch{Attempts: []*berth.Attempt{as.copy()}}) // Append drops the progress it supersedes
 	return nil
 }
@@ -253,6 +262,7 @@ func (l *lifecycle) createJobs(req *berth.SubmitRequest, be Backend, actor strin
 		events[i] = berth.Event{Time: now, Type: berth.EventJobSubmitted, JobID: j.ID, State: berth.JobPending, Actor: actor, User: j.User}
 	}
 	l.stats.jobs[berth.JobPending] += n // created: their rows are inserts, not transitions
+	l.stats.totals.JobsSubmitted += uint64(n)
 	l.write(b)
 	l.emit(events...)
 	l.dirty = true
@@ -270,6 +280,7 @@ func (l *lifecycle) markRunning(as *attemptState, now time.Time) {
 	js := as.job
 	j := js.job
 	l.stats.started.observe(now.Sub(j.CreatedAt))
+	l.stats.totals.AttemptsStarted++
 	if j.State != berth.JobPending {
 		b := l.fx.rows() // it now counts the attempt (see update)
 		b.JobUpdates = append(b.JobUpdates, js.update())
@@ -378,6 +389,7 @@ func (l *lifecycle) retry(js *jobState, f *memberEnd, now time.Time) {
 	j := js.job
 	delay := berth.DoublingDelay(j.Attempts, maxRetryDelay)
 	js.restartAt = now.Add(delay)
+	l.stats.totals.JobRetries++
 	l.requeue(js, fmt.Sprintf("retrying in %v after attempt %d %s: %s", delay, j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
 }
 
@@ -422,6 +434,7 @@ func (l *lifecycle) restartService(js *jobState, f *memberEnd, last *berth.Attem
 	}
 	delay := berth.DoublingDelay(j.Attempts, maxRestartDelay)
 	js.restartAt = now.Add(delay)
+	l.stats.totals.ServiceRestarts++
 	if js.task != nil {
 		js.task.Front = false
 	}

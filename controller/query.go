@@ -32,6 +32,12 @@ func (c *Controller) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job,
 	return jobs, c.explainPending(ctx, jobs)
 }
 
+// JobHosts returns where each job of ids runs or ran, from the store
+// (store.JobReader.JobHosts).
+func (c *Controller) JobHosts(ctx context.Context, ids []string) (map[string]string, error) {
+	return c.store.JobHosts(ctx, ids)
+}
+
 // explainPending sets the Reason of each queued job of jobs to why the
 // scheduler has not placed it, in one round of the controller loop.
 func (c *Controller) explainPending(ctx context.Context, jobs []*berth.Job) error {

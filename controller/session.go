@@ -327,7 +327,11 @@ func (c *Controller) onLog(s *session, m *wire.Log) {
 		return
 	}
 	data := m.Data[as.logSize-m.Offset:]
-	c.write(&store.Batch{Logs: []store.LogChunk{{AttemptID: m.AttemptID, Offset: as.logSize, Data: data}}})
+	stream := ""
+	if m.Stream == berth.StreamStderr {
+		stream = m.Stream // any other name is stdout's
+	}
+	c.write(&store.Batch{Logs: []store.LogChunk{{AttemptID: m.AttemptID, Offset: as.logSize, Data: data, Stream: stream}}})
 	as.logSize = end
 	ack := &wire.Ack{Of: wire.AckLog, AttemptID: m.AttemptID, Offset: end}
 	c.sendAfterCommit(s, wire.TypeAck, ack)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -56,10 +57,33 @@ type stats struct {
 	placed  *histogram // submit → assigned
 	started *histogram // submit → process started
 	passes  *histogram // duration of a scheduling pass
+	totals  Totals
 }
 
 func newStats() stats {
-	return stats{jobs: map[berth.JobState]int{}, placed: newHistogram(), started: newHistogram(), passes: newHistogram()}
+	return stats{jobs: map[berth.JobState]int{}, placed: newHistogram(), started: newHistogram(), passes: newHistogram(),
+		totals: Totals{JobsFinished: map[berth.JobState]uint64{}, AttemptsEnded: map[berth.AttemptState]uint64{}}}
+}
+
+// Totals count what happened since the server started, Prometheus
+// counters: they only grow while it runs and start from 0 when it
+// starts (rate() and increase() handle the reset). The lifecycle counts
+// them where the move happens, on the loop, with no lock.
+type Totals struct {
+	JobsSubmitted   uint64                        // jobs created: an array of N counts N
+	JobsFinished    map[berth.JobState]uint64     // jobs ended, by final state
+	JobsRequeued    uint64                        // moves of a job back to pending: retries, restarts, preemptions, stops
+	JobRetries      uint64                        // failed batch attempts run again, spending a retry
+	ServiceRestarts uint64                        // services restarted after their attempt ended
+	AttemptsStarted uint64                        // attempts whose process started
+	AttemptsEnded   map[berth.AttemptState]uint64 // attempts ended, by state (preempted: the preemptions)
+}
+
+// clone returns a copy of t that shares no map with it.
+func (t *Totals) clone() Totals {
+	c := *t
+	c.JobsFinished, c.AttemptsEnded = maps.Clone(t.JobsFinished), maps.Clone(t.AttemptsEnded)
+	return c
 }
 
 func (s *stats) loadCounts(counts map[berth.JobState]int) {
@@ -85,6 +109,7 @@ type Metrics struct {
 	PlaceLatency  Histogram
 	StartLatency  Histogram
 	PassLength    Histogram
+	Totals        Totals
 }
 
 // Metrics returns the current counters.
@@ -121,6 +146,7 @@ func (c *Controller) Metrics(ctx context.Context) (*Metrics, error) {
 		m.PlaceLatency = c.stats.placed.snapshot()
 		m.StartLatency = c.stats.started.snapshot()
 		m.PassLength = c.stats.passes.snapshot()
+		m.Totals = c.stats.totals.clone()
 	})
 	return m, err
 }

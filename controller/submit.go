@@ -16,7 +16,9 @@ import (
 // request with a key its user submitted with before returns the original
 // jobs and stores nothing; a different request with that key is an
 // ECodeConflict *berth.Error on idempotency_key and stores nothing. Invalid
-// input returns an ECodeInvalid *berth.Error and stores nothing.
+// input returns an ECodeInvalid *berth.Error and stores nothing; so does a
+// job no worker could ever run (ECodeUnsatisfiable, see fits) unless
+// req.HoldUntilFits.
 func (c *Controller) Submit(ctx context.Context, req *berth.SubmitRequest) ([]*berth.Job, error) {
 	sub, err := c.SubmitFull(ctx, req)
 	if err != nil {
@@ -94,7 +96,12 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 			c.afterCommit(func() { reply <- result{sub: &Submission{Jobs: jobs, Replayed: true}} })
 			return
 		}
-		sub := &Submission{Jobs: c.createJobs(req, be, berth.ActorFrom(ctx)), Warnings: c.queueWarnings(req.Queue)}
+		warnings, err := c.fits(&req.JobSpec, req.HoldUntilFits)
+		if err != nil {
+			reply <- result{err: err} // nothing written
+			return
+		}
+		sub := &Submission{Jobs: c.createJobs(req, be, berth.ActorFrom(ctx)), Warnings: append(c.queueWarnings(req.Queue), warnings...)}
 		c.afterCommit(func() { reply <- result{sub: sub} })
 	}); err != nil {
 		return nil, err

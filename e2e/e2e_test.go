@@ -83,8 +83,9 @@ func TestGPUsAreGivenToJobs(t *testing.T) {
 		t.Fatalf("the job printed %q (CUDA_VISIBLE_DEVICES, then name, user, host, attempt), attempt GPUs %v",
 			out.String(), d.AttemptList[0].GPUs)
 	}
-	// Three GPUs never fit on a two-GPU worker: the job waits and says why.
-	req.Resources.GPUs = 3
+	// Three GPUs never fit on a two-GPU worker: held, the job waits and
+	// says why.
+	req.Resources.GPUs, req.HoldUntilFits = 3, true
 	j = cl.submit(req)[0]
 	d = cl.job(j.ID)
 	if d.State != berth.JobPending || !strings.Contains(d.Reason, "no worker has 3 GPUs") {

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -106,8 +107,15 @@ func (b *lineBuffer) String() string {
 // start runs berth with args; its output is kept and shown if the test fails.
 func start(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return startAs(t, "", name, args...)
+}
+
+// startAs is start with BERTH_TOKEN=token.
+func startAs(t *testing.T, token, name string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(berthBin, args...)
-	cmd.Env = append(os.Environ(), "BERTH_TOKEN=", "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
+	cmd.Dir = t.TempDir() // a default --data-dir (.berth) or a job's relative path is not the source tree
+	cmd.Env = append(os.Environ(), "BERTH_TOKEN="+token, "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
@@ -328,4 +336,16 @@ func awaitEventAt(t *testing.T, url string, timeout time.Duration, what string, 
 	}
 	t.Fatalf("no event %s within %s", what, timeout)
 	return nil
+}
+
+// exitCode is the exit status of a command that ended with err.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }

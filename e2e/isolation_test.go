@@ -144,7 +144,9 @@ func TestJobsRunAsTheirUsersAccount(t *testing.T) {
 	}
 	cl.addAgent("box", "--run-as", "map", "--user-map", userMap)
 
-	whoami := `id -un; id -Gn; echo "$HOME $USER $LOGNAME"; stat -c %U .; stat -L -c %U /proc/self/fd/1`
+	// The working directory is the attempt's scratch directory, DIR; its
+	// log is DIR.log.
+	whoami := `id -un; id -Gn; echo "$HOME $USER $LOGNAME"; stat -c %U .; stat -c %U "$PWD.log"`
 	for _, user := range []string{name, "mapped-" + name} {
 		req := shellJob(whoami)
 		req.User = user

@@ -84,7 +84,7 @@ func TestServerRefusesNewerSchema(t *testing.T) {
 	cl := newCluster(t, "--store", url)
 	cl.server.stop()
 	psql(t, url, `INSERT INTO schema_migrations (version) VALUES (9999)`)
-	p := start(t, "server on a newer schema", "server", "--store", url, "--listen", freeAddr(t))
+	p := start(t, "server on a newer schema", "server", "--store", url, "--listen", freeAddr(t), "--data-dir", t.TempDir())
 	if _, ok := p.out.await("newer than this berth", 30*time.Second); !ok {
 		t.Fatalf("server on a newer schema did not refuse with a clear message:\n%s", p.out)
 	}

@@ -118,6 +118,7 @@ func runCLI(t *testing.T, token, stdin string, args ...string) (stdout, stderr s
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, berthBin, args...)
+	cmd.Dir = t.TempDir() // as start's
 	cmd.Env = append(os.Environ(), "BERTH_TOKEN="+token, "BERTH_SERVER=", "BERTH_CA=", "BERTH_CA_FINGERPRINT=",
 		"BERTH_JOIN_TOKEN=", "BERTH_CREDENTIALS="+filepath.Join(t.TempDir(), "credentials.json"))
 	cmd.Stdin = strings.NewReader(stdin)

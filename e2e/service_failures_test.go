@@ -2,9 +2,7 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -212,18 +210,6 @@ readiness: {probe: {kind: http, path: /v1/models}}
 		})
 		t.Logf("swap to %s failed: %s", tc.key, sw.Reason)
 	}
-}
-
-// exitCode is the exit status of a command that ended with err.
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
 }
 
 // TestWorkerIsBusyWhileFull checks a real agent's worker is busy while

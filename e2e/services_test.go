@@ -296,6 +296,10 @@ models:
 	if _, err := cl.c.ReleaseSwapLock(ctx, lock.Token, false); err != nil {
 		t.Fatal(err)
 	}
+	if _, m := cl.scrape(); m[`berth_swaps_total{outcome="ready"}`] != 2 || m[`berth_swaps_total{outcome="failed"}`] != 0 {
+		t.Errorf("berth_swaps_total: ready %v, failed %v; want the 2 real swaps ready", m[`berth_swaps_total{outcome="ready"}`],
+			m[`berth_swaps_total{outcome="failed"}`])
+	}
 	select {
 	case d := <-got:
 		t.Fatalf("an unexpected webhook: %+v (dry runs do not fire)", d)

@@ -81,6 +81,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	s.Reader = sqlstore.NewReader(s.query, sqlstore.Dialect{
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 		ControlTime: "updated_at_ns",
+		JobName:     "spec->>'name'",
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
@@ -200,7 +201,7 @@ var (
 	workerTypes  = []string{"text", "json"}
 	quotaTypes   = []string{"text", "text", "text", "integer", "integer", "double precision", "bigint"}
 	controlTypes = []string{"text", "text", "text", "text", "text", "bigint", "timestamptz"}
-	logTypes     = []string{"text", "bigint", "bytea"}
+	logTypes     = []string{"text", "bigint", "bytea", "text"}
 	eventTypes   = []string{"bigint", "json"}
 )
 

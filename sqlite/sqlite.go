@@ -81,6 +81,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s.Reader = sqlstore.NewReader(s.query, sqlstore.Dialect{
 		Placeholder: func(int) string { return "?" },
 		ControlTime: "updated_at",
+		JobName:     "json_extract(CAST(spec AS TEXT), '$.name')",
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)

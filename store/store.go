@@ -100,11 +100,14 @@ type JobUpdate struct {
 }
 
 // LogChunk is Data written at byte Offset of an attempt's output. The
-// controller only appends contiguous chunks.
+// controller only appends contiguous chunks. Stream is the job's stream
+// the chunk was written to: berth.StreamStderr, or empty for stdout (and
+// for output whose stream the agent did not tell apart).
 type LogChunk struct {
 	AttemptID string
 	Offset    int64
 	Data      []byte
+	Stream    string
 }
 
 // JobFilter selects jobs for a listing, newest first.
@@ -113,6 +116,7 @@ type JobFilter struct {
 	Queue  string
 	User   string
 	Parent string // only the jobs submitted under this job
+	Name   string // only the jobs of this name (an array's jobs share one)
 	Before string // cursor: only ids < Before
 	Limit  int    // 0: no limit
 }
@@ -181,6 +185,9 @@ type JobReader interface {
 	// JobStates returns the state of each job in ids that exists; unknown
 	// ids are absent from the map.
 	JobStates(ctx context.Context, ids []string) (map[string]berth.JobState, error)
+	// JobHosts returns where each job of ids that has had an attempt on a
+	// worker runs or ran (berth.Job.Host); the others are absent.
+	JobHosts(ctx context.Context, ids []string) (map[string]string, error)
 	// Attempts returns a job's attempts, oldest first.
 	Attempts(ctx context.Context, jobID string) ([]*berth.Attempt, error)
 	// Attempt returns one attempt; an unknown id is ECodeNotFound.
@@ -205,6 +212,10 @@ type ControlReader interface {
 type LogReader interface {
 	// Logs returns up to limit bytes of an attempt's output from offset.
 	Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error)
+	// LogChunks returns the chunks of an attempt's output from offset, up
+	// to limit bytes of data in all, each with its stream; the first is cut
+	// to begin at offset and the last to end within the limit.
+	LogChunks(ctx context.Context, attemptID string, offset int64, limit int) ([]LogChunk, error)
 }
 
 // CredentialStore keeps the credentials: the token registry and users'

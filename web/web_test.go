@@ -136,6 +136,7 @@ func (d *dash) submit(user, name, queue string, gpus int) *berth.Job {
 	req := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
 	req.User, req.Name, req.Queue, req.Command = user, name, queue, berth.Argv{"true"}
 	req.Resources.GPUs = gpus
+	req.HoldUntilFits = true // a job no worker fits waits, as the pages show it
 	jobs, err := d.ctl.Submit(context.Background(), req)
 	if err != nil {
 		d.t.Fatalf("submit %s: %v", name, err)

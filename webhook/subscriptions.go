@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -123,6 +124,10 @@ type Dispatcher struct {
 	stopping chan struct{} // closed by Stop
 	loops    sync.WaitGroup
 	attempts sync.WaitGroup
+
+	// Attempts made since the Dispatcher was made, by the delivery's state
+	// after them (Outcomes).
+	delivered, retrying, failed atomic.Uint64
 
 	ctx        context.Context // of store writes and attempts; cancelled when Stop gives up draining
 	cancel     context.CancelFunc
@@ -612,10 +617,13 @@ func (d *Dispatcher) attempt(dl *berth.Delivery) {
 	switch {
 	case err == nil:
 		dl.State, dl.LastError, dl.NextAttemptAt, dl.DeliveredAt = berth.DeliveryDelivered, "", time.Time{}, now
+		d.delivered.Add(1)
 	case dl.Attempts >= d.cfg.MaxAttempts:
 		dl.State, dl.LastError, dl.NextAttemptAt = berth.DeliveryFailed, errorText(err), time.Time{}
+		d.failed.Add(1)
 	default:
 		dl.State, dl.LastError, dl.NextAttemptAt = berth.DeliveryPending, errorText(err), now.Add(Backoff(dl.Attempts))
+		d.retrying.Add(1)
 	}
 	if err != nil {
 		d.cfg.Log.Warn("webhook delivery failed", "delivery", dl.ID, "webhook", w.ID, "event", dl.EventType,
@@ -624,6 +632,13 @@ func (d *Dispatcher) attempt(dl *berth.Delivery) {
 	if err := d.cfg.Store.UpdateDelivery(d.ctx, dl); err != nil {
 		d.cfg.Log.Error("webhooks: outcome of an attempt not recorded; it will be made again", "delivery", dl.ID, "err", err)
 	}
+}
+
+// Outcomes counts the delivery attempts made since the Dispatcher was
+// made, by outcome: delivered, retrying (failed, to be tried again) and
+// failed (the last attempt failed), for /metrics.
+func (d *Dispatcher) Outcomes() map[string]uint64 {
+	return map[string]uint64{"delivered": d.delivered.Load(), "retrying": d.retrying.Load(), "failed": d.failed.Load()}
 }
 
 // post sends dl's body to w and returns the answer's status (0 for none)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -343,6 +344,10 @@ func TestDispatcherGivesUpAfterMaxAttempts(t *testing.T) {
 	dl = awaitDelivery(t, d, dl.ID, "delivered", func(dl *berth.Delivery) bool { return dl.State == berth.DeliveryDelivered })
 	if dl.Attempts != 4 || dl.LastStatus != 200 {
 		t.Fatalf("redelivered delivery = %+v", dl)
+	}
+	// Counted as each outcome was recorded, before the store saw it.
+	if got, want := d.Outcomes(), map[string]uint64{"retrying": 2, "failed": 1, "delivered": 1}; !maps.Equal(got, want) {
+		t.Errorf("Outcomes() = %v, want %v", got, want)
 	}
 }
 

@@ -37,6 +37,9 @@ const (
 	TypeControl   = "control"
 	// TypePrewarmHint tells an agent which model jobs are about to need.
 	TypePrewarmHint = "prewarm_hint"
+	// TypeStreamOpen asks an agent to open a stream into a running
+	// attempt (stream.go).
+	TypeStreamOpen = "stream_open"
 )
 
 // Envelope is one frame.
@@ -72,6 +75,7 @@ var kinds = func() map[string]kind {
 		TypeNoWork:        func() any { return &NoWork{} },
 		TypeAck:           func() any { return &Ack{} },
 		TypePrewarmHint:   func() any { return &PrewarmHint{} },
+		TypeStreamOpen:    func() any { return &StreamOpen{} },
 	}
 	m := make(map[string]kind, len(news))
 	for name, fn := range news {
@@ -373,11 +377,16 @@ type Progress struct {
 	Progress  string `json:"progress"`
 }
 
-// Log is a chunk of an attempt's combined stdout and stderr at Offset.
+// Log is a chunk of an attempt's output at Offset: its stdout and stderr
+// in one sequence, in the order the agent read them. Stream is the stream
+// the chunk was written to: berth.StreamStderr, or empty for stdout (and
+// for output whose streams the agent does not tell apart, such as a
+// service's).
 type Log struct {
 	AttemptID string `json:"attempt_id"`
 	Offset    int64  `json:"offset"`
 	Data      []byte `json:"data"`
+	Stream    string `json:"stream,omitempty"`
 }
 
 // JobCancel stops an attempt: SIGTERM to its process group, then SIGKILL

@@ -53,6 +53,7 @@ func FuzzDecodeFrame(f *testing.F) {
 			Lease: 30 * time.Second, Heartbeat: 5 * time.Second, Resend: true, Control: control, Error: "refused"}},
 		{TypeControl, control},
 		{TypePrewarmHint, &PrewarmHint{Model: "org/llama"}},
+		{TypeStreamOpen, &StreamOpen{ID: "s1", AttemptID: "att-1", Kind: StreamExec, Command: []string{"env"}}},
 	}
 	var multi []byte
 	for _, m := range msgs {

@@ -50,6 +50,7 @@ func TestRoundTrip(t *testing.T) {
 			LogSize:   1 << 40,
 		}},
 		{wire.TypeLog, &wire.Log{AttemptID: "att-1", Offset: 4096, Data: []byte("hello\x00\xff world\n")}},
+		{wire.TypeLog, &wire.Log{AttemptID: "att-1", Offset: 4096, Data: []byte("oops\n"), Stream: berth.StreamStderr}},
 		{wire.TypeJobAssign, &wire.JobAssign{
 			AttemptID:  "att-1",
 			JobID:      "job-1",
@@ -66,6 +67,7 @@ func TestRoundTrip(t *testing.T) {
 		{wire.TypeJobCancel, &wire.JobCancel{AttemptID: "att-1", Reason: "cancelled by user"}},
 		{wire.TypeNoWork, &wire.NoWork{}},
 		{wire.TypePrewarmHint, &wire.PrewarmHint{Model: "org/llama-3-70b"}},
+		{wire.TypeStreamOpen, &wire.StreamOpen{ID: "s1", AttemptID: "att-1", Kind: wire.StreamExec, Command: []string{"env"}}},
 		{wire.TypeAck, &wire.Ack{
 			Of:        wire.AckRegister,
 			AttemptID: "att-1",
@@ -103,7 +105,7 @@ func TestRoundTrip(t *testing.T) {
 	for _, typ := range []string{
 		wire.TypeRegister, wire.TypeHeartbeat, wire.TypeReadyForWork, wire.TypeJobAccepted,
 		wire.TypeJobResult, wire.TypeLog, wire.TypeJobAssign, wire.TypeJobCancel, wire.TypeNoWork, wire.TypeAck,
-		wire.TypePrewarmHint,
+		wire.TypePrewarmHint, wire.TypeStreamOpen,
 	} {
 		if !seen[typ] {
 			t.Errorf("message type %q has no round-trip case", typ)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/berth-dev/berth"
@@ -12,7 +13,10 @@ const cancelUsage = `ID... | --name N | --queue Q | --user U | --parent ID [--st
 
 Cancels the jobs named by id, or every active job matching the filters (as
 scancel --name/--partition/--user does): a whole array by its name, say, in
-one request. --state narrows the filters to pending or running jobs.`
+one request. --state narrows the filters to pending or running jobs.
+
+Cancelling is idempotent: an id whose job has already ended, or filters
+that match no active job, exit 0 with a note on stderr.`
 
 func runCancel(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("cancel", cancelUsage)
@@ -54,6 +58,13 @@ func runCancel(ctx context.Context, m *Main, args []string) error {
 	var cancelled []*berth.Job
 	for _, id := range ids {
 		j, err := c.Cancel(ctx, id)
+		var ended *berth.Error
+		if errors.As(err, &ended) && ended.Code == berth.ECodeConflict {
+			// Cancel is idempotent: a job that has ended needs nothing,
+			// as filters that match nothing do.
+			fmt.Fprintf(m.Stderr, "berth: %s; nothing to cancel\n", ended.Text())
+			continue
+		}
 		if err != nil && len(ids) == 1 {
 			return err // printed as the one line of any error
 		}
@@ -76,8 +87,8 @@ func runCancel(ctx context.Context, m *Main, args []string) error {
 // printCancelled prints the jobs a cancel stopped: a line each, or with
 // -o json an array, never null.
 func printCancelled(m *Main, output string, jobs []*berth.Job) error {
-	if output == "json" {
-		return printJSON(m.Stdout, append([]*berth.Job{}, jobs...))
+	if output != "table" {
+		return printData(m.Stdout, output, append([]*berth.Job{}, jobs...))
 	}
 	for _, j := range jobs {
 		if j.State == berth.JobCancelled {

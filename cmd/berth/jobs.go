@@ -14,25 +14,38 @@ import (
 	"github.com/berth-dev/berth/client"
 )
 
+// jobsUsage is berth jobs's help text before its flags.
+const jobsUsage = `[flags]
+
+Lists jobs, newest first. The jobs of an array are one row, ID_[FIRST-LAST]
+with a count of each state (as squeue shows them), unless --expand. HOST is
+where a job runs or ran (a gang's first host and +N for the others).
+-o wide adds columns, -o name prints job/ID lines and -q only the ids.`
+
 func runJobs(ctx context.Context, m *Main, args []string) error {
-	fs := m.flagSet("jobs", "[flags]")
+	fs := m.flagSet("jobs", jobsUsage)
 	cf := m.addClientFlags(fs, true)
+	cf.formats = append(cf.formats, "wide", "name")
+	fs.Lookup("o").Usage = "output: table, wide (more columns), json, yaml or name (job/ID lines)"
 	state := fs.String("state", "", "comma-separated states: pending, running, succeeded, failed, cancelled")
 	queue := fs.String("queue", "", "only this queue")
 	user := fs.String("user", "", "only this user's jobs")
+	name := fs.String("name", "", "only the jobs of this name (an array's jobs share it)")
 	parent := fs.String("parent", "", "only the jobs submitted under this job (submit --parent)")
 	limit := fs.Int("limit", 100, "most jobs to list, newest first (0 for all)")
+	expand := fs.Bool("expand", false, "list each job of an array on its own row")
+	quiet := fs.Bool("q", false, "print only the job ids, one a line")
 	page := addPageFlags(fs)
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	if err := cf.check(); err != nil {
+	if err := parseNoArgs(fs, cf, args, "berth jobs"); err != nil {
 		return err
 	}
 	if *limit < 0 {
 		return berth.Invalidf("--limit", "must be 0 (all) or more")
 	}
-	opts := client.ListOptions{Queue: *queue, User: *user, Parent: *parent, Limit: *limit, Cursor: page.cursor}
+	if *quiet && givenFlags(fs)["o"] {
+		return berth.Invalidf("-q", "prints only ids: give -q or -o, not both")
+	}
+	opts := client.ListOptions{Queue: *queue, User: *user, Name: *name, Parent: *parent, Limit: *limit, Cursor: page.cursor}
 	if *state != "" {
 		for _, s := range strings.Split(*state, ",") {
 			st, err := berth.ParseJobState(strings.TrimSpace(s))
@@ -46,20 +59,146 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return page.serverError(err)
 	}
-	if err := printList(m.Stdout, cf.output, list.Jobs, func() error { return jobsTable(m.Stdout, list.Jobs) }); err != nil {
-		return err
+	switch {
+	case *quiet || cf.output == "name":
+		prefix := "job/"
+		if *quiet {
+			prefix = ""
+		}
+		for _, j := range list.Jobs {
+			fmt.Fprintln(m.Stdout, prefix+j.ID)
+		}
+	case cf.output == "table" || cf.output == "wide":
+		rows := jobRows(list.Jobs, *expand)
+		if err := jobsTable(m.Stdout, rows, cf.output == "wide"); err != nil {
+			return err
+		}
+	default:
+		if err := printList(m.Stdout, cf.output, list.Jobs, nil); err != nil {
+			return err
+		}
 	}
 	page.printNext(m.Stderr, list.NextCursor)
 	return nil
 }
 
-// jobsTable writes jobs as the table of berth jobs.
-func jobsTable(w io.Writer, jobs []*berth.Job) error {
-	now := time.Now()
-	t := newTable(w, "ID", "NAME", "USER", "QUEUE", "STATE", "PRIO", "GPUS", "AGE", "REASON")
+// jobRow is a row of berth jobs: one job, or the jobs of an array listed
+// together (first is then the one with the lowest index).
+type jobRow struct {
+	first   *berth.Job
+	indexes []int                  // an array's indexes listed, lowest first; nil for one job
+	states  map[berth.JobState]int // an array's jobs in each state
+	hosts   []string               // an array's hosts, in the order of its jobs
+}
+
+// jobRows groups the jobs of each array, listed next to one another
+// (their ids are consecutive), into one row, unless expand.
+func jobRows(jobs []*berth.Job, expand bool) []*jobRow {
+	var rows []*jobRow
 	for _, j := range jobs {
-		t.row(j.ID, truncate(j.Name, 24), truncate(j.User, 16), j.Queue, string(j.State), strconv.Itoa(j.Priority),
-			strconv.Itoa(j.Resources.GPUs), ago(j.CreatedAt, now), truncate(j.Reason, 48))
+		if prev := lastRow(rows); !expand && j.ArrayIndex != nil && prev != nil && prev.indexes != nil && sameArray(prev.first, j) {
+			prev.add(j)
+			continue
+		}
+		r := &jobRow{first: j}
+		if !expand && j.ArrayIndex != nil {
+			r.states = map[berth.JobState]int{}
+			r.add(j)
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func lastRow(rows []*jobRow) *jobRow {
+	if len(rows) == 0 {
+		return nil
+	}
+	return rows[len(rows)-1]
+}
+
+// sameArray reports whether a and b were submitted as one array: the
+// jobs of one submission share their creation time, name and user.
+func sameArray(a, b *berth.Job) bool {
+	return a.CreatedAt.Equal(b.CreatedAt) && a.Name == b.Name && a.User == b.User
+}
+
+func (r *jobRow) add(j *berth.Job) {
+	if len(r.indexes) > 0 && *j.ArrayIndex < r.indexes[0] {
+		r.first = j
+	}
+	r.indexes = append(r.indexes, *j.ArrayIndex)
+	slices.Sort(r.indexes)
+	r.states[j.State]++
+	if j.Host != "" {
+		r.hosts = append(r.hosts, j.Host)
+	}
+}
+
+// id is the row's id: the job's, or ID_[LOW-HIGH] for an array, ID
+// the job of the lowest index.
+func (r *jobRow) id() string {
+	if r.indexes == nil {
+		return r.first.ID
+	}
+	lo, hi := r.indexes[0], r.indexes[len(r.indexes)-1]
+	if lo == hi {
+		return fmt.Sprintf("%s_[%d]", r.first.ID, lo)
+	}
+	return fmt.Sprintf("%s_[%d-%d]", r.first.ID, lo, hi)
+}
+
+// state is the job's state, or for an array how many of its jobs are in
+// each: "3 running, 97 pending".
+func (r *jobRow) state() string {
+	if r.indexes == nil {
+		return string(r.first.State)
+	}
+	var parts []string
+	for _, st := range []berth.JobState{berth.JobRunning, berth.JobPending, berth.JobSucceeded, berth.JobFailed, berth.JobCancelled} {
+		if n := r.states[st]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, st))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// host is where the row runs or ran: the job's host, or an array's first
+// host and +N for the other jobs that have one.
+func (r *jobRow) host() string {
+	switch {
+	case r.indexes == nil:
+		return orDash(r.first.Host)
+	case len(r.hosts) == 0:
+		return "-"
+	case len(r.hosts) == 1:
+		return r.hosts[0]
+	}
+	return fmt.Sprintf("%s +%d", r.hosts[0], len(r.hosts)-1)
+}
+
+// jobsTable writes rows as the table of berth jobs; wide adds the
+// resources, attempts and command.
+func jobsTable(w io.Writer, rows []*jobRow, wide bool) error {
+	now := time.Now()
+	head := []string{"ID", "NAME", "USER", "QUEUE", "STATE", "HOST", "PRIO", "GPUS", "AGE", "REASON"}
+	if wide {
+		head = append(head, "NODES", "CPUS", "MEMORY", "ATTEMPTS", "EXIT", "COMMAND")
+	}
+	t := newTable(w, head...)
+	for _, r := range rows {
+		j := r.first
+		row := []string{r.id(), truncate(j.Name, 24), truncate(j.User, 16), j.Queue, r.state(), r.host(), strconv.Itoa(j.Priority),
+			strconv.Itoa(j.Resources.GPUs), ago(j.CreatedAt, now), truncate(j.Reason, 48)}
+		if wide {
+			exit := "-"
+			if j.ExitCode != nil && r.indexes == nil {
+				exit = strconv.Itoa(*j.ExitCode)
+			}
+			row = append(row, strconv.Itoa(j.Nodes), strconv.FormatFloat(j.Resources.CPUs, 'g', -1, 64), orDash(j.Resources.Memory.String()),
+				strconv.Itoa(j.Attempts), exit, truncate(strings.Join(j.Command, " "), 60))
+		}
+		t.row(row...)
 	}
 	return t.flush()
 }
@@ -75,8 +214,8 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, d)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, d)
 	}
 	j := d.Job
 	w := m.Stdout

@@ -89,25 +89,25 @@ func TestJobsSaysWhenThereIsMore(t *testing.T) {
 	c := newCLI(t)
 	ids := c.submitArray(101, "gpu")
 
-	code, out, errOut := c.run("jobs")
+	code, out, errOut := c.run("jobs", "--expand") // arrays listed a job a row
 	first := tableIDs(t, out)
 	if code != 0 || len(first) != 100 {
 		t.Fatalf("berth jobs: exit %d, %d rows, %q; want the newest 100", code, len(first), errOut)
 	}
-	if want := "more: berth jobs --cursor " + first[99] + "\n"; errOut != want {
+	if want := "more: berth jobs --expand=true --cursor " + first[99] + "\n"; errOut != want {
 		t.Errorf("berth jobs: stderr %q, want %q", errOut, want)
 	}
-	pages, hints := c.follow("jobs")
+	pages, hints := c.follow("jobs", "--expand")
 	if len(pages) != 2 || len(hints) != 1 {
 		t.Fatalf("berth jobs: %d pages, hints %q; want 2 and one hint", len(pages), hints)
 	}
 	wantEachOnce(t, "berth jobs and its next page", append(tableIDs(t, pages[0]), tableIDs(t, pages[1])...), ids)
 
-	code, out, errOut = c.run("jobs", "--limit", "0")
+	code, out, errOut = c.run("jobs", "--expand", "--limit", "0")
 	if all := tableIDs(t, out); code != 0 || len(all) != 101 || errOut != "" {
 		t.Errorf("berth jobs --limit 0: exit %d, %d rows, stderr %q; want all 101 and no hint", code, len(all), errOut)
 	}
-	code, out, errOut = c.run("jobs", "--limit", "0", "--cursor", "")
+	code, out, errOut = c.run("jobs", "--expand", "--limit", "0", "--cursor", "")
 	if all := tableIDs(t, out); code != 0 || len(all) != 101 || errOut != "" {
 		t.Errorf("berth jobs --cursor '': exit %d, %d rows, stderr %q; want the first page", code, len(all), errOut)
 	}
@@ -123,7 +123,7 @@ func TestJobsHintKeepsTheFlags(t *testing.T) {
 	c.submitArray(2, "cpu")
 
 	for _, output := range []string{"table", "json"} {
-		args := []string{"jobs", "--queue", "gpu", "--state", "pending", "--limit", "2"}
+		args := []string{"jobs", "--expand", "--queue", "gpu", "--state", "pending", "--limit", "2"}
 		if output == "json" {
 			args = append(args, "-o", "json")
 		}

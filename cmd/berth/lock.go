@@ -77,8 +77,8 @@ func runLockAcquire(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, st)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, st)
 	}
 	// The token alone on stdout, for TOKEN=$(berth lock acquire ...).
 	fmt.Fprintln(m.Stdout, st.Token)
@@ -96,8 +96,8 @@ func runLockStatus(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, st)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, st)
 	}
 	if !st.Held {
 		fmt.Fprintln(m.Stdout, "not held")
@@ -127,8 +127,8 @@ func runLockRelease(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, out)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, out)
 	}
 	if out.Released {
 		fmt.Fprintln(m.Stdout, "released")

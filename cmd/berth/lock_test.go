@@ -120,7 +120,7 @@ func TestLockBadInput(t *testing.T) {
 		{[]string{"lock", "acquire", "--holder", "h", "--ttl", "0"}, "--ttl"},
 		{[]string{"lock", "acquire", "--holder", "h", "--ttl", "25h"}, "--ttl"},
 		{[]string{"lock", "acquire", "--holder", "h", "extra"}, "no arguments"},
-		{[]string{"lock", "status", "-o", "yaml"}, "-o"},
+		{[]string{"lock", "status", "-o", "xml"}, "-o"},
 	} {
 		code, out, errOut := c.run(tc.args...)
 		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) {

@@ -13,7 +13,8 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"sort"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -56,7 +57,12 @@ type Main struct {
 	Stderr io.Writer
 	Getenv func(string) string
 
-	savedTokenOf string // the server whose saved token this run sends, if any
+	savedTokenOf string   // the server whose saved token this run sends, if any
+	globals      []string // the client flags given before the command
+
+	// subcommandsSeen, when set, asks a command made of subcommands to
+	// store their names there and do nothing else (berth completion).
+	subcommandsSeen *[]string
 }
 
 // command is one subcommand: it parses its own flags from args and runs.
@@ -70,6 +76,7 @@ var commands = map[string]command{
 	"server":    {"run the control plane only", runServer},
 	"agent":     {"run a worker agent that joins a server", runAgent},
 	"submit":    {"submit a job (or an array of jobs)", runSubmit},
+	"run":       {"run a job attached: print its output as it runs, exit with its exit code", runRun},
 	"swap":      {"swap the model a pool of workers serves (the catalog's MODEL_KEY)", runSwap},
 	"serve":     {"run a service (a model server, a notebook) until stopped", runServe},
 	"services":  {"list services and where they serve", runServices},
@@ -78,6 +85,7 @@ var commands = map[string]command{
 	"job":       {"show one job with its attempts and why it waits", runJob},
 	"logs":      {"print a job's output (-f to follow)", runLogs},
 	"cancel":    {"cancel jobs", runCancel},
+	"exec":      {"run a command inside a running job, on its worker", runExec},
 	"attempt":   {"check that an attempt may still act for its job, before a side effect (check)", runAttempt},
 	"wait":      {"wait for jobs to end; exit 0 only if all succeeded", runWait},
 	"workers":   {"list workers", runWorkers},
@@ -91,6 +99,8 @@ var commands = map[string]command{
 	"worker":    {"turn a host's workers on or off (drain, pause, hard stop)", runWorker},
 	"bench":     {"measure throughput and latency on this machine", runBench},
 	"sim":       {"replay a workload trace through the scheduler in virtual time", runSim},
+
+	"port-forward": {"forward a local port to a port of a running job", runPortForward},
 }
 
 // exitError carries a specific exit status.
@@ -109,28 +119,53 @@ const (
 	exitStopped = 130 // interrupted (Ctrl-C) while waiting, as a shell reports it
 )
 
-// Run runs the command named by args[0] and returns the process exit status.
+// Run runs the command named by args[0], after the client flags that may
+// come before it, and returns the process exit status.
 func (m *Main) Run(ctx context.Context, args []string) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		m.usage()
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		writeUsage(m.Stdout)
 		if len(args) == 0 {
 			return exitUsage
 		}
 		return 0
 	}
-	if args[0] == "version" || args[0] == "--version" {
-		fmt.Fprintln(m.Stdout, "berth", Version)
-		return 0
+	if args[0] == "--version" {
+		return m.exit(ctx, m.version())
 	}
 	if args[0] == watchdogCommand {
 		return m.runWatchdog(args[1:])
 	}
+	globals, rest, err := m.splitGlobals(args)
+	if err == nil && len(rest) == 0 {
+		err = berth.Invalidf("command", "give a command after the flags (see berth help)")
+	}
+	if err != nil {
+		return m.exit(ctx, err)
+	}
+	m.globals = globals
+	return m.exit(ctx, m.dispatch(ctx, rest))
+}
+
+// dispatch runs the command args[0] with the rest of args.
+func (m *Main) dispatch(ctx context.Context, args []string) error {
+	switch args[0] {
+	case "help":
+		return m.help(ctx, args[1:])
+	case "version":
+		return m.version()
+	case "completion":
+		return m.completion(ctx, args[1:])
+	}
 	cmd, ok := commands[args[0]]
 	if !ok {
-		fmt.Fprintf(m.Stderr, "berth: unknown command %q (see berth help)\n", args[0])
-		return exitUsage
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("unknown command %q%s (see berth help)", args[0], suggest(args[0], commandNames()))}
 	}
-	err := cmd.run(ctx, m, args[1:])
+	return cmd.run(ctx, m, m.withGlobals(args[1:]))
+}
+
+// exit prints err, if any, as one line (with a hint for the CLI where one
+// helps) and returns the exit status it means.
+func (m *Main) exit(ctx context.Context, err error) int {
 	if err == nil {
 		return 0
 	}
@@ -147,17 +182,7 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		}
 		return ee.code
 	}
-	var be *berth.Error
-	if errors.As(err, &be) {
-		hint := ""
-		if be.Code == berth.ECodeUnauthorized && m.savedTokenOf != "" {
-			hint = fmt.Sprintf("; the token sent is the one saved for %s in %s (berth up saves one): "+
-				"if another server runs there now, delete that entry or set BERTH_TOKEN", m.savedTokenOf, m.credentialsPath())
-		}
-		fmt.Fprintf(m.Stderr, "berth: %s%s\n", errorLine(err), hint)
-		return exitUsage
-	}
-	fmt.Fprintln(m.Stderr, "berth:", err)
+	fmt.Fprintf(m.Stderr, "berth: %s%s\n", errorLine(err), m.hint(err))
 	return exitUsage
 }
 
@@ -171,19 +196,6 @@ func errorLine(err error) string {
 	return err.Error()
 }
 
-func (m *Main) usage() {
-	fmt.Fprintln(m.Stdout, "berth: one control plane for every GPU you own, rent or borrow.\n\nUsage: berth COMMAND [flags] [args]\n\nCommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(m.Stdout, "  %-8s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(m.Stdout, "\nThe server is --server, else $BERTH_SERVER, else http://127.0.0.1:7070 (a comma-separated list fails over); the token is $BERTH_TOKEN.\nRun berth COMMAND -h for a command's flags.")
-}
-
 // flagSet returns a FlagSet whose -h prints the command's usage to
 // m.Stderr; parse reports its errors.
 func (m *Main) flagSet(name, usage string) *flag.FlagSet {
@@ -191,15 +203,27 @@ func (m *Main) flagSet(name, usage string) *flag.FlagSet {
 	fs.SetOutput(m.Stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: berth %s %s\n\nFlags:\n", name, usage)
+		var defaults bytes.Buffer
+		out := fs.Output()
+		fs.SetOutput(&defaults)
 		fs.PrintDefaults()
+		fs.SetOutput(out)
+		// Flags as people type them (and berth's errors name them): -o, --server.
+		_, _ = io.WriteString(out, longFlag.ReplaceAllString(defaults.String(), "$1--$2"))
 	}
 	return fs
 }
+
+// longFlag matches a flag of two letters or more in PrintDefaults.
+var longFlag = regexp.MustCompile(`(?m)^(  )-(\w\w)`)
 
 // parse parses flags. -h prints the usage and returns flag.ErrHelp; a bad
 // flag is an invalid *berth.Error naming it, printed as one line rather
 // than the flag package's report (its error, then the whole usage).
 func parse(fs *flag.FlagSet, args []string) error {
+	if err := checkRepeats(fs, args); err != nil {
+		return err
+	}
 	out := fs.Output()
 	var report bytes.Buffer
 	fs.SetOutput(&report)
@@ -221,7 +245,7 @@ func flagError(fs *flag.FlagSet, err error) error {
 	msg := err.Error()
 	field, why := "", msg
 	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: "); ok {
-		field, why = flagName(name), "no such flag"
+		field, why = flagName(name), "no such flag"+suggest(flagName(name), flagNames(fs))
 	} else if name, ok := strings.CutPrefix(msg, "flag needs an argument: "); ok {
 		field, why = flagName(name), "needs a value"
 	} else if rest, ok := strings.CutPrefix(msg, "invalid boolean value "); ok {
@@ -369,13 +393,14 @@ func parseOneArg(fs *flag.FlagSet, cf *clientFlags, args []string, what, hint st
 type clientFlags struct {
 	server      string
 	output      string
+	formats     []string // what -o may be; addClientFlags sets table, json and yaml
 	ca          string
 	fingerprint string
 	tls         *tls.Config // from ca and fingerprint, set by check
 }
 
 func (m *Main) addClientFlags(fs *flag.FlagSet, withOutput bool) *clientFlags {
-	cf := &clientFlags{}
+	cf := &clientFlags{formats: []string{"table", "json", "yaml"}}
 	def := m.Getenv("BERTH_SERVER")
 	if def == "" {
 		def = "http://127.0.0.1:7070"
@@ -384,14 +409,14 @@ func (m *Main) addClientFlags(fs *flag.FlagSet, withOutput bool) *clientFlags {
 	fs.StringVar(&cf.ca, "ca", m.Getenv("BERTH_CA"), "trust the https:// server's certificate when this CA (PEM file) signed it (default $BERTH_CA)")
 	fs.StringVar(&cf.fingerprint, "ca-fingerprint", m.Getenv("BERTH_CA_FINGERPRINT"), "trust the https:// server when its chain holds the certificate with this SHA-256\nfingerprint (sha256:HEX, printed by the server; default $BERTH_CA_FINGERPRINT)")
 	if withOutput {
-		fs.StringVar(&cf.output, "o", "table", "output: table or json")
+		fs.StringVar(&cf.output, "o", "table", "output: table, json or yaml")
 	}
 	return cf
 }
 
 func (cf *clientFlags) check() error {
-	if cf.output != "" && cf.output != "table" && cf.output != "json" {
-		return berth.Invalidf("-o", "must be table or json")
+	if cf.output != "" && !slices.Contains(cf.formats, cf.output) {
+		return berth.Invalidf("-o", "%q: must be %s%s", cf.output, strings.Join(cf.formats, ", "), suggest(cf.output, cf.formats))
 	}
 	for _, s := range client.ParseServers(cf.server).URLs() {
 		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/goccy/go-yaml"
 )
 
 // printJSON writes v as indented JSON.
@@ -16,14 +18,30 @@ func printJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// printList prints list as a JSON array (never null) when output is json,
-// else with table.
+// printData writes v as output (json or yaml) says.
+func printData(w io.Writer, output string, v any) error {
+	if output != "yaml" {
+		return printJSON(w, v)
+	}
+	data, err := json.Marshal(v) // the JSON field names, one spelling for both
+	if err == nil {
+		data, err = yaml.JSONToYAML(data)
+	}
+	if err != nil {
+		return fmt.Errorf("-o yaml: %w", err)
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+// printList prints list as a JSON or YAML array (never null) when output
+// is json or yaml, else with table.
 func printList[T any](w io.Writer, output string, list []T, table func() error) error {
-	if output == "json" {
+	if output == "json" || output == "yaml" {
 		if list == nil {
 			list = []T{}
 		}
-		return printJSON(w, list)
+		return printData(w, output, list)
 	}
 	return table()
 }

@@ -55,8 +55,8 @@ func runQuotaSet(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, q)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, q)
 	}
 	verb := "replaced"
 	if created {

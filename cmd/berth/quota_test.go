@@ -82,7 +82,7 @@ func TestQuotaBadInputFailsWithOneLineAndStoresNothing(t *testing.T) {
 		{[]string{"quota", "set", "queue:gpu", "weight=2"}, "weight"},
 		{[]string{"quota", "set", "user:alice", "gpus=8"}, "limits"},
 		{[]string{"quota", "set", "user:alice", "memory<=8"}, "limits"},
-		{[]string{"quota", "set", "-o", "yaml", "user:alice", "gpus<=1"}, "-o"},
+		{[]string{"quota", "set", "-o", "xml", "user:alice", "gpus<=1"}, "-o"},
 		{[]string{"quota", "list", "extra"}, "args"},
 		{[]string{"quota", "rm"}, "id"},
 		{[]string{"quota", "rm", "user:a", "user:b"}, "id"},

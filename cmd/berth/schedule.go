@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/arbiter"
 )
 
 // scheduleCommands are the subcommands of berth schedule.
@@ -51,6 +52,7 @@ func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
 	fs.StringVar(&req.NextRun, "next-run", "", "its next run, RFC 3339 (2026-06-18T06:00:00Z)")
 	fs.StringVar(&req.Description, "description", "", "what it does to the GPUs")
 	file := fs.String("f", "", "a job file (YAML or JSON, as for berth submit; - for stdin) that Berth runs at every --cron time")
+	hold := fs.Bool("hold-until-fits", false, "with a job: register it even when no worker could ever run it (each run waits for one that fits)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -75,6 +77,9 @@ func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
 		if len(cmd) > 0 {
 			job.Command = cmd
 		}
+		if givenFlags(fs)["hold-until-fits"] {
+			job.HoldUntilFits = *hold
+		}
 		if req.Cron == "" {
 			return berth.Invalidf("--cron", "is required with a job: it says when Berth runs it")
 		}
@@ -84,8 +89,8 @@ func runScheduleAdd(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, s)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, s)
 	}
 	fmt.Fprintln(m.Stdout, s.ID)
 	return nil
@@ -106,12 +111,39 @@ func runScheduleList(ctx context.Context, m *Main, args []string) error {
 	}
 	return printList(m.Stdout, cf.output, list, func() error {
 		now := time.Now()
-		t := newTable(m.Stdout, "ID", "NAME", "OWNER", "CRON", "NEXT RUN", "UPDATED")
+		t := newTable(m.Stdout, "ID", "NAME", "OWNER", "CRON", "NEXT RUN", "LAST RUN", "UPDATED")
 		for _, s := range list {
-			t.row(s.ID, truncate(s.Name, 40), orDash(s.Owner), orDash(s.Cron), orDash(s.NextRun), ago(s.UpdatedAt, now))
+			t.row(s.ID, truncate(s.Name, 40), orDash(s.Owner), orDash(s.Cron), nextRun(s, now), lastRun(s, now), ago(s.UpdatedAt, now))
 		}
 		return t.flush()
 	})
+}
+
+// nextRun says when s runs next: for an entry with a job, the next time
+// its cron names (the server's runner reads cron in UTC), e.g.
+// "2026-06-18 06:00Z (in 3h)"; else the time the entry displays.
+func nextRun(s *berth.Schedule, now time.Time) string {
+	c, err := arbiter.ParseCron(s.Cron)
+	if s.Job == nil || err != nil {
+		return orDash(s.NextRun)
+	}
+	next := c.Next(now.UTC())
+	if next.IsZero() {
+		return "never"
+	}
+	return next.Format("2006-01-02 15:04Z") + " (in " + ago(now, next) + ")"
+}
+
+// lastRun says when s's job last ran and what became of it: "3h ago
+// (01J…)", "3h ago (failed: …)", or "-" before its first run.
+func lastRun(s *berth.Schedule, now time.Time) string {
+	switch {
+	case s.Job == nil || s.LastRun.IsZero():
+		return "-"
+	case s.LastError != "":
+		return ago(s.LastRun, now) + " ago (failed: " + truncate(s.LastError, 40) + ")"
+	}
+	return ago(s.LastRun, now) + " ago (" + s.LastJobID + ")"
 }
 
 func runScheduleRm(ctx context.Context, m *Main, args []string) error {

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth"
 )
@@ -42,7 +43,7 @@ func TestScheduleAddListRm(t *testing.T) {
 	}
 	code, out, _ = c.run("schedule", "list")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if code != 0 || len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "ID NAME OWNER CRON NEXT RUN UPDATED" ||
+	if code != 0 || len(lines) != 3 || strings.Join(strings.Fields(lines[0]), " ") != "ID NAME OWNER CRON NEXT RUN LAST RUN UPDATED" ||
 		!strings.HasPrefix(lines[1], "daily-vol ") || !strings.Contains(lines[1], "@daily") || !strings.HasPrefix(lines[2], gen.ID+" ") {
 		t.Fatalf("schedule list: exit %d:\n%s", code, out)
 	}
@@ -113,6 +114,16 @@ func TestScheduleAddJob(t *testing.T) {
 	}
 	if j := list[1].Job; j == nil || j.Name != "warm" || j.Queue != "gpu" || j.Resources.GPUs != 2 || list[2].Job != nil {
 		t.Fatalf("schedule list -o json = %+v %+v; want warm's job from the file, display without one", list[1], list[2])
+	}
+	// NEXT RUN: the next 02:00 UTC for nightly's job; LAST RUN: none yet.
+	code, out, _ = c.run("schedule", "list")
+	next := time.Now().UTC().Truncate(24 * time.Hour).Add(2 * time.Hour)
+	if !next.After(time.Now()) {
+		next = next.Add(24 * time.Hour)
+	}
+	if lines := strings.Split(out, "\n"); code != 0 || len(lines) < 2 || !strings.HasPrefix(lines[1], "nightly ") ||
+		!strings.Contains(lines[1], next.Format("2006-01-02 15:04Z")+" (in ") || !strings.Contains(lines[1], ")  -  ") {
+		t.Errorf("schedule list: exit %d:\n%s\nwant nightly's next run at %s and no last run", code, out, next)
 	}
 
 	bad := filepath.Join(t.TempDir(), "bad.yaml")

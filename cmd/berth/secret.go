@@ -59,8 +59,8 @@ func runSecretSet(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, s)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, s)
 	}
 	fmt.Fprintf(m.Stdout, "secret %s of %s set; reference it as {{SECRET:%s}}\n", s.Name, s.Owner, s.Name)
 	return nil

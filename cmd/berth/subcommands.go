@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"slices"
@@ -16,8 +17,16 @@ type subcommands struct {
 }
 
 // dispatch runs the subcommand named by args[0] with the rest of args.
+// The client flags given before the command (m.globals, ahead of args)
+// go to the subcommand.
 func (s subcommands) dispatch(ctx context.Context, m *Main, args []string) error {
-	names := strings.Join(slices.Sorted(maps.Keys(s.run)), ", ")
+	args = args[len(m.globals):]
+	sorted := slices.Sorted(maps.Keys(s.run))
+	if m.subcommandsSeen != nil {
+		*m.subcommandsSeen = sorted
+		return flag.ErrHelp
+	}
+	names := strings.Join(sorted, ", ")
 	if len(args) == 0 {
 		return &exitError{code: exitUsage, msg: fmt.Sprintf("%s: give a subcommand: %s (see berth %s help)", s.name, names, s.name)}
 	}
@@ -27,7 +36,7 @@ func (s subcommands) dispatch(ctx context.Context, m *Main, args []string) error
 	}
 	run, ok := s.run[args[0]]
 	if !ok {
-		return &exitError{code: exitUsage, msg: fmt.Sprintf("%s: unknown subcommand %q (%s)", s.name, args[0], names)}
+		return &exitError{code: exitUsage, msg: fmt.Sprintf("%s: unknown subcommand %q%s (%s)", s.name, args[0], suggest(args[0], sorted), names)}
 	}
-	return run(ctx, m, args[1:])
+	return run(ctx, m, m.withGlobals(args[1:]))
 }

@@ -77,30 +77,61 @@ func runServe(ctx context.Context, m *Main, args []string) error {
 func submitJobs(ctx context.Context, m *Main, args []string, command, kind string) error {
 	fs := m.flagSet(command, "[flags] [-- COMMAND ARGS...]")
 	cf := m.addClientFlags(fs, true)
-	file := fs.String("f", "", "job file (YAML or JSON; - for stdin); flags override its fields")
+	cf.formats = []string{"table", "json"}
 	wait := fs.Bool("wait", false, "wait for the jobs to end; exit 0 only if all succeeded")
-	fields := defineJobFlags(fs)
+	jf := defineSubmitFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := cf.check(); err != nil {
 		return err
 	}
-	req := berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	req, err := jf.request(m, cf, command, kind)
+	if err != nil {
+		return err
+	}
+	c := m.client(cf)
+	sub, err := c.SubmitFull(ctx, req, cf.output != "json")
+	if err != nil {
+		return err
+	}
+	m.noteReplay(req, sub.Replayed)
+	return m.printSubmission(ctx, c, sub, cf.output == "json", *wait)
+}
+
+// submitFlags are the flags that make a job's request, shared by berth
+// submit, serve and run: the job file and the job flags.
+type submitFlags struct {
+	fs     *flag.FlagSet
+	file   *string
+	fields []jobFlag
+}
+
+// defineSubmitFlags defines the job file (-f) and the job flags on fs.
+func defineSubmitFlags(fs *flag.FlagSet) *submitFlags {
+	file := fs.String("f", "", "job file (YAML or JSON; - for stdin); flags override its fields")
+	return &submitFlags{fs: fs, file: file, fields: defineJobFlags(fs)}
+}
+
+// request builds and validates the request of the parsed flags: a job of
+// kind unless the job file says otherwise, running the arguments after
+// the flags. An error names the flag or field at fault.
+func (jf *submitFlags) request(m *Main, cf *clientFlags, command, kind string) (*berth.SubmitRequest, error) {
+	req := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
 	req.Kind = kind
-	if *file != "" {
-		if err := loadJobFile(*file, os.Stdin, &req); err != nil {
-			return err
+	if *jf.file != "" {
+		if err := loadJobFile(*jf.file, os.Stdin, req); err != nil {
+			return nil, err
 		}
 	}
-	if cmd := fs.Args(); len(cmd) > 0 {
+	if cmd := jf.fs.Args(); len(cmd) > 0 {
 		req.Command = cmd
 	}
-	set := givenFlags(fs)
-	for _, f := range fields {
+	set := givenFlags(jf.fs)
+	for _, f := range jf.fields {
 		if set[f.name] {
-			if err := f.apply(&req); err != nil {
-				return err
+			if err := f.apply(req); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -113,18 +144,12 @@ func submitJobs(ctx context.Context, m *Main, args []string, command, kind strin
 		req.User = m.defaultUser(cf)
 	}
 	if len(req.Command) == 0 && req.Template == "" {
-		return berth.Invalidf("command", "give the command after --, e.g. berth %s -- python train.py, or in -f FILE, or a --template", command)
+		return nil, berth.Invalidf("command", "give the command after --, e.g. berth %s -- python train.py, or in -f FILE, or a --template", command)
 	}
 	if err := req.Validate(); err != nil {
-		return err
+		return nil, err
 	}
-	c := m.client(cf)
-	sub, err := c.SubmitFull(ctx, &req, cf.output != "json")
-	if err != nil {
-		return err
-	}
-	m.noteReplay(&req, sub.Replayed)
-	return m.printSubmission(ctx, c, sub, cf.output == "json", *wait)
+	return req, nil
 }
 
 // printSubmission prints the warnings of sub and its jobs: their ids, one
@@ -205,6 +230,8 @@ func defineJobFlags(fs *flag.FlagSet) []jobFlag {
 			func(r *req, v string) { r.Constraints.Host = v }),
 		field(fs.String, "idempotency-key", "", "your key for this request: a repeat of it returns the first submission's jobs; another request under it is refused",
 			func(r *req, v string) { r.IdempotencyKey = v }),
+		field(fs.Bool, "hold-until-fits", false, "queue the job even when no worker could ever run it (it waits for one that fits) instead of refusing it",
+			func(r *req, v bool) { r.HoldUntilFits = v }),
 		field(fs.Bool, "preemptible", false, "a more urgent job may stop this one (it is requeued without spending a retry)",
 			func(r *req, v bool) { r.Preemptible = v }),
 		field(fs.String, "model", "", "model the job serves or trains; placed preferably where it is loaded",

@@ -12,6 +12,7 @@ import (
 func runSwap(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("swap", "[flags] MODEL_KEY")
 	cf := m.addClientFlags(fs, true)
+	cf.formats = []string{"table", "json"}
 	dryRun := fs.Bool("dry-run", false, "check the swap and say what it would do; touch nothing")
 	validate := fs.Bool("validate", false, "only check whether a swap to MODEL_KEY could start now")
 	token := fs.String("token", m.Getenv("BERTH_SWAP_LOCK_TOKEN"), "the swap lock's token, when you hold the lock (default $BERTH_SWAP_LOCK_TOKEN)")

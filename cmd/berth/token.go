@@ -58,8 +58,8 @@ func runTokenCreate(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, tok)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, tok)
 	}
 	fmt.Fprintln(m.Stdout, tok.Secret)
 	fmt.Fprintf(m.Stderr, "token %s for %s (role %s, expires %s); shown this once\n", tok.ID, tok.Name, tok.Role, expiry(tok.ExpiresAt))

@@ -28,6 +28,7 @@ refusal (an unknown id, a bad token) ends it at once.`
 func runWait(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("wait", waitUsage)
 	cf := m.addClientFlags(fs, true)
+	cf.formats = []string{"table", "json"}
 	all := fs.Bool("all", false, "wait for every batch job active now (not services)")
 	var timeout time.Duration
 	durationVar(fs, &timeout, "timeout", 0, "give up after this long, a `duration` (exit 124); 0 waits forever")

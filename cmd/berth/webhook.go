@@ -67,8 +67,8 @@ func runWebhookAdd(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, w)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, w)
 	}
 	signed := "unsigned"
 	if w.SecretSet {
@@ -180,8 +180,8 @@ func runWebhookRedeliver(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, d)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, d)
 	}
 	fmt.Fprintf(m.Stdout, "%s queued for redelivery (%s)\n", d.ID, d.EventType)
 	return nil

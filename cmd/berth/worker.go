@@ -72,8 +72,8 @@ func runWorkerSet(ctx context.Context, m *Main, desired string, args []string) e
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, resp)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, resp)
 	}
 	what := "every queue of " + host
 	if *queue != "" {

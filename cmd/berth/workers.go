@@ -10,16 +10,6 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// gpuSummary counts GPUs by kind, as --gpus declares them:
-// "2xA100:40GiB,1xT4:16GiB".
-func gpuSummary(gpus []berth.GPU) string {
-	var parts []string
-	for _, k := range berth.GPUKinds(gpus) {
-		parts = append(parts, fmt.Sprintf("%dx%s:%s", k.Count, k.Model, k.Memory))
-	}
-	return strings.Join(parts, ",")
-}
-
 func runWorkers(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("workers", "[flags]")
 	cf := m.addClientFlags(fs, true)
@@ -33,8 +23,8 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 	if err != nil {
 		return err
 	}
-	if cf.output == "json" {
-		return printJSON(m.Stdout, list)
+	if cf.output != "table" {
+		return printData(m.Stdout, cf.output, list)
 	}
 	now := time.Now()
 	t := newTable(m.Stdout, "HOST", "ADDRESS", "STATE", "DESIRED", "GPUS", "FREE", "RUNNING", "SLOTS", "QUEUES", "HEARTBEAT", "RESERVED FOR",
@@ -42,7 +32,7 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 	for _, w := range list {
 		gpus, free := "-", "-"
 		if len(w.GPUs) > 0 {
-			gpus = gpuSummary(w.GPUs)
+			gpus = berth.GPUSpec(w.GPUs)
 			if len(w.FaultyGPUs) > 0 {
 				gpus += fmt.Sprintf(" (%d faulty)", len(w.FaultyGPUs))
 			}

@@ -14,9 +14,10 @@ import (
 	"github.com/berth-dev/berth/sim/trace"
 )
 
-// traces returns a file of the real traces, copied unchanged from
-// ../shared/traces into testdata/traces so that the tests need nothing
-// outside the repository. A missing file fails the test.
+// traces returns a file of the real traces, copied unchanged from the
+// traces alibaba/clusterdata and SymbioticLab/Tiresias publish into
+// testdata/traces so that the tests need nothing outside the repository.
+// A missing file fails the test.
 func traces(t *testing.T, parts ...string) string {
 	t.Helper()
 	path := filepath.Join(append([]string{"testdata", "traces"}, parts...)...)

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -33,6 +34,8 @@ type Dialect struct {
 	// ControlTime is the expression that reads a worker control's time
 	// in unix nanoseconds, 0 for none.
 	ControlTime string
+	// JobName is the expression that reads a job's name from its spec.
+	JobName string
 }
 
 // rewrite returns query with each "?" placeholder replaced by the
@@ -199,6 +202,9 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 	if f.Parent != "" {
 		where = append(where, "parent = "+a.add(f.Parent))
 	}
+	if f.Name != "" {
+		where = append(where, r.dialect.JobName+" = "+a.add(f.Name))
+	}
 	if f.Before != "" {
 		where = append(where, "id < "+a.add(f.Before))
 	}
@@ -215,6 +221,41 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	return jobs, nil
+}
+
+// JobHosts returns where each job of ids that has had an attempt on a
+// worker runs or ran: its latest attempt's host, or its latest gang's
+// rank 0 host and "+N" for the other members.
+func (r *Reader) JobHosts(ctx context.Context, ids []string) (map[string]string, error) {
+	latest := map[string]map[int]string{} // job id → task index → host, the newest attempt's
+	for start := 0; start < len(ids); start += idsPerQuery {
+		a := args{d: &r.dialect}
+		q := `SELECT job_id, task_index, host FROM attempts WHERE host <> '' AND job_id ` +
+			in(&a, ids[start:min(start+idsPerQuery, len(ids))]) + ` ORDER BY id`
+		err := r.each(ctx, q, a.list, func(row scanner) error {
+			var id, host string
+			var task int
+			if err := row.Scan(&id, &task, &host); err != nil {
+				return err
+			}
+			if latest[id] == nil {
+				latest[id] = map[int]string{}
+			}
+			latest[id][task] = host
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("hosts of jobs: %w", err)
+		}
+	}
+	out := make(map[string]string, len(latest))
+	for id, hosts := range latest {
+		out[id] = hosts[slices.Min(slices.Collect(maps.Keys(hosts)))]
+		if len(hosts) > 1 {
+			out[id] += fmt.Sprintf(" +%d", len(hosts)-1)
+		}
+	}
+	return out, nil
 }
 
 // JobsByIdempotencyKey returns the jobs submitted with key, in id order.
@@ -274,6 +315,20 @@ func (r *Reader) Attempt(ctx context.Context, id string) (*berth.Attempt, error)
 
 // Logs returns up to limit bytes of an attempt's output from offset.
 func (r *Reader) Logs(ctx context.Context, attemptID string, offset int64, limit int) ([]byte, error) {
+	chunks, err := r.LogChunks(ctx, attemptID, offset, limit)
+	if len(chunks) == 1 {
+		return chunks[0].Data, err
+	}
+	var out []byte
+	for _, c := range chunks {
+		out = append(out, c.Data...)
+	}
+	return out, err
+}
+
+// LogChunks returns the chunks of an attempt's output from offset, up to
+// limit bytes in all, the first cut to begin at offset.
+func (r *Reader) LogChunks(ctx context.Context, attemptID string, offset int64, limit int) ([]store.LogChunk, error) {
 	if limit <= 0 {
 		return nil, nil
 	}
@@ -282,26 +337,30 @@ func (r *Reader) Logs(ctx context.Context, attemptID string, offset int64, limit
 		end = math.MaxInt64
 	}
 	a := args{d: &r.dialect}
-	q := `SELECT off, data FROM logs WHERE attempt_id = ` + a.add(attemptID) + ` AND off < ` + a.add(end) +
+	q := `SELECT off, data, stream FROM logs WHERE attempt_id = ` + a.add(attemptID) + ` AND off < ` + a.add(end) +
 		` AND off + length(data) > ` + a.add(offset) + ` ORDER BY off`
-	var out []byte
+	var out []store.LogChunk
+	left := limit
 	err := r.each(ctx, q, a.list, func(row scanner) error {
-		var off int64
-		var data []byte
-		if err := row.Scan(&off, &data); err != nil {
+		c := store.LogChunk{AttemptID: attemptID}
+		if err := row.Scan(&c.Offset, &c.Data, &c.Stream); err != nil {
 			return err
 		}
-		if off < offset {
-			data = data[offset-off:]
+		if c.Offset < offset {
+			c.Data, c.Offset = c.Data[offset-c.Offset:], offset
 		}
-		out = append(out, data...)
+		if left <= 0 {
+			return nil
+		}
+		if len(c.Data) > left {
+			c.Data = c.Data[:left]
+		}
+		left -= len(c.Data)
+		out = append(out, c)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("logs of %s: %w", attemptID, err)
-	}
-	if len(out) > limit {
-		out = out[:limit]
 	}
 	return out, nil
 }

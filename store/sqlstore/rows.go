@@ -33,7 +33,7 @@ const (
 	// ControlColumns name every column but the time, which is
 	// Dialect.ControlTime.
 	ControlColumns = `host_label, queue, desired_state, stop_policy, requested_by`
-	LogColumns     = `attempt_id, off, data`
+	LogColumns     = `attempt_id, off, data, stream`
 	EventColumns   = `seq, body`
 )
 
@@ -114,7 +114,7 @@ func ControlRow(c *berth.WorkerControl) []any {
 
 // LogRow returns the values of l's row, in LogColumns order.
 func LogRow(l *store.LogChunk) []any {
-	return []any{l.AttemptID, l.Offset, l.Data}
+	return []any{l.AttemptID, l.Offset, l.Data, l.Stream}
 }
 
 // EventRow returns the values of e's row, in EventColumns order. It fails

@@ -26,6 +26,30 @@ var jobTests = []test{
 	{"JobsFilter", testJobsFilter},
 	{"JobsPaging", testJobsPaging},
 	{"JobsByIdempotencyKey", testJobsByIdempotencyKey},
+	{"JobHosts", testJobHosts},
+}
+
+// testJobHosts: a job's host is its newest attempt's, a gang's its rank
+// 0's with the count of the other members; a job never placed has none.
+func testJobHosts(t *testing.T, s store.Store) {
+	var ids idSource
+	single, gang, waiting := ids.next(), ids.next(), ids.next()
+	jobs := []*berth.Job{newJob(single, "gpu", "alice", berth.JobRunning), newJob(gang, "gpu", "alice", berth.JobRunning),
+		newJob(waiting, "gpu", "alice", berth.JobPending)}
+	at := func(job, host string, task int, state berth.AttemptState) *berth.Attempt {
+		a := newAttempt(ids.next(), job, state)
+		a.Host, a.TaskIndex = host, task
+		return a
+	}
+	write(t, s, &store.Batch{Jobs: jobs, Attempts: []*berth.Attempt{
+		at(single, "old", 0, berth.AttemptFailed), at(single, "new", 0, berth.AttemptRunning),
+		at(gang, "g-1", 1, berth.AttemptRunning), at(gang, "g-0", 0, berth.AttemptRunning), at(gang, "g-2", 2, berth.AttemptRunning),
+	}})
+	got, err := s.JobHosts(context.Background(), []string{single, gang, waiting})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEqual(t, "JobHosts", got, map[string]string{single: "new", gang: "g-0 +2"})
 }
 
 func testJobRoundTrip(t *testing.T, s store.Store) {
@@ -39,7 +63,7 @@ func testJobRoundTrip(t *testing.T, s store.Store) {
 	// A field added to berth.Job must be added to fullJob too, so that
 	// this test covers it.
 	for name, v := range fields(reflect.ValueOf(*full)) {
-		if v.IsZero() {
+		if v.IsZero() && name != "Host" { // derived from attempts (JobHosts), not stored
 			t.Errorf("fullJob leaves %s zero: give it a value so that its round trip is checked", name)
 		}
 	}
@@ -253,6 +277,7 @@ func filterJobs(jobs []*berth.Job, f store.JobFilter) []string {
 			f.Queue != "" && j.Queue != f.Queue ||
 			f.User != "" && j.User != f.User ||
 			f.Parent != "" && j.Parent != f.Parent ||
+			f.Name != "" && j.Name != f.Name ||
 			f.Before != "" && j.ID >= f.Before {
 			continue
 		}
@@ -276,6 +301,9 @@ func listingJobs(t *testing.T, s store.Store, n int) []*berth.Job {
 		jobs[i] = newJob(ids.next(), queues[i%3], users[i/3%2], allJobStates[i%5])
 		if i > 0 && i%7 == 0 {
 			jobs[i].Parent = jobs[0].ID
+		}
+		if i%4 == 0 {
+			jobs[i].Name = "sweep"
 		}
 	}
 	var odd, even []*berth.Job
@@ -320,6 +348,9 @@ func testJobsFilter(t *testing.T, s store.Store) {
 		{Parent: id(0)},
 		{Parent: id(1)},
 		{Parent: id(0), Queue: "cpu", Limit: 2},
+		{Name: "sweep"},
+		{Name: "sweep", Queue: "gpu", Limit: 2},
+		{Name: "none"},
 	}
 	for _, f := range filters {
 		checkIDs(t, fmt.Sprintf("Jobs(%+v)", f), listJobs(t, s, f), filterJobs(jobs, f))

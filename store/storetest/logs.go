@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
@@ -16,6 +17,7 @@ import (
 var logTests = []test{
 	{"Logs", testLogs},
 	{"LogsBinary", testLogsBinary},
+	{"LogStreams", testLogStreams},
 	{"Events", testEvents},
 }
 
@@ -92,6 +94,47 @@ func testLogsBinary(t *testing.T, s store.Store) {
 		if got := getLogs(t, s, att.ID, int64(r.off), r.limit); !bytes.Equal(got, want) {
 			t.Errorf("Logs(offset %d, limit %d): got %d bytes, want %d (equal prefix %d)", r.off, r.limit, len(got), len(want), commonPrefix(got, want))
 		}
+	}
+}
+
+// testLogStreams checks that each chunk keeps the stream it was written
+// to, that LogChunks cuts the first and last chunk to the range asked for,
+// and that Logs reads the streams as one output, in offset order.
+func testLogStreams(t *testing.T, s store.Store) {
+	var ids idSource
+	job := newJob(ids.next(), "gpu", "alice", berth.JobRunning)
+	att := newAttempt(ids.next(), job.ID, berth.AttemptRunning)
+	write(t, s, &store.Batch{Jobs: []*berth.Job{job}, Attempts: []*berth.Attempt{att}})
+	write(t, s, &store.Batch{Logs: []store.LogChunk{
+		{AttemptID: att.ID, Offset: 0, Data: []byte("out 1\n")},
+		{AttemptID: att.ID, Offset: 6, Data: []byte("err 1\n"), Stream: berth.StreamStderr},
+	}})
+	write(t, s, &store.Batch{Logs: []store.LogChunk{{AttemptID: att.ID, Offset: 12, Data: []byte("out 2\n")}}})
+	if got := getLogs(t, s, att.ID, 0, 100); string(got) != "out 1\nerr 1\nout 2\n" {
+		t.Errorf("Logs = %q, want both streams in offset order", got)
+	}
+	for _, c := range []struct {
+		off   int64
+		limit int
+		want  []store.LogChunk
+	}{
+		{0, 100, []store.LogChunk{
+			{AttemptID: att.ID, Offset: 0, Data: []byte("out 1\n")},
+			{AttemptID: att.ID, Offset: 6, Data: []byte("err 1\n"), Stream: berth.StreamStderr},
+			{AttemptID: att.ID, Offset: 12, Data: []byte("out 2\n")},
+		}},
+		{8, 6, []store.LogChunk{
+			{AttemptID: att.ID, Offset: 8, Data: []byte("r 1\n"), Stream: berth.StreamStderr},
+			{AttemptID: att.ID, Offset: 12, Data: []byte("ou")},
+		}},
+		{18, 10, nil},
+		{0, 0, nil},
+	} {
+		got, err := s.LogChunks(t.Context(), att.ID, c.off, c.limit)
+		if err != nil {
+			t.Fatalf("LogChunks(%d, %d): %v", c.off, c.limit, err)
+		}
+		checkEqual(t, fmt.Sprintf("LogChunks(%d, %d)", c.off, c.limit), got, c.want)
 	}
 }
 

@@ -1,0 +1,70 @@
+package controller
+
+import (
+	"context"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/scheduler"
+)
+
+// SeenWithin is how recently a disconnected worker must have been heard
+// from for its capacity to count when a submission is checked: a parked
+// or disconnected worker seen in the last day may come back, one gone
+// longer counts no more.
+const SeenWithin = 24 * time.Hour
+
+// fits checks spec against what every backend could ever run it on
+// (Backend.Reach): a spec that no worker could take, or a gang that too
+// few could, is an ECodeUnsatisfiable error naming the field, unless hold,
+// which turns the error into a warning. When no worker has been seen
+// within SeenWithin nothing can be checked: the job is accepted, with a
+// warning saying so, or, when no worker ever registered (a new cluster
+// whose agents have not joined yet, as under berth up), with the warning
+// that no worker serves its queue. Loop only.
+func (c *Controller) fits(spec *berth.JobSpec, hold bool) (warnings []string, err error) {
+	since := c.now().Add(-SeenWithin)
+	backends := c.backends()
+	ws := func(yield func(*scheduler.Worker) bool) {
+		for _, be := range backends {
+			for w := range be.Reach(since) {
+				if !yield(w) {
+					return
+				}
+			}
+		}
+	}
+	empty := true
+	for range ws {
+		empty = false
+		break
+	}
+	switch {
+	case empty && len(c.workers) == 0:
+		return nil, nil // no worker ever: the queue's warning says so
+	case empty:
+		return []string{"no worker has been seen in the last day, so whether the job can ever run is not checked: it waits for a worker that fits"}, nil
+	}
+	e := scheduler.NeverFits(ws, &spec.Resources, spec.Nodes)
+	switch {
+	case e == nil:
+		return nil, nil
+	case hold:
+		return []string{e.Error() + ": held until a worker that fits joins (hold_until_fits)"}, nil
+	}
+	e.Message += " (hold_until_fits, or --hold-until-fits, queues it until a worker that fits joins)"
+	return nil, e
+}
+
+// CheckFits says whether req could ever run, as a submission of it is
+// checked (see SubmitRequest.HoldUntilFits): an ECodeUnsatisfiable error
+// if not, else the warnings a submission would get about its fit. It
+// stores nothing; schedule entries are checked with it when added.
+func (c *Controller) CheckFits(ctx context.Context, req *berth.SubmitRequest) ([]string, error) {
+	var warnings []string
+	var unfit error
+	if err := c.do(ctx, func() { warnings, unfit = c.fits(&req.JobSpec, req.HoldUntilFits) }); err != nil {
+		return nil, err
+	}
+	return warnings, unfit
+}
