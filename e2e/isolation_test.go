@@ -159,6 +159,20 @@ func TestJobsRunAsTheirUsersAccount(t *testing.T) {
 				"in a directory and with a log %s owns", user, lines, name, name, name)
 		}
 	}
+	// berth exec into a running job of the account's runs as the account,
+	// in the attempt's cgroup where the agent has cgroups.
+	req := shellJob("sleep 1000")
+	req.User = name
+	j := cl.submit(req)[0]
+	attempt := cl.awaitState(j.ID, 30*time.Second, berth.JobRunning).AttemptList[0].ID
+	out := mustCLI(t, "", "", "exec", "--server", cl.url, j.ID, "--", "sh", "-c", "id -un; cat /proc/self/cgroup")
+	isolated := strings.Contains(cl.agents["box"].out.String(), "isolation=cgroup-v")
+	if lines := strings.SplitN(out, "\n", 2); lines[0] != name || (isolated && !strings.Contains(out, "/"+attempt+"\n")) {
+		t.Fatalf("berth exec into %s's job printed %q; want it run as %s, in the attempt's cgroup (%s) where there is one", name, out, name, attempt)
+	}
+	if _, err := cl.c.Cancel(context.Background(), j.ID); err != nil {
+		t.Fatal(err)
+	}
 	for user, want := range map[string]string{
 		"nosuch-" + name: `no Unix account "nosuch-` + name + `" (the account of the same name)`,
 		"boss":           `Berth user "boss" maps to "root", which is uid 0; jobs run as root only with --allow-root-jobs`,
