@@ -215,10 +215,16 @@ func (cl *cluster) startServer() {
 	}
 }
 
+// addAgent starts an agent for host with extra flags, two fake T4s unless
+// extra gives --gpus (a flag given twice is refused), and waits for its
+// worker to take work.
 func (cl *cluster) addAgent(host string, extra ...string) *proc {
 	cl.t.Helper()
-	args := append([]string{"agent", "--server", cl.url, "--host", host, "--gpus", "2xT4:16GiB",
-		"--data-dir", filepath.Join(cl.dir, "agent-"+host)}, extra...)
+	args := []string{"agent", "--server", cl.url, "--host", host, "--data-dir", filepath.Join(cl.dir, "agent-"+host)}
+	if !slices.Contains(extra, "--gpus") {
+		args = append(args, "--gpus", "2xT4:16GiB")
+	}
+	args = append(args, extra...)
 	p := start(cl.t, "agent "+host, args...)
 	cl.agents[host] = p
 	cl.awaitWorker(host, berth.WorkerReady, berth.WorkerBusy)

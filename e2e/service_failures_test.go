@@ -228,7 +228,7 @@ func TestWorkerIsBusyWhileFull(t *testing.T) {
 		req.Resources.GPUs, req.Constraints.Host = tc.gpus, tc.host
 		id := cl.submit(req)[0].ID
 		cl.awaitWorker(tc.host, berth.WorkerBusy)
-		if out := mustCLI(t, "", "", "workers", "--server", cl.url); !regexp.MustCompile(`(?m)^` + tc.host + `\s+busy\b`).MatchString(out) {
+		if out := mustCLI(t, "", "", "workers", "--server", cl.url); !regexp.MustCompile(`(?m)^` + tc.host + `\s+\S+\s+busy\b`).MatchString(out) {
 			t.Errorf("berth workers while %s is full:\n%s", tc.host, out)
 		}
 		if _, err := cl.c.Cancel(context.Background(), id); err != nil {
