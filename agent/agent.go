@@ -248,6 +248,9 @@ func prepare(cfg Config) (*Agent, error) {
 	if w.cgroups, err = openCgroups(hostCgroups(), id); err != nil {
 		a.log.Warn("the jobs' cpus and memory are not enforced, and processes that leave an attempt's process group outlive it",
 			"isolation", berth.IsolationNone, "why", err)
+	} else if w.cgroups.host.noCPU {
+		a.log.Warn("each attempt runs in a cgroup of its own with its job's memory as its limit; the jobs' cpus are not enforced: "+
+			"the cpu controller is not delegated to the agent's cgroup", "isolation", w.isolation())
 	} else {
 		a.log.Info("each attempt runs in a cgroup of its own, with its job's cpus and memory as limits", "isolation", w.isolation())
 	}

@@ -24,8 +24,9 @@ import (
 // the kernel's OOM kills in it make the attempt end with cause oom, and at
 // its end every process in it is killed, those that left its process group
 // (setsid, daemonising launchers) included. cgroup v2 is used where the
-// unified hierarchy has the memory and cpu controllers, v1's memory and
-// cpu hierarchies otherwise. An attempt's cgroup is
+// unified hierarchy gives the agent the memory controller (and cpu, where
+// delegated: without it cpus is not enforced), v1's memory and cpu
+// hierarchies otherwise. An attempt's cgroup is
 // OWN/berth/WORKER/ATTEMPT, OWN being the agent's own cgroup in each
 // hierarchy.
 
@@ -47,6 +48,7 @@ const cpuPeriod = 100000
 type cgroupHost struct {
 	version int               // 1 or 2; 0: no usable cgroups
 	own     map[string]string // v1: controller → the agent's cgroup directory; v2: "" → it
+	noCPU   bool              // v2: the cpu controller is not delegated to the agent, so cpus is not enforced
 	why     string            // when version is 0: why
 }
 
@@ -120,8 +122,8 @@ func parseProcCgroup(data []byte) map[string]string {
 
 // detectCgroups works out the cgroupHost from the mountinfo and cgroup
 // files of the process, reading a v2 cgroup's controllers with
-// controllers: v2 where the agent's unified cgroup has the memory and cpu
-// controllers, else v1 where both hierarchies are mounted, else none.
+// controllers: v2 where the agent's unified cgroup has the memory controller
+// (cpu too, or noCPU), else v1 where both hierarchies are mounted, else none.
 func detectCgroups(mountinfo, self []byte, controllers func(dir string) string) *cgroupHost {
 	mounts, paths := parseCgroupMounts(mountinfo), parseProcCgroup(self)
 	dirOf := func(m cgroupMount, path string) (string, bool) {
@@ -143,9 +145,8 @@ func detectCgroups(mountinfo, self []byte, controllers func(dir string) string) 
 			if filepath.Base(dir) == agentLeaf {
 				dir = filepath.Dir(dir) // an agent of this process moved itself there
 			}
-			have := strings.Fields(controllers(dir))
-			if slices.Contains(have, "memory") && slices.Contains(have, "cpu") {
-				return &cgroupHost{version: 2, own: map[string]string{"": dir}}
+			if have := strings.Fields(controllers(dir)); slices.Contains(have, "memory") {
+				return &cgroupHost{version: 2, own: map[string]string{"": dir}, noCPU: !slices.Contains(have, "cpu")}
 			}
 		}
 	}
@@ -160,7 +161,7 @@ func detectCgroups(mountinfo, self []byte, controllers func(dir string) string) 
 			}
 		}
 		if own[c] == "" {
-			return &cgroupHost{why: "no cgroup v2 with the memory and cpu controllers, and no cgroup v1 " + c + " hierarchy"}
+			return &cgroupHost{why: "no cgroup v2 with the memory controller, and no cgroup v1 " + c + " hierarchy"}
 		}
 	}
 	return &cgroupHost{version: 1, own: own}
@@ -174,8 +175,9 @@ type cgroups struct {
 }
 
 // openCgroups makes the worker's cgroup directories (for v2, handing the
-// memory and cpu controllers down to them, which may move this process
-// into a leaf cgroup of its own) and removes the empty attempt cgroups a
+// memory and cpu controllers down to them, which moves the processes of
+// the agent's own cgroup — the agent, and whatever started it there — into
+// a leaf cgroup beside them) and removes the empty attempt cgroups a
 // previous agent left there. It fails when h has no usable cgroups or the
 // directories cannot be made (the agent is not root).
 func openCgroups(h *cgroupHost, worker string) (*cgroups, error) {
@@ -193,17 +195,19 @@ func openCgroups(h *cgroupHost, worker string) (*cgroups, error) {
 		return cg, nil
 	}
 	own := h.own[""]
-	if err := delegate(own); err != nil {
+	if err := h.delegate(own); err != nil {
 		// v2 keeps processes out of a cgroup whose children have
-		// controllers: this process moves to a leaf of its own.
+		// controllers: the processes there (this one, and the shell or
+		// container init that started it) move to a leaf beside the
+		// attempts, still under the same limits.
 		leaf := filepath.Join(own, agentLeaf)
 		if err := os.MkdirAll(leaf, 0o755); err != nil {
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
-		if err := writeCgroup(leaf, "cgroup.procs", strconv.Itoa(os.Getpid())); err != nil {
+		if err := moveProcs(own, leaf); err != nil {
 			return nil, err
 		}
-		if err := delegate(own); err != nil {
+		if err := h.delegate(own); err != nil {
 			return nil, err
 		}
 	}
@@ -211,7 +215,7 @@ func openCgroups(h *cgroupHost, worker string) (*cgroups, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
-		if err := delegate(dir); err != nil {
+		if err := h.delegate(dir); err != nil {
 			return nil, err
 		}
 	}
@@ -232,10 +236,31 @@ func (h *cgroupHost) workerDirs(worker string) []string {
 	return dirs
 }
 
-// delegate hands the memory and cpu controllers of v2 cgroup dir down to
-// its children.
-func delegate(dir string) error {
+// delegate hands the memory controller of v2 cgroup dir down to its
+// children, and cpu where the agent has it.
+func (h *cgroupHost) delegate(dir string) error {
+	if h.noCPU {
+		return writeCgroup(dir, "cgroup.subtree_control", "+memory")
+	}
 	return writeCgroup(dir, "cgroup.subtree_control", "+memory +cpu")
+}
+
+// moveProcs moves every process of v2 cgroup from into cgroup to, this
+// one first; a process that exits meanwhile is no error.
+func moveProcs(from, to string) error {
+	if err := writeCgroup(to, "cgroup.procs", strconv.Itoa(os.Getpid())); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(from, "cgroup.procs"))
+	if err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	for _, pid := range strings.Fields(string(data)) {
+		if err := writeCgroup(to, "cgroup.procs", pid); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return err
+		}
+	}
+	return nil
 }
 
 // writeCgroup writes value to a file of cgroup dir.
@@ -323,7 +348,7 @@ func (ag *attemptCgroup) limit(cpus float64, memory berth.Bytes) error {
 		if memory > 0 {
 			err = errors.Join(writeCgroup(dir, "memory.max", mem), optional(writeCgroup(dir, "memory.swap.max", "0")))
 		}
-		if cpus > 0 {
+		if cpus > 0 && !ag.host.noCPU {
 			err = errors.Join(err, writeCgroup(dir, "cpu.max", quota+" "+strconv.Itoa(cpuPeriod)))
 		}
 		return errors.Join(err, writeCgroup(dir, "memory.oom.group", "1")) // an OOM kill ends the whole attempt

@@ -37,6 +37,7 @@ func TestDetectCgroups(t *testing.T) {
 		controllers       map[string]string // by directory
 		version           int
 		own               map[string]string
+		noCPU             bool
 		why               string
 	}{
 		{name: "v1 with a unified hierarchy of hugetlb only", mountinfo: testdata("v1.mountinfo"), cgroup: testdata("v1.cgroup"),
@@ -50,6 +51,9 @@ func TestDetectCgroups(t *testing.T) {
 			own: map[string]string{"": "/sys/fs/cgroup/system.slice/x.service"}},
 		{name: "v2 in a container", mountinfo: testdata("container.mountinfo"), cgroup: testdata("container.cgroup"),
 			controllers: map[string]string{"/sys/fs/cgroup": "cpu memory pids"}, version: 2, own: map[string]string{"": "/sys/fs/cgroup"}},
+		{name: "v2 with the memory controller only (a container's delegation)", mountinfo: testdata("v2.mountinfo"), cgroup: testdata("v2.cgroup"),
+			controllers: map[string]string{"/sys/fs/cgroup/system.slice/berth-agent.service": "memory"}, version: 2, noCPU: true,
+			own: map[string]string{"": "/sys/fs/cgroup/system.slice/berth-agent.service"}},
 		{name: "v2 without the memory controller", mountinfo: testdata("v2.mountinfo"), cgroup: testdata("v2.cgroup"),
 			controllers: map[string]string{"/sys/fs/cgroup/system.slice/berth-agent.service": "cpu pids"},
 			why:         "no cgroup v1 memory hierarchy"},
@@ -65,8 +69,8 @@ func TestDetectCgroups(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h := detectCgroups(tt.mountinfo, tt.cgroup, func(dir string) string { return tt.controllers[dir] })
-			if h.version != tt.version || (tt.version != 0 && !reflect.DeepEqual(h.own, tt.own)) || !strings.Contains(h.why, tt.why) {
-				t.Fatalf("detected v%d %v (%q), want v%d %v (%q)", h.version, h.own, h.why, tt.version, tt.own, tt.why)
+			if h.version != tt.version || (tt.version != 0 && !reflect.DeepEqual(h.own, tt.own)) || !strings.Contains(h.why, tt.why) || h.noCPU != tt.noCPU {
+				t.Fatalf("detected v%d %v (%q, noCPU %v), want v%d %v (%q, noCPU %v)", h.version, h.own, h.why, h.noCPU, tt.version, tt.own, tt.why, tt.noCPU)
 			}
 			if want := map[int]string{0: berth.IsolationNone, 1: berth.IsolationCgroupV1, 2: berth.IsolationCgroupV2}[tt.version]; h.isolation() != want {
 				t.Errorf("isolation %q, want %q", h.isolation(), want)
@@ -100,8 +104,14 @@ func TestSandboxLimitsAndEnd(t *testing.T) {
 	pids := pidsIn(t, filepath.Join(s.Dir, "pids"))
 	ag := s.Sandbox.cg
 	want := map[string]string{"memory.max": "67108864", "cpu.max": "50000 100000", "memory.oom.group": "1"}
-	if ag.host.version == 1 {
+	switch {
+	case ag.host.version == 1:
 		want = map[string]string{"memory.limit_in_bytes": "67108864", "cpu.cfs_quota_us": "50000", "cpu.cfs_period_us": "100000"}
+	case ag.host.noCPU: // the cpu controller is not the agent's: cpus is not enforced
+		delete(want, "cpu.max")
+		if _, err := os.Stat(filepath.Join(ag.dirs[0], "cpu.max")); !os.IsNotExist(err) {
+			t.Errorf("the agent has no cpu controller, yet the attempt's cgroup has cpu.max (%v)", err)
+		}
 	}
 	for file, value := range want {
 		dir := ag.dirs[0]
