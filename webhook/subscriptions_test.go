@@ -355,7 +355,9 @@ func TestDispatcherGivesUpAfterMaxAttempts(t *testing.T) {
 // status and is retried.
 func TestDispatcherTimeout(t *testing.T) {
 	t.Parallel()
-	d, bus, clk := newDispatcher(t, func(c *webhook.DispatcherConfig) { c.Timeout = 50 * time.Millisecond })
+	// Held, an attempt times out; released, it answers well within the
+	// timeout, even on a loaded machine.
+	d, bus, clk := newDispatcher(t, func(c *webhook.DispatcherConfig) { c.Timeout = time.Second })
 	rcv := newHookReceiver(t, failFirst(0))
 	hold := make(chan struct{})
 	rcv.hold = hold
