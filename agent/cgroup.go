@@ -172,7 +172,14 @@ func detectCgroups(mountinfo, self []byte, controllers func(dir string) string) 
 type cgroups struct {
 	host *cgroupHost
 	dirs []string // v1: one per v1Controllers; v2: one
+
+	mu   sync.Mutex
+	idle []string // v1: emptied memory cgroups of attempts without limits, kept for the next such attempt
+	made int      // idle cgroups named so far
 }
+
+// maxIdle bounds how many emptied cgroups a worker keeps for reuse.
+const maxIdle = 64
 
 // openCgroups makes the worker's cgroup directories (for v2, handing the
 // memory and cpu controllers down to them, which moves the processes of
@@ -312,6 +319,7 @@ func closeWorkerCgroups(dataDir string) {
 type attemptCgroup struct {
 	host *cgroupHost
 	dirs []string
+	pool *cgroups // where it goes back once emptied; nil: it is removed
 }
 
 // create makes attempt's cgroup with its limits: at most memory bytes
@@ -319,6 +327,9 @@ type attemptCgroup struct {
 // On v1 an attempt without a CPU limit has no cpu cgroup: each hierarchy
 // a process joins costs a migration.
 func (cg *cgroups) create(attempt string, cpus float64, memory berth.Bytes) (*attemptCgroup, error) {
+	if cg.host.version == 1 && cpus == 0 && memory == 0 {
+		return cg.reuse(attempt)
+	}
 	ag := &attemptCgroup{host: cg.host}
 	dirs := cg.dirs
 	if cg.host.version == 1 && cpus == 0 {
@@ -337,6 +348,50 @@ func (cg *cgroups) create(attempt string, cpus float64, memory berth.Bytes) (*at
 		return nil, err
 	}
 	return ag, nil
+}
+
+// reuse gives a v1 attempt without limits an emptied cgroup of an earlier
+// one, renamed after it (a v1 cgroup's making and removal cost the kernel
+// far more than a rename, and one with no limit has nothing to reset),
+// else a new one.
+func (cg *cgroups) reuse(attempt string) (*attemptCgroup, error) {
+	dir := filepath.Join(cg.dirs[0], attempt)
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	for len(cg.idle) > 0 {
+		old := cg.idle[len(cg.idle)-1]
+		cg.idle = cg.idle[:len(cg.idle)-1]
+		if syscall.Rename(old, dir) == nil { // not os.Rename: it stats the new name first
+			return &attemptCgroup{host: cg.host, dirs: []string{dir}, pool: cg}, nil
+		}
+		_ = syscall.Rmdir(old)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	return &attemptCgroup{host: cg.host, dirs: []string{dir}, pool: cg}, nil
+}
+
+// release removes the cgroup, or keeps it for reuse when it may be: it
+// came from reuse, nothing is left in it, and the kernel killed nothing of
+// it for memory (its count would carry over).
+func (ag *attemptCgroup) release(lingering []int, oomKills int) {
+	if ag.pool == nil || len(lingering) > 0 || oomKills > 0 {
+		ag.remove()
+		return
+	}
+	cg := ag.pool
+	cg.mu.Lock()
+	defer cg.mu.Unlock()
+	if len(cg.idle) < maxIdle {
+		cg.made++
+		idle := filepath.Join(cg.dirs[0], "idle-"+strconv.Itoa(cg.made))
+		if syscall.Rename(ag.dirs[0], idle) == nil {
+			cg.idle = append(cg.idle, idle)
+			return
+		}
+	}
+	ag.remove()
 }
 
 // limit writes the cgroup's limits.
