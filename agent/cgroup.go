@@ -373,10 +373,9 @@ func (cg *cgroups) reuse(attempt string) (*attemptCgroup, error) {
 }
 
 // release removes the cgroup, or keeps it for reuse when it may be: it
-// came from reuse, nothing is left in it, and the kernel killed nothing of
-// it for memory (its count would carry over).
-func (ag *attemptCgroup) release(lingering []int, oomKills int) {
-	if ag.pool == nil || len(lingering) > 0 || oomKills > 0 {
+// came from reuse and nothing is left in it.
+func (ag *attemptCgroup) release(lingering []int) {
+	if ag.pool == nil || len(lingering) > 0 {
 		ag.remove()
 		return
 	}
@@ -505,8 +504,11 @@ func (ag *attemptCgroup) killAll(limit time.Duration) []int {
 }
 
 // oomKills returns how many processes of the attempt the kernel killed at
-// its memory limit.
+// its memory limit; none for a reused cgroup, which has no limit.
 func (ag *attemptCgroup) oomKills() int {
+	if ag.pool != nil {
+		return 0
+	}
 	file := "memory.oom_control"
 	if ag.host.version == 2 {
 		file = "memory.events"

@@ -212,3 +212,38 @@ func TestWatchdogKillsWhatIsInTheCgroup(t *testing.T) {
 		t.Errorf("the attempt's cgroup %s is still there (%v)", ag.dirs[0], err)
 	}
 }
+
+// TestSandboxReusesALimitFreeCgroup runs two attempts without limits one
+// after the other on v1: the second gets the first's emptied cgroup,
+// renamed after it, and a setsid grandchild in each still dies with its
+// attempt.
+func TestSandboxReusesALimitFreeCgroup(t *testing.T) {
+	cg := cgroupsOrSkip(t)
+	if cg.host.version != 1 {
+		t.Skipf("cgroups are reused on v1 only (v2 cannot rename one); this machine has v%d", cg.host.version)
+	}
+	root := t.TempDir()
+	journal := openJournal(t, root)
+	for i, id := range []string{"a1", "a2"} {
+		s := specIn(t, root, journal, id, "sh", "-c", `setsid sleep 1000 & echo $! > pids; echo started; wait`)
+		s.Sandbox = &Sandbox{cgroups: cg, attempt: id}
+		p := start(t, s)
+		waitForLog(t, s, "started")
+		if idle := len(cg.idle); idle != 0 {
+			t.Errorf("attempt %d runs with %d idle cgroups, want 0 (the first's taken by the second)", i+1, idle)
+		}
+		pids := pidsIn(t, filepath.Join(s.Dir, "pids"))
+		if self := readFile(t, "/proc/"+strconv.Itoa(pids[0])+"/cgroup"); !strings.Contains(self, "/"+id+"\n") {
+			t.Errorf("attempt %d's grandchild is not in its cgroup:\n%s", i+1, self)
+		}
+		p.Stop("", "")
+		await(t, p)
+		assertDead(t, pids...)
+		if _, err := os.Stat(s.Sandbox.cg.dirs[0]); !os.IsNotExist(err) {
+			t.Errorf("attempt %d's cgroup is still named after it (%v)", i+1, err)
+		}
+		if idle := len(cg.idle); idle != 1 {
+			t.Errorf("after attempt %d: %d idle cgroups, want 1", i+1, idle)
+		}
+	}
+}

@@ -126,7 +126,7 @@ func (sb *Sandbox) end(grace time.Duration) sandboxEnd {
 	if sb.memory > 0 {
 		e.memory = sb.memory.String()
 	}
-	sb.cg.release(e.lingering, e.oomKills)
+	sb.cg.release(e.lingering)
 	return e
 }
 
