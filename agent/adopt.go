@@ -113,7 +113,9 @@ type adoption struct {
 func (ad adoption) follow(ctx context.Context, s *supervisor) {
 	id := ad.at.id
 	go ad.proc.watch(func() {
-		killAttemptCgroups(map[string]bool{id: true}, nil) // what left its group, started by the agent before
+		if s.cgroups != nil {
+			s.cgroups.killAttempt(id, nil) // what left its group, started by the agent before
+		}
 		_ = s.groups.Ended(id)
 	})
 	s.follow(ctx, ad.at, ad.assign, ad.svc)

@@ -268,7 +268,7 @@ func prepare(cfg Config) (*Agent, error) {
 	if err := w.adoptServices(stale); err != nil {
 		return nil, err
 	}
-	if n, escaped, err := KillAttempts(stale); err != nil {
+	if n, escaped, err := KillAttempts(stale, id); err != nil {
 		return nil, fmt.Errorf("agent: kill stale attempts: %w", err)
 	} else if n+escaped > 0 {
 		a.log.Warn("killed attempts left by a previous agent", "count", n, "escaped_processes", escaped)

@@ -537,35 +537,52 @@ func (ag *attemptCgroup) remove() {
 	}
 }
 
-// killAttemptCgroups kills the processes in the cgroups of attempts ids,
-// made by any agent of this process's cgroup (a dead agent's watchdog, or
-// a restarted agent, knows the attempts but not their worker), and
-// removes the cgroups. It returns how many processes it found there
-// outside the process groups pgids (already killed).
-func killAttemptCgroups(ids map[string]bool, pgids map[int]bool) int {
+// killAttemptCgroups kills the processes in the cgroups of attempts ids
+// of worker — of any worker of this process's cgroup when worker is empty
+// (a data dir that never saved its worker id) — and removes the cgroups.
+// It returns how many processes it found there outside the process groups
+// pgids (already killed).
+func killAttemptCgroups(worker string, ids map[string]bool, pgids map[int]bool) int {
 	h := hostCgroups()
 	if h.version == 0 || len(ids) == 0 {
 		return 0
 	}
-	workers, _ := os.ReadDir(h.workerDirs("")[0])
-	n := 0
-	for _, w := range workers {
-		for id := range ids {
-			ag := &attemptCgroup{host: h}
-			for _, dir := range h.workerDirs(w.Name()) {
-				ag.dirs = append(ag.dirs, filepath.Join(dir, id))
-			}
-			if _, err := os.Stat(ag.dirs[0]); err != nil {
-				continue
-			}
-			for _, pid := range ag.procs() {
-				if pgid, err := syscall.Getpgid(pid); err == nil && !pgids[pgid] {
-					n++
-				}
-			}
-			ag.killAll(time.Second)
-			ag.remove()
+	workers := []string{worker}
+	if worker == "" {
+		entries, _ := os.ReadDir(h.workerDirs("")[0])
+		workers = workers[:0]
+		for _, e := range entries {
+			workers = append(workers, e.Name())
 		}
 	}
+	n := 0
+	for _, w := range workers {
+		cg := &cgroups{host: h, dirs: h.workerDirs(w)}
+		for id := range ids {
+			n += cg.killAttempt(id, pgids)
+		}
+	}
+	return n
+}
+
+// killAttempt kills the processes in the cgroup of attempt id of this
+// worker, if it has one, and removes it. It returns how many processes it
+// found there outside the process groups pgids.
+func (cg *cgroups) killAttempt(id string, pgids map[int]bool) int {
+	ag := &attemptCgroup{host: cg.host}
+	for _, dir := range cg.dirs {
+		ag.dirs = append(ag.dirs, filepath.Join(dir, id))
+	}
+	if _, err := os.Stat(ag.dirs[0]); err != nil {
+		return 0
+	}
+	n := 0
+	for _, pid := range ag.procs() {
+		if pgid, err := syscall.Getpgid(pid); err == nil && !pgids[pgid] {
+			n++
+		}
+	}
+	ag.killAll(time.Second)
+	ag.remove()
 	return n
 }

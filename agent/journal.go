@@ -130,7 +130,7 @@ func (j *GroupJournal) compactLocked() error {
 // empty, those of the worker whose data dir holds the journal.
 func KillStale(path string) (int, error) {
 	live, err := StaleGroups(path)
-	killed, _, kerr := KillAttempts(live)
+	killed, _, kerr := KillAttempts(live, savedWorkerID(filepath.Dir(path)))
 	closeWorkerCgroups(filepath.Dir(path))
 	return killed, errors.Join(err, kerr)
 }

@@ -31,9 +31,7 @@ func TestAgentSendsProgressFromOutput(t *testing.T) {
 		}
 	}
 	fs.await("progress 0.5", isProgress("0.5"))
-	if err := os.WriteFile(filepath.Join(a.work.attDir, "a1", "next"), []byte("go\n"), 0); err != nil {
-		t.Fatal(err)
-	}
+	release(t, filepath.Join(a.work.attDir, "a1", "next"))
 	fs.await("progress done", isProgress("done"))
 	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: "cancelled by alice"})
 	checkResult(t, fs.result("a1"), berth.AttemptCancelled, "", nil, "cancelled by alice")
@@ -80,9 +78,7 @@ func TestAgentSecrets(t *testing.T) {
 	if _, err := os.Stat(ownLog); err != nil {
 		t.Fatalf("an attempt with secrets writes %s: %v", ownLog, err)
 	}
-	if err := os.WriteFile(filepath.Join(a.work.attDir, "s1", "next"), []byte("go\n"), 0); err != nil {
-		t.Fatal(err)
-	}
+	release(t, filepath.Join(a.work.attDir, "s1", "next"))
 	checkResult(t, fs.result("s1"), berth.AttemptFailed, "", intp(3), "exit code 3")
 	fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckResult, AttemptID: "s1"})
 	// A command whose program is the secret: the start error names it.
@@ -165,9 +161,7 @@ func TestAgentShipsStdoutAndStderrApart(t *testing.T) {
 			`while [ ! -e escapee ]; do sleep 0.01; done`}})
 	for _, line := range []string{"out 1", "err 1", "out 3"} {
 		fs.output("a1", line)
-		if err := os.WriteFile(filepath.Join(work, "next"), []byte("go\n"), 0); err != nil {
-			t.Fatal(err)
-		}
+		release(t, filepath.Join(work, "next"))
 	}
 	checkResult(t, fs.result("a1"), berth.AttemptSucceeded, "", intp(0), "")
 	// The escapee, which holds the job's stdout open, outlived the result.
@@ -225,5 +219,26 @@ func TestStreamsSayWhichStreamWroteEachByte(t *testing.T) {
 	s.forget(16)
 	if stderr, limit, _ := s.StreamAt(16); !stderr || limit != 20 || len(s.runs) != 2 {
 		t.Errorf("after forget(16): StreamAt(16) = %t, %d with runs %v; want the run holding 16 kept", stderr, limit, s.runs)
+	}
+}
+
+// release writes a line to the job's FIFO at path, which the job reads to
+// go on; it fails the test, rather than hanging it, when the job has not
+// opened the FIFO within 30 seconds (it ended, or was killed, first).
+func release(t *testing.T, path string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- os.WriteFile(path, []byte("go\n"), 0) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		if r, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+			<-done // our reader lets the write through
+			r.Close()
+		}
+		t.Fatalf("the job did not read %s within 30 s: it ended or was killed first", path)
 	}
 }

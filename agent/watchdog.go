@@ -117,7 +117,7 @@ func Watchdog(dataDir string, agent io.Reader, log *slog.Logger) error {
 			delete(live, id) // a service, left running for the next agent to adopt
 		}
 	}
-	groups, escaped, kerr := KillAttempts(live)
+	groups, escaped, kerr := KillAttempts(live, savedWorkerID(dataDir))
 	closeWorkerCgroups(dataDir)
 	if groups+escaped > 0 {
 		log.Warn("the agent died: killed its attempts", "attempts", len(live), "groups", groups, "escaped_processes", escaped)
@@ -130,14 +130,15 @@ func Watchdog(dataDir string, agent io.Reader, log *slog.Logger) error {
 
 // KillAttempts sends SIGKILL to the process group of each attempt of live
 // (attempt id → process group), but its own group, then to every process
-// in those attempts' cgroups (removing the cgroups), and then to every
+// in those attempts' cgroups under worker (removing the cgroups; under
+// every worker of this process's cgroup when worker is empty), and then to every
 // process whose environment carries one of those attempts' ids
 // (BERTH_ATTEMPT_ID), found in /proc: those that left the group (setsid)
 // keep their environment. It returns how many groups were alive and how
 // many escaped processes it killed, and the first error of signalling or
 // of listing /proc; processes it may not signal or read (another user's)
 // are skipped.
-func KillAttempts(live map[string]int) (groups, escaped int, err error) {
+func KillAttempts(live map[string]int, worker string) (groups, escaped int, err error) {
 	groups, err = killGroups(live)
 	if len(live) == 0 {
 		return groups, 0, err
@@ -147,7 +148,7 @@ func KillAttempts(live map[string]int) (groups, escaped int, err error) {
 	for id, pgid := range live {
 		ids[id], pgids[pgid] = true, true
 	}
-	escaped = killAttemptCgroups(ids, pgids) // what stayed in their cgroups; the /proc scan finds those that left the group and have none
+	escaped = killAttemptCgroups(worker, ids, pgids) // what stayed in their cgroups; the /proc scan finds those that left the group and have none
 	killed := map[int]bool{}
 	for range escapeRounds {
 		n, serr := killEscaped(ids, pgids, killed)
