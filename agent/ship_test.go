@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -31,7 +32,7 @@ func TestAgentSendsProgressFromOutput(t *testing.T) {
 		}
 	}
 	fs.await("progress 0.5", isProgress("0.5"))
-	release(t, filepath.Join(a.work.attDir, "a1", "next"))
+	release(t, fs, "a1", filepath.Join(a.work.attDir, "a1", "next"))
 	fs.await("progress done", isProgress("done"))
 	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "a1", Reason: "cancelled by alice"})
 	checkResult(t, fs.result("a1"), berth.AttemptCancelled, "", nil, "cancelled by alice")
@@ -78,7 +79,7 @@ func TestAgentSecrets(t *testing.T) {
 	if _, err := os.Stat(ownLog); err != nil {
 		t.Fatalf("an attempt with secrets writes %s: %v", ownLog, err)
 	}
-	release(t, filepath.Join(a.work.attDir, "s1", "next"))
+	release(t, fs, "s1", filepath.Join(a.work.attDir, "s1", "next"))
 	checkResult(t, fs.result("s1"), berth.AttemptFailed, "", intp(3), "exit code 3")
 	fs.send(wire.TypeAck, &wire.Ack{Of: wire.AckResult, AttemptID: "s1"})
 	// A command whose program is the secret: the start error names it.
@@ -161,7 +162,7 @@ func TestAgentShipsStdoutAndStderrApart(t *testing.T) {
 			`while [ ! -e escapee ]; do sleep 0.01; done`}})
 	for _, line := range []string{"out 1", "err 1", "out 3"} {
 		fs.output("a1", line)
-		release(t, filepath.Join(work, "next"))
+		release(t, fs, "a1", filepath.Join(work, "next"))
 	}
 	checkResult(t, fs.result("a1"), berth.AttemptSucceeded, "", intp(0), "")
 	// The escapee, which holds the job's stdout open, outlived the result.
@@ -224,8 +225,9 @@ func TestStreamsSayWhichStreamWroteEachByte(t *testing.T) {
 
 // release writes a line to the job's FIFO at path, which the job reads to
 // go on; it fails the test, rather than hanging it, when the job has not
-// opened the FIFO within 30 seconds (it ended, or was killed, first).
-func release(t *testing.T, path string) {
+// opened the FIFO within 30 seconds (it ended, or was killed, first),
+// with what the agent reported of attempt id.
+func release(t *testing.T, fs *fakeServer, id, path string) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- os.WriteFile(path, []byte("go\n"), 0) }()
@@ -239,6 +241,11 @@ func release(t *testing.T, path string) {
 			<-done // our reader lets the write through
 			r.Close()
 		}
-		t.Fatalf("the job did not read %s within 30 s: it ended or was killed first", path)
+		var said []string
+		for _, m := range fs.sent(func(m wire.Message) bool { r, ok := m.Body.(*wire.JobResult); return ok && r.AttemptID == id }) {
+			r := m.Body.(*wire.JobResult)
+			said = append(said, fmt.Sprintf("%s cause %q: %s", r.State, r.Cause, r.Reason))
+		}
+		t.Fatalf("the job did not read %s within 30 s: it ended or was killed first (its results: %v)", path, said)
 	}
 }
