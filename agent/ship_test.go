@@ -153,11 +153,13 @@ func TestAgentShipsStdoutAndStderrApart(t *testing.T) {
 	fs := newFakeServer(t)
 	startAgent(t, fs, nil)
 	// Each write waits until the one before is shipped, so that the
-	// order the agent reads them in is the order written. The leader ends
+	// order the agent reads them in is the order written. w reads the
+	// FIFO until it gets a line: a read that opens it while the test's
+	// last write is still open gets only that writer's end (EOF). The leader ends
 	// once the escapee, in a session of its own, has written its pid.
 	work := t.TempDir()
 	fs.assign(&wire.JobAssign{AttemptID: "a1", Workdir: work, Command: []string{"sh", "-c",
-		`mkfifo next; echo out 1; read x <next; echo err 1 >&2; read x <next; printf 'out 2\nout 3\n'; read x <next; echo err 2 >&2; ` +
+		`mkfifo next; w() { until read x <next; do :; done; }; echo out 1; w; echo err 1 >&2; w; printf 'out 2\nout 3\n'; w; echo err 2 >&2; ` +
 			`setsid sh -c 'echo $$ >escapee.tmp && mv escapee.tmp escapee; exec sleep 60' & ` +
 			`while [ ! -e escapee ]; do sleep 0.01; done`}})
 	for _, line := range []string{"out 1", "err 1", "out 3"} {
