@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
@@ -127,11 +128,16 @@ func (m *Main) attach(ctx context.Context, c *client.Client, id string, gang boo
 		case <-streamed:
 		}
 	})
+	started := make(chan struct{})
+	var once sync.Once
+	wg.Go(func() { waitNotes(streamCtx, c, id, started, note) })
 	err := c.LogRecords(streamCtx, id, true, func(rec *berth.LogRecord) error {
+		once.Do(func() { close(started) })
 		mu.Lock()
 		defer mu.Unlock()
 		return p.print(rec)
 	})
+	once.Do(func() { close(started) })
 	close(streamed)
 	wg.Wait()
 	p.flush()
@@ -146,6 +152,37 @@ func (m *Main) attach(ctx context.Context, c *client.Client, id string, gang boo
 		return err
 	}
 	return jobExit(d.Job, interrupted)
+}
+
+// pendingNoteEvery is how often berth run looks at a job that has printed
+// nothing yet, to say why it waits.
+const pendingNoteEvery = 2 * time.Second
+
+// waitNotes says on stderr why job id waits, as srun says a job is queued:
+// when it is still pending a moment after the submit, and again whenever
+// the reason changes, until it prints its first output (started closes),
+// leaves pending or ctx ends.
+func waitNotes(ctx context.Context, c *client.Client, id string, started <-chan struct{}, note func(string, ...any)) {
+	tick := time.NewTicker(pendingNoteEvery)
+	defer tick.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-started:
+			return
+		case <-tick.C:
+		}
+		d, err := c.Job(ctx, id)
+		if err != nil || d.State != berth.JobPending {
+			return
+		}
+		if reason := orDash(d.Reason); reason != last {
+			last = reason
+			note("job %s is pending: %s", id, reason)
+		}
+	}
 }
 
 // jobExit is berth run's exit for job j, which has ended: nil when it

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +81,62 @@ func TestRunCancelsAPendingJobOnInterrupt(t *testing.T) {
 	if jobs := c.listJobs(); len(jobs) != 1 || jobs[0].State != berth.JobCancelled {
 		t.Errorf("jobs after the interrupt: %+v, want the one job cancelled", jobs)
 	}
+}
+
+// TestRunSaysWhyItsJobWaits checks berth run says on stderr why a job
+// that has printed nothing is pending, as srun says a job is queued.
+func TestRunSaysWhyItsJobWaits(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t) // no agents: the job stays pending until cancelled
+	errOut := &noticeWriter{want: "is pending: ", seen: make(chan struct{})}
+	m := &Main{Stdout: io.Discard, Stderr: errOut, Getenv: func(k string) string {
+		if k == "BERTH_SERVER" {
+			return c.url
+		}
+		return ""
+	}}
+	ctx, interrupt := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() { done <- m.Run(ctx, []string{"run", "--", "true"}) }()
+	select {
+	case <-errOut.seen:
+	case code := <-done:
+		t.Fatalf("berth run ended (exit %d) before saying why its job waits:\n%s", code, errOut)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("berth run did not say why its job waits within 30 s:\n%s", errOut)
+	}
+	interrupt()
+	<-done
+	jobs := c.listJobs()
+	if len(jobs) != 1 || !strings.Contains(errOut.String(), "job "+jobs[0].ID+" is pending: no worker") {
+		t.Errorf("stderr %q; want it to name job %v and why it waits", errOut, jobs)
+	}
+}
+
+// noticeWriter collects what is written and closes seen once it holds
+// want.
+type noticeWriter struct {
+	mu   sync.Mutex
+	buf  strings.Builder
+	want string
+	seen chan struct{}
+}
+
+func (w *noticeWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	had := strings.Contains(w.buf.String(), w.want)
+	w.buf.Write(p)
+	if !had && strings.Contains(w.buf.String(), w.want) {
+		close(w.seen)
+	}
+	return len(p), nil
+}
+
+func (w *noticeWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
 
 // awaitJobs waits until the server lists n jobs (a job submitted by a
