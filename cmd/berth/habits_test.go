@@ -244,6 +244,67 @@ func TestBashCompletion(t *testing.T) {
 	}
 }
 
+// TestZshAndFishCompletion loads berth's zsh and fish scripts into the
+// real shells (CI installs both): fish completes as a user's Tab would
+// (complete -C); zsh registers the function through bashcompinit and it
+// answers with a command's subcommands and flags (zsh's own matching then
+// keeps those that fit the word typed).
+func TestZshAndFishCompletion(t *testing.T) {
+	t.Parallel()
+	shell := func(name string) string {
+		path, err := exec.LookPath(name)
+		if err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("no %s on PATH: .ci/run installs it", name)
+			}
+			t.Skipf("no %s on this machine: %v", name, err)
+		}
+		return path
+	}
+	zsh, fish := shell("zsh"), shell("fish")
+	script := func(sh string) string {
+		var out bytes.Buffer
+		m := &Main{Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" }}
+		if code := m.Run(context.Background(), []string{"completion", sh}); code != 0 {
+			t.Fatalf("berth completion %s: exit %d: %s", sh, code, out.String())
+		}
+		file := filepath.Join(t.TempDir(), "berth."+sh)
+		if err := os.WriteFile(file, out.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return file
+	}
+	run := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %q: %v\n%s", name, args, err, out)
+		}
+		return string(out)
+	}
+	fishFile := script("fish")
+	for line, want := range map[string][]string{
+		"berth jo":                    {"job\t", "jobs\t"},
+		"berth jobs --ex":             {"--expand"},
+		"berth --server x quota s":    {"set"},
+		"berth completion f":          {"fish"},
+		"berth -o json workers --ser": {"--server"},
+	} {
+		got := run(fish, "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, fishFile, line)
+		for _, w := range want {
+			if !strings.Contains(got, w) {
+				t.Errorf("fish completing %q: %q, want %q in it", line, got, w)
+			}
+		}
+	}
+	got := run(zsh, "-f", "-c", `autoload -U compinit && compinit -u; source $1; print -r -- "$_comps[berth]"; `+
+		`setopt ksharrays; COMP_WORDS=(berth --server x quota s); COMP_CWORD=4; _berth; print -r -- "${COMPREPLY[*]}"; `+
+		`COMP_WORDS=(berth jobs --ex); COMP_CWORD=2; _berth; print -r -- "${COMPREPLY[*]}"`, "zsh", script("zsh"))
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	if len(lines) != 3 || !strings.Contains(lines[0], "_berth") || lines[1] != "list rm set" || !strings.Contains(lines[2], "--expand") {
+		t.Errorf("zsh: %q; want berth registered to _berth, quota's subcommands, and jobs' flags with --expand", got)
+	}
+}
+
 // TestNoTokenHint: a server that trusts no client without a token answers
 // 401 in HTTP's words; berth adds the variable that sends one.
 func TestNoTokenHint(t *testing.T) {
