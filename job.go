@@ -77,7 +77,10 @@ type JobSpec struct {
 	IdempotencyKey string            `json:"idempotency_key,omitempty" yaml:"idempotency_key,omitempty"`
 	Parent         string            `json:"parent,omitempty" yaml:"parent,omitempty"`
 	Backend        string            `json:"backend,omitempty" yaml:"backend,omitempty"` // where it runs: "" or "agents", the agent pool
-	Cluster        string            `json:"cluster,omitempty" yaml:"cluster,omitempty"`
+	Cluster        string            `json:"cluster,omitempty" yaml:"cluster,omitempty"` // the federation peer it is handed to; "" local
+	// Origin marks a job received from a federation peer; only the
+	// handoff endpoint sets it (docs/federation.md).
+	Origin *JobOrigin `json:"origin,omitempty" yaml:"-"`
 }
 
 // SubmitRequest is one submission: a spec, run Array times when Array > 0
@@ -260,6 +263,9 @@ type Job struct {
 type JobDetail struct {
 	*Job
 	AttemptList []*Attempt `json:"attempt_list"`
+	// Handoffs are the handles of a job handed to a federation peer, by
+	// incarnation; absent for a local job.
+	Handoffs []*Handoff `json:"handoffs,omitempty"`
 }
 
 // ValidName reports whether s is a valid job name.

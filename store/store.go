@@ -30,6 +30,9 @@ type Batch struct {
 	Progress     []AttemptProgress      // an unknown attempt is no error
 	Logs         []LogChunk
 	Events       []*berth.Event // each with a new Seq, higher than any stored
+	// Federation is the batch's federation writes; nil when none (always,
+	// until a peer exists or a job is received from one).
+	Federation *FederationBatch
 	// Audit is the events to append to the audit log before the batch is
 	// committed (see Committer.Prepare); stores do not write them.
 	Audit []berth.Event
@@ -63,7 +66,7 @@ type AttemptProgress struct {
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
 	return len(b.Jobs)+len(b.JobUpdates)+len(b.Attempts)+len(b.Workers)+
-		len(b.Quotas)+len(b.QuotaDeletes)+len(b.Controls)+len(b.Progress)+len(b.Logs)+len(b.Events)+len(b.Audit) == 0
+		len(b.Quotas)+len(b.QuotaDeletes)+len(b.Controls)+len(b.Progress)+len(b.Logs)+len(b.Events)+len(b.Audit) == 0 && b.Federation.Empty()
 }
 
 // Append adds every write of o after those of b. A quota rule that o
@@ -86,6 +89,7 @@ func (b *Batch) Append(o *Batch) {
 	b.Logs = append(b.Logs, o.Logs...)
 	b.Events = append(b.Events, o.Events...)
 	b.Audit = append(b.Audit, o.Audit...)
+	b.Federation = b.Federation.append(o.Federation)
 }
 
 // JobUpdate sets the mutable fields of a job.
@@ -131,6 +135,9 @@ type Active struct {
 	Events   []*berth.Event         // the newest events, at most KeptEvents, oldest first
 	LogSizes map[string]int64       // stored bytes of each active attempt's output
 	Counts   map[berth.JobState]int
+	// Federation is the federation's state: epoch, changelog head,
+	// peers, live handles and mirror cursors.
+	Federation FederationState
 }
 
 // Store is durable storage: every role below, as the drivers (sqlite,
