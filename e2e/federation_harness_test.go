@@ -249,7 +249,9 @@ type hold struct {
 	done          chan struct{} // closed once the peer answered the first held request
 	arriveOnce    sync.Once
 	doneOnce      sync.Once
-	answer        proxied // the peer's answer to the first held request
+	answer        proxied       // the peer's answer to the first held request
+	first         *http.Request // the first held request, its body in firstBody
+	firstBody     []byte
 	used          bool
 }
 
@@ -314,14 +316,23 @@ func (p *peerProxy) add(h *hold) *hold {
 	return h
 }
 
-// Await waits until the hold has caught its request.
-func (h *hold) Await(t *testing.T, timeout time.Duration, what string) {
+// Await waits until the hold has caught its request, and returns the
+// request's URL.
+func (h *hold) Await(t *testing.T, timeout time.Duration, what string) *url.URL {
 	t.Helper()
 	select {
 	case <-h.arrived:
 	case <-time.After(timeout):
 		t.Fatalf("the proxy held no %s within %s", what, timeout)
 	}
+	return h.first.URL
+}
+
+// Replay sends the peer a copy of the request h holds, as a retry of a
+// request whose answer was lost would, and returns the answer.
+func (p *peerProxy) Replay(h *hold) proxied {
+	<-h.arrived
+	return p.forward(h.first, h.firstBody)
 }
 
 // Release lets the held request go on and returns the peer's answer to
@@ -358,7 +369,7 @@ func (p *peerProxy) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	}
-	arrived := func() { h.arriveOnce.Do(func() { close(h.arrived) }) }
+	arrived := func() { h.arriveOnce.Do(func() { h.first, h.firstBody = r, body; close(h.arrived) }) }
 	if !h.response {
 		arrived()
 		p.wait(h)

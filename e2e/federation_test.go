@@ -207,40 +207,53 @@ func TestFederationPeerDownPastRouteTimeout(t *testing.T) {
 }
 
 // TestFederationPrunedChangelogResyncs keeps A from pulling B's changes
-// (the proxy holds every pull) while jobs on B run and end and B, with a
-// tiny changelog retention, prunes rows A never saw: A's cursor is stale
+// (the proxy holds every pull, which carries A's cursor) while jobs on B
+// end and new ones are handed to it and start, and B, with a tiny
+// changelog retention, prunes the rows A never saw: A's cursor is stale
 // when it pulls again, B answers with a full resync, and A's mirror
 // converges — the ended jobs ended, the running ones running, then ended.
+// Each job ran once.
 func TestFederationPrunedChangelogResyncs(t *testing.T) {
 	t.Parallel()
 	f := newFederation(t, fedOptions{noC: true, bServer: []string{"--federation-changelog-retention", "200ms"}})
 	dir := t.TempDir()
-	gate := filepath.Join(dir, "gate")
+	quickGate, slowGate := filepath.Join(dir, "quick"), filepath.Join(dir, "slow")
 	var quick, slow []string
-	for i := range 6 {
-		g := ""
-		if i%2 == 1 {
-			g = gate
-		}
-		req := markedJob(filepath.Join(dir, "marks"+string(rune('0'+i))), g)
-		req.Cluster = "b"
+	marks := func(id string) string { return filepath.Join(dir, "marks-"+id) }
+	handOff := func(gate string) string {
+		t.Helper()
+		name := "job" + string(rune('a'+len(quick)+len(slow)))
+		req := markedJob(marks(name), gate)
+		req.Cluster, req.Name = "b", name
 		j := f.a.submit(req)[0]
-		f.a.awaitHandoff(j.ID, berth.HandoffDone)
-		if g == "" {
+		d := f.a.awaitHandoff(j.ID, berth.HandoffDone)
+		f.b.awaitState(d.Handoffs[0].RemoteJobID, time.Minute, berth.JobRunning)
+		if gate == quickGate {
 			quick = append(quick, j.ID)
 		} else {
 			slow = append(slow, j.ID)
 		}
+		return j.ID
+	}
+	for range 2 {
+		handOff(quickGate)
+		handOff(slowGate)
+	}
+	for _, id := range append(quick, slow...) {
+		f.a.awaitState(id, time.Minute, berth.JobRunning) // A's cursor is past their starts
 	}
 	pulls := f.proxy.HoldAll(func(r *http.Request) bool { return r.URL.Path == changesPath })
-	pulls.Await(t, time.Minute, "changes pull")
+	if u := pulls.Await(t, time.Minute, "changes pull"); u.Query().Get("cursor") == "" {
+		t.Fatalf("A pulled %s with no cursor after mirroring four jobs", u)
+	}
+	touch(t, quickGate)
 	for _, id := range quick {
 		f.b.awaitState(f.b.received("a", id)[0].ID, time.Minute, berth.JobSucceeded)
 	}
-	for _, id := range slow {
-		f.b.awaitState(f.b.received("a", id)[0].ID, time.Minute, berth.JobRunning)
+	for range 2 {
+		handOff(slowGate) // rows above A's cursor that are no tombstones: pruned by age
 	}
-	awaitPruned(t, f.b)
+	awaitStale(t, f.proxy, pulls)
 	fullBefore := fullAnswers(f.proxy)
 	pulls.Release(t)
 	f.a.eventually(time.Minute, "a full resync of b", func() bool { return fullAnswers(f.proxy) > fullBefore })
@@ -252,27 +265,35 @@ func TestFederationPrunedChangelogResyncs(t *testing.T) {
 	for _, id := range slow {
 		f.a.awaitState(id, time.Minute, berth.JobRunning)
 	}
-	touch(t, gate)
+	touch(t, slowGate)
 	for _, id := range slow {
 		if d, _ := f.awaitMirror(f.b, id); d.State != berth.JobSucceeded || len(d.Handoffs) != 1 {
 			t.Fatalf("job %s: %s with handles %+v, want succeeded with one", id, d.State, d.Handoffs)
 		}
 	}
-	for i := range 6 {
-		if n := runs(t, filepath.Join(dir, "marks"+string(rune('0'+i)))); n != 1 {
-			t.Errorf("job %d ran %d times, want once", i, n)
+	for _, id := range append(quick, slow...) {
+		if n := runs(t, marks(f.a.job(id).Name)); n != 1 {
+			t.Errorf("job %s ran %d times, want once", id, n)
 		}
 	}
 }
 
-// awaitPruned waits until B says it pruned changelog rows an origin had
-// not acknowledged.
-func awaitPruned(t *testing.T, b *cluster) {
+// awaitStale waits until B, given again the changes pull pulls holds
+// (as when its answer was lost: the same cursor, acknowledged already),
+// answers with a full resync: it pruned rows above that cursor.
+func awaitStale(t *testing.T, p *peerProxy, pulls *hold) {
 	t.Helper()
-	if line, ok := b.server.out.await("pruned", time.Minute); !ok {
-		t.Fatalf("B pruned no changelog rows within a minute")
-	} else {
-		t.Logf("B: %s", line)
+	deadline := time.Now().Add(3 * time.Minute) // B prunes once a minute
+	for {
+		e := p.Replay(pulls)
+		var ch berth.FederationChanges
+		if e.Status == http.StatusOK && json.Unmarshal(e.Body, &ch) == nil && ch.Full {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B still answers A's stale cursor incrementally after 3 minutes: %d %s", e.Status, e.Body)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -289,29 +310,34 @@ func fullAnswers(p *peerProxy) int {
 }
 
 // TestFederationCancelRacesCompletion cancels jobs on A just as they exit
-// on B: whichever wins, A's mirror ends in B's state, each job ran once,
-// and no cancel is left unacknowledged.
+// on B (two are let go just before their cancel, two just after):
+// whichever wins, A's mirror ends in B's state, each job ran once, and no
+// cancel is left unacknowledged.
 func TestFederationCancelRacesCompletion(t *testing.T) {
 	t.Parallel()
 	f := newFederation(t, fedOptions{noC: true})
 	dir := t.TempDir()
-	gate := filepath.Join(dir, "gate")
+	file := func(kind string, i int) string { return filepath.Join(dir, kind+string(rune('0'+i))) }
 	var ids []string
 	for i := range 4 {
-		req := markedJob(filepath.Join(dir, "marks"+string(rune('0'+i))), gate)
+		req := markedJob(file("marks", i), file("gate", i))
 		req.Cluster = "b"
-		j := f.a.submit(req)[0]
-		ids = append(ids, j.ID)
+		ids = append(ids, f.a.submit(req)[0].ID)
 	}
 	for _, id := range ids {
 		d := f.a.awaitHandoff(id, berth.HandoffDone)
 		f.b.awaitState(d.Handoffs[0].RemoteJobID, time.Minute, berth.JobRunning)
 		f.a.awaitState(id, time.Minute, berth.JobRunning)
 	}
-	touch(t, gate)
-	for _, id := range ids {
+	for i, id := range ids {
+		if i < 2 {
+			touch(t, file("gate", i))
+		}
 		if _, err := f.a.c.Cancel(context.Background(), id); err != nil && berth.ErrorCode(err) != berth.ECodeConflict {
 			t.Fatalf("cancel %s: %v", id, err)
+		}
+		if i >= 2 {
+			touch(t, file("gate", i))
 		}
 	}
 	for i, id := range ids {
@@ -322,7 +348,7 @@ func TestFederationCancelRacesCompletion(t *testing.T) {
 		if got := f.b.received("a", id); len(got) != 1 || r.Attempts != 1 {
 			t.Errorf("job %s: B holds %d jobs for it, %d attempts; want 1 and 1", id, len(got), r.Attempts)
 		}
-		if n := runs(t, filepath.Join(dir, "marks"+string(rune('0'+i)))); n != 1 {
+		if n := runs(t, file("marks", i)); n != 1 {
 			t.Errorf("job %s ran %d times, want once", id, n)
 		}
 		f.a.eventually(time.Minute, "the cancel of "+id+" settled", func() bool {

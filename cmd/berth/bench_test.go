@@ -45,3 +45,30 @@ func TestBenchBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchFederationReportsEveryFigure runs a small berth bench
+// federation: an origin and a peer in this process hand jobs over
+// loopback. Every figure must be measured and consistent; how fast they
+// are is for docs/performance.md.
+func TestBenchFederationReportsEveryFigure(t *testing.T) {
+	t.Parallel()
+	c := &cli{t: t}
+	res := runJSON[FederationBenchResult](c, "bench", "federation", "--jobs", "20", "-o", "json")
+	if res.Jobs != 20 || res.CPUs < 1 {
+		t.Errorf("bench describes its run as %+v", res)
+	}
+	if res.HandoffP50Ms <= 0 || res.HandoffP99Ms < res.HandoffP50Ms || res.HandoffsPerSec <= 0 {
+		t.Errorf("handoff: p50 %v ms, p99 %v ms, %v/s", res.HandoffP50Ms, res.HandoffP99Ms, res.HandoffsPerSec)
+	}
+	// Each job's creation and end at least, whatever the pulls' sizes.
+	if res.Changes < 2*res.Jobs || res.SyncLagP50Ms <= 0 || res.SyncLagP99Ms < res.SyncLagP50Ms {
+		t.Errorf("sync: %d changes, lag p50 %v ms, p99 %v ms", res.Changes, res.SyncLagP50Ms, res.SyncLagP99Ms)
+	}
+	if res.Pulls < 1 || res.BytesPerPull <= 0 || res.BytesPerChange <= 0 || res.MirroredSeconds <= 0 {
+		t.Errorf("pulls %d, %v bytes per pull, %v bytes per change, mirrored in %v s", res.Pulls, res.BytesPerPull, res.BytesPerChange, res.MirroredSeconds)
+	}
+	code, out, errOut := c.run("bench", "federation", "--jobs", "0")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "--jobs: must be between 1 and 100000") {
+		t.Errorf("bench federation --jobs 0: exit %d, stdout %q, stderr %q; want 2 naming --jobs", code, out, errOut)
+	}
+}
