@@ -99,9 +99,9 @@ type OriginAck struct {
 // from at start (part of Active).
 type FederationState struct {
 	Epoch    string           // this store's federation epoch
-	Head     uint64           // the highest changelog seq stored (0: none)
+	Head     uint64           // the highest changelog seq stored, acknowledged or pruned (0: none): seqs go on above it
 	Peers    []*berth.Peer    // every peer, by name, with SealedToken
-	Handoffs []*berth.Handoff // every handle of a job not ended, and every one with a cancel not acknowledged
+	Handoffs []*berth.Handoff // every handle of a job not ended (or not stored), every one with a cancel not acknowledged, every one pending
 	Cursors  []PeerCursor     // by peer
 }
 
