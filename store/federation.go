@@ -31,8 +31,8 @@ func (f *FederationBatch) Empty() bool {
 }
 
 // append adds o's writes after f's and returns the result (a new
-// FederationBatch when f is nil). A peer that o upserts is no longer deleted by f (deletes apply
-// after upserts).
+// FederationBatch when f is nil). A peer that o upserts is no longer
+// deleted by f (deletes apply after upserts).
 func (f *FederationBatch) append(o *FederationBatch) *FederationBatch {
 	if o.Empty() {
 		return f
