@@ -61,3 +61,15 @@ func unknown(h *berth.Handoff, ch *berth.FederationChanges) bool {
 	return c.Epoch != "" && c.Epoch == ch.From.Epoch && c.Epoch == ch.Cursor.Epoch &&
 		ch.From.Seq < c.Seq && c.Seq <= ch.Cursor.Seq
 }
+
+// ResyncNeeded reports whether an origin recording a handoff that the
+// peer acknowledged with creation row created must reset its mirror's
+// cursor to the zero cursor (in the same batch), so that its next pull is
+// full: the row is at or behind the cursor, in the same epoch, where no
+// incremental answer will cover it, and the cursor may be of a history of
+// the peer that a restore from a backup has since discarded along with
+// the job. (An answer applied before the acknowledgement, which already
+// showed the job, makes the reset needless but harmless.)
+func ResyncNeeded(cursor, created berth.ChangeCursor) bool {
+	return created.Epoch != "" && created.Epoch == cursor.Epoch && created.Seq <= cursor.Seq
+}
