@@ -87,17 +87,20 @@ func (m *syncModel) apply(t *rapid.T, o *originModel, ch *berth.FederationChange
 	o.cursor = ch.Cursor
 }
 
-// activeJobs lists the keys (jobKey) of the peer's jobs that have not
-// ended, sorted.
-func (m *syncModel) activeJobs() []string {
-	var out []string
+// drawActive draws one of the peer's jobs that have not ended, and skips
+// the action when there is none.
+func (m *syncModel) drawActive(t *rapid.T) *memJob {
+	var active []string
 	for k, j := range m.peer.jobs {
 		if !j.job.Tombstone {
-			out = append(out, k)
+			active = append(active, k)
 		}
 	}
-	slices.Sort(out)
-	return out
+	if len(active) == 0 {
+		t.Skip("no active job")
+	}
+	slices.Sort(active)
+	return m.peer.jobs[rapid.SampledFrom(active).Draw(t, "job")]
 }
 
 // TestSyncProperty drives a peer and two origins through random
@@ -147,11 +150,7 @@ func TestSyncProperty(t *testing.T) {
 				}
 			},
 			"change": func(rt *rapid.T) {
-				active := m.activeJobs()
-				if len(active) == 0 {
-					rt.Skip("no active job")
-				}
-				j := m.peer.jobs[rapid.SampledFrom(active).Draw(rt, "job")]
+				j := m.drawActive(rt)
 				next := j.job
 				next.State = rapid.SampledFrom([]berth.JobState{berth.JobPending, berth.JobRunning}).Draw(rt, "state")
 				next.Attempts++
@@ -159,11 +158,7 @@ func TestSyncProperty(t *testing.T) {
 				m.peer.write(j.origin, next, m.tick())
 			},
 			"end": func(rt *rapid.T) {
-				active := m.activeJobs()
-				if len(active) == 0 {
-					rt.Skip("no active job")
-				}
-				j := m.peer.jobs[rapid.SampledFrom(active).Draw(rt, "job")]
+				j := m.drawActive(rt)
 				next := j.job
 				next.State = rapid.SampledFrom([]berth.JobState{berth.JobSucceeded, berth.JobFailed, berth.JobCancelled}).Draw(rt, "end")
 				next.Tombstone = true
