@@ -72,6 +72,13 @@ type Config struct {
 	// Secrets, when set, resolves the {{SECRET:NAME}} references of a job
 	// as it is assigned; the values travel in the assignment only.
 	Secrets SecretResolver
+	// PeerUsers maps a federation origin's name to the user the jobs it
+	// hands to this cluster run as; an origin not in it: its own name.
+	PeerUsers map[string]string
+	// ChangelogRetention is how long a changelog row of a received job
+	// that its origin has not acknowledged is kept (tombstones are kept
+	// until acknowledged); 0 keeps every one.
+	ChangelogRetention time.Duration
 }
 
 // Auditor appends events to a durable audit log (the audit package's Log).
@@ -144,6 +151,7 @@ type Controller struct {
 	reserved map[string]string           // worker id → job holding it, from the last full pass
 	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
 	waiters  map[*waiter]struct{}
+	prune    pruning // of the federation changelog
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -356,6 +364,7 @@ func (c *Controller) housekeep() {
 			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
 		}
 	}
+	c.housekeepReceived(now)
 }
 
 // flush carries out the effects of the loop's pass: it commits the batch
