@@ -461,10 +461,10 @@ func TestRoles(t *testing.T) {
 	var (
 		people     = []string{"viewer", "user", "operator", "admin"}
 		allJobs    = []string{"viewer", "operator", "admin"} // read every job
-		submitters = []string{"user", "operator", "admin"} // a peer hands jobs over, it does not submit
-		operators  = []string{"operator", "admin"}         // act on every job, worker and quota
-		admins     = []string{"admin"}                     // tokens, every user's secrets
-		holders    = []string{"user", "operator", "admin"} // their own secrets; not peers
+		submitters = []string{"user", "operator", "admin"}   // a peer hands jobs over, it does not submit
+		operators  = []string{"operator", "admin"}           // act on every job, worker and quota
+		admins     = []string{"admin"}                       // tokens, every user's secrets
+		holders    = []string{"user", "operator", "admin"}   // their own secrets; not peers
 		// Jobs are listed by those who read every job and, their own, by
 		// those who submit; a peer reads only the jobs it handed over
 		// (TestFederationPeerReadsOnlyItsJobs).
