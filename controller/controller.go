@@ -22,11 +22,13 @@ import (
 )
 
 // Store is what the controller needs of durable storage: the batches of
-// its lifecycle and the reads it rebuilds and answers from, and the worker
-// controls others may write; store.Store is one.
+// its lifecycle and the reads it rebuilds and answers from, the worker
+// controls others may write, and the federation's reads; store.Store is
+// one.
 type Store interface {
 	store.JobStore
 	store.ControlReader
+	store.FederationStore
 }
 
 // Config configures a Controller. Zero durations take the defaults.

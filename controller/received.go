@@ -92,15 +92,6 @@ func (c *Controller) rebuildReceived(a *store.Active) {
 	}
 }
 
-// federationStore returns the controller's store as a FederationStore.
-func (c *Controller) federationStore() (store.FederationStore, error) {
-	fs, ok := c.store.(store.FederationStore)
-	if !ok {
-		return nil, berth.Errorf(berth.ECodeUnavailable, "this server's store keeps no federation state")
-	}
-	return fs, nil
-}
-
 // peerUser returns the user the jobs received from origin run as: its
 // mapping (Config.PeerUsers), else the origin's name.
 func (c *Controller) peerUser(origin string) string {
@@ -183,17 +174,13 @@ func (c *Controller) checkReceived(sub *berth.SubmitRequest) (Backend, error) {
 // makes it on the loop (returning its id) and received returns once it
 // is durable; without create, an unknown key is ECodeNotFound.
 func (c *Controller) received(ctx context.Context, key berth.JobOrigin, create func() string) (id string, existed bool, err error) {
-	fs, err := c.federationStore()
-	if err != nil {
-		return "", false, err
-	}
 	type result struct {
 		id            string
 		existed, gone bool
 	}
 	for {
 		sweeps := c.fed.sweeps.Load()
-		id, err := fs.ReceivedJobID(ctx, key.Cluster, key.RemoteID, key.Nonce)
+		id, err := c.store.ReceivedJobID(ctx, key.Cluster, key.RemoteID, key.Nonce)
 		switch {
 		case err == nil:
 			return id, true, nil
@@ -329,13 +316,9 @@ type pruning struct {
 // not tombstones (0 keeps every row not acknowledged), and returns how
 // many it deleted.
 func (c *Controller) PruneChangelog(ctx context.Context) (int, error) {
-	fs, err := c.federationStore()
-	if err != nil {
-		return 0, err
-	}
 	c.prune.mu.Lock()
 	defer c.prune.mu.Unlock()
-	origins, err := fs.Origins(ctx)
+	origins, err := c.store.Origins(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("prune changelog: %w", err)
 	}
@@ -345,7 +328,7 @@ func (c *Controller) PruneChangelog(ctx context.Context) (int, error) {
 	}
 	total := 0
 	for _, o := range origins {
-		n, err := fs.PruneChangelog(ctx, o, olderThan)
+		n, err := c.store.PruneChangelog(ctx, o, olderThan)
 		if err != nil {
 			return total, fmt.Errorf("prune changelog of %s: %w", o, err)
 		}
