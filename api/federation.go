@@ -5,6 +5,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/federation"
 )
 
 // The peer side of federation (docs/federation.md): the endpoints an
@@ -17,6 +18,7 @@ func isPeer(id auth.Identity) bool { return id.Role == auth.RolePeer }
 // federationRoutes registers the endpoints a federation origin calls.
 func (s *Server) federationRoutes() {
 	s.route("POST /api/v1/federation/handoffs", isPeer, "peer", s.receiveHandoff)
+	s.route("GET /api/v1/federation/changes", isPeer, "peer", s.federationChanges)
 	s.route("POST /api/v1/federation/cancels", isPeer, "peer", s.cancelReceived)
 	s.route("GET /api/v1/federation/capacity", isPeer, "peer", s.peerCapacity)
 }
@@ -39,6 +41,28 @@ func (s *Server) receiveHandoff(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusOK
 	}
 	writeJSON(w, status, resp)
+}
+
+// federationChanges answers a changes pull: ?cursor=EPOCH.SEQ.TAG (none:
+// a full resync) and ?limit=N rows at most (default and most: those of
+// federation.Answer).
+func (s *Server) federationChanges(w http.ResponseWriter, r *http.Request) {
+	cursor, err := federation.ParseCursor(r.URL.Query().Get("cursor"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	limit, err := wholeQuery(r, "limit", federation.DefaultLimit, "rows of changes")
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	ch, err := s.ctl.Changes(r.Context(), identity(r).Name, cursor, limit)
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ch)
 }
 
 // cancelReceived cancels a job the origin handed over; 404 when this

@@ -15,6 +15,7 @@ import (
 	"github.com/berth-dev/berth/api/apitest"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/federation"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
@@ -206,6 +207,7 @@ func TestFederationEndpointsArePeersOnly(t *testing.T) {
 	for _, who := range []struct{ name, token string }{{"user", p.user}, {"admin", ""}} {
 		for _, ep := range []struct{ method, path, body string }{
 			{"POST", "/api/v1/federation/handoffs", handoff},
+			{"GET", "/api/v1/federation/changes", ""},
 			{"POST", "/api/v1/federation/cancels", `{"remote_id":"r","nonce":"n","version":1}`},
 			{"GET", "/api/v1/federation/capacity", ""},
 		} {
@@ -341,4 +343,87 @@ func TestFederationCapacity(t *testing.T) {
 		w.Labels["zone"] != "z1" || len(w.Queues) != 1 || w.Queues[0] != "gpu" || w.Off {
 		t.Errorf("worker %+v, want 2 free H100s of 2, 32 CPUs, 256GiB, zone z1, queue gpu, on", w)
 	}
+}
+
+// pull pulls origin's changes as token with cursor and query, requiring
+// 200.
+func (p *peerServer) pull(token string, cursor berth.ChangeCursor, query string) *berth.FederationChanges {
+	p.t.Helper()
+	path := "/api/v1/federation/changes?cursor=" + federation.FormatCursor(cursor) + query
+	status, _, data := p.doAuth("GET", path, "", token)
+	var ch berth.FederationChanges
+	if status != http.StatusOK || json.Unmarshal(data, &ch) != nil {
+		p.t.Fatalf("GET %s: %d %s", path, status, data)
+	}
+	return &ch
+}
+
+// summary is what a test compares of an answer's jobs: remote id, state
+// and tombstone, in order.
+func summary(jobs []berth.RemoteJob) string {
+	var b strings.Builder
+	for _, j := range jobs {
+		b.WriteString(j.RemoteID + ":" + string(j.State))
+		if j.Tombstone {
+			b.WriteString("†")
+		}
+		b.WriteString(" ")
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// TestFederationChanges: a pull without a cursor is answered in full
+// (the origin's active jobs, not another origin's); with the cursor it
+// got, incrementally (the changes since, oldest first, a tombstone for a
+// job's end, More past the limit), which acknowledges it; a cursor whose
+// tag differs is stale: in full again, with the tombstones not yet
+// acknowledged; once acknowledged rows are pruned, an old cursor is stale
+// and the full answer leaves the acknowledged tombstone out. A malformed
+// cursor is refused on cursor.
+func TestFederationChanges(t *testing.T) {
+	t.Parallel()
+	// No housekeeping tick: no reason rows, no pruning but the test's.
+	p := startPeerServer(t, func(cfg *controller.Config) { cfg.Housekeeping = time.Hour })
+	ctx := context.Background()
+	for _, id := range []string{"r1", "r2"} {
+		p.handoff(p.a, id, "n", handedJob)
+	}
+	p.handoff(p.b, "b1", "n", handedJob)
+	full := p.pull(p.a, berth.ChangeCursor{}, "")
+	if !full.Full || summary(full.Jobs) != "r1:pending r2:pending" || full.Cursor.Epoch == "" || full.Cursor.Tag == "" {
+		t.Fatalf("first pull %+v, want full: r1, r2 pending, and a cursor", full)
+	}
+	cancel := `{"remote_id":"r1","nonce":"n","version":1}`
+	if status, _, data := p.doAuth("POST", "/api/v1/federation/cancels", cancel, p.a); status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", status, data)
+	}
+	p.handoff(p.a, "r3", "n", handedJob)
+	p.handoff(p.b, "b2", "n", handedJob)
+	inc := p.pull(p.a, full.Cursor, "")
+	if inc.Full || inc.From != full.Cursor || summary(inc.Jobs) != "r1:cancelled† r3:pending" || inc.More {
+		t.Fatalf("incremental pull %+v, want from the first cursor: r1 cancelled (tombstone), r3 pending", inc)
+	}
+	if ack, err := p.st.OriginAck(ctx, "a"); err != nil || ack.Seq != full.Cursor.Seq || ack.Tag != full.Cursor.Tag {
+		t.Errorf("ack stored %+v, %v; want the cursor pulled with, %+v", ack, err, full.Cursor)
+	}
+	if page := p.pull(p.a, full.Cursor, "&limit=1"); summary(page.Jobs) != "r1:cancelled†" || !page.More {
+		t.Errorf("pull of 1 row: %+v, want r1's tombstone and more", page)
+	}
+	stale := inc.Cursor
+	stale.Tag = "00000000"
+	if again := p.pull(p.a, stale, ""); !again.Full || summary(again.Jobs) != "r2:pending r3:pending r1:cancelled†" {
+		t.Errorf("pull with a cursor of another tag: %+v, want full: r2, r3 and r1's tombstone (not acknowledged)", again)
+	}
+	p.pull(p.a, inc.Cursor, "") // acknowledges the tombstone
+	if n, err := p.ctl.PruneChangelog(ctx); err != nil || n == 0 {
+		t.Fatalf("prune: %d rows, %v; want the acknowledged ones", n, err)
+	}
+	if old := p.pull(p.a, full.Cursor, ""); !old.Full || summary(old.Jobs) != "r2:pending r3:pending" {
+		t.Errorf("pull with a cursor since pruned: %+v, want full: r2, r3, no acknowledged tombstone", old)
+	}
+	if fromB := p.pull(p.b, berth.ChangeCursor{}, ""); summary(fromB.Jobs) != "b1:pending b2:pending" {
+		t.Errorf("origin b's pull: %+v, want b1 and b2 only", fromB)
+	}
+	status, ctype, data := p.doAuth("GET", "/api/v1/federation/changes?cursor=nonsense", "", p.a)
+	checkError(t, status, ctype, data, http.StatusBadRequest, berth.ECodeInvalid, "cursor")
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/federation"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -21,7 +22,11 @@ import (
 // receiving is the lifecycle's state of the jobs received from federation
 // origins. The zero value holds none. Loop only, but for sweeps.
 type receiving struct {
-	head uint64 // the seq of the last changelog row written
+	epoch string // the store's federation epoch
+	head  uint64 // the seq of the last changelog row written
+	// acks holds the acknowledgement last stored for each origin, so that
+	// a pull that acknowledges nothing new writes nothing.
+	acks map[string]store.OriginAck
 	// reasons holds, for each active received job, the reason its last
 	// changelog row gave, so that a new one is written only when it
 	// changes.
@@ -36,9 +41,11 @@ type receiving struct {
 	sweeps atomic.Uint64
 }
 
-// reception is a job received on the loop and when its batch is durable.
+// reception is a job received on the loop, its creation row and when its
+// batch is durable.
 type reception struct {
 	jobID   string
+	row     berth.ChangeCursor
 	durable <-chan struct{}
 }
 
@@ -81,7 +88,7 @@ func (l *lifecycle) logChange(b *store.Batch, j *berth.Job, attempts int, reason
 // rebuildReceived restores the federation's memory from what the store
 // holds: the changelog's head and the active received jobs. Loop only.
 func (c *Controller) rebuildReceived(a *store.Active) {
-	c.fed.head = a.Federation.Head
+	c.fed.epoch, c.fed.head = a.Federation.Epoch, a.Federation.Head
 	for _, j := range a.Jobs {
 		if j.Origin != nil {
 			if c.fed.reasons == nil {
@@ -134,20 +141,21 @@ func (c *Controller) ReceiveHandoff(ctx context.Context, origin string, req *ber
 	if err != nil {
 		return nil, err
 	}
-	id, existed, err := c.received(ctx, key, func() string {
+	r, existed, err := c.received(ctx, key, func() reception {
 		j := c.createJobs(&sub, be, berth.ActorFrom(ctx))[0]
+		created := c.fx.rows().Federation.Changelog // its row is the last
 		c.write(&store.Batch{Federation: &store.FederationBatch{
 			Received: []store.ReceivedJob{{Origin: origin, RemoteID: key.RemoteID, Nonce: key.Nonce, JobID: j.ID}}}})
-		return j.ID
+		return reception{jobID: j.ID, row: berth.ChangeCursor{Epoch: c.fed.epoch, Seq: c.fed.head, Tag: created[len(created)-1].Tag}}
 	})
 	if err != nil {
 		return nil, err
 	}
-	d, err := c.Job(ctx, id)
+	d, err := c.Job(ctx, r.jobID)
 	if err != nil {
 		return nil, err
 	}
-	return &berth.HandoffResponse{JobID: id, State: d.State, Duplicate: existed}, nil
+	return &berth.HandoffResponse{JobID: r.jobID, State: d.State, Duplicate: existed, CreateRow: r.row}, nil
 }
 
 // checkReceived checks a received job's spec as a submission's is checked
@@ -169,13 +177,13 @@ func (c *Controller) checkReceived(sub *berth.SubmitRequest) (Backend, error) {
 	return be, err
 }
 
-// received returns the id of the job received as key, durable: existed
-// is true when it was received before; otherwise, with create, create
-// makes it on the loop (returning its id) and received returns once it
+// received returns the job received as key, durable (its creation row
+// when known): existed is true when it was received before; otherwise,
+// with create, create makes it on the loop and received returns once it
 // is durable; without create, an unknown key is ECodeNotFound.
-func (c *Controller) received(ctx context.Context, key berth.JobOrigin, create func() string) (id string, existed bool, err error) {
+func (c *Controller) received(ctx context.Context, key berth.JobOrigin, create func() reception) (r reception, existed bool, err error) {
 	type result struct {
-		id            string
+		r             reception
 		existed, gone bool
 	}
 	for {
@@ -183,9 +191,9 @@ func (c *Controller) received(ctx context.Context, key berth.JobOrigin, create f
 		id, err := c.store.ReceivedJobID(ctx, key.Cluster, key.RemoteID, key.Nonce)
 		switch {
 		case err == nil:
-			return id, true, nil
+			return reception{jobID: id}, true, nil
 		case !isNotFound(err):
-			return "", false, fmt.Errorf("look up handoff: %w", err)
+			return reception{}, false, fmt.Errorf("look up handoff: %w", err)
 		}
 		reply := make(chan result, 1)
 		if err := c.do(ctx, func() {
@@ -196,34 +204,35 @@ func (c *Controller) received(ctx context.Context, key berth.JobOrigin, create f
 			r, ok := c.fed.fresh[key]
 			switch {
 			case ok:
-				c.afterCommit(func() { reply <- result{id: r.jobID, existed: true} })
+				c.afterCommit(func() { reply <- result{r: r, existed: true} })
 			case create == nil:
 				reply <- result{gone: true}
 			default:
-				r = reception{jobID: create(), durable: c.durable()}
+				r = create()
+				r.durable = c.durable()
 				if c.fed.fresh == nil {
 					c.fed.fresh = map[berth.JobOrigin]reception{}
 				}
 				c.fed.fresh[key] = r
-				c.afterCommit(func() { reply <- result{id: r.jobID} })
+				c.afterCommit(func() { reply <- result{r: r} })
 			}
 		}); err != nil {
-			return "", false, err
+			return reception{}, false, err
 		}
-		var r result
+		var res result
 		select {
-		case r = <-reply:
+		case res = <-reply:
 		case <-c.failed:
-			return "", false, c.storeFailedError()
+			return reception{}, false, c.storeFailedError()
 		case <-ctx.Done():
-			return "", false, ctx.Err()
+			return reception{}, false, ctx.Err()
 		}
 		switch {
-		case r.gone:
-			return "", false, &berth.Error{Code: berth.ECodeNotFound, Field: "remote_id",
+		case res.gone:
+			return reception{}, false, &berth.Error{Code: berth.ECodeNotFound, Field: "remote_id",
 				Message: fmt.Sprintf("no job received from %s as %s (nonce %s)", key.Cluster, key.RemoteID, key.Nonce)}
-		case r.id != "":
-			return r.id, r.existed, nil
+		case res.r.jobID != "":
+			return res.r, res.existed, nil
 		}
 	}
 }
@@ -253,13 +262,13 @@ func (c *Controller) CancelReceived(ctx context.Context, origin string, fc *bert
 	if err := checkReception(&key); err != nil {
 		return nil, err
 	}
-	id, _, err := c.received(ctx, key, nil)
+	r, _, err := c.received(ctx, key, nil)
 	if err != nil {
 		return nil, err
 	}
-	j, err := c.Cancel(ctx, id)
+	j, err := c.Cancel(ctx, r.jobID)
 	if berth.ErrorCode(err) == berth.ECodeConflict { // already ended
-		d, rerr := c.Job(ctx, id)
+		d, rerr := c.Job(ctx, r.jobID)
 		if rerr != nil {
 			return nil, rerr
 		}
@@ -379,3 +388,63 @@ func (c *Controller) logReasons() {
 		}
 	}
 }
+
+// Changes answers origin's pull of the changes to the jobs it handed over
+// after cursor, up to limit rows (federation.Answer), from the store once
+// every change made so far is durable; it stores what the pull
+// acknowledges, through the loop's committer, before answering. Pulls and
+// the changelog's pruning take turns.
+func (c *Controller) Changes(ctx context.Context, origin string, cursor berth.ChangeCursor, limit int) (*berth.FederationChanges, error) {
+	c.prune.mu.Lock()
+	defer c.prune.mu.Unlock()
+	var (
+		v       changesView
+		written <-chan struct{}
+	)
+	if err := c.do(ctx, func() {
+		v = changesView{FederationStore: c.store, epoch: c.fed.epoch, head: c.fed.head}
+		written = c.durable()
+	}); err != nil {
+		return nil, err
+	}
+	if err := c.awaitDurable(ctx, written); err != nil {
+		return nil, err
+	}
+	ch, ack, err := federation.Answer(ctx, &v, origin, cursor, limit)
+	if err != nil {
+		return nil, err
+	}
+	written = nil
+	if err := c.do(ctx, func() {
+		if c.fed.acks[origin] == ack {
+			return
+		}
+		if c.fed.acks == nil {
+			c.fed.acks = map[string]store.OriginAck{}
+		}
+		c.fed.acks[origin] = ack
+		c.write(&store.Batch{Federation: &store.FederationBatch{Acks: []store.OriginAck{ack}}})
+		written = c.durable()
+	}); err != nil || written == nil {
+		return ch, err
+	}
+	if err := c.awaitDurable(ctx, written); err != nil {
+		return nil, err
+	}
+	return ch, nil
+}
+
+// changesView is the peer's state a changes pull is answered from: the
+// store, its epoch and its head as of a moment every change up to it was
+// durable.
+type changesView struct {
+	store.FederationStore
+	epoch string
+	head  uint64
+}
+
+// Epoch is the store's federation epoch.
+func (v *changesView) Epoch() string { return v.epoch }
+
+// Head is the highest changelog seq durable when the pull began.
+func (v *changesView) Head() uint64 { return v.head }
