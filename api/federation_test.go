@@ -249,14 +249,17 @@ func TestFederationRefusesBadInput(t *testing.T) {
 
 // TestFederationReceivedJobsHaveTheirCreationRow: every received job in
 // the store has its creation row in the changelog (written in its
-// batch), its first, pending; and a cancel ends it with its tombstone.
+// batch), its first, pending, the one its handoff answered.
 func TestFederationReceivedJobsHaveTheirCreationRow(t *testing.T) {
 	t.Parallel()
 	p := startPeerServer(t, nil)
+	created := map[string]berth.ChangeCursor{} // by job: the creation row its handoff answered
 	for _, nonce := range []string{"n1", "n2", "n3"} {
-		if status, _, data := p.handoff(p.a, "a-"+nonce, nonce, handedJob); status != http.StatusCreated {
+		status, h, data := p.handoff(p.a, "a-"+nonce, nonce, handedJob)
+		if status != http.StatusCreated {
 			t.Fatalf("handoff: %d %s", status, data)
 		}
+		created[h.JobID] = h.CreateRow
 	}
 	p.submit(`{"command":["true"]}`, http.StatusCreated) // local: no row
 	ctx := context.Background()
@@ -268,6 +271,9 @@ func TestFederationReceivedJobsHaveTheirCreationRow(t *testing.T) {
 	for _, r := range rows {
 		if _, ok := first[r.Job.JobID]; !ok {
 			first[r.Job.JobID] = r.Job
+			if c := created[r.Job.JobID]; c.Seq != r.Seq || c.Tag != r.Tag || c.Epoch == "" {
+				t.Errorf("job %s: handoff answered creation row %+v, its first row is %d/%s", r.Job.JobID, c, r.Seq, r.Tag)
+			}
 		}
 	}
 	received := 0

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -102,5 +103,54 @@ func TestLocalJobsCostNoFederation(t *testing.T) {
 		h.l.writeJob(js)
 	}); n != 0 {
 		t.Errorf("writing a local job's row allocates %v times, want 0", n)
+	}
+}
+
+// TestReceivedJobsAcrossARestart: a received job that waits gets a
+// changelog row saying why, once per change of its reason; after a
+// restart its repeat is found in the store, and the changelog's seqs go
+// on from the head.
+func TestReceivedJobsAcrossARestart(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ctx := t.Context()
+	spec := berth.DefaultJobSpec()
+	spec.Command = []string{"true"}
+	req := &berth.HandoffRequest{RemoteID: "r1", Nonce: "n1", Job: spec}
+	c, stop := startOn(t, path, now)
+	first, err := c.ReceiveHandoff(ctx, "a", req)
+	if err != nil || first.Duplicate || first.CreateRow.Seq != 1 || first.CreateRow.Tag == "" || first.CreateRow.Epoch == "" {
+		t.Fatalf("handoff: %+v, %v; want a new job and its creation row, seq 1", first, err)
+	}
+	tick := func(c *Controller) []berth.ChangelogRow {
+		t.Helper()
+		var written <-chan struct{}
+		if err := c.do(ctx, func() { c.housekeep(); written = c.durable() }); err != nil {
+			t.Fatal(err)
+		}
+		<-written
+		rows, err := c.store.Changelog(ctx, "a", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rows
+	}
+	rows := tick(c)
+	if len(rows) != 2 || rows[1].Job.State != berth.JobPending || rows[1].Job.Reason == "" || rows[1].Job.JobID != first.JobID {
+		t.Fatalf("rows after a tick %+v, want the creation and a row saying why it waits", rows)
+	}
+	if again := tick(c); len(again) != 2 {
+		t.Errorf("%d rows after a tick with nothing changed, want 2", len(again))
+	}
+	stop()
+	c, _ = startOn(t, path, now)
+	dup, err := c.ReceiveHandoff(ctx, "a", req)
+	if err != nil || !dup.Duplicate || dup.JobID != first.JobID {
+		t.Errorf("repeat after a restart: %+v, %v; want a duplicate of %s", dup, err, first.JobID)
+	}
+	next, err := c.ReceiveHandoff(ctx, "a", &berth.HandoffRequest{RemoteID: "r2", Nonce: "n1", Job: spec})
+	if err != nil || next.CreateRow.Seq != 3 {
+		t.Errorf("handoff after a restart: %+v, %v; want its creation row at seq 3", next, err)
 	}
 }
