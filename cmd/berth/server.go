@@ -80,7 +80,7 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.Policy, "policy", "berth", "scheduling policy: "+strings.Join(scheduler.PolicyNames(), ", "))
 	durationVar(fs, &cfg.ReserveAfter, "reserve-after", def.ReserveAfter, "how long (a `duration`) a job that does not fit waits before it reserves workers (0: never)")
 	durationVar(fs, &cfg.PreemptAfter, "preempt-min-runtime", def.PreemptMinRuntime, "how long (a `duration`) an attempt runs before a higher-priority job may preempt it")
-	fs.Func("peer-user", "ORIGIN=USER: the jobs federation origin ORIGIN (its peer token's name) hands over run as USER\n(repeatable; default: as ORIGIN)", func(v string) error {
+	fs.Func("peer-user", "ORIGIN=USER: the jobs federation origin ORIGIN (its peer token's name) hands over run as USER;\nan origin not mapped: as ORIGIN (repeatable)", func(v string) error {
 		origin, user, ok := strings.Cut(v, "=")
 		switch {
 		case !ok || strings.TrimSpace(origin) != origin || strings.TrimSpace(user) != user || origin == "" || user == "":
