@@ -22,11 +22,13 @@ import (
 )
 
 // Store is what the controller needs of durable storage: the batches of
-// its lifecycle and the reads it rebuilds and answers from, and the worker
-// controls others may write; store.Store is one.
+// its lifecycle and the reads it rebuilds and answers from, the worker
+// controls others may write, and the federation's reads; store.Store is
+// one.
 type Store interface {
 	store.JobStore
 	store.ControlReader
+	store.FederationStore
 }
 
 // Config configures a Controller. Zero durations take the defaults.
@@ -72,6 +74,13 @@ type Config struct {
 	// Secrets, when set, resolves the {{SECRET:NAME}} references of a job
 	// as it is assigned; the values travel in the assignment only.
 	Secrets SecretResolver
+	// PeerUsers maps a federation origin's name to the user the jobs it
+	// hands to this cluster run as; an origin not in it: its own name.
+	PeerUsers map[string]string
+	// ChangelogRetention is how long a changelog row of a received job
+	// that its origin has not acknowledged is kept (tombstones are kept
+	// until acknowledged); 0 keeps every one.
+	ChangelogRetention time.Duration
 }
 
 // Auditor appends events to a durable audit log (the audit package's Log).
@@ -144,6 +153,7 @@ type Controller struct {
 	reserved map[string]string           // worker id → job holding it, from the last full pass
 	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
 	waiters  map[*waiter]struct{}
+	prune    pruning // of the federation changelog
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -356,6 +366,7 @@ func (c *Controller) housekeep() {
 			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
 		}
 	}
+	c.housekeepReceived(now)
 }
 
 // flush carries out the effects of the loop's pass: it commits the batch

@@ -323,6 +323,7 @@ func (c *Controller) rebuild(a *store.Active) {
 	}
 	c.loadQuotas(a.Quotas)
 	c.loadEvents(a.Events)
+	c.rebuildReceived(a)
 	c.stats.loadCounts(a.Counts)
 	c.dirty = true
 }
