@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +196,34 @@ func TestDeletePeerRefusedWhileItHoldsActiveJobs(t *testing.T) {
 	if len(ev) != 2 || ev[0].Type != berth.EventPeerDeleted || ev[0].Peer != "c" || ev[0].Reason != "" ||
 		ev[1].Peer != "b" || ev[1].Reason != "forced with 1 active jobs" {
 		t.Errorf("delete events = %+v", ev)
+	}
+}
+
+func TestPeersSurviveARestart(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 26, 3, 0, 0, 0, time.UTC)
+	path := filepath.Join(t.TempDir(), "berth.db")
+	keys := testKeys(t)
+	c, _, stop := startWithPeers(t, path, now, keys)
+	fp := "sha256:" + strings.Repeat("0f", 32)
+	b := &berth.Peer{Name: "b", URL: "https://127.0.0.1:7443", Token: "secret-b", CAFingerprint: fp, RouteTimeout: berth.Duration(time.Second)}
+	for _, p := range []*berth.Peer{b, {Name: "c", URL: "http://127.0.0.1:7444", Token: "secret-c"}} {
+		if err := c.PutPeer(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.DeletePeer(t.Context(), "c", false); err != nil {
+		t.Fatal(err)
+	}
+	before := peers(t, c)
+	stop()
+
+	c, vault, _ := startWithPeers(t, path, now.Add(time.Hour), keys)
+	after := peers(t, c)
+	if !reflect.DeepEqual(after, before) || len(after) != 1 {
+		t.Fatalf("peers after a restart = %+v, want %+v", after, before)
+	}
+	if tok, err := vault.OpenPeerToken("b", after[0].SealedToken); err != nil || tok != "secret-b" {
+		t.Errorf("b's token after a restart = %q, %v", tok, err)
 	}
 }

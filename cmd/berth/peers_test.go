@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 )
@@ -129,5 +132,52 @@ func TestPeerAddListRm(t *testing.T) {
 	}
 	if list := listJSON[berth.PeerInfo](c, "peers", "-o", "json"); len(list) != 0 {
 		t.Errorf("peers after rm: %+v", list)
+	}
+}
+
+// TestPeersSurviveAServerRestart adds a peer, restarts the server on the
+// same data directory, and finds the peer and its token (sealed with the
+// server's key file) as they were.
+func TestPeersSurviveAServerRestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func() *runningServer {
+		rs, err := startServer(context.Background(), &serverConfig{DataDir: dir, Listen: "127.0.0.1:0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	rs := start()
+	c := &cli{t: t, url: rs.URL}
+	tokenFile := filepath.Join(t.TempDir(), "b.token")
+	if err := os.WriteFile(tokenFile, []byte("peer-secret-b"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := c.run("peer", "add", "b", "--url", "https://127.0.0.1:7443", "--token-file", tokenFile, "--route-timeout", "30s"); code != 0 {
+		t.Fatalf("peer add: exit %d, %q, %q", code, out, errOut)
+	}
+	before := listJSON[berth.PeerInfo](c, "peers", "-o", "json")
+	if err := rs.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	rs = start()
+	t.Cleanup(func() { rs.Close(context.Background()) })
+	c = &cli{t: t, url: rs.URL}
+	after := listJSON[berth.PeerInfo](c, "peers", "-o", "json")
+	if len(after) != 1 || !reflect.DeepEqual(after[0].Peer, before[0].Peer) || after[0].RouteTimeout != berth.Duration(30*time.Second) {
+		t.Fatalf("peers after a restart = %+v, want %+v", after, before)
+	}
+	peers, err := rs.Ctl.Peers(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vault, err := auth.NewVault(t.Context(), rs.store, rs.sec.keys, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := vault.OpenPeerToken("b", peers[0].SealedToken); err != nil || tok != "peer-secret-b" {
+		t.Errorf("b's token after a restart = %q, %v", tok, err)
 	}
 }
