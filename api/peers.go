@@ -14,11 +14,13 @@ type PeerStatuses interface {
 	Status(name string) berth.PeerStatus
 }
 
-// peerInfo returns p, which holds no token, with its live status.
-func (s *Server) peerInfo(p *berth.Peer) *berth.PeerInfo {
+// PeerInfo returns p, its token cleared, with its live status as
+// statuses says: state new when statuses is nil or knows nothing of p (the
+// dashboard shows peers with it too).
+func PeerInfo(p *berth.Peer, statuses PeerStatuses) *berth.PeerInfo {
 	var st berth.PeerStatus
-	if s.PeerStatuses != nil {
-		st = s.PeerStatuses.Status(p.Name)
+	if statuses != nil {
+		st = statuses.Status(p.Name)
 	}
 	if st.State == "" {
 		st.State = berth.PeerNew
@@ -35,7 +37,7 @@ func (s *Server) listPeers(w http.ResponseWriter, r *http.Request) {
 	}
 	out := berth.PeerList{Peers: make([]*berth.PeerInfo, len(peers))}
 	for i, p := range peers {
-		out.Peers[i] = s.peerInfo(p)
+		out.Peers[i] = PeerInfo(p, s.PeerStatuses)
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -49,7 +51,7 @@ func (s *Server) getPeer(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, p := range peers {
 		if p.Name == name {
-			writeJSON(w, http.StatusOK, s.peerInfo(p))
+			writeJSON(w, http.StatusOK, PeerInfo(p, s.PeerStatuses))
 			return
 		}
 	}
@@ -76,7 +78,7 @@ func (s *Server) putPeer(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.peerInfo(&p))
+	writeJSON(w, http.StatusOK, PeerInfo(&p, s.PeerStatuses))
 }
 
 // deletePeer removes a peer: 204; 409 while it holds active jobs, unless
