@@ -181,3 +181,48 @@ func TestPeersSurviveAServerRestart(t *testing.T) {
 		t.Errorf("b's token after a restart = %q, %v", tok, err)
 	}
 }
+
+// TestSubmitCluster checks that --cluster and a job file's cluster reach
+// the server, which refuses a peer it does not know naming cluster, and
+// stores nothing.
+func TestSubmitCluster(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	file := filepath.Join(t.TempDir(), "job.yaml")
+	if err := os.WriteFile(file, []byte("cluster: nowhere\ncommand: [\"true\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"submit", "--cluster", "nowhere", "--", "true"}, {"submit", "-f", file}} {
+		code, out, errOut := c.run(args...)
+		if code != exitUsage || out != "" || !strings.HasPrefix(errOut, "berth: cluster: ") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("berth %s: exit %d, %q, %q; want 2 and one line naming cluster", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	if jobs := c.listJobs(); len(jobs) != 0 {
+		t.Errorf("jobs stored: %+v", jobs)
+	}
+}
+
+// TestPrintHandoffs checks what berth job shows of a federated job's
+// handles: the peer, and each incarnation's state, ids, nonce and error.
+func TestPrintHandoffs(t *testing.T) {
+	t.Parallel()
+	j := seedJob("01KAAAAAAAAAAAAAAAAAAAAAA1", "b", berth.JobPending)
+	d := &berth.JobDetail{Job: j, Handoffs: []*berth.Handoff{
+		{JobID: j.ID, Incarnation: 1, Peer: "b", RemoteID: j.ID, Nonce: "n1", State: berth.HandoffLost, RemoteJobID: "01KBBBBBBBBBBBBBBBBBBBBBB1", LastError: "unheard for 1h"},
+		{JobID: j.ID, Incarnation: 2, Peer: "b", RemoteID: j.ID, Nonce: "n2", State: berth.HandoffPending},
+	}}
+	var out strings.Builder
+	printHandoffs(&out, d)
+	rows := fields(out.String())
+	if len(rows) != 6 || strings.Join(rows[0], " ") != "Cluster: b (handed to this federation peer)" || strings.Join(rows[2], " ") != "Handoffs:" ||
+		strings.Join(rows[4], " ") != "1 b lost "+j.ID+" 01KBBBBBBBBBBBBBBBBBBBBBB1 n1 unheard for 1h" ||
+		strings.Join(rows[5], " ") != "2 b pending_handoff "+j.ID+" - n2 -" {
+		t.Errorf("printHandoffs:\n%s", out.String())
+	}
+	out.Reset()
+	printHandoffs(&out, &berth.JobDetail{Job: j})
+	if !strings.Contains(out.String(), "Handoff:   none yet") {
+		t.Errorf("printHandoffs of a job not yet handed off:\n%s", out.String())
+	}
+}
