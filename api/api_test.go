@@ -80,7 +80,7 @@ func startController(t *testing.T, dir string, security func(store.Store) *api.S
 		}
 	})
 	sec := security(st)
-	cfg := controller.Config{Store: st, Secrets: sec.Secrets}
+	cfg := controller.Config{Store: st, Secrets: sec.Secrets, PeerTokens: sec.Secrets}
 	for _, edit := range edits {
 		edit(&cfg)
 	}

@@ -81,6 +81,9 @@ type Config struct {
 	// that its origin has not acknowledged is kept (tombstones are kept
 	// until acknowledged); 0 keeps every one.
 	ChangelogRetention time.Duration
+	// PeerTokens, when set, seals federation peers' tokens (PutPeer);
+	// without it a peer with a token cannot be stored.
+	PeerTokens PeerSealer
 }
 
 // Auditor appends events to a durable audit log (the audit package's Log).
@@ -154,6 +157,7 @@ type Controller struct {
 	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
 	waiters  map[*waiter]struct{}
 	prune    pruning // of the federation changelog
+	peers    peerSet // federation peers (peers.go)
 
 	logMu     sync.Mutex
 	logNotify chan struct{}

@@ -322,6 +322,7 @@ func (c *Controller) rebuild(a *store.Active) {
 		c.enqueue(js)
 	}
 	c.loadQuotas(a.Quotas)
+	c.loadPeers(a.Federation.Peers)
 	c.loadEvents(a.Events)
 	c.rebuildReceived(a)
 	c.stats.loadCounts(a.Counts)
