@@ -144,6 +144,7 @@ type Controller struct {
 	reserved map[string]string           // worker id → job holding it, from the last full pass
 	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
 	waiters  map[*waiter]struct{}
+	fed      fedState // the origin's federation (federation.go)
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -188,7 +189,7 @@ func New(cfg Config) *Controller {
 		logNotify: make(chan struct{}),
 	}
 	c.pool = &agentPool{l: &c.lifecycle, cfg: &c.cfg}
-	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm}
+	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm, stopFederated: c.stopFederated}
 	return c
 }
 

@@ -96,12 +96,19 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 			c.afterCommit(func() { reply <- result{sub: &Submission{Jobs: jobs, Replayed: true}} })
 			return
 		}
-		warnings, err := c.fits(&req.JobSpec, req.HoldUntilFits)
+		pl, warnings, err := c.route(&req.JobSpec, req.HoldUntilFits)
 		if err != nil {
 			reply <- result{err: err} // nothing written
 			return
 		}
-		sub := &Submission{Jobs: c.createJobs(req, be, berth.ActorFrom(ctx)), Warnings: append(c.queueWarnings(req.Queue), warnings...)}
+		create := req
+		if pl.peer != "" && !pl.pinned {
+			routed := *req
+			routed.Cluster = pl.peer
+			create = &routed
+		}
+		sub := &Submission{Jobs: c.createJobs(create, be, berth.ActorFrom(ctx)), Warnings: append(c.queueWarnings(req.Queue), warnings...)}
+		c.federate(sub.Jobs, pl)
 		c.afterCommit(func() { reply <- result{sub: sub} })
 	}); err != nil {
 		return nil, err
@@ -137,7 +144,11 @@ func checkReplay(req *berth.SubmitRequest, first *berth.Job, n int) error {
 	if err != nil {
 		return fmt.Errorf("idempotency check: encode request: %w", err)
 	}
-	got, err := json.Marshal(&first.JobSpec)
+	spec := first.JobSpec
+	if req.Cluster == "" {
+		spec.Cluster = "" // routed to a peer: the request named none
+	}
+	got, err := json.Marshal(&spec)
 	if err != nil {
 		return fmt.Errorf("idempotency check: encode job %s: %w", first.ID, err)
 	}
