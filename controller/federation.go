@@ -136,7 +136,9 @@ func (c *Controller) settle(id string) {
 // that creates the job, at submit). The job leaves the queue. Loop only.
 func (c *Controller) handOff(js *jobState, peer string, now time.Time) {
 	j := js.job
-	c.queue.Remove(js.task)
+	if js.task != nil {
+		c.queue.Remove(js.task)
+	}
 	js.incarnation++
 	h := &berth.Handoff{JobID: j.ID, Incarnation: js.incarnation, Peer: peer, RemoteID: j.ID, Nonce: rand.Text(),
 		State: berth.HandoffPending, CreatedAt: now}
@@ -266,51 +268,44 @@ func (c *Controller) stopFederated(js *jobState, requested string, now time.Time
 // incarnation's cancel, so that the peer hears the cancel first.
 func (c *Controller) FederationWork(ctx context.Context, peer string) (*FederationWork, error) {
 	var w *FederationWork
-	var written <-chan struct{}
-	if err := c.do(ctx, func() {
-		w = &FederationWork{Cursor: c.fed.cursors[peer]}
-		now := c.now().UTC()
-		wrote := false
-		for _, id := range slices.Sorted(maps.Keys(c.fed.handles)) {
-			held := false
-			for _, h := range c.fed.handles[id] {
-				if h.Peer != peer {
-					continue
-				}
-				if cancelOwed(h) {
-					cp := *h
-					w.Cancels = append(w.Cancels, &cp)
-					held = true
-					continue
-				}
-				js := c.jobs[id]
-				if h == c.currentHandle(id) {
-					w.Active++
-				}
-				if h.State != berth.HandoffPending || h.CancelVersion > 0 || js == nil || held || h != c.currentHandle(id) {
-					continue
-				}
-				if !h.Sent {
-					h.Sent = true
-					c.writeHandle(h, now)
-					wrote = true
-				}
-				cp := *h
-				w.Deliver = append(w.Deliver, Delivery{Handoff: &cp, Spec: js.job.JobSpec})
-			}
-		}
-		if wrote {
-			written = c.durable()
-		}
-	}); err != nil {
+	if err := c.doDurable(ctx, func() { w = c.work(peer) }); err != nil {
 		return nil, err
 	}
-	if written != nil {
-		if err := c.awaitDurable(ctx, written); err != nil {
-			return nil, err
+	return w, nil
+}
+
+// work is FederationWork on the loop.
+func (c *Controller) work(peer string) *FederationWork {
+	w := &FederationWork{Cursor: c.fed.cursors[peer]}
+	now := c.now().UTC()
+	for _, id := range slices.Sorted(maps.Keys(c.fed.handles)) {
+		held := false
+		for _, h := range c.fed.handles[id] {
+			if h.Peer != peer {
+				continue
+			}
+			if cancelOwed(h) {
+				cp := *h
+				w.Cancels = append(w.Cancels, &cp)
+				held = true
+				continue
+			}
+			cur := h == c.currentHandle(id)
+			if cur {
+				w.Active++
+			}
+			if !cur || h.State != berth.HandoffPending || h.CancelVersion > 0 || held {
+				continue
+			}
+			if !h.Sent {
+				h.Sent = true
+				c.writeHandle(h, now)
+			}
+			cp := *h
+			w.Deliver = append(w.Deliver, Delivery{Handoff: &cp, Spec: c.jobs[id].job.JobSpec})
 		}
 	}
-	return w, nil
+	return w
 }
 
 // RecordHandoff records the outcome of a delivery of h (JobID,
@@ -323,57 +318,60 @@ func (c *Controller) FederationWork(ctx context.Context, peer string) (*Federati
 // (cancelled, lost, ended) is an ECodeConflict error: it must not be sent.
 func (c *Controller) RecordHandoff(ctx context.Context, h *berth.Handoff) error {
 	var err error
-	if derr := c.doDurable(ctx, func() {
-		held := c.handleOf(h.JobID, h.Incarnation)
-		if h.State == berth.HandoffPending && h.Sent && (held == nil || !held.Sent) {
-			if held == nil || held != c.currentHandle(h.JobID) || held.State != berth.HandoffPending || held.CancelVersion > 0 {
-				err = &berth.Error{Code: berth.ECodeConflict, Field: "job_id",
-					Message: fmt.Sprintf("the handoff of job %s (incarnation %d) is no longer to be delivered", h.JobID, h.Incarnation)}
-				return
-			}
-			held.Sent = true
-			c.writeHandle(held, c.now().UTC())
-		}
-		if held == nil {
-			return
-		}
-		now := c.now().UTC()
-		switch h.State {
-		case berth.HandoffDone:
-			if held.RemoteJobID == h.RemoteJobID && held.State != berth.HandoffPending {
-				return
-			}
-			held.RemoteJobID, held.LastError = h.RemoteJobID, ""
-			if held.State == berth.HandoffPending {
-				held.State = berth.HandoffDone
-			}
-			if js := c.jobs[h.JobID]; js != nil && held == c.currentHandle(h.JobID) && js.job.State == berth.JobPending && !js.cancelRequested() {
-				js.job.Reason = fmt.Sprintf("handed off to peer %s (its job %s)", held.Peer, h.RemoteJobID)
-				b := c.fx.rows()
-				b.JobUpdates = append(b.JobUpdates, js.update())
-			}
-			c.writeHandle(held, now)
-		case berth.HandoffRejected:
-			if held.State != berth.HandoffPending {
-				return
-			}
-			cur := held == c.currentHandle(h.JobID)
-			held.State, held.LastError = berth.HandoffRejected, h.LastError
-			c.writeHandle(held, now)
-			if cur {
-				c.finishJob(c.jobs[h.JobID], berth.JobFailed, nil, fmt.Sprintf("rejected by peer %s: %s", held.Peer, h.LastError), now)
-			}
-			c.settle(h.JobID)
-		default:
-			if held.LastError != h.LastError {
-				held.LastError = h.LastError
-				c.writeHandle(held, now)
-			}
-		}
-	}); derr != nil {
+	if derr := c.doDurable(ctx, func() { err = c.recordHandoff(h) }); derr != nil {
 		return derr
 	}
 	return err
+}
+
+// recordHandoff is RecordHandoff on the loop.
+func (c *Controller) recordHandoff(h *berth.Handoff) error {
+	held := c.handleOf(h.JobID, h.Incarnation)
+	if h.State == berth.HandoffPending && h.Sent && (held == nil || !held.Sent) {
+		if held == nil || held != c.currentHandle(h.JobID) || held.State != berth.HandoffPending || held.CancelVersion > 0 {
+			return &berth.Error{Code: berth.ECodeConflict, Field: "job_id",
+				Message: fmt.Sprintf("the handoff of job %s (incarnation %d) is no longer to be delivered", h.JobID, h.Incarnation)}
+		}
+		held.Sent = true
+		c.writeHandle(held, c.now().UTC())
+	}
+	if held == nil {
+		return nil
+	}
+	now := c.now().UTC()
+	switch h.State {
+	case berth.HandoffDone:
+		if held.RemoteJobID == h.RemoteJobID && held.State != berth.HandoffPending {
+			return nil
+		}
+		held.RemoteJobID, held.LastError = h.RemoteJobID, ""
+		if held.State == berth.HandoffPending {
+			held.State = berth.HandoffDone
+		}
+		if js := c.jobs[h.JobID]; js != nil && held == c.currentHandle(h.JobID) && js.job.State == berth.JobPending && !js.cancelRequested() {
+			js.job.Reason = fmt.Sprintf("handed off to peer %s (its job %s)", held.Peer, h.RemoteJobID)
+			b := c.fx.rows()
+			b.JobUpdates = append(b.JobUpdates, js.update())
+		}
+		c.writeHandle(held, now)
+	case berth.HandoffRejected:
+		if held.State != berth.HandoffPending {
+			return nil
+		}
+		cur := held == c.currentHandle(h.JobID)
+		held.State, held.LastError = berth.HandoffRejected, h.LastError
+		c.writeHandle(held, now)
+		if cur {
+			c.finishJob(c.jobs[h.JobID], berth.JobFailed, nil, fmt.Sprintf("rejected by peer %s: %s", held.Peer, h.LastError), now)
+		}
+		c.settle(h.JobID)
+	default:
+		if held.LastError != h.LastError {
+			held.LastError = h.LastError
+			c.writeHandle(held, now)
+		}
+	}
+	return nil
 }
 
 // RecordCancelAck records that the peer acknowledged the cancel of
@@ -383,32 +381,38 @@ func (c *Controller) RecordHandoff(ctx context.Context, h *berth.Handoff) error 
 // either cancelled it or never had it. One it acknowledged ends when the
 // peer reports its end.
 func (c *Controller) RecordCancelAck(ctx context.Context, jobID string, incarnation, version int) error {
-	return c.doDurable(ctx, func() {
-		h := c.handleOf(jobID, incarnation)
-		if h == nil || version <= h.CancelAcked {
-			return
-		}
-		now := c.now().UTC()
-		h.CancelAcked = version
-		c.writeHandle(h, now)
-		if js := c.jobs[jobID]; js != nil && h == c.currentHandle(jobID) && h.State == berth.HandoffPending && js.cancelRequested() {
-			c.finishJob(js, berth.JobCancelled, nil, cancelledFor(js.job.Reason), now)
-		}
-		c.settle(jobID)
-	})
+	return c.doDurable(ctx, func() { c.recordCancelAck(jobID, incarnation, version) })
+}
+
+// recordCancelAck is RecordCancelAck on the loop.
+func (c *Controller) recordCancelAck(jobID string, incarnation, version int) {
+	h := c.handleOf(jobID, incarnation)
+	if h == nil || version <= h.CancelAcked {
+		return
+	}
+	now := c.now().UTC()
+	h.CancelAcked = version
+	c.writeHandle(h, now)
+	if js := c.jobs[jobID]; js != nil && h == c.currentHandle(jobID) && h.State == berth.HandoffPending && js.cancelRequested() {
+		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(js.job.Reason), now)
+	}
+	c.settle(jobID)
 }
 
 // PeerLost declares every job in peer's hands lost (the peer went unheard
 // past its lost timeout) and returns once that is durable: see lose.
 func (c *Controller) PeerLost(ctx context.Context, peer string) error {
-	return c.doDurable(ctx, func() {
-		now := c.now().UTC()
-		for _, id := range slices.Sorted(maps.Keys(c.fed.handles)) {
-			if h := c.currentHandle(id); h != nil && h.Peer == peer {
-				c.lose(c.jobs[id], h, fmt.Sprintf("peer %s unheard past its lost timeout", peer), now)
-			}
+	return c.doDurable(ctx, func() { c.peerLost(peer) })
+}
+
+// peerLost is PeerLost on the loop.
+func (c *Controller) peerLost(peer string) {
+	now := c.now().UTC()
+	for _, id := range slices.Sorted(maps.Keys(c.fed.handles)) {
+		if h := c.currentHandle(id); h != nil && h.Peer == peer {
+			c.lose(c.jobs[id], h, fmt.Sprintf("peer %s unheard past its lost timeout", peer), now)
 		}
-	})
+	}
 }
 
 // lose marks h, the live handle of js, lost for why. A handle that was
@@ -464,32 +468,35 @@ func (c *Controller) reroute(js *jobState, why string, now time.Time) {
 // could ever run and that a peer now fits (after a capability heartbeat
 // changed), and returns once that is durable. Children stay here.
 func (c *Controller) RouteWaiting(ctx context.Context) error {
-	return c.doDurable(ctx, func() {
-		if c.fed.f == nil {
-			return
+	return c.doDurable(ctx, c.routeWaiting)
+}
+
+// routeWaiting is RouteWaiting on the loop.
+func (c *Controller) routeWaiting() {
+	if c.fed.f == nil {
+		return
+	}
+	now := c.now().UTC()
+	var ids []string
+	for id, js := range c.jobs {
+		if j := js.job; j.State == berth.JobPending && j.Parent == "" && !js.federated() && !js.placed() && !js.cancelRequested() {
+			ids = append(ids, id)
 		}
-		now := c.now().UTC()
-		var ids []string
-		for id, js := range c.jobs {
-			if j := js.job; j.State == berth.JobPending && j.Parent == "" && !js.federated() && !js.placed() && !js.cancelRequested() {
-				ids = append(ids, id)
-			}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		js := c.jobs[id]
+		if unfit, seen := c.neverFits(&js.job.JobSpec); seen && unfit == nil {
+			continue
 		}
-		slices.Sort(ids)
-		for _, id := range ids {
-			js := c.jobs[id]
-			if unfit, seen := c.neverFits(&js.job.JobSpec); seen && unfit == nil {
-				continue
-			}
-			if peer, _ := c.fed.f.Route(&js.job.JobSpec); peer != "" {
-				delete(c.restarting, js)
-				js.restartAt = time.Time{}
-				c.handOff(js, peer, now)
-				b := c.fx.rows()
-				b.JobUpdates = append(b.JobUpdates, js.update())
-			}
+		if peer, _ := c.fed.f.Route(&js.job.JobSpec); peer != "" {
+			delete(c.restarting, js)
+			js.restartAt = time.Time{}
+			c.handOff(js, peer, now)
+			b := c.fx.rows()
+			b.JobUpdates = append(b.JobUpdates, js.update())
 		}
-	})
+	}
 }
 
 // doDurable runs fn on the loop and returns once what it wrote is
