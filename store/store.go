@@ -152,6 +152,7 @@ type Store interface {
 	CredentialStore
 	ArbiterStore
 	WebhookStore
+	FederationStore
 
 	// Close releases the store.
 	Close() error
@@ -404,7 +405,8 @@ func (b *Batch) Compact() {
 // Deduplicated returns a batch with the writes of b less those a later
 // write of the same list supersedes: the last update of each job, the last
 // upsert of each attempt, worker, quota rule and worker control, the last
-// progress of each attempt and each quota delete once. b is not changed;
+// progress of each attempt, each quota delete once, and the federation's
+// (FederationBatch.deduplicated). b is not changed;
 // the lists of the result may share b's arrays. Applying each list of the
 // result as one set-based statement, in the order of sqlstore.Steps,
 // leaves what applying b does.
@@ -417,6 +419,7 @@ func (b *Batch) Deduplicated() *Batch {
 	d.QuotaDeletes = lastByID(b.QuotaDeletes, func(id string) string { return id })
 	d.Controls = lastByID(b.Controls, func(c *berth.WorkerControl) string { return c.ID() })
 	d.Progress = lastByID(b.Progress, func(p AttemptProgress) string { return p.AttemptID })
+	d.Federation = b.Federation.deduplicated()
 	return &d
 }
 
