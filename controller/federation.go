@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/federation"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/store"
 )
@@ -341,10 +342,13 @@ func (c *Controller) recordHandoff(h *berth.Handoff) error {
 	now := c.now().UTC()
 	switch h.State {
 	case berth.HandoffDone:
-		if held.RemoteJobID == h.RemoteJobID && held.State != berth.HandoffPending {
+		if held.RemoteJobID == h.RemoteJobID && held.State != berth.HandoffPending && ((h.CreateRow == berth.ChangeCursor{}) || held.CreateRow == h.CreateRow) {
 			return nil
 		}
 		held.RemoteJobID, held.LastError = h.RemoteJobID, ""
+		if !(h.CreateRow == berth.ChangeCursor{}) {
+			held.CreateRow = h.CreateRow
+		}
 		if held.State == berth.HandoffPending {
 			held.State = berth.HandoffDone
 		}
@@ -567,6 +571,51 @@ func (c *Controller) federatedUsage(ws []*scheduler.Worker) []*scheduler.Worker 
 	return append(ws, w)
 }
 
+// ApplyChanges mirrors an answer of peer to a changes pull (see
+// federation.Reconcile): each job's row moves its job here (applyMirror),
+// a handle the peer no longer knows is lost (lose), a lost handle the
+// peer reports ended owes no more cancel; and the new cursor is written
+// in the same batch as all that. It returns once that is durable.
+func (c *Controller) ApplyChanges(ctx context.Context, peer string, ch *berth.FederationChanges) error {
+	return c.doDurable(ctx, func() { c.applyChanges(peer, ch) })
+}
+
+// applyChanges is ApplyChanges on the loop.
+func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
+	var held []*berth.Handoff
+	for _, hs := range c.fed.handles {
+		for _, h := range hs {
+			if h.Peer == peer && h.Sent && (h == c.currentHandle(h.JobID) || cancelOwed(h)) {
+				held = append(held, h)
+			}
+		}
+	}
+	updates, gone := federation.Reconcile(held, ch)
+	now := c.now().UTC()
+	for i := range updates {
+		u := &updates[i]
+		h, js := u.Handoff, c.jobs[u.Handoff.JobID]
+		switch {
+		case js != nil && h == c.currentHandle(h.JobID):
+			c.applyMirror(js, h, &u.Job, now)
+		case u.Job.State.Terminal() && cancelOwed(h): // ended there: nothing left to cancel
+			h.CancelAcked = h.CancelVersion
+			c.writeHandle(h, now)
+			c.settle(h.JobID)
+		}
+	}
+	for _, h := range gone {
+		if js := c.jobs[h.JobID]; js != nil && h == c.currentHandle(h.JobID) {
+			c.lose(js, h, fmt.Sprintf("peer %s no longer knows it", peer), now)
+		}
+	}
+	if c.fed.cursors == nil {
+		c.fed.cursors = map[string]berth.ChangeCursor{}
+	}
+	c.fed.cursors[peer] = ch.Cursor
+	c.write(&store.Batch{Federation: &store.FederationBatch{Cursors: []store.PeerCursor{{Peer: peer, Cursor: ch.Cursor}}}})
+}
+
 // applyMirror makes js, the job of the live handle h, what its peer
 // reports of it (rj), through transitionJob: running, pending again (the
 // peer retries it), or ended, which settles the handle (a job that ended
@@ -594,6 +643,7 @@ func (c *Controller) applyMirror(js *jobState, h *berth.Handoff, rj *berth.Remot
 		}
 		c.finishJob(js, rj.State, rj.ExitCode, reason, cmp.Or(rj.FinishedAt, now))
 		c.settle(j.ID)
+		c.dirty = len(c.quotas) > 0 || c.dirty // its quota use is freed
 		return
 	}
 	if !js.cancelRequested() {

@@ -1,11 +1,18 @@
 package controller
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/sqlite"
+	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -418,5 +425,345 @@ func TestMarkingACancelledHandoffSentIsRefused(t *testing.T) {
 	h.step(func() { err = h.c.recordHandoff(&hd) })
 	if berth.ErrorCode(err) != berth.ECodeConflict {
 		t.Errorf("marking a cancelled handle sent: %v, want a conflict", err)
+	}
+}
+
+// deliver hands the job of js to its peer as the manager does: work,
+// then the peer's acknowledgement with its id remote; it returns the
+// handle as acknowledged.
+func (h *harness) deliver(js *jobState, remote string) berth.Handoff {
+	h.t.Helper()
+	for _, d := range h.work(js.job.Cluster).Deliver {
+		if d.Handoff.JobID != js.job.ID {
+			continue
+		}
+		hd := *d.Handoff
+		hd.State, hd.RemoteJobID = berth.HandoffDone, remote
+		h.step(func() {
+			if err := h.c.recordHandoff(&hd); err != nil {
+				h.t.Fatal(err)
+			}
+		})
+		return hd
+	}
+	h.t.Fatalf("job %s not delivered", js.job.ID)
+	return berth.Handoff{}
+}
+
+// apply applies ch from peer as ApplyChanges does on the loop, and
+// returns the batch it wrote.
+func (h *harness) apply(peer string, ch *berth.FederationChanges) *store.Batch {
+	h.t.Helper()
+	n := len(h.batches)
+	h.step(func() { h.c.applyChanges(peer, ch) })
+	if len(h.batches) != n+1 {
+		h.t.Fatalf("applying changes wrote %d batches, want 1", len(h.batches)-n)
+	}
+	return h.batches[n]
+}
+
+// TestApplyChangesMirrorsAndMovesTheCursorInOneBatch applies a peer's
+// changes: the job runs, then ends, through the lifecycle (events,
+// counters, waiters), each with the new cursor in the same batch.
+func TestApplyChangesMirrorsAndMovesTheCursorInOneBatch(t *testing.T) {
+	t.Parallel()
+	h := newFederationHarness(t, &fakeFederation{peer: "b"})
+	js := h.handedOff(gpuJob(1, nil))
+	id := js.job.ID
+	hd := h.deliver(js, "B-7")
+	started := h.clock.Now().Add(-time.Second).UTC()
+	row := func(st berth.JobState, seq uint64) *berth.FederationChanges {
+		rj := berth.RemoteJob{RemoteID: id, Nonce: hd.Nonce, JobID: "B-7", State: st, Attempts: 1, StartedAt: started}
+		if st.Terminal() {
+			code := 3
+			rj.ExitCode, rj.Reason, rj.FinishedAt, rj.Tombstone = &code, "exit code 3", started.Add(time.Minute), true
+		}
+		return &berth.FederationChanges{Jobs: []berth.RemoteJob{rj}, From: berth.ChangeCursor{Epoch: "e", Seq: seq - 1, Tag: "t"},
+			Cursor: berth.ChangeCursor{Epoch: "e", Seq: seq, Tag: "t"}}
+	}
+	b := h.apply("b", row(berth.JobRunning, 2))
+	if len(b.JobUpdates) != 1 || b.JobUpdates[0].State != berth.JobRunning || len(b.Federation.Cursors) != 1 || b.Federation.Cursors[0].Cursor.Seq != 2 {
+		t.Fatalf("batch %+v / %+v, want the job running and the cursor at 2 together", b.JobUpdates, b.Federation)
+	}
+	if js.job.State != berth.JobRunning || !js.job.StartedAt.Equal(started) || h.counts()[berth.JobRunning] != 1 {
+		t.Fatalf("job %s started %v, counts %v; want running", js.job.State, js.job.StartedAt, h.counts())
+	}
+	h.event(berth.EventJobRunning, id)
+	b = h.apply("b", row(berth.JobFailed, 3))
+	if len(b.JobUpdates) != 1 || b.JobUpdates[0].State != berth.JobFailed || b.Federation.Cursors[0].Cursor.Seq != 3 {
+		t.Fatalf("batch %+v / %+v, want the job failed and the cursor at 3 together", b.JobUpdates, b.Federation)
+	}
+	if js.job.State != berth.JobFailed || *js.job.ExitCode != 3 || js.job.Reason != "exit code 3" || h.c.jobs[id] != nil {
+		t.Errorf("job %+v, want failed with exit code 3, gone from memory", js.job)
+	}
+	h.event(berth.EventJobFailed, id)
+	if h.c.fed.cursors["b"].Seq != 3 || len(h.c.fed.handles) != 0 {
+		t.Errorf("cursor %+v, handles %v; want 3 and none", h.c.fed.cursors["b"], h.c.fed.handles)
+	}
+	// A row of another nonce (an older incarnation) moves nothing.
+	js2 := h.handedOff(gpuJob(1, nil))
+	h.deliver(js2, "B-8")
+	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js2.job.ID, Nonce: "other", State: berth.JobSucceeded}},
+		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 4, Tag: "t"}, From: berth.ChangeCursor{Epoch: "e", Seq: 3, Tag: "t"}})
+	if js2.job.State != berth.JobPending {
+		t.Errorf("a row of another nonce moved the job to %s", js2.job.State)
+	}
+}
+
+// TestFullResyncLosesWhatThePeerNoLongerKnows: a full answer without a
+// job handed off loses its handle, and the job, with a retry left, is
+// routed again.
+func TestFullResyncLosesWhatThePeerNoLongerKnows(t *testing.T) {
+	t.Parallel()
+	fed := &fakeFederation{peer: "b"}
+	h := newFederationHarness(t, fed)
+	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
+	h.deliver(js, "B-1")
+	fed.peer = "c"
+	h.apply("b", &berth.FederationChanges{Full: true, Cursor: berth.ChangeCursor{Epoch: "e2", Seq: 9, Tag: "t"}})
+	hs := h.c.fed.handles[js.job.ID]
+	if len(hs) != 2 || hs[0].State != berth.HandoffLost || hs[1].Peer != "c" || js.job.Cluster != "c" {
+		t.Fatalf("handles %+v, cluster %q; want the first lost and the job routed to c", hs, js.job.Cluster)
+	}
+	if !strings.Contains(hs[0].LastError, "no longer knows") {
+		t.Errorf("lost handle's error %q", hs[0].LastError)
+	}
+}
+
+// TestPeerLostRoutesAgainAndCancelsFirst loses a peer holding a job with
+// a retry left: its handle is lost with a cancel intent, and the job, a
+// new incarnation with a new nonce, goes to the peer routing picks now.
+// When that is the lost peer, back, the old cancel comes first and the
+// new handoff waits for its acknowledgement.
+func TestPeerLostRoutesAgainAndCancelsFirst(t *testing.T) {
+	t.Parallel()
+	states := map[string]berth.PeerState{"b": berth.PeerReady}
+	fed := &fakeFederation{peer: "b", states: states}
+	h := newFederationHarness(t, fed)
+	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
+	id := js.job.ID
+	first := h.deliver(js, "B-1")
+	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: id, Nonce: first.Nonce, JobID: "B-1", State: berth.JobRunning}},
+		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 1, Tag: "t"}})
+	h.step(func() { h.c.peerLost("b") })
+	lost := h.storedHandles(id)
+	old := lost[len(lost)-2]
+	second := lost[len(lost)-1]
+	if old.Incarnation != 1 || old.State != berth.HandoffLost || old.CancelVersion != 1 {
+		t.Fatalf("old handle %+v, want lost with a cancel intent", old)
+	}
+	if second.Incarnation != 2 || second.Nonce == first.Nonce || second.Peer != "b" || second.State != berth.HandoffPending {
+		t.Fatalf("new handle %+v, want incarnation 2 to b with a new nonce", second)
+	}
+	if js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "lost: peer b unheard") {
+		t.Errorf("job %s %q, want pending again, lost", js.job.State, js.job.Reason)
+	}
+	h.event(berth.EventJobRequeued, id)
+	w := h.work("b")
+	if len(w.Cancels) != 1 || w.Cancels[0].Incarnation != 1 || len(w.Deliver) != 0 {
+		t.Fatalf("work %+v, want the old cancel and the new handoff held", w)
+	}
+	h.step(func() { h.c.recordCancelAck(id, 1, 1) })
+	w = h.work("b")
+	if len(w.Cancels) != 0 || len(w.Deliver) != 1 || w.Deliver[0].Handoff.Incarnation != 2 {
+		t.Fatalf("work after the ack %+v, want the new handoff", w)
+	}
+	if js.job.State != berth.JobPending {
+		t.Errorf("the old incarnation's cancel ack moved the job to %s", js.job.State)
+	}
+}
+
+// TestPeerLostWithoutRetriesFails: a job with no retry left fails, lost;
+// the peer is still told to cancel it.
+func TestPeerLostWithoutRetriesFails(t *testing.T) {
+	t.Parallel()
+	h := newFederationHarness(t, &fakeFederation{peer: "b"})
+	js := h.handedOff(gpuJob(1, nil))
+	h.deliver(js, "B-1")
+	h.step(func() { h.c.peerLost("b") })
+	if js.job.State != berth.JobFailed || !strings.HasPrefix(js.job.Reason, "lost: peer b unheard") {
+		t.Fatalf("job %s %q, want failed, lost", js.job.State, js.job.Reason)
+	}
+	if w := h.work("b"); len(w.Cancels) != 1 || len(w.Deliver) != 0 {
+		t.Errorf("work %+v, want the cancel only", w)
+	}
+}
+
+// TestRouteWaitingHandsOffWhenAPeerFits: a job waiting here, which no
+// worker here can run, is handed off once a peer fits it.
+func TestRouteWaitingHandsOffWhenAPeerFits(t *testing.T) {
+	t.Parallel()
+	fed := &fakeFederation{why: "b: no GPU"}
+	h := newFederationHarness(t, fed)
+	sub, err := h.admit(gpuJob(1, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fits := h.submit(nil, "true") // one a worker here can run: stays
+	id := sub.Jobs[0].ID
+	h.step(h.c.routeWaiting)
+	if h.c.jobs[id].federated() {
+		t.Fatal("routed while no peer fits")
+	}
+	fed.peer = "b"
+	h.step(h.c.routeWaiting)
+	js := h.c.jobs[id]
+	if !js.federated() || js.job.Cluster != "b" || h.lastHandle(id).Incarnation != 1 {
+		t.Fatalf("job %+v, want handed to b", js.job)
+	}
+	if f := h.c.jobs[fits.ID]; f != nil && f.federated() {
+		t.Error("a job a worker here can run was routed")
+	}
+	if h.c.queue.Len() != 0 && js.task != nil && js.placed() {
+		t.Error("the routed job is still queued")
+	}
+}
+
+// TestCancelTreeWithFederatedChild cancels a local parent whose child was
+// pinned to a peer and delivered: the child's cancel goes to the peer.
+func TestCancelTreeWithFederatedChild(t *testing.T) {
+	t.Parallel()
+	h := newFederationHarness(t, &fakeFederation{states: map[string]berth.PeerState{"b": berth.PeerReady}})
+	parent := h.submit(func(s *berth.JobSpec) { s.Resources.GPUs = 0; s.Command = berth.Argv{"sleep", "9"} }, "driver")
+	kid := h.handedOff(gpuJob(0, func(r *berth.SubmitRequest) { r.Parent, r.Cluster = parent.ID, "b" }))
+	h.deliver(kid, "B-1")
+	h.cancel(h.c.jobs[parent.ID])
+	if !kid.cancelRequested() || kid.job.State.Terminal() {
+		t.Fatalf("child %s %q, want cancel requested on its peer", kid.job.State, kid.job.Reason)
+	}
+	if w := h.work("b"); len(w.Cancels) != 1 || w.Cancels[0].JobID != kid.job.ID {
+		t.Errorf("work %+v, want the child's cancel", w)
+	}
+}
+
+// TestFederatedRunningJobCountsInQuota: a job running on a peer holds its
+// user's max_jobs like a local one.
+func TestFederatedRunningJobCountsInQuota(t *testing.T) {
+	t.Parallel()
+	h := newFederationHarness(t, &fakeFederation{peer: "b"})
+	h.step(func() {
+		q := berth.QuotaRule{Scope: berth.QuotaUser, Name: "alice", MaxJobs: 1}
+		h.c.quotas[q.ID()] = &q
+	})
+	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.User = "alice" }))
+	hd := h.deliver(js, "B-1")
+	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js.job.ID, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobRunning}},
+		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 1, Tag: "t"}})
+	local := h.submit(func(s *berth.JobSpec) { s.User = "alice" }, "true")
+	if l := h.c.jobs[local.ID]; l == nil || l.placed() {
+		t.Fatal("alice's second job was placed while her job on the peer holds her one job")
+	}
+	h.event(berth.EventQuotaExceeded, local.ID)
+	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js.job.ID, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobSucceeded}},
+		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 2, Tag: "t"}})
+	if l := h.c.jobs[local.ID]; l == nil || !l.placed() {
+		t.Error("alice's job not placed once her job on the peer ended")
+	}
+}
+
+// startFederated starts a controller with fed on the SQLite store at
+// path; stop stops it and closes the store.
+func startFederated(t *testing.T, path string, fed Federation) (c *Controller, stop func()) {
+	t.Helper()
+	st, err := sqlite.Open(t.Context(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = New(Config{Store: st})
+	c.SetFederation(fed)
+	if err := c.Start(t.Context()); err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := c.Stop(ctx); err != nil {
+				t.Errorf("Stop: %v", err)
+			}
+			if err := st.Close(); err != nil {
+				t.Errorf("close store: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return c, stop
+}
+
+// TestFederationSurvivesARestart hands jobs to a peer on a real store,
+// restarts, and finds them as they were: a job handed off stays
+// federated and out of the queue, one not yet delivered is delivered, a
+// job whose peer was lost and that now waits here is local (whatever its
+// stored spec says) with its old handle's cancel still owed, the mirror's
+// cursor is where it was, and a job's detail lists its handles.
+func TestFederationSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	fed := &fakeFederation{peer: "b", states: map[string]berth.PeerState{"b": berth.PeerReady}}
+	c, stop := startFederated(t, path, fed)
+	submit := func(retries int) string {
+		spec := berth.DefaultJobSpec()
+		spec.Command, spec.Resources.GPUs, spec.Retries = berth.Argv{"train"}, 1, retries
+		jobs, err := c.Submit(ctx, &berth.SubmitRequest{JobSpec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobs[0].ID
+	}
+	done, lostID := submit(0), submit(1)
+	w, err := c.FederationWork(ctx, "b")
+	if err != nil || len(w.Deliver) != 2 {
+		t.Fatalf("work %+v, %v; want 2 deliveries", w, err)
+	}
+	for _, d := range w.Deliver {
+		hd := *d.Handoff
+		hd.State, hd.RemoteJobID = berth.HandoffDone, "B-"+hd.JobID
+		if err := c.RecordHandoff(ctx, &hd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cursor := berth.ChangeCursor{Epoch: "e", Seq: 5, Tag: "abcd1234"}
+	if err := c.ApplyChanges(ctx, "b", &berth.FederationChanges{Cursor: cursor}); err != nil {
+		t.Fatal(err)
+	}
+	fed.peer, fed.why = "", "b: unreachable"
+	if err := c.PeerLost(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	fed.peer, fed.why = "b", ""
+	fresh := submit(0)
+	stop()
+
+	c, _ = startFederated(t, path, fed)
+	var queued int
+	states := map[string]string{}
+	if err := c.do(ctx, func() {
+		queued = c.queue.Len()
+		for _, id := range []string{done, lostID, fresh} {
+			if js := c.jobs[id]; js != nil {
+				states[id] = fmt.Sprintf("%s/%s/%d", js.job.State, js.job.Cluster, js.incarnation)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// done failed (lost, no retry); lostID waits here; fresh is handed to b.
+	want := map[string]string{lostID: "pending//1", fresh: "pending/b/1"}
+	if fmt.Sprint(states) != fmt.Sprint(want) || queued != 1 {
+		t.Fatalf("after the restart %v, %d queued; want %v, 1 queued (the job waiting here)", states, queued, want)
+	}
+	w, err = c.FederationWork(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.Deliver) != 1 || w.Deliver[0].Handoff.JobID != fresh || w.Cursor != cursor || len(w.Cancels) != 2 {
+		t.Fatalf("work after the restart %+v; want %s delivered, cursor %v, both lost handles' cancels", w, fresh, cursor)
+	}
+	d, err := c.Job(ctx, done)
+	if err != nil || d.State != berth.JobFailed || len(d.Handoffs) != 1 || d.Handoffs[0].RemoteJobID != "B-"+done || d.Handoffs[0].State != berth.HandoffLost {
+		t.Fatalf("detail %+v, %v; want failed with its lost handle", d, err)
 	}
 }
