@@ -144,7 +144,7 @@ type Controller struct {
 	reserved map[string]string           // worker id → job holding it, from the last full pass
 	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
 	waiters  map[*waiter]struct{}
-	fed      fedState // the origin's federation (federation.go)
+	origin   originState // the federation, as an origin (federation.go)
 
 	logMu     sync.Mutex
 	logNotify chan struct{}

@@ -41,10 +41,10 @@ type Federation interface {
 
 // SetFederation sets the federation manager the controller routes with.
 // Call it before Start; without it federation is inert.
-func (c *Controller) SetFederation(f Federation) { c.fed.f = f }
+func (c *Controller) SetFederation(f Federation) { c.origin.f = f }
 
-// fedState is the origin's federation memory. Loop only.
-type fedState struct {
+// originState is the origin's federation memory. Loop only.
+type originState struct {
 	f Federation
 	// handles holds, by job id and then incarnation, every handle that is
 	// not settled: the live one of each federated job, and any other
@@ -92,7 +92,7 @@ func cancelOwed(h *berth.Handoff) bool { return h.Sent && h.CancelAcked < h.Canc
 // currentHandle returns the live handle of the active federated job id,
 // or nil. Loop only.
 func (c *Controller) currentHandle(id string) *berth.Handoff {
-	hs := c.fed.handles[id]
+	hs := c.origin.handles[id]
 	if len(hs) == 0 || c.jobs[id] == nil {
 		return nil
 	}
@@ -104,7 +104,7 @@ func (c *Controller) currentHandle(id string) *berth.Handoff {
 
 // handleOf returns the handle (id, incarnation) held in memory, or nil.
 func (c *Controller) handleOf(id string, incarnation int) *berth.Handoff {
-	for _, h := range c.fed.handles[id] {
+	for _, h := range c.origin.handles[id] {
 		if h.Incarnation == incarnation {
 			return h
 		}
@@ -122,14 +122,14 @@ func (c *Controller) writeHandle(h *berth.Handoff, now time.Time) {
 // settle forgets the handles of job id that need nothing more: all but
 // the live one of an active job, less those with a cancel owed.
 func (c *Controller) settle(id string) {
-	hs := c.fed.handles[id]
+	hs := c.origin.handles[id]
 	cur := c.currentHandle(id)
 	hs = slices.DeleteFunc(hs, func(h *berth.Handoff) bool { return h != cur && !cancelOwed(h) })
 	if len(hs) == 0 {
-		delete(c.fed.handles, id)
+		delete(c.origin.handles, id)
 		return
 	}
-	c.fed.handles[id] = hs
+	c.origin.handles[id] = hs
 }
 
 // handOff hands js to peer as its next incarnation: a new handle, pending
@@ -143,10 +143,10 @@ func (c *Controller) handOff(js *jobState, peer string, now time.Time) {
 	js.incarnation++
 	h := &berth.Handoff{JobID: j.ID, Incarnation: js.incarnation, Peer: peer, RemoteID: j.ID, Nonce: rand.Text(),
 		State: berth.HandoffPending, CreatedAt: now}
-	if c.fed.handles == nil {
-		c.fed.handles = map[string][]*berth.Handoff{}
+	if c.origin.handles == nil {
+		c.origin.handles = map[string][]*berth.Handoff{}
 	}
-	c.fed.handles[j.ID] = append(c.fed.handles[j.ID], h)
+	c.origin.handles[j.ID] = append(c.origin.handles[j.ID], h)
 	j.Cluster = peer
 	j.Reason = "handing off to peer " + peer
 	c.writeHandle(h, now)
@@ -172,9 +172,9 @@ type placement struct {
 func (c *Controller) route(spec *berth.JobSpec, hold bool) (placement, []string, error) {
 	if name := spec.Cluster; name != "" {
 		var st berth.PeerState
-		ok := c.fed.f != nil
+		ok := c.origin.f != nil
 		if ok {
-			st, ok = c.fed.f.PeerState(name)
+			st, ok = c.origin.f.PeerState(name)
 		}
 		switch {
 		case !ok:
@@ -186,11 +186,11 @@ func (c *Controller) route(spec *berth.JobSpec, hold bool) (placement, []string,
 		return placement{peer: name, pinned: true}, nil, nil
 	}
 	unfit, seen := c.neverFits(spec)
-	if c.fed.f == nil || spec.Parent != "" || (seen && unfit == nil) {
+	if c.origin.f == nil || spec.Parent != "" || (seen && unfit == nil) {
 		warnings, err := c.fitWarnings(unfit, seen, hold)
 		return placement{}, warnings, err
 	}
-	peer, why := c.fed.f.Route(spec)
+	peer, why := c.origin.f.Route(spec)
 	switch {
 	case peer != "":
 		return placement{peer: peer}, nil, nil
@@ -277,11 +277,11 @@ func (c *Controller) FederationWork(ctx context.Context, peer string) (*Federati
 
 // work is FederationWork on the loop.
 func (c *Controller) work(peer string) *FederationWork {
-	w := &FederationWork{Cursor: c.fed.cursors[peer]}
+	w := &FederationWork{Cursor: c.origin.cursors[peer]}
 	now := c.now().UTC()
-	for _, id := range slices.Sorted(maps.Keys(c.fed.handles)) {
+	for _, id := range slices.Sorted(maps.Keys(c.origin.handles)) {
 		held := false
-		for _, h := range c.fed.handles[id] {
+		for _, h := range c.origin.handles[id] {
 			if h.Peer != peer {
 				continue
 			}
@@ -412,7 +412,7 @@ func (c *Controller) PeerLost(ctx context.Context, peer string) error {
 // peerLost is PeerLost on the loop.
 func (c *Controller) peerLost(peer string) {
 	now := c.now().UTC()
-	for _, id := range slices.Sorted(maps.Keys(c.fed.handles)) {
+	for _, id := range slices.Sorted(maps.Keys(c.origin.handles)) {
 		if h := c.currentHandle(id); h != nil && h.Peer == peer {
 			c.lose(c.jobs[id], h, fmt.Sprintf("peer %s unheard past its lost timeout", peer), now)
 		}
@@ -477,7 +477,7 @@ func (c *Controller) RouteWaiting(ctx context.Context) error {
 
 // routeWaiting is RouteWaiting on the loop.
 func (c *Controller) routeWaiting() {
-	if c.fed.f == nil {
+	if c.origin.f == nil {
 		return
 	}
 	now := c.now().UTC()
@@ -493,7 +493,7 @@ func (c *Controller) routeWaiting() {
 		if unfit, seen := c.neverFits(&js.job.JobSpec); seen && unfit == nil {
 			continue
 		}
-		if peer, _ := c.fed.f.Route(&js.job.JobSpec); peer != "" {
+		if peer, _ := c.origin.f.Route(&js.job.JobSpec); peer != "" {
 			delete(c.restarting, js)
 			js.restartAt = time.Time{}
 			c.handOff(js, peer, now)
@@ -519,12 +519,12 @@ func (c *Controller) doDurable(ctx context.Context, fn func()) error {
 // job whose handle was lost and that was routed here again).
 func (c *Controller) loadFederation(f *store.FederationState) {
 	if len(f.Handoffs) > 0 {
-		c.fed.handles = map[string][]*berth.Handoff{}
+		c.origin.handles = map[string][]*berth.Handoff{}
 	}
 	for _, h := range f.Handoffs {
-		c.fed.handles[h.JobID] = append(c.fed.handles[h.JobID], h)
+		c.origin.handles[h.JobID] = append(c.origin.handles[h.JobID], h)
 	}
-	for id, hs := range c.fed.handles {
+	for id, hs := range c.origin.handles {
 		slices.SortFunc(hs, func(a, b *berth.Handoff) int { return cmp.Compare(a.Incarnation, b.Incarnation) })
 		if js := c.jobs[id]; js != nil {
 			js.incarnation = hs[len(hs)-1].Incarnation
@@ -536,14 +536,14 @@ func (c *Controller) loadFederation(f *store.FederationState) {
 			js.job.Cluster = h.Peer
 		}
 	}
-	for id := range c.fed.handles {
+	for id := range c.origin.handles {
 		c.settle(id)
 	}
 	if len(f.Cursors) > 0 {
-		c.fed.cursors = make(map[string]berth.ChangeCursor, len(f.Cursors))
+		c.origin.cursors = make(map[string]berth.ChangeCursor, len(f.Cursors))
 	}
 	for _, pc := range f.Cursors {
-		c.fed.cursors[pc.Peer] = pc.Cursor
+		c.origin.cursors[pc.Peer] = pc.Cursor
 	}
 }
 
@@ -552,7 +552,7 @@ func (c *Controller) loadFederation(f *store.FederationState) {
 // running on a peer counts for its user as it would here. Loop only.
 func (c *Controller) federatedUsage(ws []*scheduler.Worker) []*scheduler.Worker {
 	var w *scheduler.Worker
-	for id := range c.fed.handles {
+	for id := range c.origin.handles {
 		js := c.jobs[id]
 		if js == nil || !js.federated() || js.job.State != berth.JobRunning {
 			continue
@@ -583,7 +583,7 @@ func (c *Controller) ApplyChanges(ctx context.Context, peer string, ch *berth.Fe
 // applyChanges is ApplyChanges on the loop.
 func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 	var held []*berth.Handoff
-	for _, hs := range c.fed.handles {
+	for _, hs := range c.origin.handles {
 		for _, h := range hs {
 			if h.Peer == peer && h.Sent && (h == c.currentHandle(h.JobID) || cancelOwed(h)) {
 				held = append(held, h)
@@ -609,10 +609,10 @@ func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 			c.lose(js, h, fmt.Sprintf("peer %s no longer knows it", peer), now)
 		}
 	}
-	if c.fed.cursors == nil {
-		c.fed.cursors = map[string]berth.ChangeCursor{}
+	if c.origin.cursors == nil {
+		c.origin.cursors = map[string]berth.ChangeCursor{}
 	}
-	c.fed.cursors[peer] = ch.Cursor
+	c.origin.cursors[peer] = ch.Cursor
 	c.write(&store.Batch{Federation: &store.FederationBatch{Cursors: []store.PeerCursor{{Peer: peer, Cursor: ch.Cursor}}}})
 }
 

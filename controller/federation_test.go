@@ -308,8 +308,8 @@ func TestCancelBeforeSendIsNeverDelivered(t *testing.T) {
 	if w := h.work("b"); len(w.Deliver)+len(w.Cancels) != 0 {
 		t.Errorf("work after the cancel %+v, want nothing", w)
 	}
-	if len(h.c.fed.handles) != 0 {
-		t.Errorf("handles kept %v, want none", h.c.fed.handles)
+	if len(h.c.origin.handles) != 0 {
+		t.Errorf("handles kept %v, want none", h.c.origin.handles)
 	}
 	h.event(berth.EventJobCancelled, js.job.ID)
 }
@@ -364,8 +364,8 @@ func TestCancelAfterSendIsSentUntilAcked(t *testing.T) {
 	if js.job.State != berth.JobCancelled || js.job.Reason != "cancelled by alice" {
 		t.Errorf("job %s %q, want cancelled by alice", js.job.State, js.job.Reason)
 	}
-	if len(h.c.fed.handles) != 0 {
-		t.Errorf("handles kept after the end %v", h.c.fed.handles)
+	if len(h.c.origin.handles) != 0 {
+		t.Errorf("handles kept after the end %v", h.c.origin.handles)
 	}
 }
 
@@ -497,8 +497,8 @@ func TestApplyChangesMirrorsAndMovesTheCursorInOneBatch(t *testing.T) {
 		t.Errorf("job %+v, want failed with exit code 3, gone from memory", js.job)
 	}
 	h.event(berth.EventJobFailed, id)
-	if h.c.fed.cursors["b"].Seq != 3 || len(h.c.fed.handles) != 0 {
-		t.Errorf("cursor %+v, handles %v; want 3 and none", h.c.fed.cursors["b"], h.c.fed.handles)
+	if h.c.origin.cursors["b"].Seq != 3 || len(h.c.origin.handles) != 0 {
+		t.Errorf("cursor %+v, handles %v; want 3 and none", h.c.origin.cursors["b"], h.c.origin.handles)
 	}
 	// A row of another nonce (an older incarnation) moves nothing.
 	js2 := h.handedOff(gpuJob(1, nil))
@@ -521,7 +521,7 @@ func TestFullResyncLosesWhatThePeerNoLongerKnows(t *testing.T) {
 	h.deliver(js, "B-1")
 	fed.peer = "c"
 	h.apply("b", &berth.FederationChanges{Full: true, Cursor: berth.ChangeCursor{Epoch: "e2", Seq: 9, Tag: "t"}})
-	hs := h.c.fed.handles[js.job.ID]
+	hs := h.c.origin.handles[js.job.ID]
 	if len(hs) != 2 || hs[0].State != berth.HandoffLost || hs[1].Peer != "c" || js.job.Cluster != "c" {
 		t.Fatalf("handles %+v, cluster %q; want the first lost and the job routed to c", hs, js.job.Cluster)
 	}
