@@ -515,8 +515,9 @@ func (c *Controller) doDurable(ctx context.Context, fn func()) error {
 
 // loadFederation restores the handles and cursors at start, before the
 // queue is rebuilt: a job with a live handle is federated (its cluster is
-// that handle's peer), any other is not, whatever its stored spec says (a
-// job whose handle was lost and that was routed here again).
+// that handle's peer), one whose handles are all settled is not, whatever
+// its stored spec says (a job whose handle was lost and that was routed
+// here again); a job with none keeps its stored spec.cluster.
 func (c *Controller) loadFederation(f *store.FederationState) {
 	if len(f.Handoffs) > 0 {
 		c.origin.handles = map[string][]*berth.Handoff{}
@@ -530,9 +531,12 @@ func (c *Controller) loadFederation(f *store.FederationState) {
 			js.incarnation = hs[len(hs)-1].Incarnation
 		}
 	}
-	for _, js := range c.jobs {
+	for id, js := range c.jobs {
+		if len(c.origin.handles[id]) == 0 {
+			continue // none: as stored (a job is written with its first handle)
+		}
 		js.job.Cluster = ""
-		if h := c.currentHandle(js.job.ID); h != nil {
+		if h := c.currentHandle(id); h != nil {
 			js.job.Cluster = h.Peer
 		}
 	}
