@@ -1,17 +1,14 @@
 package controller
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
@@ -662,33 +659,13 @@ func TestFederatedRunningJobCountsInQuota(t *testing.T) {
 }
 
 // startFederated starts a controller with fed on the SQLite store at
-// path; stop stops it and closes the store.
+// path (startOn); stop stops it and closes the store.
 func startFederated(t *testing.T, path string, fed Federation) (c *Controller, stop func()) {
 	t.Helper()
-	st, err := sqlite.Open(t.Context(), path)
-	if err != nil {
+	c, stop = startOn(t, path, time.Now())
+	if err := c.do(t.Context(), func() { c.origin.f = fed }); err != nil { // as SetFederation before Start
 		t.Fatal(err)
 	}
-	c = New(Config{Store: st})
-	c.SetFederation(fed)
-	if err := c.Start(t.Context()); err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if err := c.Stop(ctx); err != nil {
-				t.Errorf("Stop: %v", err)
-			}
-			if err := st.Close(); err != nil {
-				t.Errorf("close store: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
 	return c, stop
 }
 
