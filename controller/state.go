@@ -328,6 +328,7 @@ func (c *Controller) rebuild(a *store.Active) {
 		c.enqueue(js)
 	}
 	c.loadQuotas(a.Quotas)
+	c.loadPeers(a.Federation.Peers)
 	c.loadEvents(a.Events)
 	c.stats.loadCounts(a.Counts)
 	c.dirty = true
