@@ -156,8 +156,9 @@ type Controller struct {
 	reserved map[string]string           // worker id → job holding it, from the last full pass
 	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
 	waiters  map[*waiter]struct{}
-	prune    pruning // of the federation changelog
-	peers    peerSet // federation peers (peers.go)
+	prune    pruning     // of the federation changelog
+	origin   originState // the federation, as an origin (federation.go)
+	peers    peerSet     // federation peers (peers.go)
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -202,7 +203,7 @@ func New(cfg Config) *Controller {
 		logNotify: make(chan struct{}),
 	}
 	c.pool = &agentPool{l: &c.lifecycle, cfg: &c.cfg}
-	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm}
+	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm, stopFederated: c.stopFederated}
 	return c
 }
 
