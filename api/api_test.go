@@ -79,7 +79,7 @@ func startController(t *testing.T, dir string, security func(store.Store) *api.S
 		}
 	})
 	sec := security(st)
-	ctl := controller.New(controller.Config{Store: st, Secrets: sec.Secrets})
+	ctl := controller.New(controller.Config{Store: st, Secrets: sec.Secrets, PeerTokens: sec.Secrets})
 	if err := ctl.Start(ctx); err != nil {
 		t.Fatalf("start controller: %v", err)
 	}

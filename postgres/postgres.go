@@ -40,6 +40,7 @@ type Store struct {
 	*sqlstore.Credentials   // on pool
 	*sqlstore.Arbiter       // on pool
 	*sqlstore.Subscriptions // on pool
+	*sqlstore.Pruner        // on pool
 
 	pool   *pgxpool.Pool
 	config *pgx.ConnConfig // of pool's connections, for the watchers' own
@@ -86,6 +87,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
 	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
+	s.Pruner = sqlstore.NewPruner(s.Reader, s.execTx)
 	return s, nil
 }
 
@@ -129,6 +131,29 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, err
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
+}
+
+// execTx runs stmts in one round trip: a pipeline, which PostgreSQL
+// runs as one implicit transaction.
+func (s *Store) execTx(ctx context.Context, stmts []sqlstore.Statement) ([]int64, error) {
+	batch := &pgx.Batch{}
+	for _, st := range stmts {
+		batch.Queue(st.Query, st.Args...)
+	}
+	results := s.pool.SendBatch(ctx, batch)
+	n := make([]int64, len(stmts))
+	for i := range stmts {
+		tag, err := results.Exec()
+		if err != nil {
+			results.Close()
+			return nil, err
+		}
+		n[i] = tag.RowsAffected()
+	}
+	if err := results.Close(); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // Close ends the watchers of worker controls and closes the pool. It
@@ -203,6 +228,14 @@ var (
 	controlTypes = []string{"text", "text", "text", "text", "text", "bigint", "timestamptz"}
 	logTypes     = []string{"text", "bigint", "bytea", "text"}
 	eventTypes   = []string{"bigint", "json"}
+	peerTypes    = []string{"text", "text", "text", "bytea", "bigint", "bigint", "bigint", "bigint"}
+	handoffTypes = []string{"text", "integer", "text", "text", "text", "text", "text", "boolean", "integer", "integer", "text",
+		"bigint", "bigint"}
+	cursorTypes    = []string{"text", "text", "bigint", "text"}
+	receivedTypes  = []string{"text", "text", "text", "text"}
+	changelogTypes = []string{"bigint", "text", "text", "text", "text", "text", "text", "text", "integer", "integer", "bigint",
+		"bigint", "boolean", "bigint"}
+	ackTypes = []string{"text", "bigint", "text", "bigint"}
 )
 
 // step is how a step of sqlstore.Steps is written: query, which takes one
@@ -232,6 +265,17 @@ var steps = [sqlstore.StepCount]step{
 		WHERE attempts.id = v.id`},
 	sqlstore.AppendLogs:   {query: `INSERT INTO logs (` + sqlstore.LogColumns + `) ` + unnest(logTypes)},
 	sqlstore.InsertEvents: {query: `INSERT INTO events (` + sqlstore.EventColumns + `) ` + unnest(eventTypes)},
+	sqlstore.UpsertPeers:  {query: `INSERT INTO peers (` + sqlstore.PeerColumns + `) ` + unnest(peerTypes) + sqlstore.PeerUpsert},
+	sqlstore.DeletePeers:  {query: `DELETE FROM peers WHERE name = ANY($1::text[])`},
+	sqlstore.UpsertHandoffs: {query: `INSERT INTO handoffs (` + sqlstore.HandoffColumns + `) ` + unnest(handoffTypes) +
+		sqlstore.HandoffUpsert},
+	sqlstore.UpsertCursors: {query: `INSERT INTO peer_cursors (` + sqlstore.CursorColumns + `) ` + unnest(cursorTypes) +
+		sqlstore.CursorUpsert},
+	sqlstore.InsertReceived: {query: `INSERT INTO received_jobs (` + sqlstore.ReceivedColumns + `) ` + unnest(receivedTypes)},
+	sqlstore.InsertChangelog: {query: `INSERT INTO federation_changelog (` + sqlstore.ChangelogColumns + `) ` +
+		unnest(changelogTypes)},
+	sqlstore.UpsertAcks: {query: `INSERT INTO federation_origins (` + sqlstore.AckColumns + `) ` + unnest(ackTypes) +
+		sqlstore.AckUpsert},
 }
 
 // controlRow returns worker control i's row, in ControlColumns order, then

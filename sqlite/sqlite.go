@@ -29,6 +29,7 @@ type Store struct {
 	*sqlstore.Credentials   // on r and w
 	*sqlstore.Arbiter       // on r and w
 	*sqlstore.Subscriptions // on r and w
+	*sqlstore.Pruner        // on w
 
 	w *sql.DB // one connection: the only writer
 	r *sql.DB // read-only pool
@@ -86,6 +87,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
 	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
+	s.Pruner = sqlstore.NewPruner(s.Reader, s.execTx)
 	return s, nil
 }
 
@@ -105,6 +107,26 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (int64, err
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// execTx runs stmts in one transaction on the writer.
+func (s *Store) execTx(ctx context.Context, stmts []sqlstore.Statement) ([]int64, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	n := make([]int64, len(stmts))
+	for i, st := range stmts {
+		res, err := tx.ExecContext(ctx, st.Query, st.Args...)
+		if err != nil {
+			return nil, err
+		}
+		if n[i], err = res.RowsAffected(); err != nil {
+			return nil, err
+		}
+	}
+	return n, tx.Commit()
 }
 
 // sqlRows is a *sql.Rows as sqlstore.Rows.
@@ -243,6 +265,15 @@ var statements = [sqlstore.StepCount]statement{
 	sqlstore.SetProgress:  {head: `UPDATE attempts SET progress = ? WHERE id = ?`, single: true},
 	sqlstore.AppendLogs:   {head: `INSERT INTO logs (` + sqlstore.LogColumns + `) VALUES `},
 	sqlstore.InsertEvents: {head: `INSERT INTO events (` + sqlstore.EventColumns + `) VALUES `},
+	sqlstore.UpsertPeers:  {head: `INSERT INTO peers (` + sqlstore.PeerColumns + `) VALUES `, tail: sqlstore.PeerUpsert},
+	sqlstore.DeletePeers:  {head: `DELETE FROM peers WHERE name = ?`, single: true},
+	sqlstore.UpsertHandoffs: {head: `INSERT INTO handoffs (` + sqlstore.HandoffColumns + `) VALUES `,
+		tail: sqlstore.HandoffUpsert},
+	sqlstore.UpsertCursors: {head: `INSERT INTO peer_cursors (` + sqlstore.CursorColumns + `) VALUES `,
+		tail: sqlstore.CursorUpsert},
+	sqlstore.InsertReceived:  {head: `INSERT INTO received_jobs (` + sqlstore.ReceivedColumns + `) VALUES `},
+	sqlstore.InsertChangelog: {head: `INSERT INTO federation_changelog (` + sqlstore.ChangelogColumns + `) VALUES `},
+	sqlstore.UpsertAcks:      {head: `INSERT INTO federation_origins (` + sqlstore.AckColumns + `) VALUES `, tail: sqlstore.AckUpsert},
 }
 
 // pruneStep marks the statement that prunes events, after every step.

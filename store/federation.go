@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -20,7 +21,7 @@ type FederationBatch struct {
 	Cursors     []PeerCursor         // upserts, by peer: the origin's mirror position
 	Received    []ReceivedJob        // inserts; (Origin, RemoteID, Nonce) is unique
 	Changelog   []berth.ChangelogRow // appends, each with a new Seq higher than any stored
-	Acks        []OriginAck          // upserts, by origin: the cursor an origin acknowledged
+	Acks        []OriginAck          // upserts, by origin: the cursor an origin acknowledged; a stored PrunedSeq is never lowered
 }
 
 // Empty reports whether f is nil or writes nothing.
@@ -29,7 +30,9 @@ func (f *FederationBatch) Empty() bool {
 		len(f.Received)+len(f.Changelog)+len(f.Acks) == 0
 }
 
-// append adds o's writes after f's and returns the result (o when f is nil).
+// append adds o's writes after f's and returns the result (o when f is
+// nil). A peer that o upserts is no longer deleted by f (deletes apply
+// after upserts).
 func (f *FederationBatch) append(o *FederationBatch) *FederationBatch {
 	switch {
 	case o.Empty():
@@ -38,6 +41,8 @@ func (f *FederationBatch) append(o *FederationBatch) *FederationBatch {
 		c := *o
 		return &c
 	}
+	f.PeerDeletes = dropSuperseded(f.PeerDeletes, func(name string) string { return name },
+		o.Peers, func(p *berth.Peer) string { return p.Name })
 	f.Peers = append(f.Peers, o.Peers...)
 	f.PeerDeletes = append(f.PeerDeletes, o.PeerDeletes...)
 	f.Handoffs = append(f.Handoffs, o.Handoffs...)
@@ -46,6 +51,23 @@ func (f *FederationBatch) append(o *FederationBatch) *FederationBatch {
 	f.Changelog = append(f.Changelog, o.Changelog...)
 	f.Acks = append(f.Acks, o.Acks...)
 	return f
+}
+
+// deduplicated returns f less the writes a later one of the same list
+// supersedes: the last upsert of each peer, handle, cursor and ack, and
+// each peer delete once. Received jobs and changelog rows are inserts,
+// kept whole: a repeat fails the write. f is not changed; nil stays nil.
+func (f *FederationBatch) deduplicated() *FederationBatch {
+	if f == nil {
+		return nil
+	}
+	d := *f
+	d.Peers = lastByID(f.Peers, func(p *berth.Peer) string { return p.Name })
+	d.PeerDeletes = lastByID(f.PeerDeletes, func(name string) string { return name })
+	d.Handoffs = lastByID(f.Handoffs, func(h *berth.Handoff) string { return h.JobID + "\x00" + strconv.Itoa(h.Incarnation) })
+	d.Cursors = lastByID(f.Cursors, func(c PeerCursor) string { return c.Peer })
+	d.Acks = lastByID(f.Acks, func(a OriginAck) string { return a.Origin })
+	return &d
 }
 
 // PeerCursor is where an origin's mirror of peer stands.
@@ -77,9 +99,9 @@ type OriginAck struct {
 // from at start (part of Active).
 type FederationState struct {
 	Epoch    string           // this store's federation epoch
-	Head     uint64           // the highest changelog seq stored (0: none)
+	Head     uint64           // the highest changelog seq stored, acknowledged or pruned (0: none): seqs go on above it
 	Peers    []*berth.Peer    // every peer, by name, with SealedToken
-	Handoffs []*berth.Handoff // every handle of a job not ended, and every one with a cancel not acknowledged
+	Handoffs []*berth.Handoff // every handle of a job not ended (or not stored), every one with a cancel not acknowledged, every one pending
 	Cursors  []PeerCursor     // by peer
 }
 

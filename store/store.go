@@ -152,6 +152,7 @@ type Store interface {
 	CredentialStore
 	ArbiterStore
 	WebhookStore
+	FederationStore
 
 	// Close releases the store.
 	Close() error
@@ -347,8 +348,9 @@ type Leadership interface {
 	Leader(ctx context.Context) (string, error)
 }
 
-// JobDetail reads a job and its attempts from s; an unknown id returns
-// ECodeNotFound.
+// JobDetail reads a job and its attempts from s, and, when s is a
+// FederationStore, the handles of a job handed to a federation peer; an
+// unknown id returns ECodeNotFound.
 func JobDetail(ctx context.Context, s JobReader, id string) (*berth.JobDetail, error) {
 	j, err := s.Job(ctx, id)
 	if err != nil {
@@ -358,7 +360,16 @@ func JobDetail(ctx context.Context, s JobReader, id string) (*berth.JobDetail, e
 	if err != nil {
 		return nil, err
 	}
-	return &berth.JobDetail{Job: j, AttemptList: attempts}, nil
+	d := &berth.JobDetail{Job: j, AttemptList: attempts}
+	if fs, ok := s.(FederationStore); ok { // a job handed to a peer: its handles
+		if d.Handoffs, err = fs.Handoffs(ctx, id); err != nil {
+			return nil, err
+		}
+		if len(d.Handoffs) == 0 {
+			d.Handoffs = nil
+		}
+	}
+	return d, nil
 }
 
 // ErrStopped is the error of a commit made after the committer stopped.
@@ -394,7 +405,8 @@ func (b *Batch) Compact() {
 // Deduplicated returns a batch with the writes of b less those a later
 // write of the same list supersedes: the last update of each job, the last
 // upsert of each attempt, worker, quota rule and worker control, the last
-// progress of each attempt and each quota delete once. b is not changed;
+// progress of each attempt, each quota delete once, and the federation's
+// (FederationBatch.deduplicated). b is not changed;
 // the lists of the result may share b's arrays. Applying each list of the
 // result as one set-based statement, in the order of sqlstore.Steps,
 // leaves what applying b does.
@@ -407,6 +419,7 @@ func (b *Batch) Deduplicated() *Batch {
 	d.QuotaDeletes = lastByID(b.QuotaDeletes, func(id string) string { return id })
 	d.Controls = lastByID(b.Controls, func(c *berth.WorkerControl) string { return c.ID() })
 	d.Progress = lastByID(b.Progress, func(p AttemptProgress) string { return p.AttemptID })
+	d.Federation = b.Federation.deduplicated()
 	return &d
 }
 

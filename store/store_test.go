@@ -177,7 +177,7 @@ func newModel() *model {
 func cloneBatch(b *store.Batch) *store.Batch {
 	c := &store.Batch{JobUpdates: slices.Clone(b.JobUpdates), Attempts: slices.Clone(b.Attempts),
 		Workers: slices.Clone(b.Workers), Controls: slices.Clone(b.Controls), Progress: slices.Clone(b.Progress),
-		Logs: slices.Clone(b.Logs), Events: slices.Clone(b.Events)}
+		Logs: slices.Clone(b.Logs), Events: slices.Clone(b.Events), Federation: b.Federation} // Compact leaves Federation as it is
 	for _, j := range b.Jobs {
 		cj := *j
 		c.Jobs = append(c.Jobs, &cj)
@@ -344,6 +344,14 @@ func testCompactOnStores(t *testing.T, open func(t *testing.T) store.Store) {
 	for i, id := range jobIDs {
 		b.Events = append(b.Events, &berth.Event{Seq: uint64(i + 1), Time: base, Type: "job.submitted", JobID: id})
 	}
+	b.Federation = &store.FederationBatch{PeerDeletes: []string{"p2", "p9", "p2"}}
+	for i := range 12 {
+		b.Federation.Peers = append(b.Federation.Peers, &berth.Peer{Name: fmt.Sprint("p", i%3), URL: fmt.Sprint("https://h", i)})
+		b.Federation.Handoffs = append(b.Federation.Handoffs, &berth.Handoff{JobID: jobIDs[i%4], Incarnation: 1 + i%2,
+			State: berth.HandoffPending, LastError: fmt.Sprint("write ", i)})
+		b.Federation.Cursors = append(b.Federation.Cursors, store.PeerCursor{Peer: fmt.Sprint("p", i%3),
+			Cursor: berth.ChangeCursor{Epoch: "e", Seq: uint64(i)}})
+	}
 
 	plain, compacted := open(t), open(t)
 	if err := plain.Write(ctx, cloneBatch(b)); err != nil {
@@ -356,6 +364,10 @@ func testCompactOnStores(t *testing.T, open func(t *testing.T) store.Store) {
 		t.Errorf("compacted batch has %d updates, %d attempts, %d workers, %d progress, %d controls, %d events; want 0, 150, 2, 50, 8, 200",
 			len(c.JobUpdates), len(c.Attempts), len(c.Workers), len(c.Progress), len(c.Controls), len(c.Events))
 	}
+	if f := c.Federation; len(f.Peers) != 3 || len(f.PeerDeletes) != 2 || len(f.Handoffs) != 4 || len(f.Cursors) != 3 {
+		t.Errorf("compacted federation has %d peers, %d peer deletes, %d handoffs, %d cursors; want 3, 2, 4, 3",
+			len(f.Peers), len(f.PeerDeletes), len(f.Handoffs), len(f.Cursors))
+	}
 	if err := compacted.Write(ctx, c); err != nil {
 		t.Fatalf("Write compacted: %v", err)
 	}
@@ -366,6 +378,14 @@ func testCompactOnStores(t *testing.T, open func(t *testing.T) store.Store) {
 	a2, err := compacted.LoadActive(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if a1.Federation.Epoch == a2.Federation.Epoch {
+		t.Errorf("two stores have one federation epoch, %q", a1.Federation.Epoch)
+	}
+	a2.Federation.Epoch = a1.Federation.Epoch // each store has its own
+	if len(a1.Federation.Peers) != 2 || a1.Federation.Peers[1].URL != "https://h10" || len(a1.Federation.Handoffs) != 4 ||
+		a1.Federation.Handoffs[0].LastError != "write 8" || len(a1.Federation.Cursors) != 3 || a1.Federation.Cursors[2].Cursor.Seq != 11 {
+		t.Errorf("LoadActive's federation = %+v; want the last upsert of each", a1.Federation)
 	}
 	if !reflect.DeepEqual(a1, a2) {
 		t.Errorf("LoadActive differs:\n as is     %+v\n compacted %+v", a1, a2)

@@ -287,7 +287,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	_, shared := rs.store.(store.Leadership)
 	ctl := controller.New(controller.Config{Store: rs.store, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
 		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched,
-		StoreEvents: shared, Audit: sec.audit, Secrets: vault, Expand: catalog.Expand, Services: catalog})
+		StoreEvents: shared, Audit: sec.audit, Secrets: vault, PeerTokens: vault, Expand: catalog.Expand, Services: catalog})
 	if err := ctl.Start(ctx); err != nil {
 		return err
 	}

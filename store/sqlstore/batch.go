@@ -11,7 +11,9 @@ type StepID int
 // (store.Batch.Deduplicated keeps only it). Quota deletes come after quota
 // upserts, so a batch holding both an upsert and a delete of one rule
 // deletes it; progress comes after attempt upserts, which write an
-// attempt's Progress too (store.Batch.Append relies on both). After the
+// attempt's Progress too (store.Batch.Append relies on both); likewise
+// peer deletes come after peer upserts. The federation's lists come after
+// the jobs, so that a changelog row is written with its change. After the
 // last step a driver deletes the events the batch's push out of those
 // kept (PruneEvents). A new kind of row is a new constant here, its entry
 // in Steps, and its statement in each driver.
@@ -26,6 +28,13 @@ const (
 	SetProgress
 	AppendLogs
 	InsertEvents
+	UpsertPeers
+	DeletePeers
+	UpsertHandoffs
+	UpsertCursors
+	InsertReceived
+	InsertChangelog
+	UpsertAcks
 	// StepCount is how many steps there are, the length of Steps.
 	StepCount
 )
@@ -76,6 +85,45 @@ var Steps = [StepCount]Step{
 	InsertEvents: {"insert events",
 		func(b *store.Batch) int { return len(b.Events) },
 		func(b *store.Batch, i int) ([]any, error) { return EventRow(b.Events[i]) }},
+	UpsertPeers: {"upsert peers",
+		func(b *store.Batch) int { return fedLen(b, func(f *store.FederationBatch) int { return len(f.Peers) }) },
+		func(b *store.Batch, i int) ([]any, error) { return PeerRow(b.Federation.Peers[i]), nil }},
+	DeletePeers: {"delete peers",
+		func(b *store.Batch) int {
+			return fedLen(b, func(f *store.FederationBatch) int { return len(f.PeerDeletes) })
+		},
+		func(b *store.Batch, i int) ([]any, error) { return []any{b.Federation.PeerDeletes[i]}, nil }},
+	UpsertHandoffs: {"upsert handoffs",
+		func(b *store.Batch) int {
+			return fedLen(b, func(f *store.FederationBatch) int { return len(f.Handoffs) })
+		},
+		func(b *store.Batch, i int) ([]any, error) { return HandoffRow(b.Federation.Handoffs[i]), nil }},
+	UpsertCursors: {"upsert peer cursors",
+		func(b *store.Batch) int {
+			return fedLen(b, func(f *store.FederationBatch) int { return len(f.Cursors) })
+		},
+		func(b *store.Batch, i int) ([]any, error) { return CursorRow(&b.Federation.Cursors[i]), nil }},
+	InsertReceived: {"insert received jobs",
+		func(b *store.Batch) int {
+			return fedLen(b, func(f *store.FederationBatch) int { return len(f.Received) })
+		},
+		func(b *store.Batch, i int) ([]any, error) { return ReceivedRow(&b.Federation.Received[i]), nil }},
+	InsertChangelog: {"insert changelog",
+		func(b *store.Batch) int {
+			return fedLen(b, func(f *store.FederationBatch) int { return len(f.Changelog) })
+		},
+		func(b *store.Batch, i int) ([]any, error) { return ChangelogRow(&b.Federation.Changelog[i]), nil }},
+	UpsertAcks: {"upsert origin acks",
+		func(b *store.Batch) int { return fedLen(b, func(f *store.FederationBatch) int { return len(f.Acks) }) },
+		func(b *store.Batch, i int) ([]any, error) { return AckRow(&b.Federation.Acks[i]), nil }},
+}
+
+// fedLen returns n of b's federation writes, 0 when it has none.
+func fedLen(b *store.Batch, n func(f *store.FederationBatch) int) int {
+	if b.Federation == nil {
+		return 0
+	}
+	return n(b.Federation)
 }
 
 // ProgressRow returns the values a progress report sets: the progress,

@@ -170,6 +170,9 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count jobs: %w", err)
 	}
+	if a.Federation, err = r.federationState(ctx); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 

@@ -12,8 +12,9 @@
 // Exercise fans out to one file per area of the store: jobs.go,
 // attempts.go, workers.go (workers, quota rules, worker controls),
 // logs.go (output and events), lifecycle.go (LoadActive, batches,
-// concurrency), credentials.go, arbiter.go, webhooks.go and durable.go
-// (reopening). The helpers they share are in this file.
+// concurrency), credentials.go, arbiter.go, webhooks.go, federation.go
+// (peers, handoffs, received jobs, the changelog and its epoch) and
+// durable.go (reopening). The helpers they share are in this file.
 //
 // The suite is an ordinary (non-test) package so that drivers in other
 // packages can import it; it only calls the store through store.Store.
@@ -88,6 +89,7 @@ func Exercise(t *testing.T, d Driver) {
 		{"Credentials", credentialTests},
 		{"Arbiter", arbiterTests},
 		{"Webhooks", webhookTests},
+		{"Federation", federationTests},
 	}
 	for _, area := range areas {
 		t.Run(area.name, func(t *testing.T) {
@@ -104,6 +106,7 @@ func Exercise(t *testing.T, d Driver) {
 		t.Parallel()
 		exerciseDurable(t, d)
 	})
+	exerciseFederationEpoch(t, d)
 }
 
 // openStore opens a store with open and closes it when t ends.
@@ -157,6 +160,7 @@ func fullJob(id string) *berth.Job {
 			Parent:         "01JPARENT0000000000000000",
 			Backend:        "k8s",
 			Cluster:        "peer-1",
+			Origin:         &berth.JobOrigin{Cluster: "origin-ünï", RemoteID: "01JREMOTE0000000000000000", Nonce: "n0nce"},
 		},
 		ArrayIndex: intPtr(7),
 		State:      berth.JobFailed,

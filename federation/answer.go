@@ -1,0 +1,167 @@
+package federation
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
+)
+
+// Limits of an incremental answer's rows.
+const (
+	DefaultLimit = 1000  // rows of an answer when the pull names no limit
+	MaxLimit     = 10000 // the most rows of one answer
+)
+
+// PeerView is what a peer answers a changes pull from: its store's
+// federation epoch, the highest changelog seq it stored, and the reads of
+// store.FederationStore (a small adapter over a real store satisfies it).
+// Answer's reads must see one state of the changelog: the caller keeps
+// a prune of the origin's rows, and another pull of the same origin, from
+// running between them (one per origin at a time, or one read
+// transaction).
+type PeerView interface {
+	// Epoch is the store's federation epoch.
+	Epoch() string
+	// Head is the highest changelog seq stored (0: none).
+	Head() uint64
+	// OriginAck is store.FederationStore's.
+	OriginAck(ctx context.Context, origin string) (store.OriginAck, error)
+	// ChangelogRow is store.FederationStore's.
+	ChangelogRow(ctx context.Context, seq uint64) (*berth.ChangelogRow, error)
+	// Changelog is store.FederationStore's.
+	Changelog(ctx context.Context, origin string, after uint64, limit int) ([]berth.ChangelogRow, error)
+	// ReceivedJobs is store.FederationStore's.
+	ReceivedJobs(ctx context.Context, origin string) ([]berth.RemoteJob, error)
+	// Tombstones is store.FederationStore's.
+	Tombstones(ctx context.Context, origin string, after uint64) ([]berth.ChangelogRow, error)
+}
+
+// Answer answers origin's changes pull with cursor c, up to limit rows
+// (DefaultLimit when limit <= 0, at most MaxLimit). It also returns the
+// acknowledgement the peer stores for origin before it sends the answer:
+// c, when c is valid (pulling with a cursor acknowledges every row up to
+// it), keeping PrunedSeq; origin's stored one, unchanged, when c is stale.
+//
+// c is valid when it is of v's epoch, at or below its head, not below the
+// highest row of origin's pruned (PrunedSeq), and names either the
+// stored row at its seq (its tag) or origin's acknowledgement; a cursor
+// naming a row of another origin must also not be below origin's
+// acknowledgement, whose rows may be gone. A valid cursor gets the rows
+// of origin after it, oldest first (More when more follow); a stale one
+// (the zero cursor, a peer restored from a backup, rows pruned before the
+// origin read them, an origin restored from a backup) gets Full: every
+// received job of origin that has not ended, then each of its tombstones
+// above its acknowledgement, with the cursor of the head row, so that the
+// next pull is incremental.
+func Answer(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, limit int) (*berth.FederationChanges, store.OriginAck, error) {
+	if limit <= 0 {
+		limit = DefaultLimit
+	}
+	limit = min(limit, MaxLimit)
+	ack, err := v.OriginAck(ctx, origin)
+	if err != nil {
+		return nil, store.OriginAck{}, fmt.Errorf("federation changes of %s: %w", origin, err)
+	}
+	ack.Origin = origin
+	epoch, head := v.Epoch(), v.Head()
+	ok, err := valid(ctx, v, origin, c, ack, epoch, head)
+	if err != nil {
+		return nil, store.OriginAck{}, err
+	}
+	if ok {
+		ch, err := incremental(ctx, v, origin, c, limit)
+		return ch, store.OriginAck{Origin: origin, Seq: c.Seq, Tag: c.Tag, PrunedSeq: ack.PrunedSeq}, err
+	}
+	ch, err := full(ctx, v, origin, ack, epoch, head)
+	return ch, ack, err
+}
+
+// valid reports whether c is a cursor origin may continue from (Answer).
+func valid(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, ack store.OriginAck, epoch string, head uint64) (bool, error) {
+	if c.Epoch == "" || c.Epoch != epoch || c.Seq > head || c.Seq < ack.PrunedSeq {
+		return false, nil
+	}
+	if c.Seq == ack.Seq && c.Tag == ack.Tag {
+		return true, nil
+	}
+	row, err := v.ChangelogRow(ctx, c.Seq)
+	switch {
+	case berth.ErrorCode(err) == berth.ECodeNotFound:
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("federation changes of %s: cursor row: %w", origin, err)
+	}
+	return row.Tag == c.Tag && (row.Origin == origin || c.Seq >= ack.Seq), nil
+}
+
+// incremental is the answer to a valid cursor c: origin's rows after it.
+func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, limit int) (*berth.FederationChanges, error) {
+	rows, err := v.Changelog(ctx, origin, c.Seq, limit+1)
+	if err != nil {
+		return nil, fmt.Errorf("federation changes of %s: %w", origin, err)
+	}
+	ch := &berth.FederationChanges{From: c, Cursor: c, Jobs: make([]berth.RemoteJob, 0, min(len(rows), limit))}
+	if len(rows) > limit {
+		rows, ch.More = rows[:limit], true
+	}
+	for _, r := range rows {
+		ch.Jobs = append(ch.Jobs, r.Job)
+		ch.Cursor = berth.ChangeCursor{Epoch: c.Epoch, Seq: r.Seq, Tag: r.Tag}
+	}
+	return ch, nil
+}
+
+// full is the answer to a stale cursor: origin's active set and the
+// tombstones it has not acknowledged, as of the head row or later (the
+// cursor is read first, so a row written meanwhile is sent again next,
+// never missed).
+func full(ctx context.Context, v PeerView, origin string, ack store.OriginAck, epoch string, head uint64) (*berth.FederationChanges, error) {
+	cursor := berth.ChangeCursor{Epoch: epoch, Seq: head}
+	if head > 0 {
+		row, err := v.ChangelogRow(ctx, head)
+		switch {
+		case err == nil:
+			cursor.Tag = row.Tag
+		case berth.ErrorCode(err) != berth.ECodeNotFound:
+			// A head row pruned (Prunable keeps it) leaves the tag empty:
+			// the next pull is full again, never wrong.
+			return nil, fmt.Errorf("federation changes of %s: head row: %w", origin, err)
+		}
+	}
+	active, err := v.ReceivedJobs(ctx, origin)
+	if err != nil {
+		return nil, fmt.Errorf("federation changes of %s: %w", origin, err)
+	}
+	tombs, err := v.Tombstones(ctx, origin, ack.Seq)
+	if err != nil {
+		return nil, fmt.Errorf("federation changes of %s: %w", origin, err)
+	}
+	jobs := make([]berth.RemoteJob, 0, len(active)+len(tombs))
+	jobs = append(jobs, active...)
+	for _, r := range tombs {
+		jobs = append(jobs, r.Job)
+	}
+	return &berth.FederationChanges{Full: true, Jobs: jobs, Cursor: cursor}, nil
+}
+
+// Prunable reports whether the changelog row may be deleted, given its
+// origin's acknowledgement, the retention cut-off olderThan and head, the
+// highest seq stored. It is the one prune rule: store.PruneChangelog
+// applies it in SQL (raising the origin's PrunedSeq to the highest seq it
+// deleted, whichever clause deleted it), and the sync model of the tests
+// applies it as is. A row is kept for the retention, even once
+// acknowledged, so that an origin restored from a backup younger than the
+// retention still continues incrementally; past it, a row goes unless it
+// is a tombstone its origin has not acknowledged (a tombstone is the only
+// word of a job's end) or the head row (kept, so that a store restarted
+// after pruning never hands out a seq again, which a cursor equal to an
+// acknowledgement could not tell from the row it names).
+func Prunable(row *berth.ChangelogRow, ack store.OriginAck, olderThan time.Time, head uint64) bool {
+	if row.Seq >= head || !row.Job.At.Before(olderThan) {
+		return false
+	}
+	return !row.Job.Tombstone || row.Seq <= ack.Seq
+}
