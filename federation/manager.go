@@ -41,12 +41,14 @@ const (
 type Origin interface {
 	// Peers returns every peer, by name, with its sealed token.
 	Peers(ctx context.Context) ([]*berth.Peer, error)
-	// FederationWork returns what is owed to peer now.
+	// PeersChanged returns a channel closed at the next change of the
+	// peers; taken before Peers is read, no change goes unseen.
+	PeersChanged() <-chan struct{}
+	// FederationWork returns what is owed to peer now, the handles to
+	// deliver marked sent durably (a cancel made later reaches the peer).
 	FederationWork(ctx context.Context, peer string) (*Work, error)
-	// RecordHandoff records a handle's new state: Sent set before it is
-	// first sent (an error then means it must not be sent: it was
-	// cancelled meanwhile), handed off with the peer's job id, rejected,
-	// or the last delivery's error.
+	// RecordHandoff records a delivery's outcome: handed off with the
+	// peer's job id, rejected, or the last delivery's error.
 	RecordHandoff(ctx context.Context, h *berth.Handoff) error
 	// RecordCancelAck records that the peer acknowledged the cancel of
 	// version of the handle (jobID, incarnation), or does not know it.
@@ -98,16 +100,15 @@ type Config struct {
 // the handoffs, then pulls its changes until it is caught up. It keeps
 // each peer's status and state (new, ready, unreachable, lost), routes
 // jobs over the peers' last heartbeats, and reads a federated job's logs
-// from its peer. It is safe for concurrent use.
+// from its peer. Without peers it waits for one to be added and does
+// nothing else. It is safe for concurrent use.
 type Manager struct {
 	cfg Config
 
-	mu      sync.Mutex
-	peers   map[string]*peer
-	ctx     context.Context // Start's; nil before it
-	running bool
-	stop    context.CancelFunc
-	done    chan struct{}
+	mu    sync.Mutex
+	peers map[string]*peer
+	stop  context.CancelFunc // Start's loop; nil when none
+	done  chan struct{}      // closed when that loop has returned
 }
 
 // peer is the manager's memory of one peer.
@@ -120,10 +121,10 @@ type peer struct {
 	lostSet bool      // PeerLost was called since it was last heard
 	key     string    // what c was made for: URL, pin and sealed token
 	c       *client.Client
-	retry   map[handleKey]*backoff // handles whose delivery failed
+	retry   map[handleID]*backoff // handles whose delivery failed
 }
 
-type handleKey struct {
+type handleID struct {
 	job         string
 	incarnation int
 }
@@ -153,44 +154,24 @@ func NewManager(cfg Config) *Manager {
 	return &Manager{cfg: cfg, peers: map[string]*peer{}}
 }
 
-// Start starts the manager's loop, in a goroutine of its own, when the
-// origin has peers; without any the manager stays idle until Wake. The
-// loop runs until ctx ends or Stop. It returns the error of reading the
-// peers.
-func (m *Manager) Start(ctx context.Context) error {
-	peers, err := m.cfg.Origin.Peers(ctx)
-	if err != nil {
-		return fmt.Errorf("federation: read peers: %w", err)
-	}
+// Start starts the manager's loop in a goroutine of its own: it ticks
+// while the origin has peers and, while it has none, only waits for one
+// to be added. It runs until ctx ends or Stop.
+func (m *Manager) Start(ctx context.Context) {
+	ctx, stop := context.WithCancel(ctx)
 	m.mu.Lock()
-	m.ctx = ctx
+	m.stop, m.done = stop, make(chan struct{})
 	m.mu.Unlock()
-	if len(peers) > 0 {
-		m.Wake()
-	}
-	return nil
-}
-
-// Wake starts the loop if Start ran and the loop is not running: a peer
-// was added. Before Start it does nothing.
-func (m *Manager) Wake() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.ctx == nil || m.running || m.ctx.Err() != nil {
-		return
-	}
-	ctx, stop := context.WithCancel(m.ctx)
-	m.running, m.stop, m.done = true, stop, make(chan struct{})
 	go m.loop(ctx, m.done)
 }
 
-// Stop stops the loop, if it runs, and waits for its tick to end.
+// Stop stops the loop Start started, if any, and waits for it to return.
 func (m *Manager) Stop() {
 	m.mu.Lock()
-	running, stop, done := m.running, m.stop, m.done
-	m.ctx = nil // no Wake after Stop
+	stop, done := m.stop, m.done
+	m.stop = nil
 	m.mu.Unlock()
-	if running {
+	if stop != nil {
 		stop()
 		<-done
 	}
@@ -198,26 +179,34 @@ func (m *Manager) Stop() {
 
 func (m *Manager) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
-	t := time.NewTimer(0)
+	t := time.NewTimer(m.cfg.Tick)
 	defer t.Stop()
 	for {
+		changed := m.cfg.Origin.PeersChanged()
+		tick := t.C
+		if m.tick(ctx) == 0 {
+			tick = nil // no peer: nothing to do until one is added
+		}
+		t.Reset(m.cfg.Tick)
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-changed: // a peer added is visited at once
+		case <-tick:
 		}
-		m.Tick(ctx)
-		t.Reset(m.cfg.Tick)
 	}
 }
 
 // Tick visits every peer once, side by side, and waits for all: the
 // loop's step, which tests drive themselves.
-func (m *Manager) Tick(ctx context.Context) {
+func (m *Manager) Tick(ctx context.Context) { m.tick(ctx) }
+
+// tick is Tick; it returns how many peers there are.
+func (m *Manager) tick(ctx context.Context) int {
 	defs, err := m.cfg.Origin.Peers(ctx)
 	if err != nil {
 		m.cfg.Log.Error("federation: read peers", "err", err)
-		return
+		return 1 // try again at the next tick
 	}
 	now := m.cfg.Now()
 	m.mu.Lock()
@@ -252,6 +241,7 @@ func (m *Manager) Tick(ctx context.Context) {
 	for _, d := range defs {
 		m.checkLost(ctx, d.Name)
 	}
+	return len(defs)
 }
 
 // checkLost declares peer's jobs lost once it has gone unheard past its
@@ -388,28 +378,21 @@ func (m *Manager) cancels(ctx context.Context, c *client.Client, p *peer, hs []*
 // handle's last error and sent again after a doubling wait.
 func (m *Manager) deliver(ctx context.Context, c *client.Client, p *peer, ds []Delivery, fail func(error)) error {
 	// p.retry is this visit's alone: a peer is visited once at a time.
-	retry := make(map[handleKey]*backoff, len(p.retry))
+	retry := make(map[handleID]*backoff, len(p.retry))
 	for _, d := range ds { // forget the handles no longer owed
-		k := handleKey{d.Handoff.JobID, d.Handoff.Incarnation}
+		k := handleID{d.Handoff.JobID, d.Handoff.Incarnation}
 		if b := p.retry[k]; b != nil {
 			retry[k] = b
 		}
 	}
 	p.retry = retry
 	for _, d := range ds {
-		k := handleKey{d.Handoff.JobID, d.Handoff.Incarnation}
+		k := handleID{d.Handoff.JobID, d.Handoff.Incarnation}
 		now := m.cfg.Now()
 		if b := retry[k]; b != nil && now.Before(b.next) {
 			continue
 		}
 		h := *d.Handoff
-		if !h.Sent { // durable before the peer may hear of it: a cancel must then reach it
-			h.Sent = true
-			if err := m.cfg.Origin.RecordHandoff(ctx, &h); err != nil {
-				fail(fmt.Errorf("hand off %s: %w", h.JobID, err))
-				continue
-			}
-		}
 		rctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
 		resp, err := c.Handoff(rctx, &berth.HandoffRequest{RemoteID: h.RemoteID, Nonce: h.Nonce, Job: d.Spec})
 		cancel()
@@ -417,7 +400,7 @@ func (m *Manager) deliver(ctx context.Context, c *client.Client, p *peer, ds []D
 		switch {
 		case err == nil:
 			delete(retry, k)
-			h.State, h.RemoteJobID, h.LastError = berth.HandoffDone, resp.JobID, ""
+			h.State, h.RemoteJobID, h.CreateRow, h.LastError = berth.HandoffDone, resp.JobID, resp.CreateRow, ""
 		case client.Final(err):
 			delete(retry, k)
 			h.State, h.LastError = berth.HandoffRejected, err.Error()
@@ -453,7 +436,7 @@ func (m *Manager) deliver(ctx context.Context, c *client.Client, p *peer, ds []D
 func (m *Manager) pull(ctx context.Context, c *client.Client, p *peer, name string, cursor berth.ChangeCursor, fail func(error)) {
 	for range maxPages {
 		rctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
-		ch, err := c.FederationChanges(rctx, formatCursor(cursor), m.cfg.PageSize)
+		ch, err := c.FederationChanges(rctx, FormatCursor(cursor), m.cfg.PageSize)
 		cancel()
 		if m.answered(p, err) != nil || err != nil {
 			fail(fmt.Errorf("changes: %w", err))
@@ -603,11 +586,15 @@ func (m *Manager) OpenLogs(ctx context.Context, peerName, remoteID string, query
 	return resp, err
 }
 
-// formatCursor is c as it travels; "" for the zero cursor.
-// TODO(i27-proto): FormatCursor replaces it once merged.
-func formatCursor(c berth.ChangeCursor) string {
-	if c == (berth.ChangeCursor{}) {
-		return ""
+// Route returns the peer a job of spec is handed to, over the peers'
+// states and last heartbeats now (see the package's Route).
+func (m *Manager) Route(spec *berth.JobSpec) (peer, why string) {
+	m.mu.Lock()
+	now := m.cfg.Now()
+	cands := make([]Candidate, 0, len(m.peers))
+	for name, p := range m.peers {
+		cands = append(cands, Candidate{Name: name, State: m.state(p, now), Capacity: p.status.Capacity})
 	}
-	return fmt.Sprintf("%s.%d.%s", c.Epoch, c.Seq, c.Tag)
+	m.mu.Unlock()
+	return Route(spec, cands)
 }
