@@ -264,6 +264,7 @@ func (c *Controller) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	c.prune.done.Wait() // the loop, stopped, starts no more
 	c.committer.Stop()
 	return nil
 }
