@@ -30,16 +30,15 @@ func (f *FederationBatch) Empty() bool {
 		len(f.Received)+len(f.Changelog)+len(f.Acks) == 0
 }
 
-// append adds o's writes after f's and returns the result (o when f is
-// nil). A peer that o upserts is no longer deleted by f (deletes apply
-// after upserts).
+// append adds o's writes after f's and returns the result (a new
+// FederationBatch when f is nil). A peer that o upserts is no longer
+// deleted by f (deletes apply after upserts).
 func (f *FederationBatch) append(o *FederationBatch) *FederationBatch {
-	switch {
-	case o.Empty():
+	if o.Empty() {
 		return f
-	case f == nil:
-		c := *o
-		return &c
+	}
+	if f == nil { // a new one, so that appending later never writes into o's lists
+		f = &FederationBatch{}
 	}
 	f.PeerDeletes = dropSuperseded(f.PeerDeletes, func(name string) string { return name },
 		o.Peers, func(p *berth.Peer) string { return p.Name })
@@ -99,9 +98,9 @@ type OriginAck struct {
 // from at start (part of Active).
 type FederationState struct {
 	Epoch    string           // this store's federation epoch
-	Head     uint64           // the highest changelog seq stored (0: none)
+	Head     uint64           // the highest changelog seq stored, acknowledged or pruned (0: none): seqs go on above it
 	Peers    []*berth.Peer    // every peer, by name, with SealedToken
-	Handoffs []*berth.Handoff // every handle of a job not ended, and every one with a cancel not acknowledged
+	Handoffs []*berth.Handoff // every handle of a job not ended (or not stored), every one with a cancel not acknowledged, every one pending
 	Cursors  []PeerCursor     // by peer
 }
 

@@ -290,15 +290,15 @@ func (r *Reader) ChangelogRow(ctx context.Context, seq uint64) (*berth.Changelog
 }
 
 // OriginAck returns what origin last acknowledged, the zero OriginAck
-// (with Origin set) for an origin never heard from.
+// for an origin never heard from.
 func (r *Reader) OriginAck(ctx context.Context, origin string) (store.OriginAck, error) {
 	a := args{d: &r.dialect}
-	ack := store.OriginAck{Origin: origin}
+	var ack store.OriginAck
 	err := r.each(ctx, `SELECT acked_seq, acked_tag, pruned_seq FROM federation_origins WHERE origin = `+a.add(origin), a.list,
 		func(row scanner) error {
 			var seq, pruned int64
 			err := row.Scan(&seq, &ack.Tag, &pruned)
-			ack.Seq, ack.PrunedSeq = uint64(seq), uint64(pruned)
+			ack.Origin, ack.Seq, ack.PrunedSeq = origin, uint64(seq), uint64(pruned)
 			return err
 		})
 	if err != nil {
