@@ -96,17 +96,17 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("POST /api/v1/jobs/{id}/cancel", auth.Identity.CanSubmit, submitters, s.cancel)
 	s.route("POST /api/v1/jobs/cancel", auth.Identity.CanSubmit, submitters, s.cancelMatching)
 	s.streamRoutes()
-	s.route("GET /api/v1/jobs/{id}/logs", readsJobs, jobReader, s.logs)
-	s.route("GET /api/v1/attempts/{id}/valid", readsJobs, jobReader, s.attemptValid)
-	s.route("POST /api/v1/wait", readsJobs, jobReader, s.wait)
+	s.route("GET /api/v1/jobs/{id}/logs", readsReceived, jobReader, s.logs)
+	s.route("GET /api/v1/attempts/{id}/valid", readsJobs, people, s.attemptValid)
+	s.route("POST /api/v1/wait", readsJobs, people, s.wait)
 	s.route("GET /api/v1/workers", readsCluster, jobReader, s.workers)
 	s.route("GET /api/v1/workers/{host}/control", readsCluster, jobReader, s.getControl)
 	s.route("PUT /api/v1/workers/{host}/control", auth.Identity.ActsOnAllJobs, operators, s.putControl)
 	s.route("PUT /api/v1/quotas/{id}", auth.Identity.ActsOnAllJobs, operators, s.putQuota)
 	s.route("DELETE /api/v1/quotas/{id}", auth.Identity.ActsOnAllJobs, operators, s.deleteQuota)
 	s.route("GET /api/v1/events", auth.Identity.IsPerson, people, s.events)
-	s.route("GET /api/v1/services", readsJobs, jobReader, s.services)
-	s.route("GET /api/v1/endpoints", readsJobs, jobReader, s.endpoints)
+	s.route("GET /api/v1/services", readsJobs, people, s.services)
+	s.route("GET /api/v1/endpoints", readsJobs, people, s.endpoints)
 	s.route("POST /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.createToken)
 	s.route("GET /api/v1/tokens", auth.Identity.IsAdmin, "admin", s.listTokens)
 	s.route("DELETE /api/v1/tokens/{id}", auth.Identity.IsAdmin, "admin", s.revokeToken)
@@ -135,6 +135,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("PUT /api/v1/peers/{name}", auth.Identity.IsAdmin, "admin", s.putPeer)
 	s.route("DELETE /api/v1/peers/{name}", auth.Identity.IsAdmin, "admin", s.deletePeer)
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
+	s.federationRoutes()
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
@@ -146,7 +147,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 const (
 	people     = "viewer, user, operator or admin"
 	jobReader  = "viewer, user, operator, admin or peer"
-	submitters = "user, operator, admin or peer"
+	submitters = "user, operator or admin"
 	holders    = "user, operator or admin"
 	operators  = "operator or admin"
 )
@@ -154,8 +155,8 @@ const (
 // readRoutes registers the reads a standby answers from the store too:
 // job listings, jobs and quota rules.
 func (s *Server) readRoutes() {
-	s.route("GET /api/v1/jobs", readsJobs, jobReader, s.listJobs)
-	s.route("GET /api/v1/jobs/{id}", readsJobs, jobReader, s.getJob)
+	s.route("GET /api/v1/jobs", readsJobs, people, s.listJobs)
+	s.route("GET /api/v1/jobs/{id}", readsReceived, jobReader, s.getJob)
 	s.route("GET /api/v1/quotas", readsCluster, jobReader, s.listQuotas)
 }
 

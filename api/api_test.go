@@ -65,8 +65,9 @@ func startServer(t *testing.T, trustLoopback auth.Role) *server {
 
 // startController starts a controller on a real SQLite store in dir, with
 // the security security makes for that store (its secrets resolved at
-// dispatch); both are stopped when t ends.
-func startController(t *testing.T, dir string, security func(store.Store) *api.Security) (*sqlite.Store, *controller.Controller, *api.Security) {
+// dispatch) and its config as edits change it; both are stopped when t
+// ends.
+func startController(t *testing.T, dir string, security func(store.Store) *api.Security, edits ...func(*controller.Config)) (*sqlite.Store, *controller.Controller, *api.Security) {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "berth.db"))
@@ -79,7 +80,11 @@ func startController(t *testing.T, dir string, security func(store.Store) *api.S
 		}
 	})
 	sec := security(st)
-	ctl := controller.New(controller.Config{Store: st, Secrets: sec.Secrets, PeerTokens: sec.Secrets})
+	cfg := controller.Config{Store: st, Secrets: sec.Secrets, PeerTokens: sec.Secrets}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	ctl := controller.New(cfg)
 	if err := ctl.Start(ctx); err != nil {
 		t.Fatalf("start controller: %v", err)
 	}

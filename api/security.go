@@ -98,16 +98,21 @@ func (sec *Security) allow(w http.ResponseWriter, r *http.Request, key string) b
 // The roles' rights. People (viewer, user, operator, admin) and peers read
 // the cluster (workers, quotas, worker controls); viewers, operators and
 // admins read every job, the metrics (which sum every user's jobs) and
-// every event, users and peers only their own jobs (and users their
-// events); users, operators, admins and peers submit; users, operators and
-// admins manage their own secrets (a peer, another cluster's credential,
-// has none here); operators and admins act on every job, worker and
-// quota; admins manage tokens and every user's secrets and may speak the
-// agent protocol for any host (local agents under loopback trust); an
-// agent credential speaks it for its own host only, and a join token only
-// joins.
+// every event, users only their own jobs and events; users, operators and
+// admins submit, and manage their own secrets; operators and admins act
+// on every job, worker and quota; admins manage tokens and every user's
+// secrets and may speak the agent protocol for any host (local agents
+// under loopback trust); an agent credential speaks it for its own host
+// only, and a join token only joins. A peer (another cluster's
+// credential) alone calls the federation's endpoints, and reads (a job,
+// its logs) the jobs it handed over, nothing else: no listing, no
+// submission, no secrets.
 
 func readsJobs(id auth.Identity) bool { return id.SeesAllJobs() || id.CanSubmit() }
+
+// readsReceived reports whether id may read a job (GET, logs): those who
+// read jobs, and a peer, the jobs it handed over (checkOwner).
+func readsReceived(id auth.Identity) bool { return readsJobs(id) || isPeer(id) }
 
 func readsCluster(id auth.Identity) bool { return id.IsPerson() || id.Role == auth.RolePeer }
 
@@ -133,6 +138,13 @@ func (s *Server) route(pattern string, allow func(auth.Identity) bool, need stri
 // checkOwner refuses, with 403, an identity that may see or act on its own
 // jobs only (mayAll false) when job j is another user's.
 func checkOwner(id auth.Identity, j *berth.Job, mayAll bool) error {
+	if isPeer(id) { // its own are those it handed over, whoever they run as
+		if j.Origin != nil && j.Origin.Cluster == id.Name {
+			return nil
+		}
+		return berth.Errorf(berth.ECodeForbidden, "job %s was not handed over by %s (role peer): a peer sees only the jobs it handed over",
+			j.ID, id.Name)
+	}
 	if mayAll || j.User == id.Name {
 		return nil
 	}
@@ -184,7 +196,7 @@ func secretOwner(r *http.Request, owner string) (string, error) {
 	return owner, nil
 }
 
-// submitter sets who a submission runs as: users and peers submit as
+// submitter sets who a submission runs as: users submit as
 // themselves only; operators and admins may name any user, and default to
 // themselves.
 func submitter(id auth.Identity, req *berth.SubmitRequest) error {

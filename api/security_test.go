@@ -461,13 +461,14 @@ func TestRoles(t *testing.T) {
 	var (
 		people     = []string{"viewer", "user", "operator", "admin"}
 		allJobs    = []string{"viewer", "operator", "admin"} // read every job
-		submitters = []string{"user", "operator", "admin", "peer"}
-		operators  = []string{"operator", "admin"}         // act on every job, worker and quota
-		admins     = []string{"admin"}                     // tokens, every user's secrets
-		holders    = []string{"user", "operator", "admin"} // their own secrets; not peers
-		// Jobs are read by those who read every job and, their own, by
-		// those who submit.
-		jobReaders = []string{"viewer", "user", "operator", "admin", "peer"}
+		submitters = []string{"user", "operator", "admin"}   // a peer hands jobs over, it does not submit
+		operators  = []string{"operator", "admin"}           // act on every job, worker and quota
+		admins     = []string{"admin"}                       // tokens, every user's secrets
+		holders    = []string{"user", "operator", "admin"}   // their own secrets; not peers
+		// Jobs are listed by those who read every job and, their own, by
+		// those who submit; a peer reads only the jobs it handed over
+		// (TestFederationPeerReadsOnlyItsJobs).
+		jobReaders = []string{"viewer", "user", "operator", "admin"}
 		// The cluster (workers, quotas) is read by people; peers too (see
 		// the report: readsCluster).
 		clusterReaders = []string{"viewer", "user", "operator", "admin", "peer"}
@@ -603,6 +604,11 @@ func TestRoles(t *testing.T) {
 			st, ct, b := s.peek("GET", "/api/v1/events", id.token)
 			return result{st, ct, b}, nil
 		}},
+		// The federation's endpoints: a peer only (default-deny).
+		{"federation capacity", []string{"peer"}, func(t *testing.T, s *secured, id *identityCase) (result, func() bool) {
+			st, ct, b := s.doAuth("GET", "/api/v1/federation/capacity", "", id.token)
+			return result{st, ct, b}, nil
+		}},
 		// The agent protocol: agent credentials; admins too (see the
 		// report: speaksAgent).
 		{"agent protocol", []string{"agent", "admin"}, func(t *testing.T, s *secured, id *identityCase) (result, func() bool) {
@@ -634,8 +640,8 @@ func TestRoles(t *testing.T) {
 }
 
 // TestRolesOwnership: a user neither cancels nor reads another user's job,
-// nor lists another user's jobs; users and peers submit as themselves
-// only.
+// nor lists another user's jobs; users submit as themselves only, and a
+// peer neither submits nor reads a job it did not hand over.
 func TestRolesOwnership(t *testing.T) {
 	t.Parallel()
 	s := startSecured(t, "")
@@ -664,7 +670,9 @@ func TestRolesOwnership(t *testing.T) {
 		{"user waits for another user's job", alice, "POST", "/api/v1/wait", `{"ids":["` + bobs.ID + `"],"timeout":"1s"}`, 403, "", 1},
 		{"user waits for all its jobs", alice, "POST", "/api/v1/wait", `{"all":true,"timeout":"1s"}`, 200, "", 1},
 		{"user submits as someone else", alice, "POST", "/api/v1/jobs", `{"command":["true"],"user":"bob"}`, 403, "user", 1},
-		{"peer submits as someone else", peer, "POST", "/api/v1/jobs", `{"command":["true"],"user":"bob"}`, 403, "user", 1},
+		{"peer submits", peer, "POST", "/api/v1/jobs", `{"command":["true"]}`, 403, "", 1},
+		{"peer reads a job it did not hand over", peer, "GET", "/api/v1/jobs/" + bobs.ID, "", 403, "", 1},
+		{"peer reads the logs of a job it did not hand over", peer, "GET", "/api/v1/jobs/" + bobs.ID + "/logs", "", 403, "", 1},
 		{"viewer submits as someone else", viewer, "POST", "/api/v1/jobs", `{"command":["true"],"user":"bob"}`, 403, "", 1},
 		{"user submits naming itself", alice, "POST", "/api/v1/jobs", `{"command":["true"],"user":"alice"}`, 201, "", 1},
 		{"operator submits as someone else", operator, "POST", "/api/v1/jobs", `{"command":["true"],"user":"bob"}`, 201, "", 2},

@@ -340,10 +340,11 @@ func (id Identity) SeesAllJobs() bool { return id.Role == RoleViewer || id.Role.
 // (operators, admins).
 func (id Identity) ActsOnAllJobs() bool { return id.Role.AtLeast(RoleOperator) }
 
-// CanSubmit reports whether id submits jobs (users, peers, operators,
-// admins).
+// CanSubmit reports whether id submits jobs (users, operators, admins).
+// A peer does not: the jobs it hands over come through the federation's
+// handoff endpoint only.
 func (id Identity) CanSubmit() bool {
-	return id.Role == RoleUser || id.Role == RolePeer || id.Role.AtLeast(RoleOperator)
+	return id.Role == RoleUser || id.Role.AtLeast(RoleOperator)
 }
 
 // HoldsSecrets reports whether id manages secrets of its own (users,

@@ -22,11 +22,13 @@ import (
 )
 
 // Store is what the controller needs of durable storage: the batches of
-// its lifecycle and the reads it rebuilds and answers from, and the worker
-// controls others may write; store.Store is one.
+// its lifecycle and the reads it rebuilds and answers from, the worker
+// controls others may write, and the federation's reads; store.Store is
+// one.
 type Store interface {
 	store.JobStore
 	store.ControlReader
+	store.FederationStore
 }
 
 // Config configures a Controller. Zero durations take the defaults.
@@ -75,6 +77,13 @@ type Config struct {
 	// PeerTokens, when set, seals federation peers' tokens (PutPeer);
 	// without it a peer with a token cannot be stored.
 	PeerTokens PeerSealer
+	// PeerUsers maps a federation origin's name to the user the jobs it
+	// hands to this cluster run as; an origin not in it: its own name.
+	PeerUsers map[string]string
+	// ChangelogRetention is how long a changelog row of a received job
+	// that its origin has not acknowledged is kept (tombstones are kept
+	// until acknowledged); 0 keeps every one.
+	ChangelogRetention time.Duration
 }
 
 // Auditor appends events to a durable audit log (the audit package's Log).
@@ -149,6 +158,7 @@ type Controller struct {
 	waiters  map[*waiter]struct{}
 	origin   originState // the federation, as an origin (federation.go)
 	peers    peerSet     // federation peers (peers.go)
+	prune    pruning     // of the federation changelog
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -259,6 +269,7 @@ func (c *Controller) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	c.prune.done.Wait() // the loop, stopped, starts no more
 	c.committer.Stop()
 	return nil
 }
@@ -361,6 +372,7 @@ func (c *Controller) housekeep() {
 			c.endAttempt(as, berth.AttemptCancelled, nil, reasonWithdrawn, now)
 		}
 	}
+	c.housekeepReceived(now)
 }
 
 // flush carries out the effects of the loop's pass: it commits the batch

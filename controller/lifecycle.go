@@ -56,6 +56,7 @@ type lifecycle struct {
 	// for the store.
 	audited, storeEvents bool
 	hooks                hooks
+	fed                  receiving // the jobs received from federation origins
 }
 
 // hooks are what the lifecycle tells its shell, on the loop: a job ended
@@ -163,8 +164,7 @@ func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Even
 		l.stats.totals.JobsRequeued++
 	}
 	j.State = to
-	b := l.fx.rows()
-	b.JobUpdates = append(b.JobUpdates, js.update())
+	l.writeJob(js)
 	ev.JobID, ev.Name, ev.State = j.ID, j.Name, to
 	l.emit(ev)
 	return nil
@@ -261,6 +261,9 @@ func (l *lifecycle) createJobs(req *berth.SubmitRequest, be Backend, actor strin
 		if key.key != "" {
 			l.idem[key] = append(l.idem[key], j.ID)
 		}
+		if j.Origin != nil {
+			l.logChange(b, j, 0, "")
+		}
 		events[i] = berth.Event{Time: now, Type: berth.EventJobSubmitted, JobID: j.ID, State: berth.JobPending, Actor: actor, User: j.User}
 	}
 	l.stats.jobs[berth.JobPending] += n // created: their rows are inserts, not transitions
@@ -284,8 +287,7 @@ func (l *lifecycle) markRunning(as *attemptState, now time.Time) {
 	l.stats.started.observe(now.Sub(j.CreatedAt))
 	l.stats.totals.AttemptsStarted++
 	if j.State != berth.JobPending {
-		b := l.fx.rows() // it now counts the attempt (see update)
-		b.JobUpdates = append(b.JobUpdates, js.update())
+		l.writeJob(js) // it now counts the attempt (see update)
 		return
 	}
 	if j.StartedAt.IsZero() {
@@ -508,8 +510,7 @@ func (l *lifecycle) stopJob(js *jobState, requested string, now time.Time) {
 		l.finishJob(js, berth.JobCancelled, nil, cancelledFor(requested), now)
 	case !js.cancelRequested():
 		js.job.Reason = requested
-		b := l.fx.rows()
-		b.JobUpdates = append(b.JobUpdates, js.update())
+		l.writeJob(js)
 		reason := cancelledFor(requested)
 		js.active(func(as *attemptState) {
 			as.run.Stopping = true

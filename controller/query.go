@@ -50,32 +50,36 @@ func (c *Controller) explainPending(ctx context.Context, jobs []*berth.Job) erro
 	if len(pending) == 0 {
 		return nil
 	}
-	return c.do(ctx, func() {
-		var tasks []*scheduler.Task
-		var queued []*berth.Job // the job of pending whose task is tasks[i]
-		for _, j := range pending {
-			js := c.jobs[j.ID]
-			if js == nil || js.task == nil || js.placed() {
-				continue
-			}
-			// What the controller adds, e.g. a retry's backoff; a job
-			// waiting one out is not queued, and the backoff is why.
-			j.Reason = js.job.Reason
-			if _, backingOff := c.restarting[js]; !backingOff {
-				tasks, queued = append(tasks, js.task), append(queued, j)
-			}
+	return c.do(ctx, func() { c.explain(pending) })
+}
+
+// explain sets the Reason of each job of pending, copies of queued jobs,
+// to why the scheduler has not placed it. Loop only.
+func (c *Controller) explain(pending []*berth.Job) {
+	var tasks []*scheduler.Task
+	var queued []*berth.Job // the job of pending whose task is tasks[i]
+	for _, j := range pending {
+		js := c.jobs[j.ID]
+		if js == nil || js.task == nil || js.placed() {
+			continue
 		}
-		if len(tasks) == 0 {
-			return
+		// What the controller adds, e.g. a retry's backoff; a job
+		// waiting one out is not queued, and the backoff is why.
+		j.Reason = js.job.Reason
+		if _, backingOff := c.restarting[js]; !backingOff {
+			tasks, queued = append(tasks, js.task), append(queued, j)
 		}
-		for i, r := range c.queue.Reasons(tasks, c.snapshot()) {
-			if j := queued[i]; j.Reason != "" {
-				j.Reason = r.Message + "; " + j.Reason
-			} else {
-				j.Reason = r.Message
-			}
+	}
+	if len(tasks) == 0 {
+		return
+	}
+	for i, r := range c.queue.Reasons(tasks, c.snapshot()) {
+		if j := queued[i]; j.Reason != "" {
+			j.Reason = r.Message + "; " + j.Reason
+		} else {
+			j.Reason = r.Message
 		}
-	})
+	}
 }
 
 // Workers returns every known worker with its observed state, the desired

@@ -330,6 +330,7 @@ func (c *Controller) rebuild(a *store.Active) {
 	c.loadQuotas(a.Quotas)
 	c.loadPeers(a.Federation.Peers)
 	c.loadEvents(a.Events)
+	c.rebuildReceived(a)
 	c.stats.loadCounts(a.Counts)
 	c.dirty = true
 }

@@ -40,6 +40,9 @@ type Submission struct {
 // SubmitFull is Submit that also reports whether the jobs were replayed
 // and what the user should be warned of. Errors are Submit's.
 func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (*Submission, error) {
+	if req.Origin != nil {
+		return nil, berth.Invalidf("origin", "is set by a federation handoff only, never by a submission")
+	}
 	if c.cfg.Expand != nil {
 		if err := c.cfg.Expand(&req.JobSpec); err != nil {
 			return nil, err

@@ -30,16 +30,15 @@ func (f *FederationBatch) Empty() bool {
 		len(f.Received)+len(f.Changelog)+len(f.Acks) == 0
 }
 
-// append adds o's writes after f's and returns the result (o when f is
-// nil). A peer that o upserts is no longer deleted by f (deletes apply
-// after upserts).
+// append adds o's writes after f's and returns the result (a new
+// FederationBatch when f is nil). A peer that o upserts is no longer
+// deleted by f (deletes apply after upserts).
 func (f *FederationBatch) append(o *FederationBatch) *FederationBatch {
-	switch {
-	case o.Empty():
+	if o.Empty() {
 		return f
-	case f == nil:
-		c := *o
-		return &c
+	}
+	if f == nil { // a new one, so that appending later never writes into o's lists
+		f = &FederationBatch{}
 	}
 	f.PeerDeletes = dropSuperseded(f.PeerDeletes, func(name string) string { return name },
 		o.Peers, func(p *berth.Peer) string { return p.Name })

@@ -54,6 +54,12 @@ type serverConfig struct {
 	ReserveAfter time.Duration // a blocked job waiting this long reserves workers
 	PreemptAfter time.Duration // minimum runtime before an attempt may be preempted
 	Log          *slog.Logger
+
+	// PeerUsers maps a federation origin to the user its jobs run as here
+	// (--peer-user); ChangelogRetention is how long changes not
+	// acknowledged are kept for origins (--federation-changelog-retention).
+	PeerUsers          map[string]string
+	ChangelogRetention time.Duration
 }
 
 func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
@@ -74,6 +80,20 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.Policy, "policy", "berth", "scheduling policy: "+strings.Join(scheduler.PolicyNames(), ", "))
 	durationVar(fs, &cfg.ReserveAfter, "reserve-after", def.ReserveAfter, "how long (a `duration`) a job that does not fit waits before it reserves workers (0: never)")
 	durationVar(fs, &cfg.PreemptAfter, "preempt-min-runtime", def.PreemptMinRuntime, "how long (a `duration`) an attempt runs before a higher-priority job may preempt it")
+	fs.Func("peer-user", "ORIGIN=USER: the jobs federation origin ORIGIN (its peer token's name) hands over run as USER;\nan origin not mapped: as ORIGIN (repeatable)", func(v string) error {
+		origin, user, ok := strings.Cut(v, "=")
+		switch {
+		case !ok || strings.TrimSpace(origin) != origin || strings.TrimSpace(user) != user || origin == "" || user == "":
+			return fmt.Errorf("want ORIGIN=USER, not %q", v)
+		case cfg.PeerUsers[origin] != "":
+			return fmt.Errorf("origin %s mapped twice", origin)
+		case cfg.PeerUsers == nil:
+			cfg.PeerUsers = map[string]string{}
+		}
+		cfg.PeerUsers[origin] = user
+		return nil
+	})
+	durationVar(fs, &cfg.ChangelogRetention, "federation-changelog-retention", 24*time.Hour, "how long (a `duration`) changes to the jobs received from a federation origin are kept\nwhile it has not pulled them (an origin away longer resyncs in full); 0: until it has")
 }
 
 // schedulerConfig returns the policy the flags chose; nil (the default
@@ -177,6 +197,9 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	}
 	if cfg.ControlPoll < 0 {
 		return nil, berth.Invalidf("--control-poll", "must not be negative")
+	}
+	if cfg.ChangelogRetention < 0 {
+		return nil, berth.Invalidf("--federation-changelog-retention", "must not be negative")
 	}
 	sched, err := cfg.schedulerConfig()
 	if err != nil {
@@ -287,7 +310,8 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	_, shared := rs.store.(store.Leadership)
 	ctl := controller.New(controller.Config{Store: rs.store, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
 		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched,
-		StoreEvents: shared, Audit: sec.audit, Secrets: vault, PeerTokens: vault, Expand: catalog.Expand, Services: catalog})
+		StoreEvents: shared, Audit: sec.audit, Secrets: vault, PeerTokens: vault, Expand: catalog.Expand, Services: catalog,
+		PeerUsers: cfg.PeerUsers, ChangelogRetention: cfg.ChangelogRetention})
 	if err := ctl.Start(ctx); err != nil {
 		return err
 	}
