@@ -74,6 +74,9 @@ type Config struct {
 	// Secrets, when set, resolves the {{SECRET:NAME}} references of a job
 	// as it is assigned; the values travel in the assignment only.
 	Secrets SecretResolver
+	// PeerTokens, when set, seals federation peers' tokens (PutPeer);
+	// without it a peer with a token cannot be stored.
+	PeerTokens PeerSealer
 	// PeerUsers maps a federation origin's name to the user the jobs it
 	// hands to this cluster run as; an origin not in it: its own name.
 	PeerUsers map[string]string
@@ -81,9 +84,6 @@ type Config struct {
 	// that its origin has not acknowledged is kept (tombstones are kept
 	// until acknowledged); 0 keeps every one.
 	ChangelogRetention time.Duration
-	// PeerTokens, when set, seals federation peers' tokens (PutPeer);
-	// without it a peer with a token cannot be stored.
-	PeerTokens PeerSealer
 }
 
 // Auditor appends events to a durable audit log (the audit package's Log).
@@ -156,9 +156,9 @@ type Controller struct {
 	reserved map[string]string           // worker id → job holding it, from the last full pass
 	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
 	waiters  map[*waiter]struct{}
-	prune    pruning     // of the federation changelog
 	origin   originState // the federation, as an origin (federation.go)
 	peers    peerSet     // federation peers (peers.go)
+	prune    pruning     // of the federation changelog
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -269,6 +269,7 @@ func (c *Controller) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	c.prune.done.Wait() // the loop, stopped, starts no more
 	c.committer.Stop()
 	return nil
 }

@@ -317,7 +317,8 @@ const pruneEvery = time.Minute
 type pruning struct {
 	mu      sync.Mutex
 	running atomic.Bool
-	last    time.Time // when the tick last started one; loop only
+	done    sync.WaitGroup // the prune the tick started; Stop waits for it
+	last    time.Time      // when the tick last started one; loop only
 }
 
 // PruneChangelog deletes, for every origin, the changelog rows it
@@ -361,12 +362,12 @@ func (c *Controller) housekeepReceived(now time.Time) {
 		return
 	}
 	c.prune.last = now
-	go func() {
+	c.prune.done.Go(func() {
 		defer c.prune.running.Store(false)
 		if _, err := c.PruneChangelog(context.Background()); err != nil {
 			c.log.Warn("federation: changelog not pruned", "err", err)
 		}
-	}()
+	})
 }
 
 // logReasons writes a changelog row for each received job that waits

@@ -1,11 +1,14 @@
 package controller
 
 import (
+	"context"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/internal/fakeclock"
+	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -152,5 +155,85 @@ func TestReceivedJobsAcrossARestart(t *testing.T) {
 	next, err := c.ReceiveHandoff(ctx, "a", &berth.HandoffRequest{RemoteID: "r2", Nonce: "n1", Job: spec})
 	if err != nil || next.CreateRow.Seq != 3 {
 		t.Errorf("handoff after a restart: %+v, %v; want its creation row at seq 3", next, err)
+	}
+}
+
+// TestChangelogPruning: the housekeeping tick prunes what the origin
+// acknowledged; rows it has not acknowledged go once older than the
+// retention, but for tombstones, and never with a retention of 0.
+func TestChangelogPruning(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	spec := berth.DefaultJobSpec()
+	spec.Command = []string{"true"}
+	for _, tt := range []struct {
+		name      string
+		retention time.Duration
+		left      int // rows left once the unacknowledged ones are 2h old
+	}{
+		{"retention 0", 0, 3},
+		{"retention 1h", time.Hour, 1}, // the tombstone
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "berth.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+			c := New(Config{Store: st, Now: clock.Now, ChangelogRetention: tt.retention, Housekeeping: time.Hour})
+			if err := c.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer c.Stop(context.Background())
+			// rows counts the rows written before the clock moved on (the
+			// tick writes why r1 and r2 wait, now).
+			rows := func() int {
+				t.Helper()
+				rows, err := st.Changelog(ctx, "a", 0, 100)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for _, r := range rows {
+					if r.Job.At.Before(clock.Now()) {
+						n++
+					}
+				}
+				return n
+			}
+			tick := func() {
+				t.Helper()
+				if err := c.do(ctx, c.housekeep); err != nil {
+					t.Fatal(err)
+				}
+				c.prune.done.Wait()
+			}
+			if _, err := c.ReceiveHandoff(ctx, "a", &berth.HandoffRequest{RemoteID: "r1", Nonce: "n", Job: spec}); err != nil {
+				t.Fatal(err)
+			}
+			ch, err := c.Changes(ctx, "a", berth.ChangeCursor{}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Changes(ctx, "a", ch.Cursor, 0); err != nil { // acknowledges r1's creation
+				t.Fatal(err)
+			}
+			for _, id := range []string{"r2", "r3"} {
+				if _, err := c.ReceiveHandoff(ctx, "a", &berth.HandoffRequest{RemoteID: id, Nonce: "n", Job: spec}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := c.CancelReceived(ctx, "a", &berth.FederationCancel{RemoteID: "r3", Nonce: "n", Version: 1}); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(2 * time.Hour)
+			before := rows()
+			tick()
+			if n := rows(); n != tt.left {
+				t.Errorf("%d rows left of %d, want %d", n, before, tt.left)
+			}
+		})
 	}
 }
