@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
+)
+
+// federated is two servers on real SQLite: a, the origin, with no
+// worker, and b, its peer, with one agent.
+type federated struct {
+	a, b   *cli
+	rsA    *runningServer
+	bToken string // the peer token b minted for a
+}
+
+// newFederated starts b with an agent, mints b's peer token for a,
+// starts a (its manager ticking every tick) and adds b as a's peer.
+func newFederated(t *testing.T, tick time.Duration) *federated {
+	t.Helper()
+	ctx := context.Background()
+	rsB, err := startServer(ctx, &serverConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rsB.Close(ctx) })
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	agentDone := make(chan struct{})
+	go func() {
+		defer close(agentDone)
+		m := &Main{Stdout: new(bytes.Buffer), Stderr: new(bytes.Buffer), Getenv: func(string) string { return "" }}
+		m.Run(agentCtx, []string{"agent", "--server", rsB.URL, "--gpus", "0", "--host", "bbox", "--data-dir", t.TempDir()})
+	}()
+	t.Cleanup(func() { stopAgent(); <-agentDone })
+	issued, err := client.New(rsB.URL, "", nil).CreateToken(ctx, berth.TokenRequest{Role: "peer", Name: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rsA, err := startServer(ctx, &serverConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", FederationTick: tick})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rsA.Close(ctx) })
+	f := &federated{a: &cli{t: t, url: rsA.URL}, b: &cli{t: t, url: rsB.URL}, rsA: rsA, bToken: issued.Secret}
+	tokenFile := filepath.Join(t.TempDir(), "b.token")
+	if err := os.WriteFile(tokenFile, []byte(issued.Secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := f.a.run("peer", "add", "b", "--url", rsB.URL, "--token-file", tokenFile); code != 0 {
+		t.Fatalf("peer add: exit %d: %s", code, errOut)
+	}
+	return f
+}
+
+// TestFederatedJobRunsOnThePeerAndStreamsThroughTheOrigin submits a job
+// pinned to peer b on a, which has no worker: the manager hands it to b,
+// whose agent runs it; berth logs -f on a streams its output from b (the
+// client never told b's address), berth wait on a sees it end as b ran
+// it, and exec on a is refused as the job runs elsewhere.
+func TestFederatedJobRunsOnThePeerAndStreamsThroughTheOrigin(t *testing.T) {
+	t.Parallel()
+	f := newFederated(t, 20*time.Millisecond)
+	code, out, errOut := f.a.run("submit", "--cluster", "b", "--", "sh", "-c", "echo hello from b; echo second line")
+	if code != 0 {
+		t.Fatalf("submit --cluster b: exit %d: %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+
+	code, out, errOut = f.a.run("logs", "-f", id)
+	if code != 0 || out != "hello from b\nsecond line\n" {
+		t.Fatalf("berth logs -f on the origin: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, out, errOut = f.a.run("wait", id); code != 0 {
+		t.Fatalf("berth wait on the origin: exit %d, %q, %q", code, out, errOut)
+	}
+	d := runJSON[berth.JobDetail](f.a, "job", id, "-o", "json")
+	if d.State != berth.JobSucceeded || d.Cluster != "b" || len(d.Handoffs) != 1 || d.Handoffs[0].State != berth.HandoffDone {
+		t.Fatalf("the job on the origin: %+v, handoffs %+v", d.Job, d.Handoffs)
+	}
+	remote := d.Handoffs[0].RemoteJobID
+	if code, out, _ := f.b.run("logs", remote); code != 0 || out != "hello from b\nsecond line\n" {
+		t.Fatalf("the job %s on the peer: exit %d, %q", remote, code, out)
+	}
+
+	// The records a berth run reads come through as well, attempt by
+	// attempt.
+	c := client.New(f.a.url, "", nil)
+	var got strings.Builder
+	if err := c.LogRecords(t.Context(), id, true, func(r *berth.LogRecord) error {
+		got.Write(r.Data)
+		return nil
+	}); err != nil || got.String() != "hello from b\nsecond line\n" {
+		t.Fatalf("log records through the origin: %q, %v", got.String(), err)
+	}
+
+	code, out, errOut = f.a.run("exec", id, "--", "true")
+	if code == 0 || !strings.Contains(errOut, "federation peer b") {
+		t.Fatalf("exec into a federated job: exit %d, %q, %q", code, out, errOut)
+	}
+
+	s := f.rsA.federation.Status("b")
+	if s.State != berth.PeerReady || s.Capacity == nil || len(s.Capacity.Workers) != 1 || s.LastSync.IsZero() || s.LastError != "" {
+		t.Fatalf("a's status of b: %+v", s)
+	}
+}
