@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +61,16 @@ func newFederated(t *testing.T, tick time.Duration) *federated {
 	return f
 }
 
+// main is a berth command line of c's server writing to stdout.
+func (c *cli) main(stdout io.Writer) *Main {
+	return &Main{Stdout: stdout, Stderr: new(bytes.Buffer), Getenv: func(k string) string {
+		if k == "BERTH_SERVER" {
+			return c.url
+		}
+		return ""
+	}}
+}
+
 // TestFederatedJobRunsOnThePeerAndStreamsThroughTheOrigin submits a job
 // pinned to peer b on a, which has no worker: the manager hands it to b,
 // whose agent runs it; berth logs -f on a streams its output from b (the
@@ -109,5 +120,56 @@ func TestFederatedJobRunsOnThePeerAndStreamsThroughTheOrigin(t *testing.T) {
 	s := f.rsA.federation.Status("b")
 	if s.State != berth.PeerReady || s.Capacity == nil || len(s.Capacity.Workers) != 1 || s.LastSync.IsZero() || s.LastError != "" {
 		t.Fatalf("a's status of b: %+v", s)
+	}
+}
+
+// TestFederatedLogsStreamWhileTheJobRuns follows a federated job's logs
+// through the origin: its first line arrives while the job, on the peer,
+// still waits for the test's go-ahead, so the origin passes the peer's
+// output on as it comes rather than once the job has ended; and berth
+// cancel on the origin ends it there, and the stream with it.
+func TestFederatedLogsStreamWhileTheJobRuns(t *testing.T) {
+	t.Parallel()
+	f := newFederated(t, 20*time.Millisecond)
+	goAhead := filepath.Join(t.TempDir(), "go")
+	code, out, errOut := f.a.run("submit", "--cluster", "b", "--", "sh", "-c",
+		"echo first; while [ ! -e "+goAhead+" ]; do sleep 0.05; done; echo second")
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	stdout := newWatchedWriter("first\n")
+	exit := make(chan int, 1)
+	go func() { exit <- f.a.main(stdout).Run(t.Context(), []string{"logs", "-f", id}) }()
+	select {
+	case <-stdout.seen:
+	case code := <-exit:
+		t.Fatalf("berth logs -f ended (exit %d, %q) before the job did", code, stdout)
+	}
+	if err := os.WriteFile(goAhead, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := <-exit; code != 0 || stdout.String() != "first\nsecond\n" {
+		t.Fatalf("berth logs -f: exit %d, %q", code, stdout)
+	}
+
+	// A second job, cancelled on the origin while it runs on the peer:
+	// the cancel reaches the peer, whose job ends, and so does the stream.
+	code, out, errOut = f.a.run("submit", "--cluster", "b", "--", "sh", "-c", "echo waiting; sleep 1000")
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, errOut)
+	}
+	id = strings.TrimSpace(out)
+	stdout = newWatchedWriter("waiting\n")
+	go func() { exit <- f.a.main(stdout).Run(t.Context(), []string{"logs", "-f", id}) }()
+	<-stdout.seen
+	if code, _, errOut := f.a.run("cancel", id); code != 0 {
+		t.Fatalf("cancel on the origin: exit %d: %s", code, errOut)
+	}
+	if code := <-exit; code != 0 || stdout.String() != "waiting\n" {
+		t.Fatalf("berth logs -f of the cancelled job: exit %d, %q", code, stdout)
+	}
+	if code, out, _ := f.a.run("wait", id); code == 0 || !strings.Contains(out, "cancelled") {
+		t.Fatalf("berth wait on the origin: exit %d, %q; want it cancelled", code, out)
 	}
 }
