@@ -32,7 +32,8 @@ type Federation interface {
 	// last capability heartbeat fits it (queue, labels, GPU model, count
 	// and memory, CPUs, memory), those with free capacity now first, then
 	// by name. When none fits it returns "" and why, what each peer
-	// lacks; with no peer at all it returns "", "".
+	// lacks; with no peer at all it returns "", "". It is asked only
+	// while the controller has peers (PutPeer).
 	Route(spec *berth.JobSpec) (peer, why string)
 	// PeerState returns what the manager knows of the peer name's
 	// reachability, and false for a peer it does not know.
@@ -163,30 +164,29 @@ type placement struct {
 
 // route decides where the jobs of spec, a valid submission, go, with the
 // warnings and the refusal fits would give a local job. A cluster pin
-// forces its peer: an unknown one is ECodeInvalid on cluster, one
-// unreachable or lost ECodeUnavailable. A child stays here; so does a job
+// forces its peer: one not among the peers (PutPeer) is ECodeInvalid on
+// cluster, one the manager finds unreachable or lost ECodeUnavailable. A child stays here; so does a job
 // some worker here could ever run. Else the federation manager routes it;
 // when no peer fits, it waits here, its reason saying what each peer
 // lacks, rather than being refused. With no manager or no peer, it is
 // fits's answer alone. Loop only.
 func (c *Controller) route(spec *berth.JobSpec, hold bool) (placement, []string, error) {
 	if name := spec.Cluster; name != "" {
-		var st berth.PeerState
-		ok := c.origin.f != nil
-		if ok {
-			st, ok = c.origin.f.PeerState(name)
-		}
-		switch {
-		case !ok:
+		if c.peers.byName[name] == nil {
 			return placement{}, nil, berth.Invalidf("cluster", "no peer %q (berth peers lists them)", name)
-		case st == berth.PeerUnreachable || st == berth.PeerLost:
+		}
+		var st berth.PeerState
+		if c.origin.f != nil {
+			st, _ = c.origin.f.PeerState(name)
+		}
+		if st == berth.PeerUnreachable || st == berth.PeerLost {
 			return placement{}, nil, &berth.Error{Code: berth.ECodeUnavailable, Field: "cluster",
 				Message: fmt.Sprintf("peer %s is %s: no work is handed to it until it is heard from again", name, st)}
 		}
 		return placement{peer: name, pinned: true}, nil, nil
 	}
 	unfit, seen := c.neverFits(spec)
-	if c.origin.f == nil || spec.Parent != "" || (seen && unfit == nil) {
+	if c.origin.f == nil || len(c.peers.byName) == 0 || spec.Parent != "" || (seen && unfit == nil) {
 		warnings, err := c.fitWarnings(unfit, seen, hold)
 		return placement{}, warnings, err
 	}
@@ -412,9 +412,13 @@ func (c *Controller) PeerLost(ctx context.Context, peer string) error {
 // peerLost is PeerLost on the loop.
 func (c *Controller) peerLost(peer string) {
 	now := c.now().UTC()
+	why := fmt.Sprintf("peer %s unheard past its lost timeout", peer)
+	if p := c.peers.byName[peer]; p != nil && p.LostTimeout > 0 {
+		why = fmt.Sprintf("peer %s unheard for %v", peer, time.Duration(p.LostTimeout))
+	}
 	for _, id := range slices.Sorted(maps.Keys(c.origin.handles)) {
 		if h := c.currentHandle(id); h != nil && h.Peer == peer {
-			c.lose(c.jobs[id], h, fmt.Sprintf("peer %s unheard past its lost timeout", peer), now)
+			c.lose(c.jobs[id], h, why, now)
 		}
 	}
 }
@@ -477,7 +481,7 @@ func (c *Controller) RouteWaiting(ctx context.Context) error {
 
 // routeWaiting is RouteWaiting on the loop.
 func (c *Controller) routeWaiting() {
-	if c.origin.f == nil {
+	if c.origin.f == nil || len(c.peers.byName) == 0 {
 		return
 	}
 	now := c.now().UTC()
