@@ -51,6 +51,9 @@ type Server struct {
 	// PeerStatuses, when set, is the federation peers' live status,
 	// shown by GET /api/v1/peers; nil: every peer is new.
 	PeerStatuses PeerStatuses
+	// PeerLogs, when set, reads the output of a job handed to a federation
+	// peer from that peer; nil: such a job shows no output here.
+	PeerLogs PeerLogs
 	// EventKeepalive is how long the event stream may be silent before it
 	// sends a keepalive comment, so that proxies keep it open; 0 means
 	// DefaultEventKeepalive.

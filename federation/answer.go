@@ -50,7 +50,8 @@ type PeerView interface {
 // stored row at its seq (its tag) or origin's acknowledgement; a cursor
 // naming a row of another origin must also not be below origin's
 // acknowledgement, whose rows may be gone. A valid cursor gets the rows
-// of origin after it, oldest first (More when more follow); a stale one
+// of origin after it, oldest first, and the cursor of the last of them,
+// or of the head row once none follow (More when some do); a stale one
 // (the zero cursor, a peer restored from a backup, rows pruned before the
 // origin read them, an origin restored from a backup) gets Full: every
 // received job of origin that has not ended, then each of its tombstones
@@ -72,7 +73,7 @@ func Answer(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor
 		return nil, store.OriginAck{}, err
 	}
 	if ok {
-		ch, err := incremental(ctx, v, origin, c, limit)
+		ch, err := incremental(ctx, v, origin, c, head, limit)
 		return ch, store.OriginAck{Origin: origin, Seq: c.Seq, Tag: c.Tag, PrunedSeq: ack.PrunedSeq}, err
 	}
 	ch, err := full(ctx, v, origin, ack, epoch, head)
@@ -98,7 +99,11 @@ func valid(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor,
 }
 
 // incremental is the answer to a valid cursor c: origin's rows after it.
-func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, limit int) (*berth.FederationChanges, error) {
+// Once it holds the last of them, its cursor is the head row's, read
+// before the rows, even when the head row is another origin's: the answer
+// then says that origin has no row in (c, head], which tells Reconcile
+// that a job created there is gone.
+func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, head uint64, limit int) (*berth.FederationChanges, error) {
 	rows, err := v.Changelog(ctx, origin, c.Seq, limit+1)
 	if err != nil {
 		return nil, fmt.Errorf("federation changes of %s: %w", origin, err)
@@ -111,7 +116,30 @@ func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeC
 		ch.Jobs = append(ch.Jobs, r.Job)
 		ch.Cursor = berth.ChangeCursor{Epoch: c.Epoch, Seq: r.Seq, Tag: r.Tag}
 	}
+	if !ch.More && head > ch.Cursor.Seq {
+		tag, ok, err := headTag(ctx, v, origin, head)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ch.Cursor = berth.ChangeCursor{Epoch: c.Epoch, Seq: head, Tag: tag}
+		}
+	}
 	return ch, nil
+}
+
+// headTag returns the tag of the head row, and false when it is not
+// stored (pruned: Prunable keeps it, but a cursor that names no row is
+// only ever stale, never wrong).
+func headTag(ctx context.Context, v PeerView, origin string, head uint64) (string, bool, error) {
+	row, err := v.ChangelogRow(ctx, head)
+	switch {
+	case berth.ErrorCode(err) == berth.ECodeNotFound:
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("federation changes of %s: head row: %w", origin, err)
+	}
+	return row.Tag, true, nil
 }
 
 // full is the answer to a stale cursor: origin's active set and the
@@ -121,15 +149,11 @@ func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeC
 func full(ctx context.Context, v PeerView, origin string, ack store.OriginAck, epoch string, head uint64) (*berth.FederationChanges, error) {
 	cursor := berth.ChangeCursor{Epoch: epoch, Seq: head}
 	if head > 0 {
-		row, err := v.ChangelogRow(ctx, head)
-		switch {
-		case err == nil:
-			cursor.Tag = row.Tag
-		case berth.ErrorCode(err) != berth.ECodeNotFound:
-			// A head row pruned (Prunable keeps it) leaves the tag empty:
-			// the next pull is full again, never wrong.
-			return nil, fmt.Errorf("federation changes of %s: head row: %w", origin, err)
+		tag, _, err := headTag(ctx, v, origin, head)
+		if err != nil {
+			return nil, err
 		}
+		cursor.Tag = tag
 	}
 	active, err := v.ReceivedJobs(ctx, origin)
 	if err != nil {
