@@ -54,27 +54,20 @@ type originState struct {
 	cursors map[string]berth.ChangeCursor // the mirror's position, by peer
 }
 
-// FederationWork is what the federation manager is to tell a peer now,
-// in this order: the cancels, then the handoffs to deliver; and where its
-// mirror of the peer stands, for the next changes pull.
-type FederationWork struct {
-	// Cancels are the handles whose cancel the peer has not acknowledged
-	// (CancelAcked < CancelVersion): send each with its CancelVersion.
-	Cancels []*berth.Handoff
-	// Deliver are the handoffs to send (or send again). Each is marked
-	// Sent durably before FederationWork returns, so a cancel made after
-	// it is delivered too.
-	Deliver []Delivery
-	Cursor  berth.ChangeCursor
-	// Active counts the jobs handed to the peer that have not ended.
-	Active int
-}
+// FederationWork is what the federation manager is to tell a peer now
+// (federation.Work): the cancels owed to it (CancelAcked <
+// CancelVersion, each to be sent with its CancelVersion), then the
+// handoffs to deliver, each marked Sent durably before FederationWork
+// returns, so that a cancel made after it reaches the peer; where the
+// mirror of the peer stands, for the next changes pull; and how many
+// jobs handed to it have not ended.
+type FederationWork = federation.Work
 
 // Delivery is one handoff to send: the handle and the job's spec.
-type Delivery struct {
-	Handoff *berth.Handoff
-	Spec    berth.JobSpec
-}
+type Delivery = federation.Delivery
+
+// The controller is the origin the federation manager drives.
+var _ federation.Origin = (*Controller)(nil)
 
 // federated reports whether js is handed to a peer: its live handle's
 // peer is its spec.cluster. The one test that keeps a job out of the
