@@ -463,6 +463,13 @@ func (c *Controller) reroute(js *jobState, why string, now time.Time) {
 		why += "; " + pl.wait
 	}
 	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: j.ID, State: berth.JobPending, Reason: why})
+	c.writeCluster(js)
+}
+
+// writeCluster writes the spec.cluster of js, a stored job handed to a
+// peer, or back here, after it was created.
+func (c *Controller) writeCluster(js *jobState) {
+	c.write(&store.Batch{Federation: &store.FederationBatch{JobClusters: []store.JobCluster{{JobID: js.job.ID, Cluster: js.job.Cluster}}}})
 }
 
 // RouteWaiting hands to a peer each job waiting here that no worker here
@@ -496,6 +503,7 @@ func (c *Controller) routeWaiting() {
 			c.handOff(js, peer, now)
 			b := c.fx.rows()
 			b.JobUpdates = append(b.JobUpdates, js.update())
+			c.writeCluster(js)
 		}
 	}
 }

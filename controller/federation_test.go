@@ -632,6 +632,9 @@ func TestRouteWaitingHandsOffWhenAPeerFits(t *testing.T) {
 	if !js.federated() || js.job.Cluster != "b" || h.lastHandle(id).Incarnation != 1 {
 		t.Fatalf("job %+v, want handed to b", js.job)
 	}
+	if b := h.batches[len(h.batches)-1]; len(b.Federation.JobClusters) != 1 || b.Federation.JobClusters[0] != (store.JobCluster{JobID: id, Cluster: "b"}) {
+		t.Errorf("stored cluster %+v, want b with the handle", b.Federation)
+	}
 	if f := h.c.jobs[fits.ID]; f != nil && f.federated() {
 		t.Error("a job a worker here can run was routed")
 	}
@@ -736,6 +739,11 @@ func TestFederationSurvivesARestart(t *testing.T) {
 	}
 	fed.peer, fed.why = "b", ""
 	fresh := submit(0)
+	for id, want := range map[string]string{done: "b", lostID: "", fresh: "b"} {
+		if j, err := c.store.Job(ctx, id); err != nil || j.Cluster != want {
+			t.Fatalf("stored job %s: cluster %q, %v; want %q", id, j.Cluster, err, want)
+		}
+	}
 	stop()
 
 	c, _ = startFederated(t, path, fed)
