@@ -32,12 +32,26 @@ func (f *fakeFederation) PeerState(name string) (berth.PeerState, bool) {
 	return st, ok
 }
 
+// testPeers are the peers the federation tests' controllers hold, b, c,
+// l and u, in memory only (PutPeer stores them).
+func testPeers() map[string]*berth.Peer {
+	out := map[string]*berth.Peer{}
+	for _, name := range []string{"b", "c", "l", "u"} {
+		p := &berth.Peer{Name: name, URL: "https://127.0.0.1:7070"}
+		p.SetDefaults()
+		out[name] = p
+	}
+	return out
+}
+
 // newFederationHarness returns a harness over a controller with fed as
-// its federation manager and one connected worker of workerReg (no GPU).
+// its federation manager, the testPeers and one connected worker of
+// workerReg (no GPU).
 func newFederationHarness(t *testing.T, fed *fakeFederation) *harness {
 	t.Helper()
 	h := newHarness(t)
 	h.c.SetFederation(fed)
+	h.c.peers.byName = testPeers()
 	h.agent(workerReg())
 	h.batches = nil
 	return h
@@ -110,10 +124,14 @@ func (h *harness) lastHandle(id string) berth.Handoff {
 	return hs[len(hs)-1]
 }
 
+// TestFederationInertWithoutPeers: with a manager but no peer, a job no
+// worker here can run is refused as without federation, nothing is
+// routed and nothing federated is written.
 func TestFederationInertWithoutPeers(t *testing.T) {
 	t.Parallel()
-	fed := &fakeFederation{}
+	fed := &fakeFederation{peer: "b"}
 	h := newFederationHarness(t, fed)
+	h.c.peers.byName = nil
 	_, err := h.admit(gpuJob(1, nil))
 	if berth.ErrorCode(err) != berth.ECodeUnsatisfiable {
 		t.Fatalf("a job no worker can run, no peer: %v, want unsatisfiable as without federation", err)
@@ -127,8 +145,13 @@ func TestFederationInertWithoutPeers(t *testing.T) {
 			t.Errorf("federation writes with no peer: %+v", b.Federation)
 		}
 	}
-	if fed.routed != 1 {
-		t.Errorf("routes asked %d, want 1 (for the job no worker here fits only)", fed.routed)
+	if fed.routed != 0 {
+		t.Errorf("routes asked %d with no peer, want none", fed.routed)
+	}
+	n := len(h.batches)
+	h.step(h.c.routeWaiting)
+	if fed.routed != 0 || len(h.batches) != n {
+		t.Errorf("routing waiting jobs with no peer: %d routes, %d batches; want nothing done", fed.routed, len(h.batches))
 	}
 }
 
@@ -256,6 +279,7 @@ func TestFederatedJobIsNeverScheduled(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.c.SetFederation(&fakeFederation{states: map[string]berth.PeerState{"b": berth.PeerReady}})
+	h.c.peers.byName = testPeers()
 	js := h.handedOff(gpuJob(0, func(r *berth.SubmitRequest) { r.Cluster = "b" }))
 	s := h.agent(workerReg())
 	h.step(func() { h.c.dirty = true })
@@ -578,7 +602,7 @@ func TestPeerLostWithoutRetriesFails(t *testing.T) {
 	js := h.handedOff(gpuJob(1, nil))
 	h.deliver(js, "B-1")
 	h.step(func() { h.c.peerLost("b") })
-	if js.job.State != berth.JobFailed || !strings.HasPrefix(js.job.Reason, "lost: peer b unheard") {
+	if js.job.State != berth.JobFailed || js.job.Reason != "lost: peer b unheard for 1h0m0s" {
 		t.Fatalf("job %s %q, want failed, lost", js.job.State, js.job.Reason)
 	}
 	if w := h.work("b"); len(w.Cancels) != 1 || len(w.Deliver) != 0 {
@@ -607,6 +631,9 @@ func TestRouteWaitingHandsOffWhenAPeerFits(t *testing.T) {
 	js := h.c.jobs[id]
 	if !js.federated() || js.job.Cluster != "b" || h.lastHandle(id).Incarnation != 1 {
 		t.Fatalf("job %+v, want handed to b", js.job)
+	}
+	if b := h.batches[len(h.batches)-1]; len(b.Federation.JobClusters) != 1 || b.Federation.JobClusters[0] != (store.JobCluster{JobID: id, Cluster: "b"}) {
+		t.Errorf("stored cluster %+v, want b with the handle", b.Federation)
 	}
 	if f := h.c.jobs[fits.ID]; f != nil && f.federated() {
 		t.Error("a job a worker here can run was routed")
@@ -663,7 +690,7 @@ func TestFederatedRunningJobCountsInQuota(t *testing.T) {
 func startFederated(t *testing.T, path string, fed Federation) (c *Controller, stop func()) {
 	t.Helper()
 	c, stop = startOn(t, path, time.Now())
-	if err := c.do(t.Context(), func() { c.origin.f = fed }); err != nil { // as SetFederation before Start
+	if err := c.do(t.Context(), func() { c.origin.f, c.peers.byName = fed, testPeers() }); err != nil { // as SetFederation before Start
 		t.Fatal(err)
 	}
 	return c, stop
@@ -712,6 +739,11 @@ func TestFederationSurvivesARestart(t *testing.T) {
 	}
 	fed.peer, fed.why = "b", ""
 	fresh := submit(0)
+	for id, want := range map[string]string{done: "b", lostID: "", fresh: "b"} {
+		if j, err := c.store.Job(ctx, id); err != nil || j.Cluster != want {
+			t.Fatalf("stored job %s: cluster %q, %v; want %q", id, j.Cluster, err, want)
+		}
+	}
 	stop()
 
 	c, _ = startFederated(t, path, fed)
