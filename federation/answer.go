@@ -52,8 +52,9 @@ type PeerView interface {
 // acknowledgement, whose rows may be gone. A valid cursor gets the rows
 // of origin after it, oldest first, and the cursor of the last of them,
 // or of the head row once none follow (More when some do); a stale one
-// (the zero cursor, a peer restored from a backup, rows pruned before the
-// origin read them, an origin restored from a backup) gets Full: every
+// (the zero cursor, another database, a peer restored from a backup,
+// rows pruned before the origin read them, an origin restored from a
+// backup older than the retention) gets Full: every
 // received job of origin that has not ended, then each of its tombstones
 // above its acknowledgement, with the cursor of the head row, so that the
 // next pull is incremental.
@@ -74,10 +75,16 @@ func Answer(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor
 	}
 	if ok {
 		ch, err := incremental(ctx, v, origin, c, head, limit)
-		return ch, store.OriginAck{Origin: origin, Seq: c.Seq, Tag: c.Tag, PrunedSeq: ack.PrunedSeq}, err
+		if err != nil {
+			return nil, store.OriginAck{}, err
+		}
+		return ch, store.OriginAck{Origin: origin, Seq: c.Seq, Tag: c.Tag, PrunedSeq: ack.PrunedSeq}, nil
 	}
 	ch, err := full(ctx, v, origin, ack, epoch, head)
-	return ch, ack, err
+	if err != nil {
+		return nil, store.OriginAck{}, err
+	}
+	return ch, ack, nil
 }
 
 // valid reports whether c is a cursor origin may continue from (Answer).

@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -281,6 +282,78 @@ func TestPrunable(t *testing.T) {
 	} {
 		if got := Prunable(tc.row, ack, cut, 9); got != tc.want {
 			t.Errorf("%s: Prunable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// failingPeer is a peer whose store read named fail fails with err.
+type failingPeer struct {
+	*memPeer
+	fail string
+	err  error
+}
+
+func (f *failingPeer) failing(name string) error {
+	if f.fail == name {
+		return f.err
+	}
+	return nil
+}
+
+func (f *failingPeer) OriginAck(ctx context.Context, origin string) (store.OriginAck, error) {
+	if err := f.failing("OriginAck"); err != nil {
+		return store.OriginAck{}, err
+	}
+	return f.memPeer.OriginAck(ctx, origin)
+}
+
+func (f *failingPeer) ChangelogRow(ctx context.Context, seq uint64) (*berth.ChangelogRow, error) {
+	if err := f.failing("ChangelogRow"); err != nil {
+		return nil, err
+	}
+	return f.memPeer.ChangelogRow(ctx, seq)
+}
+
+func (f *failingPeer) Changelog(ctx context.Context, origin string, after uint64, limit int) ([]berth.ChangelogRow, error) {
+	if err := f.failing("Changelog"); err != nil {
+		return nil, err
+	}
+	return f.memPeer.Changelog(ctx, origin, after, limit)
+}
+
+func (f *failingPeer) ReceivedJobs(ctx context.Context, origin string) ([]berth.RemoteJob, error) {
+	if err := f.failing("ReceivedJobs"); err != nil {
+		return nil, err
+	}
+	return f.memPeer.ReceivedJobs(ctx, origin)
+}
+
+func (f *failingPeer) Tombstones(ctx context.Context, origin string, after uint64) ([]berth.ChangelogRow, error) {
+	if err := f.failing("Tombstones"); err != nil {
+		return nil, err
+	}
+	return f.memPeer.Tombstones(ctx, origin, after)
+}
+
+// TestAnswerStoreErrors: a failing read is Answer's error, wrapped, with
+// no answer and nothing to acknowledge.
+func TestAnswerStoreErrors(t *testing.T) {
+	boom := berth.Errorf(berth.ECodeUnavailable, "store failing")
+	for _, tc := range []struct {
+		fail   string
+		cursor func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor
+	}{
+		{"OriginAck", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return berth.ChangeCursor{} }},
+		{"ChangelogRow", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return cursorOf(p, rows[3]) }},
+		{"ChangelogRow", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return berth.ChangeCursor{} }},
+		{"Changelog", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return cursorOf(p, rows[3]) }},
+		{"ReceivedJobs", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return berth.ChangeCursor{} }},
+		{"Tombstones", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return berth.ChangeCursor{} }},
+	} {
+		p, rows := fixture()
+		ch, ack, err := Answer(context.Background(), &failingPeer{memPeer: p, fail: tc.fail, err: boom}, "a", tc.cursor(p, rows), 0)
+		if !errors.Is(err, boom) || ch != nil || ack != (store.OriginAck{}) {
+			t.Errorf("%s failing: Answer = %+v, %+v, %v; want the error alone", tc.fail, ch, ack, err)
 		}
 	}
 }

@@ -65,7 +65,8 @@ type ReceivedJob struct {
 
 // OriginAck is the cursor origin last pulled changes with, which
 // acknowledges every row up to it, and PrunedSeq, the highest seq of a row
-// pruned above the acknowledged one (by age): a cursor below it is stale.
+// of origin's pruned (whichever clause of federation.Prunable allowed
+// it): a cursor below it is stale.
 type OriginAck struct {
 	Origin    string
 	Seq       uint64
@@ -105,10 +106,11 @@ type FederationStore interface {
 	// OriginAck returns what origin last acknowledged; an origin never
 	// heard from has the zero OriginAck (no error).
 	OriginAck(ctx context.Context, origin string) (OriginAck, error)
-	// PruneChangelog deletes origin's rows up to its acknowledged seq, and
-	// its rows above it written before olderThan that are not tombstones,
-	// raising its PrunedSeq to the highest of those; it returns how many
-	// rows it deleted. A transaction of its own.
+	// PruneChangelog deletes origin's rows that federation.Prunable
+	// allows (written before olderThan, not the head row, and not a
+	// tombstone above its acknowledged seq), raising its PrunedSeq to the
+	// highest seq deleted; it returns how many rows it deleted. A
+	// transaction of its own.
 	PruneChangelog(ctx context.Context, origin string, olderThan time.Time) (int, error)
 	// Origins returns the name of every origin that has received jobs or
 	// changelog rows, by name.
