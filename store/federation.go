@@ -65,8 +65,7 @@ type ReceivedJob struct {
 
 // OriginAck is the cursor origin last pulled changes with, which
 // acknowledges every row up to it, and PrunedSeq, the highest seq of a row
-// of origin's pruned (whichever clause of federation.Prunable allowed
-// it): a cursor below it is stale.
+// pruned above the acknowledged one (by age): a cursor below it is stale.
 type OriginAck struct {
 	Origin    string
 	Seq       uint64
@@ -107,10 +106,11 @@ type FederationStore interface {
 	// heard from has the zero OriginAck (no error).
 	OriginAck(ctx context.Context, origin string) (OriginAck, error)
 	// PruneChangelog deletes origin's rows that federation.Prunable
-	// allows (written before olderThan, not the head row, and not a
-	// tombstone above its acknowledged seq), raising its PrunedSeq to the
-	// highest seq deleted; it returns how many rows it deleted. A
-	// transaction of its own.
+	// allows: those up to its acknowledged seq and those written before
+	// olderThan, but never the head row (the highest seq stored), nor a
+	// tombstone unless both; it raises its PrunedSeq to the highest seq
+	// deleted above the acknowledged one and returns how many rows it
+	// deleted. A transaction of its own.
 	PruneChangelog(ctx context.Context, origin string, olderThan time.Time) (int, error)
 	// Origins returns the name of every origin that has received jobs or
 	// changelog rows, by name.
