@@ -86,7 +86,7 @@ func Answer(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor
 	if known {
 		after = min(ack.Seq, c.Seq)
 	}
-	ch, err := full(ctx, v, origin, after, epoch, head)
+	ch, err := full(ctx, v, origin, ack, after, epoch, head)
 	if err != nil {
 		return nil, store.OriginAck{}, err
 	}
@@ -157,18 +157,26 @@ func headTag(ctx context.Context, v PeerView, origin string, head uint64) (strin
 	return row.Tag, true, nil
 }
 
-// full is the answer to a stale cursor: origin's active set and the
-// tombstones it has not acknowledged, as of the head row or later (the
-// cursor is read first, so a row written meanwhile is sent again next,
-// never missed).
-func full(ctx context.Context, v PeerView, origin string, after uint64, epoch string, head uint64) (*berth.FederationChanges, error) {
+// full is the answer to a stale cursor: origin's active set and its
+// tombstones stored above after, as of the head row or later (the head is
+// read first, so a row written meanwhile is sent again next, never
+// missed). Its cursor is the head row's; with that row not stored (a
+// store that prunes it, against Prunable), origin's acknowledgement,
+// which the next pull continues from (sending again the rows after it,
+// which this answer already reflects), unless rows above it were pruned:
+// then one that names no row, and the next pull is full again.
+func full(ctx context.Context, v PeerView, origin string, ack store.OriginAck, after uint64, epoch string, head uint64) (*berth.FederationChanges, error) {
 	cursor := berth.ChangeCursor{Epoch: epoch, Seq: head}
 	if head > 0 {
-		tag, _, err := headTag(ctx, v, origin, head)
-		if err != nil {
+		tag, ok, err := headTag(ctx, v, origin, head)
+		switch {
+		case err != nil:
 			return nil, err
+		case ok:
+			cursor.Tag = tag
+		case ack.Seq >= ack.PrunedSeq:
+			cursor.Seq, cursor.Tag = ack.Seq, ack.Tag
 		}
-		cursor.Tag = tag
 	}
 	active, err := v.ReceivedJobs(ctx, origin)
 	if err != nil {

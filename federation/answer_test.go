@@ -279,6 +279,33 @@ func TestAnswerFullForARestoredOrigin(t *testing.T) {
 	}
 }
 
+// TestAnswerFullWithoutTheHeadRow: a store that pruned its head row
+// (against Prunable) gets a full answer whose cursor is the
+// acknowledgement, which the next pull continues from; or, with rows
+// pruned above the acknowledgement, one that names no row.
+func TestAnswerFullWithoutTheHeadRow(t *testing.T) {
+	p, rows := fixture()
+	p.acks["a"] = store.OriginAck{Seq: rows[3].Seq, Tag: rows[3].Tag}
+	p.rows = p.rows[:len(p.rows)-1]
+	ch, err := p.answer("a", berth.ChangeCursor{}, 0)
+	if err != nil || !ch.Full || ch.Cursor != cursorOf(p, rows[3]) {
+		t.Fatalf("full answer = %+v, %v; want the acknowledgement's cursor %+v", ch, err, cursorOf(p, rows[3]))
+	}
+	ch, err = p.answer("a", ch.Cursor, 0)
+	if err != nil || ch.Full || !slices.Equal(ids(ch), []string{"a2:succeeded", "a3:pending"}) {
+		t.Fatalf("next pull = %+v, %v; want a2 and a3 again, incrementally", ch, err)
+	}
+
+	p.acks["a"] = store.OriginAck{Seq: rows[3].Seq, Tag: rows[3].Tag, PrunedSeq: rows[5].Seq}
+	ch, err = p.answer("a", berth.ChangeCursor{}, 0)
+	if want := (berth.ChangeCursor{Epoch: "E1", Seq: p.head}); err != nil || !ch.Full || ch.Cursor != want {
+		t.Fatalf("full answer = %+v, %v; want the cursor %+v", ch, err, want)
+	}
+	if ch, err = p.answer("a", ch.Cursor, 0); err != nil || !ch.Full {
+		t.Fatalf("next pull = %+v, %v; want full again", ch, err)
+	}
+}
+
 func TestAnswerEmptyPeer(t *testing.T) {
 	p := newMemPeer("E1")
 	ch, err := p.answer("a", berth.ChangeCursor{}, 0)
