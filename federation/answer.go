@@ -25,7 +25,8 @@ const (
 type PeerView interface {
 	// Epoch is the store's federation epoch.
 	Epoch() string
-	// Head is the highest changelog seq stored (0: none).
+	// Head is the highest changelog seq written (0: none), every row up
+	// to it durable; Answer reads it once, first.
 	Head() uint64
 	// OriginAck is store.FederationStore's.
 	OriginAck(ctx context.Context, origin string) (store.OriginAck, error)
@@ -103,19 +104,13 @@ func locate(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor
 	if c.Seq == ack.Seq && c.Tag == ack.Tag {
 		return true, nil
 	}
-	row, err := v.ChangelogRow(ctx, c.Seq)
-	switch {
-	case berth.ErrorCode(err) == berth.ECodeNotFound:
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("federation changes of %s: cursor row: %w", origin, err)
-	}
-	return row.Tag == c.Tag, nil
+	tag, ok, err := rowTag(ctx, v, origin, c.Seq)
+	return ok && tag == c.Tag, err
 }
 
 // incremental is the answer to a valid cursor c: origin's rows after it.
-// Once it holds the last of them, its cursor is the head row's, read
-// before the rows, even when the head row is another origin's: the answer
+// Once it holds the last of them, its cursor is the head row's (read
+// before the rows; when stored), even when that row is another origin's: the answer
 // then says that origin has no row in (c, head], which tells Reconcile
 // that a job created there is gone.
 func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, head uint64, limit int) (*berth.FederationChanges, error) {
@@ -132,7 +127,7 @@ func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeC
 		ch.Cursor = berth.ChangeCursor{Epoch: c.Epoch, Seq: r.Seq, Tag: r.Tag}
 	}
 	if !ch.More && head > ch.Cursor.Seq {
-		tag, ok, err := headTag(ctx, v, origin, head)
+		tag, ok, err := rowTag(ctx, v, origin, head)
 		if err != nil {
 			return nil, err
 		}
@@ -143,16 +138,15 @@ func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeC
 	return ch, nil
 }
 
-// headTag returns the tag of the head row, and false when it is not
-// stored (pruned: Prunable keeps it, but a cursor that names no row is
-// only ever stale, never wrong).
-func headTag(ctx context.Context, v PeerView, origin string, head uint64) (string, bool, error) {
-	row, err := v.ChangelogRow(ctx, head)
+// rowTag returns the tag of the row of seq, and false when it is not
+// stored.
+func rowTag(ctx context.Context, v PeerView, origin string, seq uint64) (string, bool, error) {
+	row, err := v.ChangelogRow(ctx, seq)
 	switch {
 	case berth.ErrorCode(err) == berth.ECodeNotFound:
 		return "", false, nil
 	case err != nil:
-		return "", false, fmt.Errorf("federation changes of %s: head row: %w", origin, err)
+		return "", false, fmt.Errorf("federation changes of %s: row %d: %w", origin, seq, err)
 	}
 	return row.Tag, true, nil
 }
@@ -168,7 +162,7 @@ func headTag(ctx context.Context, v PeerView, origin string, head uint64) (strin
 func full(ctx context.Context, v PeerView, origin string, ack store.OriginAck, after uint64, epoch string, head uint64) (*berth.FederationChanges, error) {
 	cursor := berth.ChangeCursor{Epoch: epoch, Seq: head}
 	if head > 0 {
-		tag, ok, err := headTag(ctx, v, origin, head)
+		tag, ok, err := rowTag(ctx, v, origin, head)
 		switch {
 		case err != nil:
 			return nil, err
