@@ -161,6 +161,14 @@ func TestPeersSurviveAServerRestart(t *testing.T) {
 	if err := rs.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// Audited as quota rules are, never with the token.
+	log, err := os.ReadFile(rs.sec.auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), `"action":"peer.set"`) || !strings.Contains(string(log), `"target":"peer/b"`) || strings.Contains(string(log), "peer-secret") {
+		t.Errorf("audit log after peer add:\n%s", log)
+	}
 
 	rs = start()
 	t.Cleanup(func() { rs.Close(context.Background()) })
