@@ -173,3 +173,31 @@ func TestFederatedLogsStreamWhileTheJobRuns(t *testing.T) {
 		t.Fatalf("berth wait on the origin: exit %d, %q; want it cancelled", code, out)
 	}
 }
+
+// TestFederatedJobRejectedByThePeer hands b a job b refuses for good (it
+// references a secret its user has on a, but the user b runs a's jobs as
+// has not): a records the handle rejected, once, with b's reason, and the
+// job fails with it.
+func TestFederatedJobRejectedByThePeer(t *testing.T) {
+	t.Parallel()
+	f := newFederated(t, 20*time.Millisecond)
+	if _, err := client.New(f.a.url, "", nil).SetSecret(t.Context(), "", "HF_TOKEN", "hf-secret"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := f.a.run("submit", "--cluster", "b", "--", "sh", "-c", "echo {{SECRET:HF_TOKEN}}")
+	if code != 0 {
+		t.Fatalf("submit: exit %d: %s", code, errOut)
+	}
+	id := strings.TrimSpace(out)
+	if code, out, _ := f.a.run("wait", id); code == 0 || !strings.Contains(out, "failed") {
+		t.Fatalf("berth wait: exit %d, %q; want the job failed", code, out)
+	}
+	d := runJSON[berth.JobDetail](f.a, "job", id, "-o", "json")
+	if len(d.Handoffs) != 1 || d.Handoffs[0].State != berth.HandoffRejected || !strings.Contains(d.Handoffs[0].LastError, "HF_TOKEN") ||
+		!strings.Contains(d.Reason, "rejected by peer b") {
+		t.Fatalf("the rejected job: reason %q, handoffs %+v", d.Reason, d.Handoffs)
+	}
+	if jobs := f.b.listJobs(); len(jobs) != 0 {
+		t.Fatalf("b made jobs of a refused handoff: %+v", jobs)
+	}
+}
