@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,9 +114,17 @@ func TestFederatedJobRunsOnThePeerAndStreamsThroughTheOrigin(t *testing.T) {
 		t.Fatalf("log records through the origin: %q, %v", got.String(), err)
 	}
 
-	code, out, errOut = f.a.run("exec", id, "--", "true")
-	if code == 0 || !strings.Contains(errOut, "federation peer b") {
-		t.Fatalf("exec into a federated job: exit %d, %q, %q", code, out, errOut)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	for _, args := range [][]string{{"exec", id, "--", "true"}, {"port-forward", id, local + ":8080"}} {
+		code, out, errOut = f.a.run(args...)
+		if code == 0 || !strings.Contains(errOut, "federation peer b") || !strings.Contains(errOut, "conflict") {
+			t.Errorf("berth %s of a federated job: exit %d, %q, %q; want a conflict naming the peer", args[0], code, out, errOut)
+		}
 	}
 
 	s := f.rsA.federation.Status("b")
