@@ -776,3 +776,24 @@ func TestFederationSurvivesARestart(t *testing.T) {
 		t.Fatalf("detail %+v, %v; want failed with its lost handle", d, err)
 	}
 }
+
+// TestPeerLostBeforeSendOwesNoCancel: a handle the manager never took is
+// lost with its peer without a cancel to send; the job, with a retry
+// left, waits here when no peer fits now.
+func TestPeerLostBeforeSendOwesNoCancel(t *testing.T) {
+	t.Parallel()
+	fed := &fakeFederation{peer: "b"}
+	h := newFederationHarness(t, fed)
+	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
+	fed.peer, fed.why = "", "b: lost"
+	h.step(func() { h.c.peerLost("b") })
+	if hd := h.lastHandle(js.job.ID); hd.State != berth.HandoffLost || hd.CancelVersion != 0 {
+		t.Fatalf("handle %+v, want lost with no cancel", hd)
+	}
+	if js.federated() || js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "no peer fits: b: lost") {
+		t.Fatalf("job cluster %q %s %q, want waiting here", js.job.Cluster, js.job.State, js.job.Reason)
+	}
+	if w := h.work("b"); len(w.Cancels)+len(w.Deliver) != 0 || len(h.c.origin.handles) != 0 {
+		t.Errorf("work %+v, handles %v; want nothing owed", w, h.c.origin.handles)
+	}
+}
