@@ -121,6 +121,11 @@ type Handoff struct {
 	LastError     string    `json:"last_error,omitempty"` // why the last delivery failed, or why rejected
 	CreatedAt     time.Time `json:"created_at"`
 	UpdatedAt     time.Time `json:"updated_at"`
+	// CreateRow is the peer's changelog row that recorded the job's
+	// creation (HandoffResponse.CreateRow), zero when unknown: once the
+	// origin's mirror has passed it without a row of the job, the peer no
+	// longer knows the job (it was restored from an older backup).
+	CreateRow ChangeCursor `json:"create_row,omitzero"`
 }
 
 // JobOrigin marks a job this cluster received from a federation peer:
@@ -147,6 +152,9 @@ type HandoffResponse struct {
 	JobID     string   `json:"job_id"`    // the peer's id of the job
 	State     JobState `json:"state"`     // its state now
 	Duplicate bool     `json:"duplicate"` // an earlier delivery of the same handoff created it
+	// CreateRow is the changelog row that recorded the job's creation; it
+	// may be zero on a duplicate (the row since pruned, or not looked up).
+	CreateRow ChangeCursor `json:"create_row,omitzero"`
 }
 
 // FederationCancel is the body of POST /api/v1/federation/cancels: cancel
@@ -205,6 +213,10 @@ type FederationChanges struct {
 	Jobs   []RemoteJob  `json:"jobs"`
 	Cursor ChangeCursor `json:"cursor"`
 	More   bool         `json:"more,omitempty"`
+	// From is the cursor an incremental answer continues from (the one
+	// the caller pulled with): Jobs are every change of the caller's jobs
+	// in (From, Cursor]. Zero on a full answer.
+	From ChangeCursor `json:"from,omitzero"`
 }
 
 // ChangelogRow is a row of a peer's append-only changelog: a change to a
