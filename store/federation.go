@@ -40,16 +40,15 @@ func (f *FederationBatch) Empty() bool {
 		len(f.Received)+len(f.Changelog)+len(f.Acks)+len(f.JobClusters) == 0
 }
 
-// append adds o's writes after f's and returns the result (o when f is
-// nil). A peer that o upserts is no longer deleted by f (deletes apply
-// after upserts).
+// append adds o's writes after f's and returns the result (a new
+// FederationBatch when f is nil). A peer that o upserts is no longer
+// deleted by f (deletes apply after upserts).
 func (f *FederationBatch) append(o *FederationBatch) *FederationBatch {
-	switch {
-	case o.Empty():
+	if o.Empty() {
 		return f
-	case f == nil:
-		c := *o
-		return &c
+	}
+	if f == nil { // a new one, so that appending later never writes into o's lists
+		f = &FederationBatch{}
 	}
 	f.PeerDeletes = dropSuperseded(f.PeerDeletes, func(name string) string { return name },
 		o.Peers, func(p *berth.Peer) string { return p.Name })
@@ -139,10 +138,12 @@ type FederationStore interface {
 	// OriginAck returns what origin last acknowledged; an origin never
 	// heard from has the zero OriginAck (no error).
 	OriginAck(ctx context.Context, origin string) (OriginAck, error)
-	// PruneChangelog deletes origin's rows up to its acknowledged seq, and
-	// its rows above it written before olderThan that are not tombstones,
-	// raising its PrunedSeq to the highest of those; it returns how many
-	// rows it deleted. A transaction of its own.
+	// PruneChangelog deletes origin's rows that federation.Prunable
+	// allows: those up to its acknowledged seq and those written before
+	// olderThan, but never the head row (the highest seq stored), nor a
+	// tombstone unless both; it raises its PrunedSeq to the highest seq
+	// deleted above the acknowledged one and returns how many rows it
+	// deleted. A transaction of its own.
 	PruneChangelog(ctx context.Context, origin string, olderThan time.Time) (int, error)
 	// Origins returns the name of every origin that has received jobs or
 	// changelog rows, by name.

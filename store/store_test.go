@@ -549,3 +549,30 @@ func TestEmptyCountsEveryList(t *testing.T) {
 		t.Error("Empty() of an empty batch = false")
 	}
 }
+
+// TestFederationAppend checks that Append keeps the order of peer
+// upserts and deletes across batches, and never writes into the lists of
+// a batch it appended.
+func TestFederationAppend(t *testing.T) {
+	t.Parallel()
+	a, x := &berth.Peer{Name: "a"}, &berth.Peer{Name: "x"}
+	first := &store.FederationBatch{Peers: append(make([]*berth.Peer, 0, 4), x), PeerDeletes: []string{"a", "b"}}
+	b := &store.Batch{}
+	b.Append(&store.Batch{Federation: first})
+	b.Append(&store.Batch{Federation: &store.FederationBatch{Peers: []*berth.Peer{a}}})
+	b.Append(&store.Batch{})
+	if f := b.Federation; !slices.Equal(f.Peers, []*berth.Peer{x, a}) || !slices.Equal(f.PeerDeletes, []string{"b"}) {
+		t.Errorf("appended: peers %v, deletes %v; want x, a and b", ids(f.Peers, func(p *berth.Peer) string { return p.Name }), f.PeerDeletes)
+	}
+	if !slices.Equal(first.PeerDeletes, []string{"a", "b"}) || !slices.Equal(first.Peers[:cap(first.Peers)][:2], []*berth.Peer{x, nil}) {
+		t.Errorf("Append wrote into the appended batch: deletes %v, peers %v", first.PeerDeletes, first.Peers[:2])
+	}
+	if b.Empty() {
+		t.Error("a batch of peer writes is empty")
+	}
+	e := &store.Batch{}
+	e.Append(&store.Batch{Federation: &store.FederationBatch{}})
+	if e.Federation != nil || !e.Empty() {
+		t.Errorf("appending no federation writes gave %+v", e.Federation)
+	}
+}
