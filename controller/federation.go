@@ -592,8 +592,8 @@ func (c *Controller) ApplyChanges(ctx context.Context, peer string, ch *berth.Fe
 // applyChanges is ApplyChanges on the loop.
 func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 	var held []*berth.Handoff
-	for _, hs := range c.origin.handles {
-		for _, h := range hs {
+	for _, id := range slices.Sorted(maps.Keys(c.origin.handles)) {
+		for _, h := range c.origin.handles[id] {
 			if h.Peer == peer && h.Sent && (h == c.currentHandle(h.JobID) || cancelOwed(h)) {
 				held = append(held, h)
 			}

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
@@ -774,5 +776,85 @@ func TestFederationSurvivesARestart(t *testing.T) {
 	d, err := c.Job(ctx, done)
 	if err != nil || d.State != berth.JobFailed || len(d.Handoffs) != 1 || d.Handoffs[0].RemoteJobID != "B-"+done || d.Handoffs[0].State != berth.HandoffLost {
 		t.Fatalf("detail %+v, %v; want failed with its lost handle", d, err)
+	}
+}
+
+// TestPeerLostBeforeSendOwesNoCancel: a handle the manager never took is
+// lost with its peer without a cancel to send; the job, with a retry
+// left, waits here when no peer fits now.
+func TestPeerLostBeforeSendOwesNoCancel(t *testing.T) {
+	t.Parallel()
+	fed := &fakeFederation{peer: "b"}
+	h := newFederationHarness(t, fed)
+	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
+	fed.peer, fed.why = "", "b: lost"
+	h.step(func() { h.c.peerLost("b") })
+	if hd := h.lastHandle(js.job.ID); hd.State != berth.HandoffLost || hd.CancelVersion != 0 {
+		t.Fatalf("handle %+v, want lost with no cancel", hd)
+	}
+	if js.federated() || js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "no peer fits: b: lost") {
+		t.Fatalf("job cluster %q %s %q, want waiting here", js.job.Cluster, js.job.State, js.job.Reason)
+	}
+	if w := h.work("b"); len(w.Cancels)+len(w.Deliver) != 0 || len(h.c.origin.handles) != 0 {
+		t.Errorf("work %+v, handles %v; want nothing owed", w, h.c.origin.handles)
+	}
+}
+
+// TestApplyChangesEndsAWaitOnAStore mirrors a federated job to its end on
+// a real store: a waiter on it returns, and the job's end and the
+// cursor are stored together.
+func TestApplyChangesEndsAWaitOnAStore(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	c, stop := startFederated(t, path, &fakeFederation{peer: "b"})
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Resources.GPUs = berth.Argv{"train"}, 1
+	jobs, err := c.Submit(ctx, &berth.SubmitRequest{JobSpec: spec})
+	if err != nil || jobs[0].Cluster != "b" {
+		t.Fatalf("submit: %+v, %v; want handed to b", jobs, err)
+	}
+	id := jobs[0].ID
+	w, err := c.FederationWork(ctx, "b")
+	if err != nil || len(w.Deliver) != 1 {
+		t.Fatalf("work %+v, %v", w, err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		res, err := c.Wait(wctx, []string{id}, false, "")
+		if err == nil && !res.Done {
+			err = fmt.Errorf("wait result %+v, not done", res)
+		}
+		waited <- err
+	}()
+	code := 0
+	end := berth.RemoteJob{RemoteID: id, Nonce: w.Deliver[0].Handoff.Nonce, JobID: "B-1", State: berth.JobSucceeded, ExitCode: &code,
+		Attempts: 1, Tombstone: true}
+	cursor := berth.ChangeCursor{Epoch: "e", Seq: 3, Tag: "t3"}
+	if err := c.ApplyChanges(ctx, "b", &berth.FederationChanges{Full: true, Jobs: []berth.RemoteJob{end}, Cursor: cursor}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("wait on the federated job: %v", err)
+	}
+	stop()
+	st, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	j, err := st.Job(ctx, id)
+	if err != nil || j.State != berth.JobSucceeded || j.ExitCode == nil || *j.ExitCode != 0 || j.Attempts != 1 {
+		t.Fatalf("stored job %+v, %v; want succeeded with exit code 0 after 1 attempt", j, err)
+	}
+	active, err := st.LoadActive(ctx)
+	if err != nil || len(active.Federation.Cursors) != 1 || active.Federation.Cursors[0].Cursor != cursor {
+		t.Fatalf("stored cursors %+v, %v; want %v", active.Federation.Cursors, err, cursor)
+	}
+	hs, err := st.Handoffs(ctx, id)
+	if err != nil || len(hs) != 1 || hs[0].State != berth.HandoffDone || hs[0].RemoteJobID != "B-1" {
+		t.Errorf("stored handles %+v, %v; want handed off as B-1 (the mirror's row shows the delivery)", hs, err)
 	}
 }
