@@ -30,7 +30,7 @@ func (c *Controller) fits(spec *berth.JobSpec, hold bool) (warnings []string, er
 // neverFits returns why no worker of any backend (Backend.Reach) could
 // ever run spec, nil when enough could, and whether any worker was seen
 // within SeenWithin (with none, nothing is checked: nil). Loop only.
-func (c *Controller) neverFits(spec *berth.JobSpec) (unfit *berth.Error, seen bool) {
+func (c *Controller) neverFits(spec *berth.JobSpec) (*berth.Error, bool) {
 	since := c.now().Add(-SeenWithin)
 	backends := c.backends()
 	ws := func(yield func(*scheduler.Worker) bool) {
@@ -42,11 +42,12 @@ func (c *Controller) neverFits(spec *berth.JobSpec) (unfit *berth.Error, seen bo
 			}
 		}
 	}
+	empty := true
 	for range ws {
-		seen = true
+		empty = false
 		break
 	}
-	if !seen {
+	if empty {
 		return nil, false
 	}
 	return scheduler.NeverFits(ws, &spec.Resources, spec.Nodes), true

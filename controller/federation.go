@@ -32,7 +32,8 @@ type Federation interface {
 	// last capability heartbeat fits it (queue, labels, GPU model, count
 	// and memory, CPUs, memory), those with free capacity now first, then
 	// by name. When none fits it returns "" and why, what each peer
-	// lacks; with no peer at all it returns "", "".
+	// lacks; with no peer at all it returns "", "". It is asked only
+	// while the controller has peers (PutPeer).
 	Route(spec *berth.JobSpec) (peer, why string)
 	// PeerState returns what the manager knows of the peer name's
 	// reachability, and false for a peer it does not know.
@@ -53,27 +54,20 @@ type originState struct {
 	cursors map[string]berth.ChangeCursor // the mirror's position, by peer
 }
 
-// FederationWork is what the federation manager is to tell a peer now,
-// in this order: the cancels, then the handoffs to deliver; and where its
-// mirror of the peer stands, for the next changes pull.
-type FederationWork struct {
-	// Cancels are the handles whose cancel the peer has not acknowledged
-	// (CancelAcked < CancelVersion): send each with its CancelVersion.
-	Cancels []*berth.Handoff
-	// Deliver are the handoffs to send (or send again). Each is marked
-	// Sent durably before FederationWork returns, so a cancel made after
-	// it is delivered too.
-	Deliver []Delivery
-	Cursor  berth.ChangeCursor
-	// Active counts the jobs handed to the peer that have not ended.
-	Active int
-}
+// FederationWork is what the federation manager is to tell a peer now
+// (federation.Work): the cancels owed to it (CancelAcked <
+// CancelVersion, each to be sent with its CancelVersion), then the
+// handoffs to deliver, each marked Sent durably before FederationWork
+// returns, so that a cancel made after it reaches the peer; where the
+// mirror of the peer stands, for the next changes pull; and how many
+// jobs handed to it have not ended.
+type FederationWork = federation.Work
 
 // Delivery is one handoff to send: the handle and the job's spec.
-type Delivery struct {
-	Handoff *berth.Handoff
-	Spec    berth.JobSpec
-}
+type Delivery = federation.Delivery
+
+// The controller is the origin the federation manager drives.
+var _ federation.Origin = (*Controller)(nil)
 
 // federated reports whether js is handed to a peer: its live handle's
 // peer is its spec.cluster. The one test that keeps a job out of the
@@ -163,30 +157,29 @@ type placement struct {
 
 // route decides where the jobs of spec, a valid submission, go, with the
 // warnings and the refusal fits would give a local job. A cluster pin
-// forces its peer: an unknown one is ECodeInvalid on cluster, one
-// unreachable or lost ECodeUnavailable. A child stays here; so does a job
+// forces its peer: one not among the peers (PutPeer) is ECodeInvalid on
+// cluster, one the manager finds unreachable or lost ECodeUnavailable. A child stays here; so does a job
 // some worker here could ever run. Else the federation manager routes it;
 // when no peer fits, it waits here, its reason saying what each peer
 // lacks, rather than being refused. With no manager or no peer, it is
 // fits's answer alone. Loop only.
 func (c *Controller) route(spec *berth.JobSpec, hold bool) (placement, []string, error) {
 	if name := spec.Cluster; name != "" {
-		var st berth.PeerState
-		ok := c.origin.f != nil
-		if ok {
-			st, ok = c.origin.f.PeerState(name)
-		}
-		switch {
-		case !ok:
+		if c.peers.byName[name] == nil {
 			return placement{}, nil, berth.Invalidf("cluster", "no peer %q (berth peers lists them)", name)
-		case st == berth.PeerUnreachable || st == berth.PeerLost:
+		}
+		var st berth.PeerState
+		if c.origin.f != nil {
+			st, _ = c.origin.f.PeerState(name)
+		}
+		if st == berth.PeerUnreachable || st == berth.PeerLost {
 			return placement{}, nil, &berth.Error{Code: berth.ECodeUnavailable, Field: "cluster",
 				Message: fmt.Sprintf("peer %s is %s: no work is handed to it until it is heard from again", name, st)}
 		}
 		return placement{peer: name, pinned: true}, nil, nil
 	}
 	unfit, seen := c.neverFits(spec)
-	if c.origin.f == nil || spec.Parent != "" || (seen && unfit == nil) {
+	if c.origin.f == nil || len(c.peers.byName) == 0 || spec.Parent != "" || (seen && unfit == nil) {
 		warnings, err := c.fitWarnings(unfit, seen, hold)
 		return placement{}, warnings, err
 	}
@@ -412,9 +405,13 @@ func (c *Controller) PeerLost(ctx context.Context, peer string) error {
 // peerLost is PeerLost on the loop.
 func (c *Controller) peerLost(peer string) {
 	now := c.now().UTC()
+	why := fmt.Sprintf("peer %s unheard past its lost timeout", peer)
+	if p := c.peers.byName[peer]; p != nil && p.LostTimeout > 0 {
+		why = fmt.Sprintf("peer %s unheard for %v", peer, time.Duration(p.LostTimeout))
+	}
 	for _, id := range slices.Sorted(maps.Keys(c.origin.handles)) {
 		if h := c.currentHandle(id); h != nil && h.Peer == peer {
-			c.lose(c.jobs[id], h, fmt.Sprintf("peer %s unheard past its lost timeout", peer), now)
+			c.lose(c.jobs[id], h, why, now)
 		}
 	}
 }
@@ -466,6 +463,13 @@ func (c *Controller) reroute(js *jobState, why string, now time.Time) {
 		why += "; " + pl.wait
 	}
 	c.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: j.ID, State: berth.JobPending, Reason: why})
+	c.writeCluster(js)
+}
+
+// writeCluster writes the spec.cluster of js, a stored job handed to a
+// peer, or back here, after it was created.
+func (c *Controller) writeCluster(js *jobState) {
+	c.write(&store.Batch{Federation: &store.FederationBatch{JobClusters: []store.JobCluster{{JobID: js.job.ID, Cluster: js.job.Cluster}}}})
 }
 
 // RouteWaiting hands to a peer each job waiting here that no worker here
@@ -477,7 +481,7 @@ func (c *Controller) RouteWaiting(ctx context.Context) error {
 
 // routeWaiting is RouteWaiting on the loop.
 func (c *Controller) routeWaiting() {
-	if c.origin.f == nil {
+	if c.origin.f == nil || len(c.peers.byName) == 0 {
 		return
 	}
 	now := c.now().UTC()
@@ -499,6 +503,7 @@ func (c *Controller) routeWaiting() {
 			c.handOff(js, peer, now)
 			b := c.fx.rows()
 			b.JobUpdates = append(b.JobUpdates, js.update())
+			c.writeCluster(js)
 		}
 	}
 }
@@ -587,8 +592,8 @@ func (c *Controller) ApplyChanges(ctx context.Context, peer string, ch *berth.Fe
 // applyChanges is ApplyChanges on the loop.
 func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 	var held []*berth.Handoff
-	for _, hs := range c.origin.handles {
-		for _, h := range hs {
+	for _, id := range slices.Sorted(maps.Keys(c.origin.handles)) {
+		for _, h := range c.origin.handles[id] {
 			if h.Peer == peer && h.Sent && (h == c.currentHandle(h.JobID) || cancelOwed(h)) {
 				held = append(held, h)
 			}

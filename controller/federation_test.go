@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
@@ -32,12 +34,26 @@ func (f *fakeFederation) PeerState(name string) (berth.PeerState, bool) {
 	return st, ok
 }
 
+// testPeers are the peers the federation tests' controllers hold, b, c,
+// l and u, in memory only (PutPeer stores them).
+func testPeers() map[string]*berth.Peer {
+	out := map[string]*berth.Peer{}
+	for _, name := range []string{"b", "c", "l", "u"} {
+		p := &berth.Peer{Name: name, URL: "https://127.0.0.1:7070"}
+		p.SetDefaults()
+		out[name] = p
+	}
+	return out
+}
+
 // newFederationHarness returns a harness over a controller with fed as
-// its federation manager and one connected worker of workerReg (no GPU).
+// its federation manager, the testPeers and one connected worker of
+// workerReg (no GPU).
 func newFederationHarness(t *testing.T, fed *fakeFederation) *harness {
 	t.Helper()
 	h := newHarness(t)
 	h.c.SetFederation(fed)
+	h.c.peers.byName = testPeers()
 	h.agent(workerReg())
 	h.batches = nil
 	return h
@@ -110,10 +126,14 @@ func (h *harness) lastHandle(id string) berth.Handoff {
 	return hs[len(hs)-1]
 }
 
+// TestFederationInertWithoutPeers: with a manager but no peer, a job no
+// worker here can run is refused as without federation, nothing is
+// routed and nothing federated is written.
 func TestFederationInertWithoutPeers(t *testing.T) {
 	t.Parallel()
-	fed := &fakeFederation{}
+	fed := &fakeFederation{peer: "b"}
 	h := newFederationHarness(t, fed)
+	h.c.peers.byName = nil
 	_, err := h.admit(gpuJob(1, nil))
 	if berth.ErrorCode(err) != berth.ECodeUnsatisfiable {
 		t.Fatalf("a job no worker can run, no peer: %v, want unsatisfiable as without federation", err)
@@ -127,8 +147,13 @@ func TestFederationInertWithoutPeers(t *testing.T) {
 			t.Errorf("federation writes with no peer: %+v", b.Federation)
 		}
 	}
-	if fed.routed != 1 {
-		t.Errorf("routes asked %d, want 1 (for the job no worker here fits only)", fed.routed)
+	if fed.routed != 0 {
+		t.Errorf("routes asked %d with no peer, want none", fed.routed)
+	}
+	n := len(h.batches)
+	h.step(h.c.routeWaiting)
+	if fed.routed != 0 || len(h.batches) != n {
+		t.Errorf("routing waiting jobs with no peer: %d routes, %d batches; want nothing done", fed.routed, len(h.batches))
 	}
 }
 
@@ -256,6 +281,7 @@ func TestFederatedJobIsNeverScheduled(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.c.SetFederation(&fakeFederation{states: map[string]berth.PeerState{"b": berth.PeerReady}})
+	h.c.peers.byName = testPeers()
 	js := h.handedOff(gpuJob(0, func(r *berth.SubmitRequest) { r.Cluster = "b" }))
 	s := h.agent(workerReg())
 	h.step(func() { h.c.dirty = true })
@@ -578,7 +604,7 @@ func TestPeerLostWithoutRetriesFails(t *testing.T) {
 	js := h.handedOff(gpuJob(1, nil))
 	h.deliver(js, "B-1")
 	h.step(func() { h.c.peerLost("b") })
-	if js.job.State != berth.JobFailed || !strings.HasPrefix(js.job.Reason, "lost: peer b unheard") {
+	if js.job.State != berth.JobFailed || js.job.Reason != "lost: peer b unheard for 1h0m0s" {
 		t.Fatalf("job %s %q, want failed, lost", js.job.State, js.job.Reason)
 	}
 	if w := h.work("b"); len(w.Cancels) != 1 || len(w.Deliver) != 0 {
@@ -607,6 +633,9 @@ func TestRouteWaitingHandsOffWhenAPeerFits(t *testing.T) {
 	js := h.c.jobs[id]
 	if !js.federated() || js.job.Cluster != "b" || h.lastHandle(id).Incarnation != 1 {
 		t.Fatalf("job %+v, want handed to b", js.job)
+	}
+	if b := h.batches[len(h.batches)-1]; len(b.Federation.JobClusters) != 1 || b.Federation.JobClusters[0] != (store.JobCluster{JobID: id, Cluster: "b"}) {
+		t.Errorf("stored cluster %+v, want b with the handle", b.Federation)
 	}
 	if f := h.c.jobs[fits.ID]; f != nil && f.federated() {
 		t.Error("a job a worker here can run was routed")
@@ -663,7 +692,7 @@ func TestFederatedRunningJobCountsInQuota(t *testing.T) {
 func startFederated(t *testing.T, path string, fed Federation) (c *Controller, stop func()) {
 	t.Helper()
 	c, stop = startOn(t, path, time.Now())
-	if err := c.do(t.Context(), func() { c.origin.f = fed }); err != nil { // as SetFederation before Start
+	if err := c.do(t.Context(), func() { c.origin.f, c.peers.byName = fed, testPeers() }); err != nil { // as SetFederation before Start
 		t.Fatal(err)
 	}
 	return c, stop
@@ -712,6 +741,11 @@ func TestFederationSurvivesARestart(t *testing.T) {
 	}
 	fed.peer, fed.why = "b", ""
 	fresh := submit(0)
+	for id, want := range map[string]string{done: "b", lostID: "", fresh: "b"} {
+		if j, err := c.store.Job(ctx, id); err != nil || j.Cluster != want {
+			t.Fatalf("stored job %s: cluster %q, %v; want %q", id, j.Cluster, err, want)
+		}
+	}
 	stop()
 
 	c, _ = startFederated(t, path, fed)
@@ -742,5 +776,85 @@ func TestFederationSurvivesARestart(t *testing.T) {
 	d, err := c.Job(ctx, done)
 	if err != nil || d.State != berth.JobFailed || len(d.Handoffs) != 1 || d.Handoffs[0].RemoteJobID != "B-"+done || d.Handoffs[0].State != berth.HandoffLost {
 		t.Fatalf("detail %+v, %v; want failed with its lost handle", d, err)
+	}
+}
+
+// TestPeerLostBeforeSendOwesNoCancel: a handle the manager never took is
+// lost with its peer without a cancel to send; the job, with a retry
+// left, waits here when no peer fits now.
+func TestPeerLostBeforeSendOwesNoCancel(t *testing.T) {
+	t.Parallel()
+	fed := &fakeFederation{peer: "b"}
+	h := newFederationHarness(t, fed)
+	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
+	fed.peer, fed.why = "", "b: lost"
+	h.step(func() { h.c.peerLost("b") })
+	if hd := h.lastHandle(js.job.ID); hd.State != berth.HandoffLost || hd.CancelVersion != 0 {
+		t.Fatalf("handle %+v, want lost with no cancel", hd)
+	}
+	if js.federated() || js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "no peer fits: b: lost") {
+		t.Fatalf("job cluster %q %s %q, want waiting here", js.job.Cluster, js.job.State, js.job.Reason)
+	}
+	if w := h.work("b"); len(w.Cancels)+len(w.Deliver) != 0 || len(h.c.origin.handles) != 0 {
+		t.Errorf("work %+v, handles %v; want nothing owed", w, h.c.origin.handles)
+	}
+}
+
+// TestApplyChangesEndsAWaitOnAStore mirrors a federated job to its end on
+// a real store: a waiter on it returns, and the job's end and the
+// cursor are stored together.
+func TestApplyChangesEndsAWaitOnAStore(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	c, stop := startFederated(t, path, &fakeFederation{peer: "b"})
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Resources.GPUs = berth.Argv{"train"}, 1
+	jobs, err := c.Submit(ctx, &berth.SubmitRequest{JobSpec: spec})
+	if err != nil || jobs[0].Cluster != "b" {
+		t.Fatalf("submit: %+v, %v; want handed to b", jobs, err)
+	}
+	id := jobs[0].ID
+	w, err := c.FederationWork(ctx, "b")
+	if err != nil || len(w.Deliver) != 1 {
+		t.Fatalf("work %+v, %v", w, err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		res, err := c.Wait(wctx, []string{id}, false, "")
+		if err == nil && !res.Done {
+			err = fmt.Errorf("wait result %+v, not done", res)
+		}
+		waited <- err
+	}()
+	code := 0
+	end := berth.RemoteJob{RemoteID: id, Nonce: w.Deliver[0].Handoff.Nonce, JobID: "B-1", State: berth.JobSucceeded, ExitCode: &code,
+		Attempts: 1, Tombstone: true}
+	cursor := berth.ChangeCursor{Epoch: "e", Seq: 3, Tag: "t3"}
+	if err := c.ApplyChanges(ctx, "b", &berth.FederationChanges{Full: true, Jobs: []berth.RemoteJob{end}, Cursor: cursor}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("wait on the federated job: %v", err)
+	}
+	stop()
+	st, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	j, err := st.Job(ctx, id)
+	if err != nil || j.State != berth.JobSucceeded || j.ExitCode == nil || *j.ExitCode != 0 || j.Attempts != 1 {
+		t.Fatalf("stored job %+v, %v; want succeeded with exit code 0 after 1 attempt", j, err)
+	}
+	active, err := st.LoadActive(ctx)
+	if err != nil || len(active.Federation.Cursors) != 1 || active.Federation.Cursors[0].Cursor != cursor {
+		t.Fatalf("stored cursors %+v, %v; want %v", active.Federation.Cursors, err, cursor)
+	}
+	hs, err := st.Handoffs(ctx, id)
+	if err != nil || len(hs) != 1 || hs[0].State != berth.HandoffDone || hs[0].RemoteJobID != "B-1" {
+		t.Errorf("stored handles %+v, %v; want handed off as B-1 (the mirror's row shows the delivery)", hs, err)
 	}
 }

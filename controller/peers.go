@@ -131,18 +131,27 @@ func (c *Controller) DeletePeer(ctx context.Context, name string, force bool) er
 	return c.awaitDurable(ctx, written)
 }
 
-// Peers returns every peer, by name, as the controller holds them: with
-// SealedToken (for the federation manager to open), never Token.
+// Peers returns every peer, by name, as the controller holds them, once
+// what it holds is durable: with SealedToken (for the federation manager
+// to open), never Token.
 func (c *Controller) Peers(ctx context.Context) ([]*berth.Peer, error) {
 	var out []*berth.Peer
-	err := c.do(ctx, func() {
+	var written <-chan struct{}
+	if err := c.do(ctx, func() {
 		out = make([]*berth.Peer, 0, len(c.peers.byName))
 		for _, name := range slices.Sorted(maps.Keys(c.peers.byName)) {
 			p := *c.peers.byName[name]
+			p.SealedToken = slices.Clone(p.SealedToken)
 			out = append(out, &p)
 		}
-	})
-	return out, err
+		written = c.durable()
+	}); err != nil {
+		return nil, err
+	}
+	if err := c.awaitDurable(ctx, written); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // PeersChanged returns a channel closed at the next change of the peers

@@ -556,8 +556,9 @@ func (m *Manager) Status(name string) berth.PeerStatus {
 // OpenLogs asks peer for the output of its job remoteID, with query as
 // GET /api/v1/jobs/{id}/logs takes it and the peer's token, and returns
 // the answer, whose body the caller reads and closes. An unknown peer is
-// ECodeNotFound; the peer's refusal is its *berth.Error; no answer is
-// ECodeUnavailable.
+// ECodeNotFound; the peer's refusal is its *berth.Error, naming the peer,
+// but a refusal of the peer token (401, 403), like no answer, is
+// ECodeUnavailable: the caller's own credential is not at fault.
 func (m *Manager) OpenLogs(ctx context.Context, peerName, remoteID string, query url.Values) (*http.Response, error) {
 	defs, err := m.cfg.Origin.Peers(ctx)
 	if err != nil {
@@ -580,10 +581,18 @@ func (m *Manager) OpenLogs(ctx context.Context, peerName, remoteID string, query
 		return nil, err
 	}
 	resp, err := c.OpenLogs(ctx, remoteID, query)
-	if err != nil && !client.Answered(err) {
+	var be *berth.Error
+	switch {
+	case err == nil:
+		return resp, nil
+	case !client.Answered(err):
 		return nil, berth.Errorf(berth.ECodeUnavailable, "peer %s, which runs the job, does not answer: %v", peerName, err).WithCause(err)
+	case errors.As(err, &be) && be.Code != berth.ECodeUnauthorized && be.Code != berth.ECodeForbidden:
+		return nil, &berth.Error{Code: be.Code, Field: be.Field, Message: fmt.Sprintf("peer %s, which runs the job: %s", peerName, be.Message)}
 	}
-	return resp, err
+	// Not the caller's credential that failed but this server's for the
+	// peer: not a 401 or 403 of the caller's.
+	return nil, berth.Errorf(berth.ECodeUnavailable, "peer %s, which runs the job, refuses this server its logs: %v", peerName, err).WithCause(err)
 }
 
 // Route returns the peer a job of spec is handed to, over the peers'

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -130,6 +132,9 @@ func (p *fakePeer) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		answer(w, 200, page)
+	case "GET /api/v1/jobs/b-1/logs":
+		p.requests = append(p.requests, "logs "+r.URL.RawQuery)
+		fmt.Fprint(w, "output of b-1\n")
 	default:
 		refuse(w, 404, berth.ECodeNotFound, "no such endpoint")
 	}
@@ -680,4 +685,42 @@ func (o *countingOrigin) FederationWork(ctx context.Context, peer string) (*fede
 func (o *countingOrigin) Peers(ctx context.Context) ([]*berth.Peer, error) {
 	defer func() { o.polled <- struct{}{} }()
 	return o.fakeOrigin.Peers(ctx)
+}
+
+// TestManagerOpenLogs checks the logs of a federated job read from its
+// peer with the peer's token and the caller's query, and what each
+// failure becomes for the caller: the peer's own refusal naming it, a
+// refused peer token or no answer 503 (never the caller's 401 or 403),
+// an unknown peer 404.
+func TestManagerOpenLogs(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	ctx := t.Context()
+	resp, err := r.m.OpenLogs(ctx, "b", "b-1", url.Values{"follow": {"true"}, "format": {"records"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "output of b-1\n" || !slices.Equal(r.peer.log(), []string{"logs follow=true&format=records"}) {
+		t.Fatalf("logs %q, requests %q", body, r.peer.log())
+	}
+	for _, tc := range []struct {
+		name, peer, job string
+		set             func(p *fakePeer)
+		code, text      string
+	}{
+		{"unknown job", "b", "b-9", nil, berth.ECodeNotFound, "peer b, which runs the job: no such endpoint"},
+		{"unknown peer", "c", "b-1", nil, berth.ECodeNotFound, "no peer c"},
+		{"token refused", "b", "b-1", func(p *fakePeer) { p.token = "other" }, berth.ECodeUnavailable, "refuses this server"},
+		{"no answer", "b", "b-1", func(p *fakePeer) { p.down = true }, berth.ECodeUnavailable, "does not answer"},
+	} {
+		if tc.set != nil {
+			r.peer.set(tc.set)
+		}
+		_, err := r.m.OpenLogs(ctx, tc.peer, tc.job, nil)
+		if berth.ErrorCode(err) != tc.code || err == nil || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("%s: %v; want %s with %q", tc.name, err, tc.code, tc.text)
+		}
+	}
 }

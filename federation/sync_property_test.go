@@ -71,20 +71,28 @@ func (m *syncModel) tick() time.Time {
 // apply is the origin's ApplyChanges: Reconcile, then the mirror, the
 // lost handles and the cursor. It checks that a handle reported gone is of
 // a job the peer does not know, or of one whose end the origin saw and
-// forgot in a restore (its tombstone then pruned or acknowledged).
+// forgot in a restore, and whose tombstone the peer has since pruned.
 func (m *syncModel) apply(t *rapid.T, o *originModel, ch *berth.FederationChanges) {
 	ups, gone := Reconcile(o.held(), ch)
 	for _, u := range ups {
 		o.mirror[hkey(u.Job.RemoteID, u.Job.Nonce)] = u.Job
 	}
 	for _, h := range gone {
-		if pj, known := m.peer.jobs[jobKey(o.name, h.RemoteID, h.Nonce)]; known && !(pj.job.Tombstone && o.restored) {
+		if pj, known := m.peer.jobs[jobKey(o.name, h.RemoteID, h.Nonce)]; known && !(pj.job.Tombstone && o.restored && !m.tombstoneStored(o.name, h)) {
 			t.Fatalf("%s: %s reported gone while the peer has it %s (full %v, from %+v to %+v)",
 				o.name, hkey(h.RemoteID, h.Nonce), pj.job.State, ch.Full, ch.From, ch.Cursor)
 		}
 		h.State = berth.HandoffLost
 	}
 	o.cursor = ch.Cursor
+}
+
+// tombstoneStored reports whether the peer still stores the tombstone of
+// h's job.
+func (m *syncModel) tombstoneStored(origin string, h *berth.Handoff) bool {
+	return slices.ContainsFunc(m.peer.rows, func(r berth.ChangelogRow) bool {
+		return r.Origin == origin && r.Job.RemoteID == h.RemoteID && r.Job.Nonce == h.Nonce && r.Job.Tombstone
+	})
 }
 
 // drawActive draws one of the peer's jobs that have not ended, and skips

@@ -66,7 +66,7 @@ func runPeerAdd(ctx context.Context, m *Main, args []string) error {
 	var pin textValue
 	f := fs.Lookup("ca-fingerprint")
 	f.Value, f.DefValue = &pin, ""
-	f.Usage = "pin the peer's certificate or CA: sha256:HEX, as berth server prints it on the peer (default: the system's roots)"
+	f.Usage = "pin the peer's certificate or CA: `sha256:HEX`, as berth server prints it on the peer (default: the system's roots)"
 	url := fs.String("url", "", "the peer's API, https://HOST:PORT")
 	tokenFile := fs.String("token-file", "", "file holding the token of role peer minted on the peer (required to add; without it a change keeps the token)")
 	var route, lost time.Duration
