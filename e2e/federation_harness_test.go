@@ -124,6 +124,16 @@ func (cl *cluster) awaitPeer(name string, state berth.PeerState) berth.PeerInfo 
 	return p
 }
 
+// awaitIdlePeer waits until cl counts no active job handed to peer name.
+func (cl *cluster) awaitIdlePeer(name string) {
+	cl.t.Helper()
+	var p berth.PeerInfo
+	cl.eventually(30*time.Second, "peer "+name+" with no active jobs", func() bool {
+		p = cl.peers()[name]
+		return p.Peer != nil && p.Status.State == berth.PeerReady && p.Status.ActiveJobs == 0
+	})
+}
+
 // awaitHandoff waits until the latest handle of job id on cl is in state,
 // and returns the job.
 func (cl *cluster) awaitHandoff(id string, state berth.HandoffState) *berth.JobDetail {
@@ -213,7 +223,8 @@ func copyDir(t *testing.T, src, dst string) {
 }
 
 // peerProxy sits between an origin and a peer on loopback and forwards
-// every request, streaming; a test can hold one request before it
+// every request, streaming, unseen (a peer that is down is a connection
+// closed unanswered); a test can hold one request before it
 // reaches the peer, or forward it and hold the peer's answer, and it
 // records every answer to a federation path.
 type peerProxy struct {
@@ -278,7 +289,7 @@ func newPeerProxy(t *testing.T, target string) *peerProxy {
 		if strings.HasPrefix(r.URL.Path, "/api/v1/federation/") {
 			p.record(proxied{Method: r.Method, Path: r.URL.Path, At: time.Now()})
 		}
-		w.WriteHeader(http.StatusBadGateway)
+		drop(w)
 	}
 	srv := httptest.NewServer(http.HandlerFunc(p.serve))
 	p.url = srv.URL
@@ -366,7 +377,7 @@ func (p *peerProxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		w.WriteHeader(http.StatusBadGateway)
+		drop(w)
 		return
 	}
 	arrived := func() { h.arriveOnce.Do(func() { h.first, h.firstBody = r, body; close(h.arrived) }) }
@@ -383,12 +394,23 @@ func (p *peerProxy) serve(w http.ResponseWriter, r *http.Request) {
 		p.wait(h)
 	}
 	if answer.Status == 0 {
-		w.WriteHeader(http.StatusBadGateway)
+		drop(w)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(answer.Status)
 	_, _ = w.Write(answer.Body)
+}
+
+// drop closes the origin's connection unanswered, as the peer's own
+// address would when the peer is down: the proxy is not there for the
+// origin (a gateway's 502 would be an answer).
+func drop(w http.ResponseWriter) {
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		conn.Close()
+		return
+	}
+	w.WriteHeader(http.StatusBadGateway)
 }
 
 func (p *peerProxy) wait(h *hold) {

@@ -201,9 +201,7 @@ func TestFederationPeerDownPastRouteTimeout(t *testing.T) {
 			t.Errorf("a delivery went to b while it was down (answered %d at %s)", e.Status, e.At.Format(time.StampMilli))
 		}
 	}
-	if p := f.a.awaitPeer("b", berth.PeerReady); p.Status.ActiveJobs != 0 {
-		t.Errorf("peer b: %d active jobs after both ended", p.Status.ActiveJobs)
-	}
+	f.a.awaitIdlePeer("b")
 }
 
 // TestFederationPrunedChangelogResyncs keeps A from pulling B's changes
@@ -453,9 +451,7 @@ func TestFederationPeerRestoredFromOlderDatabase(t *testing.T) {
 	if d := f.a.job(j0.ID); d.State != berth.JobSucceeded || len(d.Handoffs) != 1 || runs(t, filepath.Join(dir, "marks-old")) != 1 {
 		t.Errorf("job %s B still knows: %s with handles %+v; want succeeded, handed off once, run once", j0.ID, d.State, d.Handoffs)
 	}
-	if p := f.a.awaitPeer("b", berth.PeerReady); p.Status.ActiveJobs != 0 {
-		t.Errorf("peer b: %d active jobs after every job ended", p.Status.ActiveJobs)
-	}
+	f.a.awaitIdlePeer("b")
 }
 
 // TestFederationLogsFollowThroughOrigin runs berth logs -f on A for a job
