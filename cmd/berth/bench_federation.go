@@ -35,11 +35,12 @@ type FederationBenchResult struct {
 	HandoffP99Ms    float64 `json:"handoff_p99_ms"`
 	HandoffsPerSec  float64 `json:"handoffs_per_sec"`
 	SyncLagP50Ms    float64 `json:"sync_lag_p50_ms"`
-	SyncLagP99Ms    float64 `json:"sync_lag_p99_ms"` // a peer's changelog row written → pulled by the origin (incremental pulls)
-	Changes         int     `json:"changes"`         // rows pulled, full resyncs' included
-	Pulls           int     `json:"pulls"`           // changes pulls, empty ones included
-	BytesPerPull    float64 `json:"bytes_per_pull"`  // mean body of a pull that carried changes
-	BytesPerChange  float64 `json:"bytes_per_change"`
+	SyncLagP99Ms    float64 `json:"sync_lag_p99_ms"`  // a peer's change written → first pulled by the origin
+	Changes         int     `json:"changes"`          // rows pulled, repeats in full resyncs included
+	DistinctChanges int     `json:"distinct_changes"` // the changes the lag is measured over
+	Pulls           int     `json:"pulls"`            // changes pulls, empty ones included
+	BytesPerPull    float64 `json:"bytes_per_pull"`   // mean body of a pull that carried changes
+	BytesPerRow     float64 `json:"bytes_per_row"`
 	MirroredSeconds float64 `json:"mirrored_seconds"` // submit → every job ended on the origin
 }
 
@@ -70,8 +71,8 @@ func runBenchFederation(ctx context.Context, m *Main, args []string) error {
 	}
 	fmt.Fprintf(m.Stdout, "berth bench federation: %d jobs handed from an origin to a peer on loopback, %d CPUs, SQLite stores\n", res.Jobs, res.CPUs)
 	fmt.Fprintf(m.Stdout, "  handoff (submit → peer's ack): p50 %.1f ms, p99 %.1f ms; %.0f handoffs/s\n", res.HandoffP50Ms, res.HandoffP99Ms, res.HandoffsPerSec)
-	fmt.Fprintf(m.Stdout, "  sync lag (peer change → pulled by the origin): p50 %.1f ms, p99 %.1f ms over %d changes\n", res.SyncLagP50Ms, res.SyncLagP99Ms, res.Changes)
-	fmt.Fprintf(m.Stdout, "  sync pulls: %d, %.0f bytes per pull with changes, %.0f bytes per change\n", res.Pulls, res.BytesPerPull, res.BytesPerChange)
+	fmt.Fprintf(m.Stdout, "  sync lag (peer change → pulled by the origin): p50 %.1f ms, p99 %.1f ms over %d changes\n", res.SyncLagP50Ms, res.SyncLagP99Ms, res.DistinctChanges)
+	fmt.Fprintf(m.Stdout, "  sync pulls: %d, %d rows, %.0f bytes per pull with changes, %.0f bytes per row\n", res.Pulls, res.Changes, res.BytesPerPull, res.BytesPerRow)
 	fmt.Fprintf(m.Stdout, "  submit → all %d mirrored as ended on the origin: %.1f s\n", res.Jobs, res.MirroredSeconds)
 	return nil
 }
@@ -151,7 +152,17 @@ type protocolWatch struct {
 	pulls  int
 	rows   int             // changes pulled, full resyncs' members included
 	bodies []int           // bytes of each pull that carried changes
-	lags   []time.Duration // per change: pulled − written
+	lags   []time.Duration // per change: first pulled − written
+	seen   map[changeKey]bool
+}
+
+// changeKey tells a change from a repeat of it (a full resync sends the
+// jobs' current rows again).
+type changeKey struct {
+	remoteID, nonce string
+	state           berth.JobState
+	attempts        int
+	reason          string
 }
 
 func newProtocolWatch(peerURL string) (*protocolWatch, error) {
@@ -163,7 +174,7 @@ func newProtocolWatch(peerURL string) (*protocolWatch, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &protocolWatch{url: "http://" + ln.Addr().String(), acked: map[string]time.Time{}}
+	w := &protocolWatch{url: "http://" + ln.Addr().String(), acked: map[string]time.Time{}, seen: map[changeKey]bool{}}
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.ModifyResponse = w.observe
 	w.srv = &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -219,7 +230,9 @@ func (w *protocolWatch) observe(resp *http.Response) error {
 			w.bodies = append(w.bodies, len(body))
 		}
 		for _, j := range ch.Jobs {
-			if !ch.Full {
+			k := changeKey{j.RemoteID, j.Nonce, j.State, j.Attempts, j.Reason}
+			if !w.seen[k] && !j.At.IsZero() {
+				w.seen[k] = true
 				w.lags = append(w.lags, now.Sub(j.At))
 			}
 		}
@@ -233,7 +246,7 @@ func (w *protocolWatch) observe(resp *http.Response) error {
 func (w *protocolWatch) result(ids []string, start time.Time) *FederationBenchResult {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	res := &FederationBenchResult{Pulls: w.pulls, Changes: w.rows}
+	res := &FederationBenchResult{Pulls: w.pulls, Changes: w.rows, DistinctChanges: len(w.lags)}
 	handoffs := make([]float64, 0, len(ids))
 	var last time.Time
 	for _, id := range ids {
@@ -265,7 +278,7 @@ func (w *protocolWatch) result(ids []string, start time.Time) *FederationBenchRe
 		res.BytesPerPull = float64(total) / float64(len(w.bodies))
 	}
 	if res.Changes > 0 {
-		res.BytesPerChange = float64(total) / float64(res.Changes)
+		res.BytesPerRow = float64(total) / float64(res.Changes)
 	}
 	return res
 }
