@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -23,22 +24,34 @@ import (
 )
 
 // FederationBenchResult is what berth bench federation measures: an
-// origin with no workers hands Jobs jobs to a peer, over loopback through
-// a proxy that watches the peer protocol, and mirrors them to their end.
+// origin with no workers hands jobs to a peer, over loopback through a
+// proxy that watches the peer protocol, and mirrors them to their end;
+// first Jobs jobs submitted at once as one array (a backlog), then
+// Samples jobs one at a time (an idle federation).
 type FederationBenchResult struct {
-	Jobs int `json:"jobs"`
-	CPUs int `json:"cpus"`
+	Jobs    int                    `json:"jobs"`
+	Samples int                    `json:"samples"`
+	CPUs    int                    `json:"cpus"`
+	Backlog FederationBenchFigures `json:"backlog"`
+	Idle    FederationBenchFigures `json:"idle,omitzero"`
+}
+
+// FederationBenchFigures are one phase's figures.
+type FederationBenchFigures struct {
 	// HandoffP50Ms and HandoffP99Ms: submit → the peer's acknowledgement
-	// of the job's delivery (its handle handed_off), all jobs submitted at
-	// once as one array.
-	HandoffP50Ms    float64 `json:"handoff_p50_ms"`
-	HandoffP99Ms    float64 `json:"handoff_p99_ms"`
-	HandoffsPerSec  float64 `json:"handoffs_per_sec"`
+	// of the job's delivery (its handle handed_off).
+	HandoffP50Ms   float64 `json:"handoff_p50_ms"`
+	HandoffP99Ms   float64 `json:"handoff_p99_ms"`
+	HandoffsPerSec float64 `json:"handoffs_per_sec"`
+	// SyncLagP50Ms and SyncLagP99Ms: a peer's change written → first
+	// pulled by the origin, over each distinct change (a repeat in a full
+	// resync is not one).
 	SyncLagP50Ms    float64 `json:"sync_lag_p50_ms"`
-	SyncLagP99Ms    float64 `json:"sync_lag_p99_ms"`  // a peer's change written → first pulled by the origin
+	SyncLagP99Ms    float64 `json:"sync_lag_p99_ms"`
 	Changes         int     `json:"changes"`          // rows pulled, repeats in full resyncs included
 	DistinctChanges int     `json:"distinct_changes"` // the changes the lag is measured over
 	Pulls           int     `json:"pulls"`            // changes pulls, empty ones included
+	FullPulls       int     `json:"full_pulls"`       // of them, full resyncs
 	BytesPerPull    float64 `json:"bytes_per_pull"`   // mean body of a pull that carried changes
 	BytesPerRow     float64 `json:"bytes_per_row"`
 	MirroredSeconds float64 `json:"mirrored_seconds"` // submit → every job ended on the origin
@@ -47,6 +60,7 @@ type FederationBenchResult struct {
 func runBenchFederation(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("bench federation", "[flags]")
 	jobs := fs.Int("jobs", 10_000, "jobs handed to the peer, submitted as one array")
+	samples := fs.Int("latency", 20, "jobs then handed over one at a time, each once the last was mirrored as ended")
 	output := fs.String("o", "table", "output: table or json")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -54,6 +68,8 @@ func runBenchFederation(ctx context.Context, m *Main, args []string) error {
 	switch {
 	case *jobs < 1 || *jobs > berth.MaxArray:
 		return berth.Invalidf("--jobs", "must be between 1 and %d", berth.MaxArray)
+	case *samples < 0 || *samples > 10_000:
+		return berth.Invalidf("--latency", "must be between 0 and 10000")
 	case *output != "table" && *output != "json":
 		return berth.Invalidf("-o", "must be table or json")
 	}
@@ -62,25 +78,34 @@ func runBenchFederation(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	res, err := benchFederation(ctx, dir, *jobs)
+	res, err := benchFederation(ctx, dir, *jobs, *samples)
 	if err != nil {
 		return err
 	}
 	if *output == "json" {
 		return printJSON(m.Stdout, res)
 	}
-	fmt.Fprintf(m.Stdout, "berth bench federation: %d jobs handed from an origin to a peer on loopback, %d CPUs, SQLite stores\n", res.Jobs, res.CPUs)
-	fmt.Fprintf(m.Stdout, "  handoff (submit → peer's ack): p50 %.1f ms, p99 %.1f ms; %.0f handoffs/s\n", res.HandoffP50Ms, res.HandoffP99Ms, res.HandoffsPerSec)
-	fmt.Fprintf(m.Stdout, "  sync lag (peer change → pulled by the origin): p50 %.1f ms, p99 %.1f ms over %d changes\n", res.SyncLagP50Ms, res.SyncLagP99Ms, res.DistinctChanges)
-	fmt.Fprintf(m.Stdout, "  sync pulls: %d, %d rows, %.0f bytes per pull with changes, %.0f bytes per row\n", res.Pulls, res.Changes, res.BytesPerPull, res.BytesPerRow)
-	fmt.Fprintf(m.Stdout, "  submit → all %d mirrored as ended on the origin: %.1f s\n", res.Jobs, res.MirroredSeconds)
+	fmt.Fprintf(m.Stdout, "berth bench federation: an origin hands jobs to a peer on loopback, %d CPUs, SQLite stores\n", res.CPUs)
+	printFederationFigures(m, fmt.Sprintf("%d jobs submitted at once", res.Jobs), res.Backlog)
+	if res.Samples > 0 {
+		printFederationFigures(m, fmt.Sprintf("%d jobs one at a time", res.Samples), res.Idle)
+	}
 	return nil
+}
+
+func printFederationFigures(m *Main, what string, f FederationBenchFigures) {
+	fmt.Fprintf(m.Stdout, "  %s: all mirrored as ended on the origin %.1f s after the first submit\n", what, f.MirroredSeconds)
+	fmt.Fprintf(m.Stdout, "    handoff (submit → peer's ack): p50 %.1f ms, p99 %.1f ms; %.1f handoffs/s\n", f.HandoffP50Ms, f.HandoffP99Ms, f.HandoffsPerSec)
+	fmt.Fprintf(m.Stdout, "    sync lag (peer change → pulled by the origin): p50 %.1f ms, p99 %.1f ms over %d changes\n", f.SyncLagP50Ms, f.SyncLagP99Ms, f.DistinctChanges)
+	fmt.Fprintf(m.Stdout, "    changes pulls: %d (%d full), %d rows, %.0f bytes per pull with changes, %.0f bytes per row\n",
+		f.Pulls, f.FullPulls, f.Changes, f.BytesPerPull, f.BytesPerRow)
 }
 
 // benchFederation runs a peer (with one no-op agent) and an origin (with
 // none) in this process, the origin reaching the peer through a watching
-// proxy, and hands n jobs to the peer.
-func benchFederation(ctx context.Context, dir string, n int) (*FederationBenchResult, error) {
+// proxy, and hands n jobs to the peer at once, then samples jobs one at a
+// time.
+func benchFederation(ctx context.Context, dir string, n, samples int) (*FederationBenchResult, error) {
 	peer, err := startServer(ctx, &serverConfig{DataDir: filepath.Join(dir, "peer"), Listen: "127.0.0.1:0"})
 	if err != nil {
 		return nil, err
@@ -116,10 +141,41 @@ func benchFederation(ctx context.Context, dir string, n int) (*FederationBenchRe
 	if _, err := c.PutPeer(ctx, &berth.Peer{Name: "peer", URL: w.url, Token: tok.Secret}); err != nil {
 		return nil, err
 	}
-
-	req := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec(), Array: n}
-	req.Command, req.Cluster = berth.Argv{"true"}, "peer"
+	res := &FederationBenchResult{Jobs: n, Samples: samples, CPUs: runtime.NumCPU()}
+	w.phase()
 	start := time.Now()
+	submitted, err := handOffAndWait(ctx, c, n)
+	if err != nil {
+		return nil, err
+	}
+	res.Backlog = w.figures(submitted, start)
+	if samples == 0 {
+		return res, nil
+	}
+	w.phase()
+	start = time.Now()
+	sampled := map[string]time.Time{}
+	for range samples {
+		one, err := handOffAndWait(ctx, c, 1)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(sampled, one)
+	}
+	res.Idle = w.figures(sampled, start)
+	return res, nil
+}
+
+// handOffAndWait submits n true jobs for the peer (an array when n > 1)
+// and waits until the origin mirrored them all as ended; all must have
+// succeeded. It returns when each was submitted, by id.
+func handOffAndWait(ctx context.Context, c *client.Client, n int) (map[string]time.Time, error) {
+	req := &berth.SubmitRequest{JobSpec: berth.DefaultJobSpec()}
+	req.Command, req.Cluster = berth.Argv{"true"}, "peer"
+	if n > 1 {
+		req.Array = n
+	}
+	at := time.Now()
 	ids, err := c.SubmitIDs(ctx, req)
 	if err != nil {
 		return nil, err
@@ -132,13 +188,14 @@ func benchFederation(ctx context.Context, dir string, n int) (*FederationBenchRe
 		}
 		failures = append(failures, res.Failures...)
 	}
-	mirrored := time.Since(start)
 	if len(failures) > 0 {
-		return nil, fmt.Errorf("%d of %d federated bench jobs did not succeed; the first is %s", len(failures), n, failures[0])
+		return nil, fmt.Errorf("%d of %d federated bench jobs did not succeed; the first is %s", len(failures), len(ids), failures[0])
 	}
-	res := w.result(ids, start)
-	res.Jobs, res.CPUs, res.MirroredSeconds = n, runtime.NumCPU(), mirrored.Seconds()
-	return res, nil
+	submitted := make(map[string]time.Time, len(ids))
+	for _, id := range ids {
+		submitted[id] = at
+	}
+	return submitted, nil
 }
 
 // protocolWatch is a loopback proxy in front of a peer that notes when
@@ -147,13 +204,14 @@ type protocolWatch struct {
 	url string
 	srv *http.Server
 
-	mu     sync.Mutex
-	acked  map[string]time.Time // remote id → the peer's first acknowledgement
-	pulls  int
-	rows   int             // changes pulled, full resyncs' members included
-	bodies []int           // bytes of each pull that carried changes
-	lags   []time.Duration // per change: first pulled − written
-	seen   map[changeKey]bool
+	mu    sync.Mutex
+	acked map[string]time.Time // remote id → the peer's first acknowledgement
+	seen  map[changeKey]bool
+	// This phase's:
+	pulls, fulls int
+	rows         int             // changes pulled, full resyncs' members included
+	bodies       []int           // bytes of each pull that carried changes
+	lags         []time.Duration // per change: first pulled − written
 }
 
 // changeKey tells a change from a repeat of it (a full resync sends the
@@ -225,6 +283,9 @@ func (w *protocolWatch) observe(resp *http.Response) error {
 		}
 		w.mu.Lock()
 		w.pulls++
+		if ch.Full {
+			w.fulls++
+		}
 		w.rows += len(ch.Jobs)
 		if len(ch.Jobs) > 0 {
 			w.bodies = append(w.bodies, len(body))
@@ -241,17 +302,25 @@ func (w *protocolWatch) observe(resp *http.Response) error {
 	return nil
 }
 
-// result turns what the watch saw of the jobs ids, submitted at start,
-// into the figures.
-func (w *protocolWatch) result(ids []string, start time.Time) *FederationBenchResult {
+// phase starts counting pulls afresh.
+func (w *protocolWatch) phase() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	res := &FederationBenchResult{Pulls: w.pulls, Changes: w.rows, DistinctChanges: len(w.lags)}
-	handoffs := make([]float64, 0, len(ids))
+	w.pulls, w.fulls, w.rows, w.bodies, w.lags = 0, 0, 0, nil, nil
+}
+
+// figures turns what the watch saw in this phase, begun at start, and of
+// the jobs submitted (when each was, by id), into the phase's figures.
+func (w *protocolWatch) figures(submitted map[string]time.Time, start time.Time) FederationBenchFigures {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f := FederationBenchFigures{Pulls: w.pulls, FullPulls: w.fulls, Changes: w.rows, DistinctChanges: len(w.lags),
+		MirroredSeconds: time.Since(start).Seconds()}
+	handoffs := make([]float64, 0, len(submitted))
 	var last time.Time
-	for _, id := range ids {
+	for id, sent := range submitted {
 		if at, ok := w.acked[id]; ok {
-			handoffs = append(handoffs, ms(at.Sub(start)))
+			handoffs = append(handoffs, ms(at.Sub(sent)))
 			if at.After(last) {
 				last = at
 			}
@@ -259,8 +328,8 @@ func (w *protocolWatch) result(ids []string, start time.Time) *FederationBenchRe
 	}
 	if len(handoffs) > 0 {
 		sort.Float64s(handoffs)
-		res.HandoffP50Ms, res.HandoffP99Ms = percentile(handoffs, 0.50), percentile(handoffs, 0.99)
-		res.HandoffsPerSec = float64(len(handoffs)) / last.Sub(start).Seconds()
+		f.HandoffP50Ms, f.HandoffP99Ms = percentile(handoffs, 0.50), percentile(handoffs, 0.99)
+		f.HandoffsPerSec = float64(len(handoffs)) / last.Sub(start).Seconds()
 	}
 	lags := make([]float64, len(w.lags))
 	for i, l := range w.lags {
@@ -268,19 +337,19 @@ func (w *protocolWatch) result(ids []string, start time.Time) *FederationBenchRe
 	}
 	if len(lags) > 0 {
 		sort.Float64s(lags)
-		res.SyncLagP50Ms, res.SyncLagP99Ms = percentile(lags, 0.50), percentile(lags, 0.99)
+		f.SyncLagP50Ms, f.SyncLagP99Ms = percentile(lags, 0.50), percentile(lags, 0.99)
 	}
 	total := 0
 	for _, b := range w.bodies {
 		total += b
 	}
 	if len(w.bodies) > 0 {
-		res.BytesPerPull = float64(total) / float64(len(w.bodies))
+		f.BytesPerPull = float64(total) / float64(len(w.bodies))
 	}
-	if res.Changes > 0 {
-		res.BytesPerRow = float64(total) / float64(res.Changes)
+	if f.Changes > 0 {
+		f.BytesPerRow = float64(total) / float64(f.Changes)
 	}
-	return res
+	return f
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

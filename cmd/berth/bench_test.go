@@ -48,27 +48,43 @@ func TestBenchBadFlags(t *testing.T) {
 
 // TestBenchFederationReportsEveryFigure runs a small berth bench
 // federation: an origin and a peer in this process hand jobs over
-// loopback. Every figure must be measured and consistent; how fast they
-// are is for docs/performance.md.
+// loopback, a backlog then a few one at a time. Every figure must be
+// measured and consistent; how fast they are is for docs/performance.md.
 func TestBenchFederationReportsEveryFigure(t *testing.T) {
 	t.Parallel()
 	c := &cli{t: t}
-	res := runJSON[FederationBenchResult](c, "bench", "federation", "--jobs", "20", "-o", "json")
-	if res.Jobs != 20 || res.CPUs < 1 {
+	res := runJSON[FederationBenchResult](c, "bench", "federation", "--jobs", "20", "--latency", "3", "-o", "json")
+	if res.Jobs != 20 || res.Samples != 3 || res.CPUs < 1 {
 		t.Errorf("bench describes its run as %+v", res)
 	}
-	if res.HandoffP50Ms <= 0 || res.HandoffP99Ms < res.HandoffP50Ms || res.HandoffsPerSec <= 0 {
-		t.Errorf("handoff: p50 %v ms, p99 %v ms, %v/s", res.HandoffP50Ms, res.HandoffP99Ms, res.HandoffsPerSec)
+	for _, p := range []struct {
+		name string
+		jobs int
+		f    FederationBenchFigures
+	}{{"backlog", 20, res.Backlog}, {"idle", 3, res.Idle}} {
+		f := p.f
+		if f.HandoffP50Ms <= 0 || f.HandoffP99Ms < f.HandoffP50Ms || f.HandoffsPerSec <= 0 {
+			t.Errorf("%s handoff: p50 %v ms, p99 %v ms, %v/s", p.name, f.HandoffP50Ms, f.HandoffP99Ms, f.HandoffsPerSec)
+		}
+		// Each job's end at least, whatever the pulls saw of its start.
+		if f.DistinctChanges < p.jobs || f.Changes < f.DistinctChanges || f.SyncLagP50Ms <= 0 || f.SyncLagP99Ms < f.SyncLagP50Ms {
+			t.Errorf("%s sync: %d rows, %d distinct, lag p50 %v ms, p99 %v ms", p.name, f.Changes, f.DistinctChanges, f.SyncLagP50Ms, f.SyncLagP99Ms)
+		}
+		if f.Pulls < 1 || f.FullPulls > f.Pulls || f.BytesPerPull <= 0 || f.BytesPerRow <= 0 || f.MirroredSeconds <= 0 {
+			t.Errorf("%s: %d pulls (%d full), %v bytes per pull, %v bytes per row, mirrored in %v s",
+				p.name, f.Pulls, f.FullPulls, f.BytesPerPull, f.BytesPerRow, f.MirroredSeconds)
+		}
 	}
-	// Each job's end at least, whatever the pulls saw of its start.
-	if res.DistinctChanges < res.Jobs || res.Changes < res.DistinctChanges || res.SyncLagP50Ms <= 0 || res.SyncLagP99Ms < res.SyncLagP50Ms {
-		t.Errorf("sync: %d rows, %d distinct, lag p50 %v ms, p99 %v ms", res.Changes, res.DistinctChanges, res.SyncLagP50Ms, res.SyncLagP99Ms)
-	}
-	if res.Pulls < 1 || res.BytesPerPull <= 0 || res.BytesPerRow <= 0 || res.MirroredSeconds <= 0 {
-		t.Errorf("pulls %d, %v bytes per pull, %v bytes per row, mirrored in %v s", res.Pulls, res.BytesPerPull, res.BytesPerRow, res.MirroredSeconds)
-	}
-	code, out, errOut := c.run("bench", "federation", "--jobs", "0")
-	if code != exitUsage || out != "" || !strings.Contains(errOut, "--jobs: must be between 1 and 100000") {
-		t.Errorf("bench federation --jobs 0: exit %d, stdout %q, stderr %q; want 2 naming --jobs", code, out, errOut)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--jobs", "0"}, "--jobs: must be between 1 and 100000"},
+		{[]string{"--latency", "-1"}, "--latency: must be between 0 and 10000"},
+	} {
+		code, out, errOut := c.run(append([]string{"bench", "federation"}, tc.args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("bench federation %s: exit %d, stdout %q, stderr %q; want 2 and %q", tc.args, code, out, errOut, tc.want)
+		}
 	}
 }
