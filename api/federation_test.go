@@ -28,7 +28,7 @@ type gatedStore struct {
 	hold    atomic.Bool
 	held    chan struct{} // closed once the batch is held
 	release chan struct{} // closed to write it
-	misses  chan struct{} // one per ReceivedJobID that found nothing
+	misses  chan struct{} // one per ReceivedJobID that found nothing (the first 64)
 }
 
 func newGatedStore() *gatedStore {
@@ -46,7 +46,10 @@ func (g *gatedStore) Write(ctx context.Context, b *store.Batch) error {
 func (g *gatedStore) ReceivedJobID(ctx context.Context, origin, remoteID, nonce string) (string, error) {
 	id, err := g.Store.ReceivedJobID(ctx, origin, remoteID, nonce)
 	if berth.ErrorCode(err) == berth.ECodeNotFound {
-		g.misses <- struct{}{}
+		select {
+		case g.misses <- struct{}{}:
+		default: // a test that does not count them
+		}
 	}
 	return id, err
 }
