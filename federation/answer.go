@@ -25,7 +25,8 @@ const (
 type PeerView interface {
 	// Epoch is the store's federation epoch.
 	Epoch() string
-	// Head is the highest changelog seq stored (0: none).
+	// Head is the highest changelog seq written (0: none), every row up
+	// to it durable; Answer reads it once, first.
 	Head() uint64
 	// OriginAck is store.FederationStore's.
 	OriginAck(ctx context.Context, origin string) (store.OriginAck, error)
@@ -45,17 +46,21 @@ type PeerView interface {
 // c, when c is valid (pulling with a cursor acknowledges every row up to
 // it), keeping PrunedSeq; origin's stored one, unchanged, when c is stale.
 //
-// c is valid when it is of v's epoch, at or below its head, not below the
-// highest row of origin's pruned (PrunedSeq), and names either the
-// stored row at its seq (its tag) or origin's acknowledgement; a cursor
-// naming a row of another origin must also not be below origin's
-// acknowledgement, whose rows may be gone. A valid cursor gets the rows
-// of origin after it, oldest first (More when more follow); a stale one
-// (the zero cursor, a peer restored from a backup, rows pruned before the
-// origin read them, an origin restored from a backup) gets Full: every
-// received job of origin that has not ended, then each of its tombstones
-// above its acknowledgement, with the cursor of the head row, so that the
-// next pull is incremental.
+// c is valid when it is a position in v's history (origin's
+// acknowledgement, or the stored row at its seq, of any origin, with its
+// tag), at or below the head, and at or above both origin's
+// acknowledgement (the rows up to it may be pruned) and PrunedSeq (the
+// highest row of origin's pruned above it). A valid cursor gets the rows
+// of origin after it, oldest first, and the cursor of the last of them,
+// or of the head row once none follow (More when some do); a stale one
+// (the zero cursor, another database, a peer restored from a backup, rows
+// pruned before the origin read them, an origin restored from a backup)
+// gets Full: every received job of origin that has not ended, then each
+// of its tombstones stored above the lower of its acknowledgement and c
+// when c is a position in v's history, else every one stored: an origin
+// restored from a backup sees the ends it forgot, as long as their
+// tombstones are kept (Prunable). Its cursor is the head row's, so that
+// the next pull is incremental.
 func Answer(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, limit int) (*berth.FederationChanges, store.OriginAck, error) {
 	if limit <= 0 {
 		limit = DefaultLimit
@@ -67,38 +72,48 @@ func Answer(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor
 	}
 	ack.Origin = origin
 	epoch, head := v.Epoch(), v.Head()
-	ok, err := valid(ctx, v, origin, c, ack, epoch, head)
+	known, err := locate(ctx, v, origin, c, ack, epoch)
 	if err != nil {
 		return nil, store.OriginAck{}, err
 	}
-	if ok {
-		ch, err := incremental(ctx, v, origin, c, limit)
-		return ch, store.OriginAck{Origin: origin, Seq: c.Seq, Tag: c.Tag, PrunedSeq: ack.PrunedSeq}, err
+	if known && c.Seq <= head && c.Seq >= ack.PrunedSeq && c.Seq >= ack.Seq {
+		ch, err := incremental(ctx, v, origin, c, head, limit)
+		if err != nil {
+			return nil, store.OriginAck{}, err
+		}
+		return ch, store.OriginAck{Origin: origin, Seq: c.Seq, Tag: c.Tag, PrunedSeq: ack.PrunedSeq}, nil
 	}
-	ch, err := full(ctx, v, origin, ack, epoch, head)
-	return ch, ack, err
+	var after uint64 // every tombstone stored, for a cursor of no history here
+	if known {
+		after = min(ack.Seq, c.Seq)
+	}
+	ch, err := full(ctx, v, origin, ack, after, epoch, head)
+	if err != nil {
+		return nil, store.OriginAck{}, err
+	}
+	return ch, ack, nil
 }
 
-// valid reports whether c is a cursor origin may continue from (Answer).
-func valid(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, ack store.OriginAck, epoch string, head uint64) (bool, error) {
-	if c.Epoch == "" || c.Epoch != epoch || c.Seq > head || c.Seq < ack.PrunedSeq {
+// locate reports whether c is a position in v's history: origin's
+// acknowledgement, or the stored row at its seq (of any origin) with its
+// tag.
+func locate(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, ack store.OriginAck, epoch string) (bool, error) {
+	if c.Epoch == "" || c.Epoch != epoch {
 		return false, nil
 	}
 	if c.Seq == ack.Seq && c.Tag == ack.Tag {
 		return true, nil
 	}
-	row, err := v.ChangelogRow(ctx, c.Seq)
-	switch {
-	case berth.ErrorCode(err) == berth.ECodeNotFound:
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("federation changes of %s: cursor row: %w", origin, err)
-	}
-	return row.Tag == c.Tag && (row.Origin == origin || c.Seq >= ack.Seq), nil
+	tag, ok, err := rowTag(ctx, v, origin, c.Seq)
+	return ok && tag == c.Tag, err
 }
 
 // incremental is the answer to a valid cursor c: origin's rows after it.
-func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, limit int) (*berth.FederationChanges, error) {
+// Once it holds the last of them, its cursor is the head row's (read
+// before the rows; when stored), even when that row is another origin's: the answer
+// then says that origin has no row in (c, head], which tells Reconcile
+// that a job created there is gone.
+func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeCursor, head uint64, limit int) (*berth.FederationChanges, error) {
 	rows, err := v.Changelog(ctx, origin, c.Seq, limit+1)
 	if err != nil {
 		return nil, fmt.Errorf("federation changes of %s: %w", origin, err)
@@ -111,31 +126,57 @@ func incremental(ctx context.Context, v PeerView, origin string, c berth.ChangeC
 		ch.Jobs = append(ch.Jobs, r.Job)
 		ch.Cursor = berth.ChangeCursor{Epoch: c.Epoch, Seq: r.Seq, Tag: r.Tag}
 	}
+	if !ch.More && head > ch.Cursor.Seq {
+		tag, ok, err := rowTag(ctx, v, origin, head)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ch.Cursor = berth.ChangeCursor{Epoch: c.Epoch, Seq: head, Tag: tag}
+		}
+	}
 	return ch, nil
 }
 
-// full is the answer to a stale cursor: origin's active set and the
-// tombstones it has not acknowledged, as of the head row or later (the
-// cursor is read first, so a row written meanwhile is sent again next,
-// never missed).
-func full(ctx context.Context, v PeerView, origin string, ack store.OriginAck, epoch string, head uint64) (*berth.FederationChanges, error) {
+// rowTag returns the tag of the row of seq, and false when it is not
+// stored.
+func rowTag(ctx context.Context, v PeerView, origin string, seq uint64) (string, bool, error) {
+	row, err := v.ChangelogRow(ctx, seq)
+	switch {
+	case berth.ErrorCode(err) == berth.ECodeNotFound:
+		return "", false, nil
+	case err != nil:
+		return "", false, fmt.Errorf("federation changes of %s: row %d: %w", origin, seq, err)
+	}
+	return row.Tag, true, nil
+}
+
+// full is the answer to a stale cursor: origin's active set and its
+// tombstones stored above after, as of the head row or later (the head is
+// read first, so a row written meanwhile is sent again next, never
+// missed). Its cursor is the head row's; with that row not stored (a
+// store that prunes it, against Prunable), origin's acknowledgement,
+// which the next pull continues from (sending again the rows after it,
+// which this answer already reflects), unless rows above it were pruned:
+// then one that names no row, and the next pull is full again.
+func full(ctx context.Context, v PeerView, origin string, ack store.OriginAck, after uint64, epoch string, head uint64) (*berth.FederationChanges, error) {
 	cursor := berth.ChangeCursor{Epoch: epoch, Seq: head}
 	if head > 0 {
-		row, err := v.ChangelogRow(ctx, head)
+		tag, ok, err := rowTag(ctx, v, origin, head)
 		switch {
-		case err == nil:
-			cursor.Tag = row.Tag
-		case berth.ErrorCode(err) != berth.ECodeNotFound:
-			// A head row pruned (Prunable keeps it) leaves the tag empty:
-			// the next pull is full again, never wrong.
-			return nil, fmt.Errorf("federation changes of %s: head row: %w", origin, err)
+		case err != nil:
+			return nil, err
+		case ok:
+			cursor.Tag = tag
+		case ack.Seq >= ack.PrunedSeq:
+			cursor.Seq, cursor.Tag = ack.Seq, ack.Tag
 		}
 	}
 	active, err := v.ReceivedJobs(ctx, origin)
 	if err != nil {
 		return nil, fmt.Errorf("federation changes of %s: %w", origin, err)
 	}
-	tombs, err := v.Tombstones(ctx, origin, ack.Seq)
+	tombs, err := v.Tombstones(ctx, origin, after)
 	if err != nil {
 		return nil, fmt.Errorf("federation changes of %s: %w", origin, err)
 	}
@@ -150,18 +191,22 @@ func full(ctx context.Context, v PeerView, origin string, ack store.OriginAck, e
 // Prunable reports whether the changelog row may be deleted, given its
 // origin's acknowledgement, the retention cut-off olderThan and head, the
 // highest seq stored. It is the one prune rule: store.PruneChangelog
-// applies it in SQL (raising the origin's PrunedSeq to the highest seq it
-// deleted, whichever clause deleted it), and the sync model of the tests
-// applies it as is. A row is kept for the retention, even once
-// acknowledged, so that an origin restored from a backup younger than the
-// retention still continues incrementally; past it, a row goes unless it
-// is a tombstone its origin has not acknowledged (a tombstone is the only
-// word of a job's end) or the head row (kept, so that a store restarted
-// after pruning never hands out a seq again, which a cursor equal to an
-// acknowledgement could not tell from the row it names).
+// applies it in SQL, raising the origin's PrunedSeq to the highest seq it
+// deleted above the acknowledged one, and the sync model of the tests
+// applies it as is. A row the origin acknowledged goes, and so does one
+// older than the retention; but a tombstone (the only word of a job's
+// end) goes only once acknowledged and older than the retention, so that
+// an origin restored from a backup younger than the retention still sees
+// the ends it forgot; and the head row stays, so that a full answer's
+// cursor, and an incremental one's that reached the head, name a stored
+// row.
 func Prunable(row *berth.ChangelogRow, ack store.OriginAck, olderThan time.Time, head uint64) bool {
-	if row.Seq >= head || !row.Job.At.Before(olderThan) {
+	if row.Seq >= head {
 		return false
 	}
-	return !row.Job.Tombstone || row.Seq <= ack.Seq
+	acked, old := row.Seq <= ack.Seq, row.Job.At.Before(olderThan)
+	if row.Job.Tombstone {
+		return acked && old
+	}
+	return acked || old
 }

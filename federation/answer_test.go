@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -112,8 +113,10 @@ func TestAnswerIncrementalPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ch.Full || ch.More || !slices.Equal(ids(ch), []string{"a2:succeeded", "a3:pending"}) || ch.Cursor != cursorOf(p, rows[5]) {
-		t.Errorf("last page = full %v more %v %v to %+v; want a2 succeeded, a3 pending to row 6", ch.Full, ch.More, ids(ch), ch.Cursor)
+	// The last page ends at the head row, x's: a has no row after its own
+	// last one up to the head.
+	if ch.Full || ch.More || !slices.Equal(ids(ch), []string{"a2:succeeded", "a3:pending"}) || ch.Cursor != cursorOf(p, rows[6]) {
+		t.Errorf("last page = full %v more %v %v to %+v; want a2 succeeded, a3 pending to the head row 7", ch.Full, ch.More, ids(ch), ch.Cursor)
 	}
 	// Nothing new: the answer is empty and stays where it was.
 	at := ch.Cursor
@@ -166,7 +169,11 @@ func TestAnswerStaleCursors(t *testing.T) {
 			p.rows = slices.Delete(p.rows, 1, 2)
 			return c
 		}},
-		{"another origin's row below the acknowledgement (an origin restored from a backup)", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor {
+		{"its own row below the acknowledgement (an origin restored from a backup)", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor {
+			p.acks["a"] = store.OriginAck{Seq: rows[5].Seq, Tag: rows[5].Tag}
+			return cursorOf(p, rows[1])
+		}},
+		{"another origin's row below the acknowledgement", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor {
 			p.acks["a"] = store.OriginAck{Seq: rows[4].Seq, Tag: rows[4].Tag}
 			return cursorOf(p, rows[2])
 		}},
@@ -206,10 +213,6 @@ func TestAnswerValidCursors(t *testing.T) {
 			p.rows = slices.Delete(p.rows, 0, 4)
 			return cursorOf(p, rows[3])
 		}, []string{"a2:succeeded", "a3:pending"}},
-		{"its own row below the acknowledgement (an origin restored from a backup)", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor {
-			p.acks["a"] = store.OriginAck{Seq: rows[5].Seq, Tag: rows[5].Tag}
-			return cursorOf(p, rows[1])
-		}, []string{"a1:running", "a2:succeeded", "a3:pending"}},
 		{"another origin's row", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor {
 			return cursorOf(p, rows[2])
 		}, []string{"a1:running", "a2:succeeded", "a3:pending"}},
@@ -234,15 +237,72 @@ func TestAnswerValidCursors(t *testing.T) {
 	}
 }
 
-func TestAnswerFullLeavesOutAcknowledgedTombstones(t *testing.T) {
+// TestAnswerFullTombstones: a full answer leaves out the tombstones at or
+// below both the acknowledgement and a cursor of the peer's history, and
+// holds every one stored for a cursor of no history here.
+func TestAnswerFullTombstones(t *testing.T) {
 	p, rows := fixture()
-	p.acks["a"] = store.OriginAck{Seq: rows[4].Seq, Tag: rows[4].Tag}
-	ch, _, err := Answer(context.Background(), p, "a", berth.ChangeCursor{Epoch: "E0"}, 0)
+	p.acks["a"] = store.OriginAck{Seq: rows[4].Seq, Tag: rows[4].Tag, PrunedSeq: rows[6].Seq}
+	for _, tc := range []struct {
+		name   string
+		cursor berth.ChangeCursor
+		want   []string
+	}{
+		{"the acknowledgement, below rows pruned", cursorOf(p, rows[4]), []string{"a1:running", "a3:pending"}},
+		{"a row above the acknowledgement, below rows pruned", cursorOf(p, rows[5]), []string{"a1:running", "a3:pending"}},
+		{"a tag that differs", berth.ChangeCursor{Epoch: "E1", Seq: rows[6].Seq, Tag: "ffffffff"}, []string{"a1:running", "a3:pending", "a2:succeeded"}},
+		{"another epoch", berth.ChangeCursor{Epoch: "E0", Seq: rows[6].Seq, Tag: rows[6].Tag}, []string{"a1:running", "a3:pending", "a2:succeeded"}},
+		{"the zero cursor", berth.ChangeCursor{}, []string{"a1:running", "a3:pending", "a2:succeeded"}},
+	} {
+		ch, _, err := Answer(context.Background(), p, "a", tc.cursor, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ids(ch); !ch.Full || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: full %v %v, want full %v", tc.name, ch.Full, got, tc.want)
+		}
+	}
+}
+
+// TestAnswerFullForARestoredOrigin: an origin restored from a backup,
+// whose cursor is below its acknowledgement, gets the tombstones stored
+// above its cursor: it sees the ends it forgot.
+func TestAnswerFullForARestoredOrigin(t *testing.T) {
+	p, rows := fixture()
+	p.acks["a"] = store.OriginAck{Seq: rows[5].Seq, Tag: rows[5].Tag}
+	ch, _, err := Answer(context.Background(), p, "a", cursorOf(p, rows[1]), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := ids(ch), []string{"a1:running", "a3:pending"}; !ch.Full || !slices.Equal(got, want) {
-		t.Errorf("full answer = %v, want %v (a2's tombstone acknowledged)", got, want)
+	if got, want := ids(ch), []string{"a1:running", "a3:pending", "a2:succeeded"}; !ch.Full || !slices.Equal(got, want) {
+		t.Errorf("full answer = %v, want %v (a2's tombstone is acknowledged but above the cursor)", got, want)
+	}
+}
+
+// TestAnswerFullWithoutTheHeadRow: a store that pruned its head row
+// (against Prunable) gets a full answer whose cursor is the
+// acknowledgement, which the next pull continues from; or, with rows
+// pruned above the acknowledgement, one that names no row.
+func TestAnswerFullWithoutTheHeadRow(t *testing.T) {
+	p, rows := fixture()
+	p.acks["a"] = store.OriginAck{Seq: rows[3].Seq, Tag: rows[3].Tag}
+	p.rows = p.rows[:len(p.rows)-1]
+	ch, err := p.answer("a", berth.ChangeCursor{}, 0)
+	if err != nil || !ch.Full || ch.Cursor != cursorOf(p, rows[3]) {
+		t.Fatalf("full answer = %+v, %v; want the acknowledgement's cursor %+v", ch, err, cursorOf(p, rows[3]))
+	}
+	ch, err = p.answer("a", ch.Cursor, 0)
+	if err != nil || ch.Full || !slices.Equal(ids(ch), []string{"a2:succeeded", "a3:pending"}) {
+		t.Fatalf("next pull = %+v, %v; want a2 and a3 again, incrementally", ch, err)
+	}
+
+	p.acks["a"] = store.OriginAck{Seq: rows[3].Seq, Tag: rows[3].Tag, PrunedSeq: rows[5].Seq}
+	ch, err = p.answer("a", berth.ChangeCursor{}, 0)
+	if want := (berth.ChangeCursor{Epoch: "E1", Seq: p.head}); err != nil || !ch.Full || ch.Cursor != want {
+		t.Fatalf("full answer = %+v, %v; want the cursor %+v", ch, err, want)
+	}
+	if ch, err = p.answer("a", ch.Cursor, 0); err != nil || !ch.Full {
+		t.Fatalf("next pull = %+v, %v; want full again", ch, err)
 	}
 }
 
@@ -270,15 +330,88 @@ func TestPrunable(t *testing.T) {
 		row  *berth.ChangelogRow
 		want bool
 	}{
-		{"old, acknowledged", row(3, old, false), true},
-		{"old, not acknowledged", row(7, old, false), true},
-		{"old tombstone, acknowledged", row(5, old, true), true},
-		{"old tombstone, not acknowledged", row(6, old, true), false},
-		{"acknowledged but within the retention", row(3, cut, false), false},
+		{"acknowledged", row(3, cut, false), true},
+		{"old", row(7, old, false), true},
+		{"neither acknowledged nor old", row(7, cut, false), false},
+		{"a tombstone acknowledged and old", row(5, old, true), true},
+		{"a tombstone acknowledged, within the retention", row(5, cut, true), false},
+		{"a tombstone old, not acknowledged", row(6, old, true), false},
 		{"the head row", row(9, old, false), false},
 	} {
 		if got := Prunable(tc.row, ack, cut, 9); got != tc.want {
 			t.Errorf("%s: Prunable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// failingPeer is a peer whose store read named fail fails with err.
+type failingPeer struct {
+	*memPeer
+	fail string
+	err  error
+}
+
+func (f *failingPeer) failing(name string) error {
+	if f.fail == name {
+		return f.err
+	}
+	return nil
+}
+
+func (f *failingPeer) OriginAck(ctx context.Context, origin string) (store.OriginAck, error) {
+	if err := f.failing("OriginAck"); err != nil {
+		return store.OriginAck{}, err
+	}
+	return f.memPeer.OriginAck(ctx, origin)
+}
+
+func (f *failingPeer) ChangelogRow(ctx context.Context, seq uint64) (*berth.ChangelogRow, error) {
+	if err := f.failing("ChangelogRow"); err != nil {
+		return nil, err
+	}
+	return f.memPeer.ChangelogRow(ctx, seq)
+}
+
+func (f *failingPeer) Changelog(ctx context.Context, origin string, after uint64, limit int) ([]berth.ChangelogRow, error) {
+	if err := f.failing("Changelog"); err != nil {
+		return nil, err
+	}
+	return f.memPeer.Changelog(ctx, origin, after, limit)
+}
+
+func (f *failingPeer) ReceivedJobs(ctx context.Context, origin string) ([]berth.RemoteJob, error) {
+	if err := f.failing("ReceivedJobs"); err != nil {
+		return nil, err
+	}
+	return f.memPeer.ReceivedJobs(ctx, origin)
+}
+
+func (f *failingPeer) Tombstones(ctx context.Context, origin string, after uint64) ([]berth.ChangelogRow, error) {
+	if err := f.failing("Tombstones"); err != nil {
+		return nil, err
+	}
+	return f.memPeer.Tombstones(ctx, origin, after)
+}
+
+// TestAnswerStoreErrors: a failing read is Answer's error, wrapped, with
+// no answer and nothing to acknowledge.
+func TestAnswerStoreErrors(t *testing.T) {
+	boom := berth.Errorf(berth.ECodeUnavailable, "store failing")
+	for _, tc := range []struct {
+		fail   string
+		cursor func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor
+	}{
+		{"OriginAck", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return berth.ChangeCursor{} }},
+		{"ChangelogRow", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return cursorOf(p, rows[3]) }},
+		{"ChangelogRow", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return berth.ChangeCursor{} }},
+		{"Changelog", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return cursorOf(p, rows[3]) }},
+		{"ReceivedJobs", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return berth.ChangeCursor{} }},
+		{"Tombstones", func(p *memPeer, rows []berth.ChangelogRow) berth.ChangeCursor { return berth.ChangeCursor{} }},
+	} {
+		p, rows := fixture()
+		ch, ack, err := Answer(context.Background(), &failingPeer{memPeer: p, fail: tc.fail, err: boom}, "a", tc.cursor(p, rows), 0)
+		if !errors.Is(err, boom) || ch != nil || ack != (store.OriginAck{}) {
+			t.Errorf("%s failing: Answer = %+v, %+v, %v; want the error alone", tc.fail, ch, ack, err)
 		}
 	}
 }

@@ -104,14 +104,17 @@ func (p *memPeer) write(origin string, j berth.RemoteJob, at time.Time) berth.Ch
 }
 
 // prune deletes origin's rows that Prunable allows, raising its PrunedSeq
-// to the highest it deleted, as store.PruneChangelog does.
+// to the highest it deleted above its acknowledgement, as
+// store.PruneChangelog does.
 func (p *memPeer) prune(origin string, olderThan time.Time) int {
 	ack := p.acks[origin]
 	kept := p.rows[:0]
 	n := 0
 	for _, r := range p.rows {
 		if r.Origin == origin && Prunable(&r, ack, olderThan, p.head) {
-			ack.PrunedSeq = max(ack.PrunedSeq, r.Seq)
+			if r.Seq > ack.Seq {
+				ack.PrunedSeq = max(ack.PrunedSeq, r.Seq)
+			}
 			n++
 			continue
 		}

@@ -61,3 +61,21 @@ func unknown(h *berth.Handoff, ch *berth.FederationChanges) bool {
 	return c.Epoch != "" && c.Epoch == ch.From.Epoch && c.Epoch == ch.Cursor.Epoch &&
 		ch.From.Seq < c.Seq && c.Seq <= ch.Cursor.Seq
 }
+
+// ResyncNeeded reports whether an origin recording a handoff that the
+// peer acknowledged with creation row created (HandoffResponse.CreateRow)
+// must reset its mirror's cursor to the zero cursor, in the same batch, so
+// that its next pull is full. It must unless the row lies ahead of the
+// cursor in the same epoch, where an incremental answer will cover it:
+// a row at or behind the cursor, which the cursor may have passed in a
+// history of the peer that a restore from a backup has since discarded
+// along with the job, or a row not named (a duplicate), could otherwise
+// never show that the peer lost the job. (When an answer applied before
+// the acknowledgement already showed the job, the reset is needless but
+// harmless.)
+func ResyncNeeded(cursor, created berth.ChangeCursor) bool {
+	if cursor == (berth.ChangeCursor{}) {
+		return false // full already
+	}
+	return created.Epoch != cursor.Epoch || created.Seq <= cursor.Seq
+}

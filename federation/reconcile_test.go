@@ -103,3 +103,25 @@ func TestReconcileFull(t *testing.T) {
 		t.Errorf("gone = %v, want %v (a handle still being delivered is never gone)", goneIDs(gone), want)
 	}
 }
+
+func TestResyncNeeded(t *testing.T) {
+	at := func(epoch string, seq uint64) berth.ChangeCursor {
+		return berth.ChangeCursor{Epoch: epoch, Seq: seq, Tag: "t"}
+	}
+	for _, tc := range []struct {
+		name            string
+		cursor, created berth.ChangeCursor
+		want            bool
+	}{
+		{"the row ahead of the cursor", at("E1", 4), at("E1", 5), false},
+		{"the row at the cursor", at("E1", 5), at("E1", 5), true},
+		{"the row behind the cursor", at("E1", 6), at("E1", 5), true},
+		{"the row not named", at("E1", 4), berth.ChangeCursor{}, true},
+		{"the row of another epoch", at("E0", 4), at("E1", 5), true},
+		{"full already", berth.ChangeCursor{}, at("E1", 5), false},
+	} {
+		if got := ResyncNeeded(tc.cursor, tc.created); got != tc.want {
+			t.Errorf("%s: ResyncNeeded = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -126,10 +126,14 @@ type FederationStore interface {
 	// OriginAck returns what origin last acknowledged; an origin never
 	// heard from has the zero OriginAck (no error).
 	OriginAck(ctx context.Context, origin string) (OriginAck, error)
-	// PruneChangelog deletes origin's rows up to its acknowledged seq, and
-	// its rows above it written before olderThan that are not tombstones,
-	// raising its PrunedSeq to the highest of those; it returns how many
-	// rows it deleted. A transaction of its own.
+	// PruneChangelog deletes origin's rows that federation.Prunable
+	// allows: those up to its acknowledged seq and those written before
+	// olderThan, but never the head row (the highest seq stored, of any
+	// origin), nor a tombstone unless both; it raises its PrunedSeq to the
+	// highest seq deleted above the acknowledged one and returns how many
+	// rows it deleted. The acknowledgement and the head are those stored
+	// when it starts: a row written, or acknowledged, meanwhile waits for
+	// the next prune. A transaction of its own.
 	PruneChangelog(ctx context.Context, origin string, olderThan time.Time) (int, error)
 	// Origins returns the name of every origin that has received jobs or
 	// changelog rows, by name.
