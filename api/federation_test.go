@@ -385,10 +385,10 @@ func summary(jobs []berth.RemoteJob) string {
 // (the origin's active jobs, not another origin's); with the cursor it
 // got, incrementally (the changes since, oldest first, a tombstone for a
 // job's end, More past the limit), which acknowledges it; a cursor whose
-// tag differs is stale: in full again, with the tombstones not yet
-// acknowledged; once acknowledged rows are pruned, an old cursor is stale
-// and the full answer leaves the acknowledged tombstone out. A malformed
-// cursor is refused on cursor.
+// tag differs is stale: in full again, with the tombstones; once
+// acknowledged rows are pruned, an old cursor is stale, and the full
+// answer still holds the tombstone (kept for the retention, acknowledged
+// or not). A malformed cursor is refused on cursor.
 func TestFederationChanges(t *testing.T) {
 	t.Parallel()
 	// No housekeeping tick: no reason rows, no pruning but the test's.
@@ -427,8 +427,8 @@ func TestFederationChanges(t *testing.T) {
 	if n, err := p.ctl.PruneChangelog(ctx); err != nil || n == 0 {
 		t.Fatalf("prune: %d rows, %v; want the acknowledged ones", n, err)
 	}
-	if old := p.pull(p.a, full.Cursor, ""); !old.Full || summary(old.Jobs) != "r2:pending r3:pending" {
-		t.Errorf("pull with a cursor since pruned: %+v, want full: r2, r3, no acknowledged tombstone", old)
+	if old := p.pull(p.a, full.Cursor, ""); !old.Full || summary(old.Jobs) != "r2:pending r3:pending r1:cancelled†" {
+		t.Errorf("pull with a cursor since pruned: %+v, want full: r2, r3 and r1's tombstone (kept for the retention)", old)
 	}
 	if fromB := p.pull(p.b, berth.ChangeCursor{}, ""); summary(fromB.Jobs) != "b1:pending b2:pending" {
 		t.Errorf("origin b's pull: %+v, want b1 and b2 only", fromB)

@@ -321,10 +321,9 @@ type pruning struct {
 	last    time.Time      // when the tick last started one; loop only
 }
 
-// PruneChangelog deletes, for every origin, the changelog rows it
-// acknowledged and those older than Config.ChangelogRetention that are
-// not tombstones (0 keeps every row not acknowledged), and returns how
-// many it deleted.
+// PruneChangelog deletes, for every origin, the changelog rows that
+// federation.Prunable allows with the cut-off Config.ChangelogRetention
+// ago (0: none), and returns how many it deleted.
 func (c *Controller) PruneChangelog(ctx context.Context) (int, error) {
 	c.prune.mu.Lock()
 	defer c.prune.mu.Unlock()
