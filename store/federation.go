@@ -140,10 +140,12 @@ type FederationStore interface {
 	OriginAck(ctx context.Context, origin string) (OriginAck, error)
 	// PruneChangelog deletes origin's rows that federation.Prunable
 	// allows: those up to its acknowledged seq and those written before
-	// olderThan, but never the head row (the highest seq stored), nor a
-	// tombstone unless both; it raises its PrunedSeq to the highest seq
-	// deleted above the acknowledged one and returns how many rows it
-	// deleted. A transaction of its own.
+	// olderThan, but never the head row (the highest seq stored, of any
+	// origin), nor a tombstone unless both; it raises its PrunedSeq to the
+	// highest seq deleted above the acknowledged one and returns how many
+	// rows it deleted. The acknowledgement and the head are those stored
+	// when it starts: a row written, or acknowledged, meanwhile waits for
+	// the next prune. A transaction of its own.
 	PruneChangelog(ctx context.Context, origin string, olderThan time.Time) (int, error)
 	// Origins returns the name of every origin that has received jobs or
 	// changelog rows, by name.

@@ -30,6 +30,11 @@ CREATE TABLE handoffs (
 	last_error     text NOT NULL,
 	created_at     bigint NOT NULL,
 	updated_at     bigint NOT NULL,
+	-- the peer's changelog row that recorded the job's creation ('', 0, ''
+	-- when unknown)
+	create_epoch   text NOT NULL,
+	create_seq     bigint NOT NULL,
+	create_tag     text NOT NULL,
 	PRIMARY KEY (job_id, incarnation)
 );
 CREATE INDEX handoffs_peer ON handoffs (peer);

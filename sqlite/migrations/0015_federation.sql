@@ -28,6 +28,11 @@ CREATE TABLE handoffs (
 	last_error     TEXT NOT NULL,
 	created_at     INTEGER NOT NULL,
 	updated_at     INTEGER NOT NULL,
+	-- the peer's changelog row that recorded the job's creation ('', 0, ''
+	-- when unknown)
+	create_epoch   TEXT NOT NULL,
+	create_seq     INTEGER NOT NULL,
+	create_tag     TEXT NOT NULL,
 	PRIMARY KEY (job_id, incarnation)
 ) WITHOUT ROWID;
 CREATE INDEX handoffs_peer ON handoffs (peer);

@@ -15,7 +15,7 @@ import (
 const (
 	PeerColumns    = `name, url, ca_fingerprint, sealed_token, route_timeout, lost_timeout, created_at, updated_at`
 	HandoffColumns = `job_id, incarnation, peer, remote_id, nonce, state, remote_job_id, sent, cancel_version, cancel_acked,
-		last_error, created_at, updated_at`
+		last_error, created_at, updated_at, create_epoch, create_seq, create_tag`
 	CursorColumns    = `peer, epoch, seq, tag`
 	ReceivedColumns  = `origin, remote_id, nonce, job_id`
 	ChangelogColumns = `seq, tag, origin, remote_id, nonce, job_id, state, reason, exit_code, attempts, started_at, finished_at,
@@ -40,7 +40,8 @@ const (
 	HandoffUpsert = ` ON CONFLICT (job_id, incarnation) DO UPDATE SET peer = excluded.peer, remote_id = excluded.remote_id,
 		nonce = excluded.nonce, state = excluded.state, remote_job_id = excluded.remote_job_id, sent = excluded.sent,
 		cancel_version = excluded.cancel_version, cancel_acked = excluded.cancel_acked, last_error = excluded.last_error,
-		created_at = excluded.created_at, updated_at = excluded.updated_at`
+		created_at = excluded.created_at, updated_at = excluded.updated_at, create_epoch = excluded.create_epoch,
+		create_seq = excluded.create_seq, create_tag = excluded.create_tag`
 	CursorUpsert = ` ON CONFLICT (peer) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq, tag = excluded.tag`
 	AckUpsert    = ` ON CONFLICT (origin) DO UPDATE SET acked_seq = excluded.acked_seq, acked_tag = excluded.acked_tag, ` +
 		keepPrunedSeq
@@ -55,7 +56,8 @@ func PeerRow(p *berth.Peer) []any {
 // HandoffRow returns the values of h's row, in HandoffColumns order.
 func HandoffRow(h *berth.Handoff) []any {
 	return []any{h.JobID, h.Incarnation, h.Peer, h.RemoteID, h.Nonce, string(h.State), h.RemoteJobID, h.Sent,
-		h.CancelVersion, h.CancelAcked, h.LastError, nanos(h.CreatedAt), nanos(h.UpdatedAt)}
+		h.CancelVersion, h.CancelAcked, h.LastError, nanos(h.CreatedAt), nanos(h.UpdatedAt), h.CreateRow.Epoch,
+		int64(h.CreateRow.Seq), h.CreateRow.Tag}
 }
 
 // CursorRow returns the values of c's row, in CursorColumns order.
@@ -97,12 +99,15 @@ func scanHandoff(row scanner) (*berth.Handoff, error) {
 		h                berth.Handoff
 		state            string
 		created, updated int64
+		createSeq        int64
 	)
 	if err := row.Scan(&h.JobID, &h.Incarnation, &h.Peer, &h.RemoteID, &h.Nonce, &state, &h.RemoteJobID, &h.Sent,
-		&h.CancelVersion, &h.CancelAcked, &h.LastError, &created, &updated); err != nil {
+		&h.CancelVersion, &h.CancelAcked, &h.LastError, &created, &updated, &h.CreateRow.Epoch, &createSeq,
+		&h.CreateRow.Tag); err != nil {
 		return nil, err
 	}
 	h.State, h.CreatedAt, h.UpdatedAt = berth.HandoffState(state), fromNanos(created), fromNanos(updated)
+	h.CreateRow.Seq = uint64(createSeq)
 	return &h, nil
 }
 
@@ -339,24 +344,38 @@ type Pruner struct {
 // NewPruner returns a Pruner writing the dialect of r with tx.
 func NewPruner(r *Reader, tx TxFunc) *Pruner { return &Pruner{r: r, tx: tx} }
 
-// ackedSeq is the seq an origin (the statement's argument) acknowledged,
-// 0 when none.
-const ackedSeq = `coalesce((SELECT acked_seq FROM federation_origins WHERE origin = ?), 0)`
+// prunable is the condition of federation.Prunable on a changelog row,
+// over the arguments origin, head, the acknowledged seq, olderThan (unix
+// nanoseconds), the acknowledged seq again and olderThan again: a row of
+// origin below the head, and, for a tombstone, acknowledged and older
+// than the cut-off, for any other row, either.
+const prunable = `origin = ? AND seq < ? AND CASE WHEN tombstone THEN seq <= ? AND at < ? ELSE seq <= ? OR at < ? END`
 
-// PruneChangelog deletes origin's rows up to its acknowledged seq, and its
-// rows above it written before olderThan that are not tombstones, raising
-// its PrunedSeq to the highest of the latter; it returns how many rows it
-// deleted. One transaction: first the PrunedSeq, then the delete.
+// PruneChangelog deletes origin's rows that federation.Prunable allows,
+// given its acknowledgement and the head (the highest seq stored) as they
+// stand when it starts, raising its PrunedSeq to the highest seq deleted
+// above the acknowledged one; it returns how many rows it deleted. A row
+// written, or acknowledged, meanwhile waits for the next prune. One
+// transaction: first the PrunedSeq, then the delete.
 func (p *Pruner) PruneChangelog(ctx context.Context, origin string, olderThan time.Time) (int, error) {
-	at := nanos(olderThan)
+	ack, err := p.r.OriginAck(ctx, origin)
+	if err != nil {
+		return 0, fmt.Errorf("prune changelog of %s: %w", origin, err)
+	}
+	var head int64
+	if err := p.r.each(ctx, `SELECT coalesce(max(seq), 0) FROM federation_changelog`, nil,
+		func(row scanner) error { return row.Scan(&head) }); err != nil {
+		return 0, fmt.Errorf("prune changelog of %s: head: %w", origin, err)
+	}
+	acked, at := int64(ack.Seq), nanos(olderThan)
+	rule := []any{origin, head, acked, at, acked, at}
 	n, err := p.tx(ctx, []Statement{
 		{p.r.dialect.rewrite(`INSERT INTO federation_origins (` + AckColumns + `)
 			SELECT CAST(? AS TEXT), 0, '', m FROM (SELECT max(seq) AS m FROM federation_changelog
-				WHERE origin = ? AND NOT tombstone AND at < ? AND seq > ` + ackedSeq + `) pruned
+				WHERE ` + prunable + ` AND seq > ?) pruned
 			WHERE m IS NOT NULL
-			ON CONFLICT (origin) DO UPDATE SET ` + keepPrunedSeq), []any{origin, origin, at, origin}},
-		{p.r.dialect.rewrite(`DELETE FROM federation_changelog WHERE origin = ?
-			AND (seq <= ` + ackedSeq + ` OR (NOT tombstone AND at < ?))`), []any{origin, origin, at}},
+			ON CONFLICT (origin) DO UPDATE SET ` + keepPrunedSeq), append(append([]any{origin}, rule...), acked)},
+		{p.r.dialect.rewrite(`DELETE FROM federation_changelog WHERE ` + prunable), rule},
 	})
 	if err != nil {
 		return 0, fmt.Errorf("prune changelog of %s: %w", origin, err)

@@ -1,12 +1,15 @@
 package storetest
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/federation"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -23,6 +26,7 @@ var federationTests = []test{
 	{"Changelog", testChangelog},
 	{"PruneKeepsTombstonesUntilAcked", testPruneTombstones},
 	{"PruneRaisesPrunedSeq", testPrunedSeq},
+	{"PruneMatchesPrunable", testPruneMatchesPrunable},
 	{"LoadActive", testFederationLoadActive},
 	{"JobClusters", testJobClusters},
 }
@@ -40,7 +44,8 @@ func peer(name string, n int) *berth.Peer {
 func handoff(jobID string, inc int, peer string, st berth.HandoffState) *berth.Handoff {
 	return &berth.Handoff{JobID: jobID, Incarnation: inc, Peer: peer, RemoteID: jobID, Nonce: "nonce-" + jobID[len(jobID)-4:],
 		State: st, RemoteJobID: "remote-ünï", Sent: true, CancelVersion: 2, CancelAcked: 1, LastError: "dial: refused \"x\"",
-		CreatedAt: base.Add(1), UpdatedAt: base.Add(time.Second + 1)}
+		CreatedAt: base.Add(1), UpdatedAt: base.Add(time.Second + 1),
+		CreateRow: berth.ChangeCursor{Epoch: "0123456789abcdef", Seq: 1<<40 + uint64(inc), Tag: "c0ffee01"}}
 }
 
 // changeRow returns changelog row seq of origin's job remoteID (received
@@ -157,8 +162,10 @@ func testHandoffs(t *testing.T, s store.Store) {
 	h1 := handoff(job, 1, "p1", berth.HandoffLost)
 	h2 := handoff(job, 2, "p2", berth.HandoffPending)
 	h2.RemoteJobID, h2.Sent, h2.CancelVersion, h2.CancelAcked, h2.LastError = "", false, 0, 0, ""
+	h2.CreateRow = berth.ChangeCursor{} // not known yet
 	h2done := *h2
 	h2done.State, h2done.RemoteJobID, h2done.Sent, h2done.UpdatedAt = berth.HandoffDone, "r-2", true, base.Add(time.Hour)
+	h2done.CreateRow = berth.ChangeCursor{Epoch: "fedcba9876543210", Seq: 7, Tag: "0badf00d"}
 	write(t, s, &store.Batch{Federation: &store.FederationBatch{
 		Handoffs: []*berth.Handoff{h2, handoff(other, 1, "p1", berth.HandoffDone), h1},
 	}})
@@ -336,22 +343,30 @@ func testChangelog(t *testing.T, s store.Store) {
 	}
 }
 
+// testPruneTombstones checks each clause of federation.Prunable on
+// tombstones and the rows around them: a tombstone goes only once both
+// acknowledged and older than the cut-off; any other row goes when
+// either; another origin's rows are never touched; the head row stays.
 func testPruneTombstones(t *testing.T, s store.Store) {
 	// o1: 1 and 2 old, 2 a tombstone; 3 and 4 new, 4 a tombstone. o2's
-	// old rows are not o1's to prune.
+	// old rows, the head (6) among them, are not o1's to prune.
 	write(t, s, &store.Batch{Federation: &store.FederationBatch{Changelog: []berth.ChangelogRow{
 		changeRow(1, "o1", "A", "j-a", false, 0), changeRow(2, "o1", "A", "j-a", true, 1),
 		changeRow(3, "o1", "B", "j-b", false, time.Hour), changeRow(4, "o1", "B", "j-b", true, time.Hour),
 		changeRow(5, "o2", "C", "j-c", false, 0), changeRow(6, "o2", "C", "j-c", true, 0),
 	}}})
 	cut := base.Add(time.Minute)
+	ackO1 := func(seq uint64) {
+		write(t, s, &store.Batch{Federation: &store.FederationBatch{Acks: []store.OriginAck{{Origin: "o1", Seq: seq, Tag: tagOf(seq)}}}})
+	}
+	// Nothing acknowledged: the old row goes, the old tombstone stays.
 	if n := prune(t, s, "o1", cut); n != 1 {
 		t.Errorf("PruneChangelog(o1) with nothing acknowledged deleted %d rows, want 1", n)
 	}
 	checkSeqs(t, "Changelog(o1) after a prune with nothing acknowledged", getChangelog(t, s, "o1", 0, 0), 2, 3, 4)
 	checkSeqs(t, "Tombstones(o1)", getTombstones(t, s, "o1", 0), 2, 4)
-	// Acknowledging 2 lets its tombstone go, and nothing above it.
-	write(t, s, &store.Batch{Federation: &store.FederationBatch{Acks: []store.OriginAck{{Origin: "o1", Seq: 2, Tag: tagOf(2)}}}})
+	// Acknowledging 2 lets its old tombstone go, and nothing above it.
+	ackO1(2)
 	if n := prune(t, s, "o1", cut); n != 1 {
 		t.Errorf("PruneChangelog(o1) acknowledged up to 2 deleted %d rows, want 1", n)
 	}
@@ -359,22 +374,38 @@ func testPruneTombstones(t *testing.T, s store.Store) {
 	if n := prune(t, s, "o1", cut); n != 0 {
 		t.Errorf("PruneChangelog(o1) again deleted %d rows, want 0", n)
 	}
-	// Rows newer than the cut that are acknowledged go too.
-	write(t, s, &store.Batch{Federation: &store.FederationBatch{Acks: []store.OriginAck{{Origin: "o1", Seq: 4, Tag: tagOf(4)}}}})
-	if n := prune(t, s, "o1", cut); n != 2 {
-		t.Errorf("PruneChangelog(o1) acknowledged up to 4 deleted %d rows, want 2", n)
+	// Acknowledged rows newer than the cut-off go, but not a tombstone:
+	// it stays until it is older than the cut-off too.
+	ackO1(4)
+	if n := prune(t, s, "o1", cut); n != 1 {
+		t.Errorf("PruneChangelog(o1) acknowledged up to 4 deleted %d rows, want 1 (3, not the young tombstone 4)", n)
 	}
-	checkSeqs(t, "Changelog(o1) acknowledged up to 4", getChangelog(t, s, "o1", 0, 0))
+	checkSeqs(t, "Changelog(o1) acknowledged up to 4", getChangelog(t, s, "o1", 0, 0), 4)
+	if n := prune(t, s, "o1", base.Add(2*time.Hour)); n != 1 {
+		t.Errorf("PruneChangelog(o1) of the acknowledged tombstone once old deleted %d rows, want 1", n)
+	}
+	checkSeqs(t, "Changelog(o1) acknowledged up to 4, cut after it", getChangelog(t, s, "o1", 0, 0))
 	checkSeqs(t, "Changelog(o2)", getChangelog(t, s, "o2", 0, 0), 5, 6)
+	// Only the old row above the acknowledgement counts: the rows pruned
+	// at or below it do not raise PrunedSeq.
 	if ack := getAck(t, s, "o1"); ack.PrunedSeq != 1 {
 		t.Errorf("OriginAck(o1).PrunedSeq = %d, want 1 (the row pruned by age)", ack.PrunedSeq)
 	}
-	// The head stays where the seqs got to when every row is gone.
-	if n := prune(t, s, "o2", base.Add(time.Minute)); n != 1 {
-		t.Errorf("PruneChangelog(o2) deleted %d rows, want 1", n)
+	// The head row stays, acknowledged and old though it is, until a row
+	// (of any origin) is written above it.
+	write(t, s, &store.Batch{Federation: &store.FederationBatch{Acks: []store.OriginAck{{Origin: "o2", Seq: 6, Tag: tagOf(6)}}}})
+	if n := prune(t, s, "o2", base.Add(time.Hour)); n != 1 {
+		t.Errorf("PruneChangelog(o2) acknowledged up to the head deleted %d rows, want 1 (5, not the head row)", n)
 	}
-	if got := loadActive(t, s).Federation.Head; got != 6 {
-		t.Errorf("Active.Federation.Head = %d, want 6", got)
+	checkSeqs(t, "Changelog(o2) acknowledged up to the head", getChangelog(t, s, "o2", 0, 0), 6)
+	write(t, s, &store.Batch{Federation: &store.FederationBatch{Changelog: []berth.ChangelogRow{
+		changeRow(7, "o1", "D", "j-d", false, time.Hour)}}})
+	if n := prune(t, s, "o2", base.Add(time.Hour)); n != 1 {
+		t.Errorf("PruneChangelog(o2) below a new head deleted %d rows, want 1", n)
+	}
+	checkSeqs(t, "Changelog(o2) below a new head", getChangelog(t, s, "o2", 0, 0))
+	if got := loadActive(t, s).Federation.Head; got != 7 {
+		t.Errorf("Active.Federation.Head = %d, want 7", got)
 	}
 }
 
@@ -404,12 +435,118 @@ func testPrunedSeq(t *testing.T, s store.Store) {
 	checkEqual(t, "OriginAck(o1) after a prune of nothing", getAck(t, s, "o1"),
 		store.OriginAck{Origin: "o1", Seq: 1, Tag: tagOf(1), PrunedSeq: 3})
 	checkEqual(t, "OriginAck(o9)", getAck(t, s, "o9"), store.OriginAck{})
+	// 5, old now, is the head row: it stays, and PrunedSeq with it.
+	if n := prune(t, s, "o1", base.Add(time.Hour)); n != 0 {
+		t.Errorf("PruneChangelog of the head row deleted %d rows, want 0", n)
+	}
+	checkSeqs(t, "Changelog(o1) old up to the head", getChangelog(t, s, "o1", 0, 0), 4, 5)
+	if ack := getAck(t, s, "o1"); ack.PrunedSeq != 3 {
+		t.Errorf("OriginAck(o1).PrunedSeq = %d after the head row was kept, want 3", ack.PrunedSeq)
+	}
+	// Once another origin's row is the head, 5 goes and PrunedSeq rises.
+	write(t, s, &store.Batch{Federation: &store.FederationBatch{Changelog: []berth.ChangelogRow{
+		changeRow(6, "o2", "E", "j-e", false, 0)}}})
 	if n := prune(t, s, "o1", base.Add(time.Hour)); n != 1 {
-		t.Errorf("PruneChangelog of the newest row deleted %d rows, want 1", n)
+		t.Errorf("PruneChangelog of the former head row deleted %d rows, want 1", n)
 	}
 	checkSeqs(t, "Changelog(o1) at last", getChangelog(t, s, "o1", 0, 0), 4)
 	if ack := getAck(t, s, "o1"); ack.PrunedSeq != 5 {
 		t.Errorf("OriginAck(o1).PrunedSeq = %d, want 5", ack.PrunedSeq)
+	}
+}
+
+// testPruneMatchesPrunable ties the drivers' prune to the rule itself:
+// over rounds of random rows (of three origins, tombstones among them,
+// written around base), random acknowledgements and random cut-offs, each
+// prune deletes exactly the rows of its origin that federation.Prunable
+// allows, given the origin's acknowledgement and the head, returns their
+// number, and raises PrunedSeq to the highest of them above the
+// acknowledgement. It also checks that the rounds met every clause.
+func testPruneMatchesPrunable(t *testing.T, s store.Store) {
+	rng := rand.New(rand.NewPCG(27, 1)) // fixed: a failure repeats
+	origins := []string{"o1", "o2", "o3"}
+	var (
+		rows []berth.ChangelogRow // the model: the rows stored, by seq
+		seq  uint64
+		acks = map[string]store.OriginAck{}
+		met  = map[string]int{} // clauses met, by name
+	)
+	minutes := func() time.Duration { return time.Duration(rng.IntN(30)) * time.Minute }
+	for round := range 60 {
+		b := &store.FederationBatch{}
+		for range rng.IntN(5) {
+			seq += 1 + uint64(rng.IntN(3))
+			b.Changelog = append(b.Changelog, changeRow(seq, origins[rng.IntN(3)], "R", "j-r", rng.IntN(3) == 0, minutes()))
+		}
+		if o := origins[rng.IntN(3)]; rng.IntN(2) == 0 {
+			a := store.OriginAck{Origin: o, Seq: uint64(rng.IntN(int(seq) + 1)), Tag: "ack"}
+			b.Acks = []store.OriginAck{a}
+			a.PrunedSeq = acks[o].PrunedSeq // never lowered
+			acks[o] = a
+		}
+		rows = append(rows, b.Changelog...)
+		write(t, s, &store.Batch{Federation: b})
+
+		origin, cut := origins[rng.IntN(3)], base.Add(minutes())
+		var head uint64
+		if len(rows) > 0 {
+			head = rows[len(rows)-1].Seq
+		}
+		ack, kept, deleted := acks[origin], rows[:0:0], 0
+		for _, r := range rows {
+			if r.Origin != origin {
+				kept = append(kept, r)
+				continue
+			}
+			acked, old := r.Seq <= ack.Seq, r.Job.At.Before(cut)
+			switch {
+			case !federation.Prunable(&r, ack, cut, head):
+				kept = append(kept, r)
+				if r.Seq == head && federation.Prunable(&r, ack, cut, head+1) {
+					met["head row kept"]++
+				}
+				if r.Job.Tombstone && acked && !old {
+					met["acknowledged young tombstone kept"]++
+				}
+				if r.Job.Tombstone && !acked && old {
+					met["old tombstone not acknowledged kept"]++
+				}
+				continue
+			case r.Job.Tombstone:
+				met["tombstone deleted"]++
+			case acked && !old:
+				met["young acknowledged row deleted"]++
+			case !acked && old:
+				met["old row not acknowledged deleted"]++
+			}
+			deleted++
+			if r.Seq > ack.Seq && r.Seq > ack.PrunedSeq {
+				ack.Origin, ack.PrunedSeq = origin, r.Seq
+				acks[origin] = ack
+			}
+		}
+		rows = kept
+		if n := prune(t, s, origin, cut); n != deleted {
+			t.Fatalf("round %d: PruneChangelog(%s, %s) deleted %d rows, want %d", round, origin, cut, n, deleted)
+		}
+		for _, o := range origins {
+			want := []uint64{}
+			for _, r := range rows {
+				if r.Origin == o {
+					want = append(want, r.Seq)
+				}
+			}
+			if got := seqs(getChangelog(t, s, o, 0, 0)); !slices.Equal(got, want) {
+				t.Fatalf("round %d, after PruneChangelog(%s, %s): Changelog(%s) = %v, want %v", round, origin, cut, o, got, want)
+			}
+			checkEqual(t, fmt.Sprintf("round %d: OriginAck(%s)", round, o), getAck(t, s, o), acks[o])
+		}
+	}
+	for _, clause := range []string{"head row kept", "acknowledged young tombstone kept", "old tombstone not acknowledged kept",
+		"tombstone deleted", "young acknowledged row deleted", "old row not acknowledged deleted"} {
+		if met[clause] == 0 {
+			t.Errorf("no round met the clause %q: draw other rounds", clause)
+		}
 	}
 }
 
