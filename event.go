@@ -24,6 +24,7 @@ type Event struct {
 	Desired   string    `json:"desired,omitempty"`   // worker control: on or off
 	Policy    string    `json:"policy,omitempty"`    // worker control: the stop policy
 	Attempts  []string  `json:"attempts,omitempty"`  // attempts a control stopped, or the one a requeue follows
+	Peer      string    `json:"peer,omitempty"`      // the federation peer a peer event is about
 }
 
 // Event types: the Type of an Event, published on the event stream, sent
@@ -46,6 +47,8 @@ const (
 	EventServiceReady      = "service.ready"   // a service attempt passed its readiness probe: its endpoint is listed
 	EventServiceUnready    = "service.unready" // a ready service attempt fails its liveness probe: its endpoint is withdrawn
 	EventServiceFailed     = "service.failed"  // a service attempt did not become ready (its failure class says why)
+	EventPeerSet           = "peer.set"        // a federation peer was added or changed
+	EventPeerDeleted       = "peer.deleted"    // a federation peer was removed
 )
 
 // EventTypes are every type an Event may have, the names a webhook may
@@ -54,7 +57,7 @@ var EventTypes = []string{
 	EventJobSubmitted, EventJobRunning, EventJobRequeued, EventJobPreempted, EventQuotaExceeded,
 	EventJobSucceeded, EventJobFailed, EventJobCancelled, EventWorkerRegistered, EventWorkerLost,
 	EventWorkerDisconnects, EventQuotaSet, EventQuotaDeleted, EventWorkerControl, EventServiceReady,
-	EventServiceUnready, EventServiceFailed,
+	EventServiceUnready, EventServiceFailed, EventPeerSet, EventPeerDeleted,
 }
 
 // AuditJobAssigned is the audit record of an attempt placed on a worker:

@@ -200,8 +200,8 @@ func (s *JobSpec) Validate() error {
 	if len(s.Backend) > 64 {
 		return Invalidf("backend", "must be at most 64 characters") // which backends exist is the server's to say
 	}
-	if s.Cluster != "" {
-		return Invalidf("cluster", "federated clusters are not supported by this server yet")
+	if s.Cluster != "" && !ValidPeerName(s.Cluster) {
+		return Invalidf("cluster", "%q: must be a peer's name (berth peers lists them)", s.Cluster) // which peers exist is the server's to say
 	}
 	return nil
 }

@@ -48,6 +48,12 @@ type Server struct {
 	// Webhooks manages and delivers the webhook subscriptions; nil: the
 	// webhook endpoints answer 404.
 	Webhooks *webhook.Dispatcher
+	// PeerStatuses, when set, is the federation peers' live status,
+	// shown by GET /api/v1/peers; nil: every peer is new.
+	PeerStatuses PeerStatuses
+	// PeerLogs, when set, reads the output of a job handed to a federation
+	// peer from that peer; nil: such a job shows no output here.
+	PeerLogs PeerLogs
 	// EventKeepalive is how long the event stream may be silent before it
 	// sends a keepalive comment, so that proxies keep it open; 0 means
 	// DefaultEventKeepalive.
@@ -124,6 +130,10 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("DELETE /api/v1/webhooks/{id}", auth.Identity.IsAdmin, "admin", s.deleteWebhook)
 	s.route("GET /api/v1/webhooks/{id}/deliveries", auth.Identity.ActsOnAllJobs, operators, s.listDeliveries)
 	s.route("POST /api/v1/deliveries/{id}/redeliver", auth.Identity.IsAdmin, "admin", s.redeliver)
+	s.route("GET /api/v1/peers", auth.Identity.IsAdmin, "admin", s.listPeers)
+	s.route("GET /api/v1/peers/{name}", auth.Identity.IsAdmin, "admin", s.getPeer)
+	s.route("PUT /api/v1/peers/{name}", auth.Identity.IsAdmin, "admin", s.putPeer)
+	s.route("DELETE /api/v1/peers/{name}", auth.Identity.IsAdmin, "admin", s.deletePeer)
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
 	s.federationRoutes()
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)

@@ -89,7 +89,7 @@ func startControllerOn(t *testing.T, st store.Store, security func(store.Store) 
 	t.Helper()
 	ctx := context.Background()
 	sec := security(st)
-	cfg := controller.Config{Store: st, Secrets: sec.Secrets}
+	cfg := controller.Config{Store: st, Secrets: sec.Secrets, PeerTokens: sec.Secrets}
 	for _, edit := range edits {
 		edit(&cfg)
 	}

@@ -60,6 +60,10 @@ func (s *Server) logs(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
+	if j.Cluster != "" && s.PeerLogs != nil { // handed to a federation peer: its output is there
+		s.federatedLogs(w, r, j, follow, records, download)
+		return
+	}
 	if records {
 		s.logRecords(w, r, id, follow)
 		return

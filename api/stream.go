@@ -127,8 +127,12 @@ func (s *Server) portForward(w http.ResponseWriter, r *http.Request) {
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, m *wire.StreamOpen, action string, fields map[string]string) {
 	id := r.PathValue("id")
 	rank, err := wholeQuery(r, "rank", 0, "the member of a gang, from 0")
+	var j *berth.JobDetail
 	if err == nil {
-		_, err = s.ownJob(r, id, true)
+		j, err = s.ownJob(r, id, true)
+	}
+	if err == nil && j.Cluster != "" {
+		err = berth.Errorf(berth.ECodeConflict, "job %s is handed to federation peer %s: exec and port-forward reach only this cluster's workers", id, j.Cluster)
 	}
 	if err != nil {
 		writeError(w, r, err)

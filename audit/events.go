@@ -39,6 +39,8 @@ func fromEvent(en *Entry, e *berth.Event) {
 		en.Target = "quota/" + e.Quota
 	case e.Host != "":
 		en.Target = "worker/" + e.Host
+	case e.Peer != "":
+		en.Target = "peer/" + e.Peer
 	}
 	set := func(k, v string) {
 		if v != "" {

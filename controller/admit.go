@@ -23,6 +23,14 @@ const SeenWithin = 24 * time.Hour
 // whose agents have not joined yet, as under berth up), with the warning
 // that no worker serves its queue. Loop only.
 func (c *Controller) fits(spec *berth.JobSpec, hold bool) (warnings []string, err error) {
+	unfit, seen := c.neverFits(spec)
+	return c.fitWarnings(unfit, seen, hold)
+}
+
+// neverFits returns why no worker of any backend (Backend.Reach) could
+// ever run spec, nil when enough could, and whether any worker was seen
+// within SeenWithin (with none, nothing is checked: nil). Loop only.
+func (c *Controller) neverFits(spec *berth.JobSpec) (*berth.Error, bool) {
 	since := c.now().Add(-SeenWithin)
 	backends := c.backends()
 	ws := func(yield func(*scheduler.Worker) bool) {
@@ -39,21 +47,27 @@ func (c *Controller) fits(spec *berth.JobSpec, hold bool) (warnings []string, er
 		empty = false
 		break
 	}
-	switch {
-	case empty && len(c.workers) == 0:
-		return nil, nil // no worker ever: the queue's warning says so
-	case empty:
-		return []string{"no worker has been seen in the last day, so whether the job can ever run is not checked: it waits for a worker that fits"}, nil
+	if empty {
+		return nil, false
 	}
-	e := scheduler.NeverFits(ws, &spec.Resources, spec.Nodes)
+	return scheduler.NeverFits(ws, &spec.Resources, spec.Nodes), true
+}
+
+// fitWarnings returns fits's answer for neverFits's: the warnings, or the
+// refusal unless hold.
+func (c *Controller) fitWarnings(unfit *berth.Error, seen, hold bool) ([]string, error) {
 	switch {
-	case e == nil:
+	case !seen && len(c.workers) == 0:
+		return nil, nil // no worker ever: the queue's warning says so
+	case !seen:
+		return []string{"no worker has been seen in the last day, so whether the job can ever run is not checked: it waits for a worker that fits"}, nil
+	case unfit == nil:
 		return nil, nil
 	case hold:
-		return []string{e.Error() + ": held until a worker that fits joins (hold_until_fits)"}, nil
+		return []string{unfit.Error() + ": held until a worker that fits joins (hold_until_fits)"}, nil
 	}
-	e.Message += " (hold_until_fits, or --hold-until-fits, queues it until a worker that fits joins)"
-	return nil, e
+	unfit.Message += " (hold_until_fits, or --hold-until-fits, queues it until a worker that fits joins)"
+	return nil, unfit
 }
 
 // CheckFits says whether req could ever run, as a submission of it is

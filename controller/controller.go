@@ -74,6 +74,9 @@ type Config struct {
 	// Secrets, when set, resolves the {{SECRET:NAME}} references of a job
 	// as it is assigned; the values travel in the assignment only.
 	Secrets SecretResolver
+	// PeerTokens, when set, seals federation peers' tokens (PutPeer);
+	// without it a peer with a token cannot be stored.
+	PeerTokens PeerSealer
 	// PeerUsers maps a federation origin's name to the user the jobs it
 	// hands to this cluster run as; an origin not in it: its own name.
 	PeerUsers map[string]string
@@ -154,7 +157,9 @@ type Controller struct {
 	reserved map[string]string           // worker id → job holding it, from the last full pass
 	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
 	waiters  map[*waiter]struct{}
-	prune    pruning // of the federation changelog
+	origin   originState // the federation, as an origin (federation.go)
+	peers    peerSet     // federation peers (peers.go)
+	prune    pruning     // of the federation changelog
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
@@ -199,7 +204,7 @@ func New(cfg Config) *Controller {
 		logNotify: make(chan struct{}),
 	}
 	c.pool = &agentPool{l: &c.lifecycle, cfg: &c.cfg}
-	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm}
+	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm, stopFederated: c.stopFederated}
 	return c
 }
 

@@ -149,11 +149,19 @@ func (a *fakeAgent) exit(assign *wire.JobAssign, code int) {
 // clock. stop stops both; it runs when t ends if not called before.
 func startOn(t *testing.T, path string, now time.Time) (c *Controller, stop func()) {
 	t.Helper()
+	return startOnWith(t, path, now, func(*Config, *sqlite.Store) {})
+}
+
+// startOnWith is startOn with the Config edit makes, given the store.
+func startOnWith(t *testing.T, path string, now time.Time, edit func(*Config, *sqlite.Store)) (c *Controller, stop func()) {
+	t.Helper()
 	st, err := sqlite.Open(t.Context(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c = New(Config{Store: st, Now: func() time.Time { return now }})
+	cfg := Config{Store: st, Now: func() time.Time { return now }}
+	edit(&cfg, st)
+	c = New(cfg)
 	if err := c.Start(t.Context()); err != nil {
 		st.Close()
 		t.Fatal(err)

@@ -61,11 +61,13 @@ type lifecycle struct {
 
 // hooks are what the lifecycle tells its shell, on the loop: a job ended
 // (its waiters are woken); once durable, logs may have changed; a job of
-// a model was placed (an idle worker may be asked to prewarm it).
+// a model was placed (an idle worker may be asked to prewarm it); a job
+// handed to a federation peer is to be cancelled (stopJob).
 type hooks struct {
-	jobEnded   func(id string, st berth.JobState)
-	notifyLogs func()
-	prewarm    func(j *berth.Job, now time.Time)
+	jobEnded      func(id string, st berth.JobState)
+	notifyLogs    func()
+	prewarm       func(j *berth.Job, now time.Time)
+	stopFederated func(js *jobState, requested string, now time.Time)
 }
 
 func newLifecycle(cfg *Config) lifecycle {
@@ -85,7 +87,7 @@ func newLifecycle(cfg *Config) lifecycle {
 		audited:     cfg.Audit != nil,
 		storeEvents: cfg.StoreEvents,
 		hooks: hooks{jobEnded: func(string, berth.JobState) {}, notifyLogs: func() {},
-			prewarm: func(*berth.Job, time.Time) {}},
+			prewarm: func(*berth.Job, time.Time) {}, stopFederated: func(*jobState, string, time.Time) {}},
 	}
 }
 
@@ -500,6 +502,8 @@ func (l *lifecycle) requeueDue(now time.Time) {
 // whose cancel was requested before is left as it is. Loop only.
 func (l *lifecycle) stopJob(js *jobState, requested string, now time.Time) {
 	switch {
+	case js.federated():
+		l.hooks.stopFederated(js, requested, now)
 	case !js.placed():
 		l.queue.Remove(js.task)
 		delete(l.restarting, js)

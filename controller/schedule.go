@@ -33,6 +33,9 @@ func (l *lifecycle) addWorker(ws *workerState) {
 func (c *Controller) snapshot() *scheduler.Snapshot {
 	now := c.now().UTC()
 	s := &scheduler.Snapshot{Now: now, Workers: c.pool.Capacity(make([]*scheduler.Worker, 0, len(c.order))), Quotas: c.quotaRules()}
+	if len(s.Quotas) > 0 {
+		s.Workers = c.federatedUsage(s.Workers)
+	}
 	window := now.Add(-c.cfg.Scheduler.PreemptWindow)
 	for len(c.preempted) > 0 && !c.preempted[0].After(window) {
 		c.preempted = c.preempted[1:]

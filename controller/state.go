@@ -31,6 +31,11 @@ type jobState struct {
 	// avoid lists the workers where the job's attempts failed or were
 	// lost, for its retries to go elsewhere (scheduler.Task.Avoid).
 	avoid []string
+	// incarnation is the job's last handoff to a federation peer (0:
+	// never handed off); pinned says its spec.cluster was a pin at submit
+	// (federation.go).
+	incarnation int
+	pinned      bool
 }
 
 // memberEnd is how one member of a job's current placement ended.
@@ -277,6 +282,7 @@ func (c *Controller) rebuild(a *store.Active) {
 	for _, js := range c.jobs { // once every parent is in
 		c.adopt(js)
 	}
+	c.loadFederation(&a.Federation)
 	for _, at := range a.Attempts {
 		js := c.jobs[at.JobID]
 		if js == nil {
@@ -322,6 +328,7 @@ func (c *Controller) rebuild(a *store.Active) {
 		c.enqueue(js)
 	}
 	c.loadQuotas(a.Quotas)
+	c.loadPeers(a.Federation.Peers)
 	c.loadEvents(a.Events)
 	c.rebuildReceived(a)
 	c.stats.loadCounts(a.Counts)
@@ -362,8 +369,12 @@ func spreadKey(j *berth.Job) string {
 	return j.User + "/" + j.Name
 }
 
-// enqueue puts a job's task in the scheduler queue.
+// enqueue puts a job's task in the scheduler queue; a job handed to a
+// federation peer never goes there.
 func (l *lifecycle) enqueue(js *jobState) {
+	if js.federated() {
+		return
+	}
 	if js.task == nil {
 		l.seq++
 		j := js.job

@@ -124,7 +124,7 @@ func (c *Controller) Metrics(ctx context.Context) (*Metrics, error) {
 			}
 		}
 		for _, js := range c.jobs {
-			if j := js.job; j.State == berth.JobPending {
+			if j := js.job; j.State == berth.JobPending && !js.federated() { // a peer's queue holds a federated job
 				m.QueueDepth[j.Queue]++
 				if t, ok := m.OldestPending[j.Queue]; !ok || j.CreatedAt.Before(t) {
 					m.OldestPending[j.Queue] = j.CreatedAt

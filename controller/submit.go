@@ -99,12 +99,11 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 			c.afterCommit(func() { reply <- result{sub: &Submission{Jobs: jobs, Replayed: true}} })
 			return
 		}
-		warnings, err := c.fits(&req.JobSpec, req.HoldUntilFits)
+		sub, err := c.admit(req, be, berth.ActorFrom(ctx))
 		if err != nil {
 			reply <- result{err: err} // nothing written
 			return
 		}
-		sub := &Submission{Jobs: c.createJobs(req, be, berth.ActorFrom(ctx)), Warnings: append(c.queueWarnings(req.Queue), warnings...)}
 		c.afterCommit(func() { reply <- result{sub: sub} })
 	}); err != nil {
 		return nil, err
@@ -117,6 +116,29 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// admit routes the jobs of req, a valid request, submitted by actor
+// (route), and creates them: here on be, or handed to a peer. A job no
+// worker could ever run, with no peer to take it, is refused (fits), and
+// nothing is written. Loop only.
+func (c *Controller) admit(req *berth.SubmitRequest, be Backend, actor string) (*Submission, error) {
+	pl, warnings, err := c.route(&req.JobSpec, req.HoldUntilFits)
+	if err != nil {
+		return nil, err
+	}
+	create := req
+	if pl.peer != "" && !pl.pinned {
+		routed := *req
+		routed.Cluster = pl.peer
+		create = &routed
+	}
+	sub := &Submission{Jobs: c.createJobs(create, be, actor), Warnings: warnings}
+	if pl.peer == "" {
+		sub.Warnings = append(c.queueWarnings(req.Queue), warnings...)
+	}
+	c.federate(sub.Jobs, pl)
+	return sub, nil
 }
 
 // idemKey is an idempotency key as the controller scopes it: per user.
@@ -140,7 +162,11 @@ func checkReplay(req *berth.SubmitRequest, first *berth.Job, n int) error {
 	if err != nil {
 		return fmt.Errorf("idempotency check: encode request: %w", err)
 	}
-	got, err := json.Marshal(&first.JobSpec)
+	spec := first.JobSpec
+	if req.Cluster == "" {
+		spec.Cluster = "" // routed to a peer: the request named none
+	}
+	got, err := json.Marshal(&spec)
 	if err != nil {
 		return fmt.Errorf("idempotency check: encode job %s: %w", first.ID, err)
 	}

@@ -276,6 +276,8 @@ var steps = [sqlstore.StepCount]step{
 		unnest(changelogTypes)},
 	sqlstore.UpsertAcks: {query: `INSERT INTO federation_origins (` + sqlstore.AckColumns + `) ` + unnest(ackTypes) +
 		sqlstore.AckUpsert},
+	sqlstore.SetJobClusters: {query: `UPDATE jobs SET spec = jsonb_set(jobs.spec::jsonb, '{cluster}', to_jsonb(v.cluster))::json
+		FROM unnest($1::text[], $2::text[]) AS v (cluster, id) WHERE jobs.id = v.id`},
 }
 
 // controlRow returns worker control i's row, in ControlColumns order, then

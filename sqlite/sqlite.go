@@ -274,6 +274,7 @@ var statements = [sqlstore.StepCount]statement{
 	sqlstore.InsertReceived:  {head: `INSERT INTO received_jobs (` + sqlstore.ReceivedColumns + `) VALUES `},
 	sqlstore.InsertChangelog: {head: `INSERT INTO federation_changelog (` + sqlstore.ChangelogColumns + `) VALUES `},
 	sqlstore.UpsertAcks:      {head: `INSERT INTO federation_origins (` + sqlstore.AckColumns + `) VALUES `, tail: sqlstore.AckUpsert},
+	sqlstore.SetJobClusters:  {head: `UPDATE jobs SET spec = json_set(spec, '$.cluster', ?) WHERE id = ?`, single: true},
 }
 
 // pruneStep marks the statement that prunes events, after every step.

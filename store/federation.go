@@ -22,12 +22,22 @@ type FederationBatch struct {
 	Received    []ReceivedJob        // inserts; (Origin, RemoteID, Nonce) is unique
 	Changelog   []berth.ChangelogRow // appends, each with a new Seq higher than any stored
 	Acks        []OriginAck          // upserts, by origin: the cursor an origin acknowledged; a stored PrunedSeq is never lowered
+	// JobClusters set the spec.cluster of stored jobs, by job id: a job
+	// handed to a peer after it was created, or routed again when its
+	// peer lost it ("" for here).
+	JobClusters []JobCluster
+}
+
+// JobCluster sets job JobID's spec.cluster to Cluster.
+type JobCluster struct {
+	JobID   string
+	Cluster string
 }
 
 // Empty reports whether f is nil or writes nothing.
 func (f *FederationBatch) Empty() bool {
 	return f == nil || len(f.Peers)+len(f.PeerDeletes)+len(f.Handoffs)+len(f.Cursors)+
-		len(f.Received)+len(f.Changelog)+len(f.Acks) == 0
+		len(f.Received)+len(f.Changelog)+len(f.Acks)+len(f.JobClusters) == 0
 }
 
 // append adds o's writes after f's and returns the result (a new
@@ -49,12 +59,13 @@ func (f *FederationBatch) append(o *FederationBatch) *FederationBatch {
 	f.Received = append(f.Received, o.Received...)
 	f.Changelog = append(f.Changelog, o.Changelog...)
 	f.Acks = append(f.Acks, o.Acks...)
+	f.JobClusters = append(f.JobClusters, o.JobClusters...)
 	return f
 }
 
 // deduplicated returns f less the writes a later one of the same list
-// supersedes: the last upsert of each peer, handle, cursor and ack, and
-// each peer delete once. Received jobs and changelog rows are inserts,
+// supersedes: the last upsert of each peer, handle, cursor and ack, the
+// last cluster of each job, and each peer delete once. Received jobs and changelog rows are inserts,
 // kept whole: a repeat fails the write. f is not changed; nil stays nil.
 func (f *FederationBatch) deduplicated() *FederationBatch {
 	if f == nil {
@@ -66,6 +77,7 @@ func (f *FederationBatch) deduplicated() *FederationBatch {
 	d.Handoffs = lastByID(f.Handoffs, func(h *berth.Handoff) string { return h.JobID + "\x00" + strconv.Itoa(h.Incarnation) })
 	d.Cursors = lastByID(f.Cursors, func(c PeerCursor) string { return c.Peer })
 	d.Acks = lastByID(f.Acks, func(a OriginAck) string { return a.Origin })
+	d.JobClusters = lastByID(f.JobClusters, func(c JobCluster) string { return c.JobID })
 	return &d
 }
 

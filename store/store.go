@@ -348,8 +348,9 @@ type Leadership interface {
 	Leader(ctx context.Context) (string, error)
 }
 
-// JobDetail reads a job and its attempts from s; an unknown id returns
-// ECodeNotFound.
+// JobDetail reads a job and its attempts from s, and, when s is a
+// FederationStore, the handles of a job handed to a federation peer; an
+// unknown id returns ECodeNotFound.
 func JobDetail(ctx context.Context, s JobReader, id string) (*berth.JobDetail, error) {
 	j, err := s.Job(ctx, id)
 	if err != nil {
@@ -359,7 +360,16 @@ func JobDetail(ctx context.Context, s JobReader, id string) (*berth.JobDetail, e
 	if err != nil {
 		return nil, err
 	}
-	return &berth.JobDetail{Job: j, AttemptList: attempts}, nil
+	d := &berth.JobDetail{Job: j, AttemptList: attempts}
+	if fs, ok := s.(FederationStore); ok { // a job handed to a peer: its handles
+		if d.Handoffs, err = fs.Handoffs(ctx, id); err != nil {
+			return nil, err
+		}
+		if len(d.Handoffs) == 0 {
+			d.Handoffs = nil
+		}
+	}
+	return d, nil
 }
 
 // ErrStopped is the error of a commit made after the committer stopped.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -23,6 +24,7 @@ type jobsData struct {
 	Cursor     string // this page starts after this id; "" for the first page
 	Next       string // the next (older) page's URL; "" for the last page
 	First      string // the first page's URL, on later pages
+	Federated  bool   // a job listed was handed to a federation peer: the Cluster column shows
 }
 
 var jobStates = []berth.JobState{berth.JobPending, berth.JobRunning, berth.JobSucceeded, berth.JobFailed, berth.JobCancelled}
@@ -60,6 +62,7 @@ func (h *Handler) jobs(r *http.Request) (string, any, error) {
 		return "", nil, err
 	}
 	d.Jobs = list
+	d.Federated = slices.ContainsFunc(list, func(j *berth.Job) bool { return j.Cluster != "" })
 	link := func(cursor string) string {
 		v := url.Values{}
 		for k, val := range map[string]string{"state": d.State, "queue": d.Queue, "user": d.User, "cursor": cursor} {

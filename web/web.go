@@ -61,6 +61,9 @@ type Config struct {
 	// SampleEvery is how often the sampler records capacity and queue
 	// depth for the overview's plots; 0: every 30 s.
 	SampleEvery time.Duration
+	// PeerStatuses is the federation peers' live status, for the peers
+	// page; nil: every peer shows as new.
+	PeerStatuses api.PeerStatuses
 	// Now is the clock; nil: time.Now.
 	Now func() time.Time
 	// Log gets the failures of the sampler and of rendering; nil: none.
@@ -126,6 +129,7 @@ func New(cfg Config) *Handler {
 	h.mux.HandleFunc("GET /schedules", h.page("schedules", "Schedules", auth.Identity.IsPerson, h.schedules))
 	h.mux.HandleFunc("GET /events", h.page("events", "Events", auth.Identity.IsPerson, h.events))
 	h.mux.HandleFunc("GET /audit", h.page("audit", "Audit", auth.Identity.IsAdmin, h.audit))
+	h.mux.HandleFunc("GET /peers", h.page("peers", "Peers", auth.Identity.IsAdmin, h.peers))
 	h.mux.HandleFunc("/", h.page("error", "", auth.Identity.IsPerson, func(r *http.Request) (string, any, error) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			return "", nil, berth.Errorf(berth.ECodeNotFound, "no such page: %s %s (the dashboard's pages are read with GET; actions go through /api/)", r.Method, r.URL.Path)
@@ -197,7 +201,7 @@ var eventTypes = []string{
 	berth.EventJobCancelled, berth.EventQuotaExceeded, berth.EventQuotaSet,
 	berth.EventQuotaDeleted, berth.EventWorkerRegistered, berth.EventWorkerLost,
 	berth.EventWorkerDisconnects, berth.EventWorkerControl, berth.EventServiceReady,
-	berth.EventServiceUnready, berth.EventServiceFailed, "missed",
+	berth.EventServiceUnready, berth.EventServiceFailed, berth.EventPeerSet, berth.EventPeerDeleted, "missed",
 }
 
 // view is what the layout renders around a page's main section.
@@ -226,7 +230,7 @@ func nav(who auth.Identity) []navEntry {
 	out := []navEntry{{"Overview", "/"}, {"Jobs", "/jobs"}, {"Workers", "/workers"}, {"Services", "/services"},
 		{"Schedules", "/schedules"}, {"Events", "/events"}}
 	if who.IsAdmin() {
-		out = append(out, navEntry{"Audit", "/audit"})
+		out = append(out, navEntry{"Audit", "/audit"}, navEntry{"Peers", "/peers"})
 	}
 	return out
 }
@@ -304,7 +308,7 @@ func (h *Handler) write(w http.ResponseWriter, r *http.Request, tpl *template.Te
 func (h *Handler) parseTemplates() {
 	base := template.Must(template.New("").Funcs(h.funcs()).ParseFS(templateFS, "templates/layout.html"))
 	h.pages = map[string]*template.Template{}
-	for _, name := range []string{"overview", "jobs", "job", "workers", "services", "schedules", "events", "audit", "error"} {
+	for _, name := range []string{"overview", "jobs", "job", "workers", "services", "schedules", "events", "audit", "peers", "error"} {
 		h.pages[name] = template.Must(template.Must(base.Clone()).ParseFS(templateFS, "templates/"+name+".html"))
 	}
 	h.login = template.Must(template.New("").Funcs(h.funcs()).ParseFS(templateFS, "templates/login.html"))
@@ -333,6 +337,7 @@ func (h *Handler) funcs() template.FuncMap {
 		"load":  gpuLoad,
 		"ints":  formatInts,
 		"until": func(t time.Time) string { return until(h.cfg.Now(), t) },
+		"dur":   func(d berth.Duration) string { return formatDuration(time.Duration(d)) },
 	}
 }
 

@@ -49,6 +49,13 @@ type dash struct {
 // for no one), with a token for each person's role.
 func newDash(t *testing.T, trust auth.Role, cfg web.Config) *dash {
 	t.Helper()
+	return newSeededDash(t, trust, cfg, func(*sqlite.Store) {})
+}
+
+// newSeededDash is newDash with seed writing to the store before the
+// controller starts.
+func newSeededDash(t *testing.T, trust auth.Role, cfg web.Config, seed func(*sqlite.Store)) *dash {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := sqlite.Open(ctx, filepath.Join(dir, "berth.db"))
@@ -56,9 +63,10 @@ func newDash(t *testing.T, trust auth.Role, cfg web.Config) *dash {
 		t.Fatalf("open store: %v", err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
+	seed(st)
 	auditPath := filepath.Join(dir, "audit.log")
 	sec := apitest.SecurityWithAudit(t, st, trust, auditPath)
-	ctl := controller.New(controller.Config{Store: st, Secrets: sec.Secrets})
+	ctl := controller.New(controller.Config{Store: st, Secrets: sec.Secrets, PeerTokens: sec.Secrets})
 	if err := ctl.Start(ctx); err != nil {
 		t.Fatalf("start controller: %v", err)
 	}

@@ -74,7 +74,7 @@ func runJobs(ctx context.Context, m *Main, args []string) error {
 			return err
 		}
 	default:
-		if err := printList(m.Stdout, cf.output, list.Jobs, nil); err != nil {
+		if err := printList(m.Stdout, cf.output, listedJobs(list.Jobs), nil); err != nil {
 			return err
 		}
 	}
@@ -182,6 +182,11 @@ func (r *jobRow) host() string {
 func jobsTable(w io.Writer, rows []*jobRow, wide bool) error {
 	now := time.Now()
 	head := []string{"ID", "NAME", "USER", "QUEUE", "STATE", "HOST", "PRIO", "GPUS", "AGE", "REASON"}
+	// CLUSTER: the federation peer a job was handed to, "-" for local.
+	cluster := wide || slices.ContainsFunc(rows, func(r *jobRow) bool { return r.first.Cluster != "" })
+	if cluster {
+		head = slices.Insert(head, 5, "CLUSTER")
+	}
 	if wide {
 		head = append(head, "NODES", "CPUS", "MEMORY", "ATTEMPTS", "EXIT", "COMMAND")
 	}
@@ -190,6 +195,9 @@ func jobsTable(w io.Writer, rows []*jobRow, wide bool) error {
 		j := r.first
 		row := []string{r.id(), truncate(j.Name, 24), truncate(j.User, 16), j.Queue, r.state(), r.host(), strconv.Itoa(j.Priority),
 			strconv.Itoa(j.Resources.GPUs), ago(j.CreatedAt, now), truncate(j.Reason, 48)}
+		if cluster {
+			row = slices.Insert(row, 5, orDash(j.Cluster))
+		}
 		if wide {
 			exit := "-"
 			if j.ExitCode != nil && r.indexes == nil {
@@ -201,6 +209,22 @@ func jobsTable(w io.Writer, rows []*jobRow, wide bool) error {
 		t.row(row...)
 	}
 	return t.flush()
+}
+
+// listedJob is a job of berth jobs -o json|yaml: it always has cluster,
+// "" for a local job, which the job's own encoding leaves out.
+type listedJob struct {
+	*berth.Job
+	Cluster string `json:"cluster"`
+}
+
+// listedJobs returns jobs as berth jobs prints them in JSON or YAML.
+func listedJobs(jobs []*berth.Job) []listedJob {
+	out := make([]listedJob, len(jobs))
+	for i, j := range jobs {
+		out[i] = listedJob{Job: j, Cluster: j.Cluster}
+	}
+	return out
 }
 
 func runJob(ctx context.Context, m *Main, args []string) error {
@@ -268,6 +292,9 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 	if !j.FinishedAt.IsZero() {
 		fmt.Fprintf(w, "Finished:  %s (ran %s)\n", j.FinishedAt.Local().Format(time.RFC3339), j.FinishedAt.Sub(j.StartedAt).Round(time.Millisecond))
 	}
+	if j.Cluster != "" {
+		printHandoffs(w, d)
+	}
 	if len(d.AttemptList) > 0 {
 		// DEVICES: the GPU indexes the attempt got, its CUDA_VISIBLE_DEVICES.
 		fmt.Fprintln(w, "\nAttempts:")
@@ -326,4 +353,23 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// printHandoffs writes where a job handed to a federation peer stands:
+// the peer, and each incarnation's handle (remote id, state, nonce, the
+// peer's id of the job, the last error). While the job waits on the peer
+// its reason, above, is the peer's.
+func printHandoffs(w io.Writer, d *berth.JobDetail) {
+	fmt.Fprintf(w, "Cluster:   %s (handed to this federation peer)\n", d.Cluster)
+	if len(d.Handoffs) == 0 {
+		fmt.Fprintln(w, "Handoff:   none yet (waiting to be routed)")
+		return
+	}
+	fmt.Fprintln(w, "\nHandoffs:")
+	t := newTable(w, "  INCARNATION", "PEER", "STATE", "REMOTE ID", "PEER JOB", "NONCE", "LAST ERROR")
+	for _, h := range d.Handoffs {
+		t.row("  "+strconv.Itoa(h.Incarnation), h.Peer, string(h.State), h.RemoteID, orDash(h.RemoteJobID), h.Nonce, orDash(h.LastError))
+	}
+	_ = t.flush()
+	fmt.Fprintln(w)
 }

@@ -90,6 +90,8 @@ var commands = map[string]command{
 	"wait":      {"wait for jobs to end; exit 0 only if all succeeded", runWait},
 	"workers":   {"list workers", runWorkers},
 	"quota":     {"manage quota rules (set, list, rm)", runQuota},
+	"peer":      {"add or remove a federation peer: another Berth cluster jobs may be handed to (add, rm)", runPeer},
+	"peers":     {"list federation peers: their state, lag and free GPUs", runPeers},
 	"lock":      {"hold, show or release the model swap lock (acquire, status, release)", runLock},
 	"schedule":  {"register, list or remove the schedules that will use the GPUs (add, list, rm)", runSchedule},
 	"token":     {"manage access tokens (create, list, revoke)", runToken},

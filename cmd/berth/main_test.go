@@ -24,7 +24,13 @@ type cli struct {
 
 func newCLI(t *testing.T) *cli {
 	t.Helper()
-	rs, err := startServer(context.Background(), &serverConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	return newCLIIn(t, t.TempDir())
+}
+
+// newCLIIn is newCLI with the server's data directory dir.
+func newCLIIn(t *testing.T, dir string) *cli {
+	t.Helper()
+	rs, err := startServer(context.Background(), &serverConfig{DataDir: dir, Listen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/federation"
 	"github.com/berth-dev/berth/internal/dirlock"
 	"github.com/berth-dev/berth/postgres"
 	"github.com/berth-dev/berth/scheduler"
@@ -60,6 +61,9 @@ type serverConfig struct {
 	// origins that have not pulled them (--federation-changelog-retention).
 	PeerUsers          map[string]string
 	ChangelogRetention time.Duration
+	// FederationTick is how often the federation manager visits each
+	// peer (--federation-tick).
+	FederationTick time.Duration
 }
 
 func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
@@ -93,6 +97,7 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 		cfg.PeerUsers[origin] = user
 		return nil
 	})
+	durationVar(fs, &cfg.FederationTick, "federation-tick", federation.DefaultTick, "how often (a `duration`) each federation peer is visited: heartbeat, cancels, handoffs, changes (0: the default)")
 	durationVar(fs, &cfg.ChangelogRetention, "federation-changelog-retention", 24*time.Hour, "how long (a `duration`) changes to the jobs received from a federation origin are kept\nwhile it has not pulled them, and the ends of jobs even once it has (an origin away longer\nresyncs in full); 0: changes until pulled, ends for ever")
 }
 
@@ -141,6 +146,8 @@ type runningServer struct {
 
 	// webhooks delivers events to the webhook subscriptions.
 	webhooks *webhook.Dispatcher
+	// federation talks to the federation peers (idle without any).
+	federation *federation.Manager
 	// dashboard serves the web pages and samples the cluster for them.
 	dashboard *web.Handler
 }
@@ -197,6 +204,9 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	}
 	if cfg.ControlPoll < 0 {
 		return nil, berth.Invalidf("--control-poll", "must not be negative")
+	}
+	if cfg.FederationTick < 0 {
+		return nil, berth.Invalidf("--federation-tick", "must not be negative")
 	}
 	if cfg.ChangelogRetention < 0 {
 		return nil, berth.Invalidf("--federation-changelog-retention", "must not be negative")
@@ -310,12 +320,15 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	_, shared := rs.store.(store.Leadership)
 	ctl := controller.New(controller.Config{Store: rs.store, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
 		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched,
-		StoreEvents: shared, Audit: sec.audit, Secrets: vault, Expand: catalog.Expand, Services: catalog,
+		StoreEvents: shared, Audit: sec.audit, Secrets: vault, PeerTokens: vault, Expand: catalog.Expand, Services: catalog,
 		PeerUsers: cfg.PeerUsers, ChangelogRetention: cfg.ChangelogRetention})
+	rs.federation = newFederation(ctl, vault, cfg.FederationTick, cfg.Log)
+	ctl.SetFederation(rs.federation)
 	if err := ctl.Start(ctx); err != nil {
 		return err
 	}
 	rs.Ctl = ctl
+	rs.federation.Start(context.Background()) // idle until a peer exists
 	rs.webhooks = webhook.NewDispatcher(webhook.DispatcherConfig{Store: rs.store, Events: ctl.Bus(), Log: cfg.Log})
 	if err := rs.webhooks.Start(ctx); err != nil {
 		return err
@@ -329,8 +342,9 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	apiSec := sec.api(rs.Tokens, vault)
 	apiServer := api.New(ctl, rs.store, apiSec, cfg.Log)
 	apiServer.Webhooks = rs.webhooks
+	apiServer.PeerStatuses, apiServer.PeerLogs = rs.federation, rs.federation
 	// The dashboard, at /; its sampler runs until Close.
-	rs.dashboard = web.New(web.Config{Ctl: ctl, Store: rs.store, CheckToken: apiSec.Ingress.CheckToken,
+	rs.dashboard = web.New(web.Config{Ctl: ctl, Store: rs.store, CheckToken: apiSec.Ingress.CheckToken, PeerStatuses: rs.federation,
 		AuditPath: sec.auditPath, Limiter: apiSec.Limiter, Log: cfg.Log})
 	rs.dashboard.Start(context.Background())
 	apiServer.Web = rs.dashboard
@@ -370,7 +384,8 @@ func (rs *runningServer) Close(ctx context.Context) error {
 	}
 	// Webhooks before the controller, whose events they read.
 	hooksErr := rs.webhooks.Stop(ctx)
-	// The schedule runner first: it submits through the controller.
+	// The schedule runner and the federation first: they call the controller.
+	rs.federation.Stop()
 	err := errors.Join(rs.runner.Stop(ctx), rs.Ctl.Stop(ctx))
 	err = errors.Join(hooksErr, err)
 	err = errors.Join(err, rs.sec.audit.Close(), rs.store.Close()) // closing the store gives up leadership

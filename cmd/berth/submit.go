@@ -238,6 +238,8 @@ func defineJobFlags(fs *flag.FlagSet) []jobFlag {
 			func(r *req, v string) { r.Model = v }),
 		field(fs.String, "user", "", "user the job runs for (quotas and fair share count it)",
 			func(r *req, v string) { r.User = v }),
+		field(fs.String, "cluster", "", "hand the jobs to this federation peer (berth peers lists them) instead of choosing where they run",
+			func(r *req, v string) { r.Cluster = v }),
 		field(fs.String, "parent", "", "the job these are submitted under (in a job: $BERTH_JOB_ID); they are cancelled when it fails or is cancelled",
 			func(r *req, v string) { r.Parent = v }),
 		bytesFlag(fs, "gpu-memory", "least memory per GPU, e.g. 40GiB",

@@ -35,6 +35,7 @@ const (
 	InsertReceived
 	InsertChangelog
 	UpsertAcks
+	SetJobClusters
 	// StepCount is how many steps there are, the length of Steps.
 	StepCount
 )
@@ -116,6 +117,14 @@ var Steps = [StepCount]Step{
 	UpsertAcks: {"upsert origin acks",
 		func(b *store.Batch) int { return fedLen(b, func(f *store.FederationBatch) int { return len(f.Acks) }) },
 		func(b *store.Batch, i int) ([]any, error) { return AckRow(&b.Federation.Acks[i]), nil }},
+	SetJobClusters: {"set job clusters",
+		func(b *store.Batch) int {
+			return fedLen(b, func(f *store.FederationBatch) int { return len(f.JobClusters) })
+		},
+		func(b *store.Batch, i int) ([]any, error) {
+			c := &b.Federation.JobClusters[i]
+			return []any{c.Cluster, c.JobID}, nil
+		}},
 }
 
 // fedLen returns n of b's federation writes, 0 when it has none.

@@ -28,6 +28,7 @@ var federationTests = []test{
 	{"PruneRaisesPrunedSeq", testPrunedSeq},
 	{"PruneMatchesPrunable", testPruneMatchesPrunable},
 	{"LoadActive", testFederationLoadActive},
+	{"JobClusters", testJobClusters},
 }
 
 // peer returns peer name, every field set, updated at base plus n
@@ -609,4 +610,23 @@ func exerciseFederationEpoch(t *testing.T, d Driver) {
 			t.Errorf("another store's epoch is %q, the first's %q: want another of 16 hex digits", e, first)
 		}
 	})
+}
+
+// testJobClusters sets the cluster of stored jobs, the last of a batch
+// winning, and back to none; the rest of the spec and the job's other
+// fields stay, and a job created in the same batch gets it too.
+func testJobClusters(t *testing.T, s store.Store) {
+	var ids idSource
+	a, b := newJob(ids.next(), "default", "alice", berth.JobPending), newJob(ids.next(), "default", "bob", berth.JobPending)
+	a.Env = map[string]string{"K": "v"}
+	write(t, s, &store.Batch{Jobs: []*berth.Job{a}})
+	write(t, s, &store.Batch{Jobs: []*berth.Job{b}, Federation: &store.FederationBatch{JobClusters: []store.JobCluster{
+		{JobID: a.ID, Cluster: "p1"}, {JobID: b.ID, Cluster: "p2"}, {JobID: a.ID, Cluster: "p3"},
+	}}})
+	wantA, wantB := cloneJob(a), cloneJob(b)
+	wantA.Cluster, wantB.Cluster = "p3", "p2"
+	checkEqual(t, "job a after its cluster was set", getJob(t, s, a.ID), wantA)
+	checkEqual(t, "job b, created with its cluster set", getJob(t, s, b.ID), wantB)
+	write(t, s, &store.Batch{Federation: &store.FederationBatch{JobClusters: []store.JobCluster{{JobID: a.ID}}}})
+	checkEqual(t, "job a back here", getJob(t, s, a.ID), a)
 }
