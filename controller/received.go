@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,8 +300,8 @@ func (c *Controller) PeerCapacity(ctx context.Context) (*berth.PeerCapacity, err
 					free++
 				}
 			}
-			out.Workers = append(out.Workers, berth.PeerWorker{Queues: s.Queues, Labels: s.Labels, GPUs: s.GPUs,
-				FreeGPUs: free, CPUs: s.CPUs, Memory: s.Memory, Off: s.Off})
+			out.Workers = append(out.Workers, berth.PeerWorker{Queues: slices.Clone(s.Queues), Labels: maps.Clone(s.Labels),
+				GPUs: slices.Clone(s.GPUs), FreeGPUs: free, CPUs: s.CPUs, Memory: s.Memory, Off: s.Off})
 		}
 	})
 	if err != nil {
