@@ -79,6 +79,15 @@ func startController(t *testing.T, dir string, security func(store.Store) *api.S
 			t.Errorf("close store: %v", err)
 		}
 	})
+	ctl, sec := startControllerOn(t, st, security, edits...)
+	return st, ctl, sec
+}
+
+// startControllerOn is startController on the store st, which the caller
+// closes after t (cleanups run last first: after the controller stops).
+func startControllerOn(t *testing.T, st store.Store, security func(store.Store) *api.Security, edits ...func(*controller.Config)) (*controller.Controller, *api.Security) {
+	t.Helper()
+	ctx := context.Background()
 	sec := security(st)
 	cfg := controller.Config{Store: st, Secrets: sec.Secrets, PeerTokens: sec.Secrets}
 	for _, edit := range edits {
@@ -95,7 +104,7 @@ func startController(t *testing.T, dir string, security func(store.Store) *api.S
 			t.Errorf("stop controller: %v", err)
 		}
 	})
-	return st, ctl, sec
+	return ctl, sec
 }
 
 // do sends a request with the server's token (if any) and returns the

@@ -81,8 +81,9 @@ type Config struct {
 	// hands to this cluster run as; an origin not in it: its own name.
 	PeerUsers map[string]string
 	// ChangelogRetention is how long a changelog row of a received job
-	// that its origin has not acknowledged is kept (tombstones are kept
-	// until acknowledged); 0 keeps every one.
+	// is kept while its origin has not acknowledged it, and a tombstone
+	// even once it has (federation.Prunable); 0: no row goes by age (a
+	// row goes once acknowledged, a tombstone never).
 	ChangelogRetention time.Duration
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -298,8 +300,8 @@ func (c *Controller) PeerCapacity(ctx context.Context) (*berth.PeerCapacity, err
 					free++
 				}
 			}
-			out.Workers = append(out.Workers, berth.PeerWorker{Queues: s.Queues, Labels: s.Labels, GPUs: s.GPUs,
-				FreeGPUs: free, CPUs: s.CPUs, Memory: s.Memory, Off: s.Off})
+			out.Workers = append(out.Workers, berth.PeerWorker{Queues: slices.Clone(s.Queues), Labels: maps.Clone(s.Labels),
+				GPUs: slices.Clone(s.GPUs), FreeGPUs: free, CPUs: s.CPUs, Memory: s.Memory, Off: s.Off})
 		}
 	})
 	if err != nil {
@@ -321,10 +323,9 @@ type pruning struct {
 	last    time.Time      // when the tick last started one; loop only
 }
 
-// PruneChangelog deletes, for every origin, the changelog rows it
-// acknowledged and those older than Config.ChangelogRetention that are
-// not tombstones (0 keeps every row not acknowledged), and returns how
-// many it deleted.
+// PruneChangelog deletes, for every origin, the changelog rows that
+// federation.Prunable allows with the cut-off Config.ChangelogRetention
+// ago (0: none), and returns how many it deleted.
 func (c *Controller) PruneChangelog(ctx context.Context) (int, error) {
 	c.prune.mu.Lock()
 	defer c.prune.mu.Unlock()

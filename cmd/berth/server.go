@@ -57,8 +57,8 @@ type serverConfig struct {
 	Log          *slog.Logger
 
 	// PeerUsers maps a federation origin to the user its jobs run as here
-	// (--peer-user); ChangelogRetention is how long changes not
-	// acknowledged are kept for origins (--federation-changelog-retention).
+	// (--peer-user); ChangelogRetention is how long changes are kept for
+	// origins that have not pulled them (--federation-changelog-retention).
 	PeerUsers          map[string]string
 	ChangelogRetention time.Duration
 	// FederationTick is how often the federation manager visits each
@@ -98,7 +98,7 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 		return nil
 	})
 	durationVar(fs, &cfg.FederationTick, "federation-tick", federation.DefaultTick, "how often (a `duration`) each federation peer is visited: heartbeat, cancels, handoffs, changes (0: the default)")
-	durationVar(fs, &cfg.ChangelogRetention, "federation-changelog-retention", 24*time.Hour, "how long (a `duration`) changes to the jobs received from a federation origin are kept\nwhile it has not pulled them (an origin away longer resyncs in full); 0: until it has")
+	durationVar(fs, &cfg.ChangelogRetention, "federation-changelog-retention", 24*time.Hour, "how long (a `duration`) changes to the jobs received from a federation origin are kept\nwhile it has not pulled them, and the ends of jobs even once it has (an origin away longer\nresyncs in full); 0: changes until pulled, ends for ever")
 }
 
 // schedulerConfig returns the policy the flags chose; nil (the default
