@@ -303,7 +303,10 @@ func (c *Controller) work(peer string) *FederationWork {
 }
 
 // RecordHandoff records the outcome of a delivery of h (JobID,
-// Incarnation): handed_off, with the peer's job id; rejected, with the
+// Incarnation): handed_off, with the peer's job id and creation row
+// (which, when the mirror's cursor may have passed it, resets that cursor
+// to the zero cursor in the same batch, so that the next pull is full:
+// federation.ResyncNeeded); rejected, with the
 // peer's reason in LastError, which fails the job; or still pending, with
 // LastError saying why the delivery failed, to be tried again, or with
 // Sent set, before it is first sent (FederationWork marks those it
@@ -344,6 +347,9 @@ func (c *Controller) recordHandoff(h *berth.Handoff) error {
 		}
 		if held.State == berth.HandoffPending {
 			held.State = berth.HandoffDone
+		}
+		if cur := c.origin.cursors[held.Peer]; federation.ResyncNeeded(cur, h.CreateRow) {
+			c.setCursor(held.Peer, berth.ChangeCursor{}) // the next pull is full: it shows whether the peer has the job
 		}
 		if js := c.jobs[h.JobID]; js != nil && held == c.currentHandle(h.JobID) && js.job.State == berth.JobPending && !js.cancelRequested() {
 			js.job.Reason = fmt.Sprintf("handed off to peer %s (its job %s)", held.Peer, h.RemoteJobID)
@@ -618,11 +624,17 @@ func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 			c.lose(js, h, fmt.Sprintf("peer %s no longer knows it", peer), now)
 		}
 	}
+	c.setCursor(peer, ch.Cursor)
+}
+
+// setCursor moves the mirror of peer to cursor and writes it in the
+// loop's batch. Loop only.
+func (c *Controller) setCursor(peer string, cursor berth.ChangeCursor) {
 	if c.origin.cursors == nil {
 		c.origin.cursors = map[string]berth.ChangeCursor{}
 	}
-	c.origin.cursors[peer] = ch.Cursor
-	c.write(&store.Batch{Federation: &store.FederationBatch{Cursors: []store.PeerCursor{{Peer: peer, Cursor: ch.Cursor}}}})
+	c.origin.cursors[peer] = cursor
+	c.write(&store.Batch{Federation: &store.FederationBatch{Cursors: []store.PeerCursor{{Peer: peer, Cursor: cursor}}}})
 }
 
 // applyMirror makes js, the job of the live handle h, what its peer

@@ -858,3 +858,80 @@ func TestApplyChangesEndsAWaitOnAStore(t *testing.T) {
 		t.Errorf("stored handles %+v, %v; want handed off as B-1 (the mirror's row shows the delivery)", hs, err)
 	}
 }
+
+// TestHandedOffBehindTheCursorResyncs records handoffs the peer
+// acknowledged with a creation row: one the mirror's cursor may have
+// passed (at or behind it, another epoch, or not named) resets the cursor
+// to the zero cursor in the batch that records the handoff, so that the
+// next pull is full; one ahead of it, or with the mirror at zero already,
+// leaves the cursor; a repeat writes nothing.
+func TestHandedOffBehindTheCursorResyncs(t *testing.T) {
+	t.Parallel()
+	at := berth.ChangeCursor{Epoch: "e", Seq: 5, Tag: "t5"}
+	tests := []struct {
+		name    string
+		cursor  berth.ChangeCursor // the mirror's before
+		created berth.ChangeCursor
+		reset   bool
+	}{
+		{name: "behind the cursor", cursor: at, created: berth.ChangeCursor{Epoch: "e", Seq: 3, Tag: "t3"}, reset: true},
+		{name: "at the cursor", cursor: at, created: at, reset: true},
+		{name: "another epoch", cursor: at, created: berth.ChangeCursor{Epoch: "f", Seq: 9, Tag: "t9"}, reset: true},
+		{name: "not named", cursor: at, reset: true},
+		{name: "ahead of the cursor", cursor: at, created: berth.ChangeCursor{Epoch: "e", Seq: 6, Tag: "t6"}},
+		{name: "full already", created: berth.ChangeCursor{Epoch: "e", Seq: 3, Tag: "t3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newFederationHarness(t, &fakeFederation{peer: "b"})
+			js := h.handedOff(gpuJob(1, nil))
+			if tt.cursor != (berth.ChangeCursor{}) {
+				h.apply("b", &berth.FederationChanges{Cursor: tt.cursor})
+			}
+			hd := *h.work("b").Deliver[0].Handoff
+			hd.State, hd.RemoteJobID, hd.CreateRow = berth.HandoffDone, "B-1", tt.created
+			record := func() *store.Batch {
+				n := len(h.batches)
+				h.step(func() {
+					if err := h.c.recordHandoff(&hd); err != nil {
+						t.Fatal(err)
+					}
+				})
+				if len(h.batches) > n+1 {
+					t.Fatalf("recording the handoff wrote %d batches, want at most 1", len(h.batches)-n)
+				}
+				if len(h.batches) == n {
+					return nil
+				}
+				return h.batches[n]
+			}
+			b := record()
+			if b == nil || b.Federation == nil || len(b.Federation.Handoffs) != 1 || b.Federation.Handoffs[0].State != berth.HandoffDone {
+				t.Fatalf("batch %+v, want the handle handed off", b)
+			}
+			want := tt.cursor
+			if tt.reset {
+				want = berth.ChangeCursor{}
+				if cs := b.Federation.Cursors; len(cs) != 1 || cs[0] != (store.PeerCursor{Peer: "b"}) {
+					t.Errorf("cursors written %+v, want b's reset to zero with the handle", cs)
+				}
+			} else if len(b.Federation.Cursors) != 0 {
+				t.Errorf("cursors written %+v, want none", b.Federation.Cursors)
+			}
+			if got := h.work("b").Cursor; got != want {
+				t.Errorf("cursor for the next pull %+v, want %+v", got, want)
+			}
+			if js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "handed off to peer b") {
+				t.Errorf("job %s %q, want pending, handed off", js.job.State, js.job.Reason)
+			}
+			h.apply("b", &berth.FederationChanges{Cursor: at}) // the mirror moves on
+			if b := record(); b != nil && !b.Federation.Empty() {
+				t.Errorf("a repeat of the recording wrote %+v", b.Federation)
+			}
+			if got := h.work("b").Cursor; got != at {
+				t.Errorf("cursor after a repeat %+v, want %+v", got, at)
+			}
+		})
+	}
+}
