@@ -589,16 +589,25 @@ func (c *Controller) federatedUsage(ws []*scheduler.Worker) []*scheduler.Worker 
 // ApplyChanges mirrors an answer of peer to a changes pull (see
 // federation.Reconcile): each job's row moves its job here (applyMirror),
 // a handle the peer no longer knows is lost (lose), a lost handle the
-// peer reports ended owes no more cancel; and the new cursor is written
-// in the same batch as all that. It returns once that is durable.
+// peer reports ended owes no more cancel; a job that ended here stays as
+// it ended, whatever the answer says; and the new cursor is written in
+// the same batch as all that. It returns once that is durable.
 func (c *Controller) ApplyChanges(ctx context.Context, peer string, ch *berth.FederationChanges) error {
 	return c.doDurable(ctx, func() { c.applyChanges(peer, ch) })
 }
 
 // applyChanges is ApplyChanges on the loop.
 func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
+	// held are the sent handles on peer of the jobs active here: the live
+	// one of each, and those of an earlier incarnation whose cancel is
+	// owed. A job that ended here is never among them, so that no answer
+	// can lose it or move it again; a cancel it still owes is settled by
+	// the peer's acknowledgement.
 	var held []*berth.Handoff
 	for _, id := range slices.Sorted(maps.Keys(c.origin.handles)) {
+		if c.jobs[id] == nil {
+			continue // ended here
+		}
 		for _, h := range c.origin.handles[id] {
 			if h.Peer == peer && h.Sent && (h == c.currentHandle(h.JobID) || cancelOwed(h)) {
 				held = append(held, h)
@@ -613,7 +622,7 @@ func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 		switch {
 		case js != nil && h == c.currentHandle(h.JobID):
 			c.applyMirror(js, h, &u.Job, now)
-		case u.Job.State.Terminal() && cancelOwed(h): // ended there: nothing left to cancel
+		case u.Job.State.Terminal() && cancelOwed(h): // an earlier incarnation ended there: nothing left to cancel
 			h.CancelAcked = h.CancelVersion
 			c.writeHandle(h, now)
 			c.settle(h.JobID)

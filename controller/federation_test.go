@@ -935,3 +935,71 @@ func TestHandedOffBehindTheCursorResyncs(t *testing.T) {
 		})
 	}
 }
+
+// TestAnEndedJobStaysEndedOnAFullAnswer: a job whose end was mirrored
+// from its peer is no handle the peer's answers can lose: a full answer
+// without it (the peer pruned its tombstone, or was restored from an
+// older backup) leaves it as it ended, with a retry left and after a
+// restart alike, and routes nothing again.
+func TestAnEndedJobStaysEndedOnAFullAnswer(t *testing.T) {
+	t.Parallel()
+	fed := &fakeFederation{peer: "b"}
+	h := newFederationHarness(t, fed)
+	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
+	id := js.job.ID
+	hd := h.deliver(js, "B-1")
+	code := 0
+	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: id, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobSucceeded,
+		ExitCode: &code, Attempts: 1, Tombstone: true}}, Cursor: berth.ChangeCursor{Epoch: "e", Seq: 2, Tag: "t"}})
+	if js.job.State != berth.JobSucceeded {
+		t.Fatalf("job %s, want succeeded as its peer reports", js.job.State)
+	}
+	events, routed := len(h.events), fed.routed
+	fed.peer = "c"
+	b := h.apply("b", &berth.FederationChanges{Full: true, Cursor: berth.ChangeCursor{Epoch: "e2", Seq: 1, Tag: "t"}})
+	if len(b.JobUpdates) != 0 || len(b.Federation.Handoffs)+len(b.Federation.JobClusters) != 0 || len(h.events) != events || fed.routed != routed {
+		t.Errorf("a full answer without the ended job wrote %+v / %+v, events %v; want the cursor only", b.JobUpdates, b.Federation, h.events[events:])
+	}
+	if js.job.State != berth.JobSucceeded || js.job.Cluster != "b" || h.c.jobs[id] != nil || len(h.c.origin.handles) != 0 {
+		t.Errorf("job %s on %q, handles %v; want it succeeded on b, nothing held", js.job.State, js.job.Cluster, h.c.origin.handles)
+	}
+
+	// On a store, across a restart.
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	fed = &fakeFederation{peer: "b"}
+	c, stop := startFederated(t, path, fed)
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Resources.GPUs, spec.Retries = berth.Argv{"train"}, 1, 1
+	jobs, err := c.Submit(ctx, &berth.SubmitRequest{JobSpec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = jobs[0].ID
+	w, err := c.FederationWork(ctx, "b")
+	if err != nil || len(w.Deliver) != 1 {
+		t.Fatalf("work %+v, %v", w, err)
+	}
+	done := *w.Deliver[0].Handoff
+	done.State, done.RemoteJobID = berth.HandoffDone, "B-1"
+	if err := c.RecordHandoff(ctx, &done); err != nil {
+		t.Fatal(err)
+	}
+	end := berth.RemoteJob{RemoteID: id, Nonce: done.Nonce, JobID: "B-1", State: berth.JobSucceeded, ExitCode: &code, Attempts: 1, Tombstone: true}
+	if err := c.ApplyChanges(ctx, "b", &berth.FederationChanges{Jobs: []berth.RemoteJob{end}, Cursor: berth.ChangeCursor{Epoch: "e", Seq: 2, Tag: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	fed.peer, fed.routed = "c", 0
+	c, _ = startFederated(t, path, fed)
+	if err := c.ApplyChanges(ctx, "b", &berth.FederationChanges{Full: true, Cursor: berth.ChangeCursor{Epoch: "e2", Seq: 1, Tag: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Job(ctx, id)
+	if err != nil || d.State != berth.JobSucceeded || d.Cluster != "b" || len(d.Handoffs) != 1 || d.Handoffs[0].State != berth.HandoffDone {
+		t.Fatalf("after a restart and a full answer without it: %+v, %v; want succeeded on b with its one handle handed off", d, err)
+	}
+	if w, err := c.FederationWork(ctx, "c"); err != nil || len(w.Deliver)+len(w.Cancels) != 0 || fed.routed != 0 {
+		t.Errorf("work for c %+v, %v, %d routes; want nothing routed again", w, err, fed.routed)
+	}
+}
