@@ -303,7 +303,10 @@ func (c *Controller) work(peer string) *FederationWork {
 }
 
 // RecordHandoff records the outcome of a delivery of h (JobID,
-// Incarnation): handed_off, with the peer's job id; rejected, with the
+// Incarnation): handed_off, with the peer's job id and creation row
+// (which, when the mirror's cursor may have passed it, resets that cursor
+// to the zero cursor in the same batch, so that the next pull is full:
+// federation.ResyncNeeded); rejected, with the
 // peer's reason in LastError, which fails the job; or still pending, with
 // LastError saying why the delivery failed, to be tried again, or with
 // Sent set, before it is first sent (FederationWork marks those it
@@ -344,6 +347,9 @@ func (c *Controller) recordHandoff(h *berth.Handoff) error {
 		}
 		if held.State == berth.HandoffPending {
 			held.State = berth.HandoffDone
+		}
+		if cur := c.origin.cursors[held.Peer]; federation.ResyncNeeded(cur, h.CreateRow) {
+			c.setCursor(held.Peer, berth.ChangeCursor{}) // the next pull is full: it shows whether the peer has the job
 		}
 		if js := c.jobs[h.JobID]; js != nil && held == c.currentHandle(h.JobID) && js.job.State == berth.JobPending && !js.cancelRequested() {
 			js.job.Reason = fmt.Sprintf("handed off to peer %s (its job %s)", held.Peer, h.RemoteJobID)
@@ -583,16 +589,25 @@ func (c *Controller) federatedUsage(ws []*scheduler.Worker) []*scheduler.Worker 
 // ApplyChanges mirrors an answer of peer to a changes pull (see
 // federation.Reconcile): each job's row moves its job here (applyMirror),
 // a handle the peer no longer knows is lost (lose), a lost handle the
-// peer reports ended owes no more cancel; and the new cursor is written
-// in the same batch as all that. It returns once that is durable.
+// peer reports ended owes no more cancel; a job that ended here stays as
+// it ended, whatever the answer says; and the new cursor is written in
+// the same batch as all that. It returns once that is durable.
 func (c *Controller) ApplyChanges(ctx context.Context, peer string, ch *berth.FederationChanges) error {
 	return c.doDurable(ctx, func() { c.applyChanges(peer, ch) })
 }
 
 // applyChanges is ApplyChanges on the loop.
 func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
+	// held are the sent handles on peer of the jobs active here: the live
+	// one of each, and those of an earlier incarnation whose cancel is
+	// owed. A job that ended here is never among them, so that no answer
+	// can lose it or move it again; a cancel it still owes is settled by
+	// the peer's acknowledgement.
 	var held []*berth.Handoff
 	for _, id := range slices.Sorted(maps.Keys(c.origin.handles)) {
+		if c.jobs[id] == nil {
+			continue // ended here
+		}
 		for _, h := range c.origin.handles[id] {
 			if h.Peer == peer && h.Sent && (h == c.currentHandle(h.JobID) || cancelOwed(h)) {
 				held = append(held, h)
@@ -607,7 +622,7 @@ func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 		switch {
 		case js != nil && h == c.currentHandle(h.JobID):
 			c.applyMirror(js, h, &u.Job, now)
-		case u.Job.State.Terminal() && cancelOwed(h): // ended there: nothing left to cancel
+		case u.Job.State.Terminal() && cancelOwed(h): // an earlier incarnation ended there: nothing left to cancel
 			h.CancelAcked = h.CancelVersion
 			c.writeHandle(h, now)
 			c.settle(h.JobID)
@@ -618,11 +633,17 @@ func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 			c.lose(js, h, fmt.Sprintf("peer %s no longer knows it", peer), now)
 		}
 	}
+	c.setCursor(peer, ch.Cursor)
+}
+
+// setCursor moves the mirror of peer to cursor and writes it in the
+// loop's batch. Loop only.
+func (c *Controller) setCursor(peer string, cursor berth.ChangeCursor) {
 	if c.origin.cursors == nil {
 		c.origin.cursors = map[string]berth.ChangeCursor{}
 	}
-	c.origin.cursors[peer] = ch.Cursor
-	c.write(&store.Batch{Federation: &store.FederationBatch{Cursors: []store.PeerCursor{{Peer: peer, Cursor: ch.Cursor}}}})
+	c.origin.cursors[peer] = cursor
+	c.write(&store.Batch{Federation: &store.FederationBatch{Cursors: []store.PeerCursor{{Peer: peer, Cursor: cursor}}}})
 }
 
 // applyMirror makes js, the job of the live handle h, what its peer
