@@ -343,6 +343,7 @@ func TestFederationCancelRacesCompletion(t *testing.T) {
 		if d.State != berth.JobSucceeded && d.State != berth.JobCancelled {
 			t.Errorf("job %s: %s on A and B, want succeeded or cancelled", id, d.State)
 		}
+		t.Logf("job %s (let go %s its cancel): %s on A and B", id, map[bool]string{true: "before", false: "after"}[i < 2], d.State)
 		if got := f.b.received("a", id); len(got) != 1 || r.Attempts != 1 {
 			t.Errorf("job %s: B holds %d jobs for it, %d attempts; want 1 and 1", id, len(got), r.Attempts)
 		}
