@@ -127,16 +127,17 @@ func (c *Controller) settle(id string) {
 }
 
 // handOff hands js to peer as its next incarnation: a new handle, pending
-// and unsent, with a new nonce, written in the loop's batch (the batch
-// that creates the job, at submit). The job leaves the queue. Loop only.
-func (c *Controller) handOff(js *jobState, peer string, now time.Time) {
+// and unsent, with a new nonce, pinned when the job was pinned to peer at
+// submit, written in the loop's batch (the batch that creates the job, at
+// submit). The job leaves the queue. Loop only.
+func (c *Controller) handOff(js *jobState, peer string, pinned bool, now time.Time) {
 	j := js.job
 	if js.task != nil {
 		c.queue.Remove(js.task)
 	}
 	js.incarnation++
 	h := &berth.Handoff{JobID: j.ID, Incarnation: js.incarnation, Peer: peer, RemoteID: j.ID, Nonce: rand.Text(),
-		State: berth.HandoffPending, CreatedAt: now}
+		State: berth.HandoffPending, CreatedAt: now, Pinned: pinned}
 	if c.origin.handles == nil {
 		c.origin.handles = map[string][]*berth.Handoff{}
 	}
@@ -217,8 +218,7 @@ func (c *Controller) federate(out []*berth.Job, pl placement) {
 	for _, o := range out {
 		js := c.jobs[o.ID]
 		if pl.peer != "" {
-			js.pinned = pl.pinned
-			c.handOff(js, pl.peer, now)
+			c.handOff(js, pl.peer, pl.pinned, now)
 		} else {
 			js.job.Reason = pl.wait
 		}
@@ -439,22 +439,23 @@ func (c *Controller) lose(js *jobState, h *berth.Handoff, why string, now time.T
 	case js.cancelRequested():
 		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(j.Reason), now)
 	case js.incarnation <= j.Retries:
-		c.reroute(js, "lost: "+why, now)
+		c.reroute(js, h, "lost: "+why, now)
 	default:
 		c.finishJob(js, berth.JobFailed, nil, "lost: "+why, now)
 	}
 	c.settle(j.ID)
 }
 
-// reroute routes js, whose handle was lost, again, as a submission is
-// routed: to its pinned peer (which hears the old cancel first), here when
-// a worker here could run it, else to the peer the manager picks, else it
-// waits here. The job goes back to pending, with why. Loop only.
-func (c *Controller) reroute(js *jobState, why string, now time.Time) {
+// reroute routes js, whose handle lost was lost, again, as a submission
+// is routed: to the peer it was pinned to (lost.Pinned; the peer hears
+// the old cancel first), here when a worker here could run it, else to
+// the peer the manager picks, else it waits here. The job goes back to
+// pending, with why. Loop only.
+func (c *Controller) reroute(js *jobState, lost *berth.Handoff, why string, now time.Time) {
 	j := js.job
 	peer := ""
-	if js.pinned {
-		peer = j.Cluster
+	if lost.Pinned {
+		peer = lost.Peer
 	}
 	j.Cluster = ""
 	var pl placement
@@ -463,7 +464,7 @@ func (c *Controller) reroute(js *jobState, why string, now time.Time) {
 		peer = pl.peer
 	}
 	if peer != "" {
-		c.handOff(js, peer, now)
+		c.handOff(js, peer, lost.Pinned, now)
 		why += "; handing off to peer " + peer
 	} else if pl.wait != "" {
 		why += "; " + pl.wait
@@ -506,7 +507,7 @@ func (c *Controller) routeWaiting() {
 		if peer, _ := c.origin.f.Route(&js.job.JobSpec); peer != "" {
 			delete(c.restarting, js)
 			js.restartAt = time.Time{}
-			c.handOff(js, peer, now)
+			c.handOff(js, peer, false, now)
 			b := c.fx.rows()
 			b.JobUpdates = append(b.JobUpdates, js.update())
 			c.writeCluster(js)

@@ -971,20 +971,8 @@ func TestAnEndedJobStaysEndedOnAFullAnswer(t *testing.T) {
 	c, stop := startFederated(t, path, fed)
 	spec := berth.DefaultJobSpec()
 	spec.Command, spec.Resources.GPUs, spec.Retries = berth.Argv{"train"}, 1, 1
-	jobs, err := c.Submit(ctx, &berth.SubmitRequest{JobSpec: spec})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id = jobs[0].ID
-	w, err := c.FederationWork(ctx, "b")
-	if err != nil || len(w.Deliver) != 1 {
-		t.Fatalf("work %+v, %v", w, err)
-	}
-	done := *w.Deliver[0].Handoff
-	done.State, done.RemoteJobID = berth.HandoffDone, "B-1"
-	if err := c.RecordHandoff(ctx, &done); err != nil {
-		t.Fatal(err)
-	}
+	done := deliverOnStore(t, c, spec)
+	id = done.JobID
 	end := berth.RemoteJob{RemoteID: id, Nonce: done.Nonce, JobID: "B-1", State: berth.JobSucceeded, ExitCode: &code, Attempts: 1, Tombstone: true}
 	if err := c.ApplyChanges(ctx, "b", &berth.FederationChanges{Jobs: []berth.RemoteJob{end}, Cursor: berth.ChangeCursor{Epoch: "e", Seq: 2, Tag: "t"}}); err != nil {
 		t.Fatal(err)
@@ -1002,4 +990,73 @@ func TestAnEndedJobStaysEndedOnAFullAnswer(t *testing.T) {
 	if w, err := c.FederationWork(ctx, "c"); err != nil || len(w.Deliver)+len(w.Cancels) != 0 || fed.routed != 0 {
 		t.Errorf("work for c %+v, %v, %d routes; want nothing routed again", w, err, fed.routed)
 	}
+}
+
+// TestPinSurvivesARestart pins a job to peer b, restarts, and loses b:
+// the job, with a retry left, is handed to b again, pinned still, though
+// routing would pick another peer; after another restart its handles
+// show both incarnations pinned to b.
+func TestPinSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	fed := &fakeFederation{peer: "c", states: map[string]berth.PeerState{"b": berth.PeerReady, "c": berth.PeerReady}}
+	c, stop := startFederated(t, path, fed)
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Resources.GPUs, spec.Retries, spec.Cluster = berth.Argv{"train"}, 1, 1, "b"
+	hd := deliverOnStore(t, c, spec)
+	if !hd.Pinned {
+		t.Fatalf("handle %+v, want pinned", hd)
+	}
+	id := hd.JobID
+	stop()
+
+	c, stop = startFederated(t, path, fed)
+	if err := c.PeerLost(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	var cluster string
+	if err := c.do(ctx, func() { cluster = c.jobs[id].job.Cluster }); err != nil {
+		t.Fatal(err)
+	}
+	if cluster != "b" || fed.routed != 0 {
+		t.Fatalf("after the restart and b lost: cluster %q, %d routes; want handed to b again, not routed", cluster, fed.routed)
+	}
+	stop()
+
+	c, _ = startFederated(t, path, fed)
+	d, err := c.Job(ctx, id)
+	if err != nil || len(d.Handoffs) != 2 {
+		t.Fatalf("detail %+v, %v; want two handles", d, err)
+	}
+	for i, h := range d.Handoffs {
+		if h.Incarnation != i+1 || h.Peer != "b" || !h.Pinned {
+			t.Errorf("handle %+v, want incarnation %d pinned to b", h, i+1)
+		}
+	}
+	if d.Cluster != "b" || d.Handoffs[0].State != berth.HandoffLost || d.Handoffs[1].State != berth.HandoffPending {
+		t.Errorf("job on %q, handles %s then %s; want on b, the first lost, the second pending", d.Cluster, d.Handoffs[0].State, d.Handoffs[1].State)
+	}
+}
+
+// deliverOnStore submits spec, whose one job c hands to peer b, and
+// delivers it as the manager does (FederationWork, then the peer's
+// acknowledgement, its job B-1); it returns the handle as acknowledged.
+func deliverOnStore(t *testing.T, c *Controller, spec berth.JobSpec) berth.Handoff {
+	t.Helper()
+	ctx := t.Context()
+	jobs, err := c.Submit(ctx, &berth.SubmitRequest{JobSpec: spec})
+	if err != nil || jobs[0].Cluster != "b" {
+		t.Fatalf("submit: %+v, %v; want handed to b", jobs, err)
+	}
+	w, err := c.FederationWork(ctx, "b")
+	if err != nil || len(w.Deliver) != 1 {
+		t.Fatalf("work %+v, %v; want the one delivery", w, err)
+	}
+	hd := *w.Deliver[0].Handoff
+	hd.State, hd.RemoteJobID = berth.HandoffDone, "B-1"
+	if err := c.RecordHandoff(ctx, &hd); err != nil {
+		t.Fatal(err)
+	}
+	return hd
 }
