@@ -27,6 +27,7 @@ import (
 const (
 	handoffsPath = "/api/v1/federation/handoffs"
 	changesPath  = "/api/v1/federation/changes"
+	cancelsPath  = "/api/v1/federation/cancels"
 )
 
 // federation is three clusters, each its own berth server with its own

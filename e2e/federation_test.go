@@ -308,9 +308,10 @@ func fullAnswers(p *peerProxy) int {
 }
 
 // TestFederationCancelRacesCompletion cancels jobs on A just as they exit
-// on B (two are let go just before their cancel, two just after):
-// whichever wins, A's mirror ends in B's state, each job ran once, and no
-// cancel is left unacknowledged.
+// on B: two are let go before their cancel is made; the proxy holds the
+// cancels on their way to B, and the other two are let go as the cancels
+// are released. Whichever wins, A's mirror ends in B's state, each job
+// ran once, and no cancel is left unacknowledged.
 func TestFederationCancelRacesCompletion(t *testing.T) {
 	t.Parallel()
 	f := newFederation(t, fedOptions{noC: true})
@@ -327,23 +328,25 @@ func TestFederationCancelRacesCompletion(t *testing.T) {
 		f.b.awaitState(d.Handoffs[0].RemoteJobID, time.Minute, berth.JobRunning)
 		f.a.awaitState(id, time.Minute, berth.JobRunning)
 	}
-	for i, id := range ids {
-		if i < 2 {
-			touch(t, file("gate", i))
-		}
+	cancels := f.proxy.HoldAll(func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Path == cancelsPath })
+	touch(t, file("gate", 0))
+	touch(t, file("gate", 1))
+	for _, id := range ids {
 		if _, err := f.a.c.Cancel(context.Background(), id); err != nil && berth.ErrorCode(err) != berth.ECodeConflict {
 			t.Fatalf("cancel %s: %v", id, err)
 		}
-		if i >= 2 {
-			touch(t, file("gate", i))
-		}
 	}
+	cancels.Await(t, time.Minute, "cancel")
+	touch(t, file("gate", 2))
+	touch(t, file("gate", 3))
+	cancels.Release(t)
+	outcomes := map[berth.JobState]int{}
 	for i, id := range ids {
 		d, r := f.awaitMirror(f.b, id)
 		if d.State != berth.JobSucceeded && d.State != berth.JobCancelled {
 			t.Errorf("job %s: %s on A and B, want succeeded or cancelled", id, d.State)
 		}
-		t.Logf("job %s (let go %s its cancel): %s on A and B", id, map[bool]string{true: "before", false: "after"}[i < 2], d.State)
+		outcomes[d.State]++
 		if got := f.b.received("a", id); len(got) != 1 || r.Attempts != 1 {
 			t.Errorf("job %s: B holds %d jobs for it, %d attempts; want 1 and 1", id, len(got), r.Attempts)
 		}
@@ -355,6 +358,7 @@ func TestFederationCancelRacesCompletion(t *testing.T) {
 			return h.CancelVersion >= 1 && h.CancelAcked >= h.CancelVersion || d.State == berth.JobSucceeded && h.CancelVersion == 0
 		})
 	}
+	t.Logf("outcomes: %v", outcomes)
 }
 
 // TestFederationHandoffNeedsPeerToken sends B a handoff with a user token
