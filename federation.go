@@ -126,6 +126,9 @@ type Handoff struct {
 	// origin's mirror has passed it without a row of the job, the peer no
 	// longer knows the job (it was restored from an older backup).
 	CreateRow ChangeCursor `json:"create_row,omitzero"`
+	// Pinned says the job was pinned to Peer at submit (--cluster): when
+	// the handle is lost, the job is handed to Peer again, not routed.
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // JobOrigin marks a job this cluster received from a federation peer:

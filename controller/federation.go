@@ -127,16 +127,17 @@ func (c *Controller) settle(id string) {
 }
 
 // handOff hands js to peer as its next incarnation: a new handle, pending
-// and unsent, with a new nonce, written in the loop's batch (the batch
-// that creates the job, at submit). The job leaves the queue. Loop only.
-func (c *Controller) handOff(js *jobState, peer string, now time.Time) {
+// and unsent, with a new nonce, pinned when the job was pinned to peer at
+// submit, written in the loop's batch (the batch that creates the job, at
+// submit). The job leaves the queue. Loop only.
+func (c *Controller) handOff(js *jobState, peer string, pinned bool, now time.Time) {
 	j := js.job
 	if js.task != nil {
 		c.queue.Remove(js.task)
 	}
 	js.incarnation++
 	h := &berth.Handoff{JobID: j.ID, Incarnation: js.incarnation, Peer: peer, RemoteID: j.ID, Nonce: rand.Text(),
-		State: berth.HandoffPending, CreatedAt: now}
+		State: berth.HandoffPending, CreatedAt: now, Pinned: pinned}
 	if c.origin.handles == nil {
 		c.origin.handles = map[string][]*berth.Handoff{}
 	}
@@ -217,8 +218,7 @@ func (c *Controller) federate(out []*berth.Job, pl placement) {
 	for _, o := range out {
 		js := c.jobs[o.ID]
 		if pl.peer != "" {
-			js.pinned = pl.pinned
-			c.handOff(js, pl.peer, now)
+			c.handOff(js, pl.peer, pl.pinned, now)
 		} else {
 			js.job.Reason = pl.wait
 		}
@@ -303,7 +303,10 @@ func (c *Controller) work(peer string) *FederationWork {
 }
 
 // RecordHandoff records the outcome of a delivery of h (JobID,
-// Incarnation): handed_off, with the peer's job id; rejected, with the
+// Incarnation): handed_off, with the peer's job id and creation row
+// (which, when the mirror's cursor may have passed it, resets that cursor
+// to the zero cursor in the same batch, so that the next pull is full:
+// federation.ResyncNeeded); rejected, with the
 // peer's reason in LastError, which fails the job; or still pending, with
 // LastError saying why the delivery failed, to be tried again, or with
 // Sent set, before it is first sent (FederationWork marks those it
@@ -344,6 +347,9 @@ func (c *Controller) recordHandoff(h *berth.Handoff) error {
 		}
 		if held.State == berth.HandoffPending {
 			held.State = berth.HandoffDone
+		}
+		if cur := c.origin.cursors[held.Peer]; federation.ResyncNeeded(cur, h.CreateRow) {
+			c.setCursor(held.Peer, berth.ChangeCursor{}) // the next pull is full: it shows whether the peer has the job
 		}
 		if js := c.jobs[h.JobID]; js != nil && held == c.currentHandle(h.JobID) && js.job.State == berth.JobPending && !js.cancelRequested() {
 			js.job.Reason = fmt.Sprintf("handed off to peer %s (its job %s)", held.Peer, h.RemoteJobID)
@@ -433,22 +439,23 @@ func (c *Controller) lose(js *jobState, h *berth.Handoff, why string, now time.T
 	case js.cancelRequested():
 		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(j.Reason), now)
 	case js.incarnation <= j.Retries:
-		c.reroute(js, "lost: "+why, now)
+		c.reroute(js, h, "lost: "+why, now)
 	default:
 		c.finishJob(js, berth.JobFailed, nil, "lost: "+why, now)
 	}
 	c.settle(j.ID)
 }
 
-// reroute routes js, whose handle was lost, again, as a submission is
-// routed: to its pinned peer (which hears the old cancel first), here when
-// a worker here could run it, else to the peer the manager picks, else it
-// waits here. The job goes back to pending, with why. Loop only.
-func (c *Controller) reroute(js *jobState, why string, now time.Time) {
+// reroute routes js, whose handle lost was lost, again, as a submission
+// is routed: to the peer it was pinned to (lost.Pinned; the peer hears
+// the old cancel first), here when a worker here could run it, else to
+// the peer the manager picks, else it waits here. The job goes back to
+// pending, with why. Loop only.
+func (c *Controller) reroute(js *jobState, lost *berth.Handoff, why string, now time.Time) {
 	j := js.job
 	peer := ""
-	if js.pinned {
-		peer = j.Cluster
+	if lost.Pinned {
+		peer = lost.Peer
 	}
 	j.Cluster = ""
 	var pl placement
@@ -457,7 +464,7 @@ func (c *Controller) reroute(js *jobState, why string, now time.Time) {
 		peer = pl.peer
 	}
 	if peer != "" {
-		c.handOff(js, peer, now)
+		c.handOff(js, peer, lost.Pinned, now)
 		why += "; handing off to peer " + peer
 	} else if pl.wait != "" {
 		why += "; " + pl.wait
@@ -500,7 +507,7 @@ func (c *Controller) routeWaiting() {
 		if peer, _ := c.origin.f.Route(&js.job.JobSpec); peer != "" {
 			delete(c.restarting, js)
 			js.restartAt = time.Time{}
-			c.handOff(js, peer, now)
+			c.handOff(js, peer, false, now)
 			b := c.fx.rows()
 			b.JobUpdates = append(b.JobUpdates, js.update())
 			c.writeCluster(js)
@@ -583,16 +590,25 @@ func (c *Controller) federatedUsage(ws []*scheduler.Worker) []*scheduler.Worker 
 // ApplyChanges mirrors an answer of peer to a changes pull (see
 // federation.Reconcile): each job's row moves its job here (applyMirror),
 // a handle the peer no longer knows is lost (lose), a lost handle the
-// peer reports ended owes no more cancel; and the new cursor is written
-// in the same batch as all that. It returns once that is durable.
+// peer reports ended owes no more cancel; a job that ended here stays as
+// it ended, whatever the answer says; and the new cursor is written in
+// the same batch as all that. It returns once that is durable.
 func (c *Controller) ApplyChanges(ctx context.Context, peer string, ch *berth.FederationChanges) error {
 	return c.doDurable(ctx, func() { c.applyChanges(peer, ch) })
 }
 
 // applyChanges is ApplyChanges on the loop.
 func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
+	// held are the sent handles on peer of the jobs active here: the live
+	// one of each, and those of an earlier incarnation whose cancel is
+	// owed. A job that ended here is never among them, so that no answer
+	// can lose it or move it again; a cancel it still owes is settled by
+	// the peer's acknowledgement.
 	var held []*berth.Handoff
 	for _, id := range slices.Sorted(maps.Keys(c.origin.handles)) {
+		if c.jobs[id] == nil {
+			continue // ended here
+		}
 		for _, h := range c.origin.handles[id] {
 			if h.Peer == peer && h.Sent && (h == c.currentHandle(h.JobID) || cancelOwed(h)) {
 				held = append(held, h)
@@ -607,7 +623,7 @@ func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 		switch {
 		case js != nil && h == c.currentHandle(h.JobID):
 			c.applyMirror(js, h, &u.Job, now)
-		case u.Job.State.Terminal() && cancelOwed(h): // ended there: nothing left to cancel
+		case u.Job.State.Terminal() && cancelOwed(h): // an earlier incarnation ended there: nothing left to cancel
 			h.CancelAcked = h.CancelVersion
 			c.writeHandle(h, now)
 			c.settle(h.JobID)
@@ -618,11 +634,17 @@ func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 			c.lose(js, h, fmt.Sprintf("peer %s no longer knows it", peer), now)
 		}
 	}
+	c.setCursor(peer, ch.Cursor)
+}
+
+// setCursor moves the mirror of peer to cursor and writes it in the
+// loop's batch. Loop only.
+func (c *Controller) setCursor(peer string, cursor berth.ChangeCursor) {
 	if c.origin.cursors == nil {
 		c.origin.cursors = map[string]berth.ChangeCursor{}
 	}
-	c.origin.cursors[peer] = ch.Cursor
-	c.write(&store.Batch{Federation: &store.FederationBatch{Cursors: []store.PeerCursor{{Peer: peer, Cursor: ch.Cursor}}}})
+	c.origin.cursors[peer] = cursor
+	c.write(&store.Batch{Federation: &store.FederationBatch{Cursors: []store.PeerCursor{{Peer: peer, Cursor: cursor}}}})
 }
 
 // applyMirror makes js, the job of the live handle h, what its peer

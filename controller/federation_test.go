@@ -858,3 +858,205 @@ func TestApplyChangesEndsAWaitOnAStore(t *testing.T) {
 		t.Errorf("stored handles %+v, %v; want handed off as B-1 (the mirror's row shows the delivery)", hs, err)
 	}
 }
+
+// TestHandedOffBehindTheCursorResyncs records handoffs the peer
+// acknowledged with a creation row: one the mirror's cursor may have
+// passed (at or behind it, another epoch, or not named) resets the cursor
+// to the zero cursor in the batch that records the handoff, so that the
+// next pull is full; one ahead of it, or with the mirror at zero already,
+// leaves the cursor; a repeat writes nothing.
+func TestHandedOffBehindTheCursorResyncs(t *testing.T) {
+	t.Parallel()
+	at := berth.ChangeCursor{Epoch: "e", Seq: 5, Tag: "t5"}
+	tests := []struct {
+		name    string
+		cursor  berth.ChangeCursor // the mirror's before
+		created berth.ChangeCursor
+		reset   bool
+	}{
+		{name: "behind the cursor", cursor: at, created: berth.ChangeCursor{Epoch: "e", Seq: 3, Tag: "t3"}, reset: true},
+		{name: "at the cursor", cursor: at, created: at, reset: true},
+		{name: "another epoch", cursor: at, created: berth.ChangeCursor{Epoch: "f", Seq: 9, Tag: "t9"}, reset: true},
+		{name: "not named", cursor: at, reset: true},
+		{name: "ahead of the cursor", cursor: at, created: berth.ChangeCursor{Epoch: "e", Seq: 6, Tag: "t6"}},
+		{name: "full already", created: berth.ChangeCursor{Epoch: "e", Seq: 3, Tag: "t3"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h := newFederationHarness(t, &fakeFederation{peer: "b"})
+			js := h.handedOff(gpuJob(1, nil))
+			if tt.cursor != (berth.ChangeCursor{}) {
+				h.apply("b", &berth.FederationChanges{Cursor: tt.cursor})
+			}
+			hd := *h.work("b").Deliver[0].Handoff
+			hd.State, hd.RemoteJobID, hd.CreateRow = berth.HandoffDone, "B-1", tt.created
+			record := func() *store.Batch {
+				n := len(h.batches)
+				h.step(func() {
+					if err := h.c.recordHandoff(&hd); err != nil {
+						t.Fatal(err)
+					}
+				})
+				if len(h.batches) > n+1 {
+					t.Fatalf("recording the handoff wrote %d batches, want at most 1", len(h.batches)-n)
+				}
+				if len(h.batches) == n {
+					return nil
+				}
+				return h.batches[n]
+			}
+			b := record()
+			if b == nil || b.Federation == nil || len(b.Federation.Handoffs) != 1 || b.Federation.Handoffs[0].State != berth.HandoffDone {
+				t.Fatalf("batch %+v, want the handle handed off", b)
+			}
+			want := tt.cursor
+			if tt.reset {
+				want = berth.ChangeCursor{}
+				if cs := b.Federation.Cursors; len(cs) != 1 || cs[0] != (store.PeerCursor{Peer: "b"}) {
+					t.Errorf("cursors written %+v, want b's reset to zero with the handle", cs)
+				}
+			} else if len(b.Federation.Cursors) != 0 {
+				t.Errorf("cursors written %+v, want none", b.Federation.Cursors)
+			}
+			if got := h.work("b").Cursor; got != want {
+				t.Errorf("cursor for the next pull %+v, want %+v", got, want)
+			}
+			if js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "handed off to peer b") {
+				t.Errorf("job %s %q, want pending, handed off", js.job.State, js.job.Reason)
+			}
+			h.apply("b", &berth.FederationChanges{Cursor: at}) // the mirror moves on
+			if b := record(); b != nil && !b.Federation.Empty() {
+				t.Errorf("a repeat of the recording wrote %+v", b.Federation)
+			}
+			if got := h.work("b").Cursor; got != at {
+				t.Errorf("cursor after a repeat %+v, want %+v", got, at)
+			}
+		})
+	}
+}
+
+// TestAnEndedJobStaysEndedOnAFullAnswer: a job whose end was mirrored
+// from its peer is no handle the peer's answers can lose: a full answer
+// without it (the peer pruned its tombstone, or was restored from an
+// older backup) leaves it as it ended, with a retry left and after a
+// restart alike, and routes nothing again.
+func TestAnEndedJobStaysEndedOnAFullAnswer(t *testing.T) {
+	t.Parallel()
+	fed := &fakeFederation{peer: "b"}
+	h := newFederationHarness(t, fed)
+	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
+	id := js.job.ID
+	hd := h.deliver(js, "B-1")
+	code := 0
+	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: id, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobSucceeded,
+		ExitCode: &code, Attempts: 1, Tombstone: true}}, Cursor: berth.ChangeCursor{Epoch: "e", Seq: 2, Tag: "t"}})
+	if js.job.State != berth.JobSucceeded {
+		t.Fatalf("job %s, want succeeded as its peer reports", js.job.State)
+	}
+	events, routed := len(h.events), fed.routed
+	fed.peer = "c"
+	b := h.apply("b", &berth.FederationChanges{Full: true, Cursor: berth.ChangeCursor{Epoch: "e2", Seq: 1, Tag: "t"}})
+	if len(b.JobUpdates) != 0 || len(b.Federation.Handoffs)+len(b.Federation.JobClusters) != 0 || len(h.events) != events || fed.routed != routed {
+		t.Errorf("a full answer without the ended job wrote %+v / %+v, events %v; want the cursor only", b.JobUpdates, b.Federation, h.events[events:])
+	}
+	if js.job.State != berth.JobSucceeded || js.job.Cluster != "b" || h.c.jobs[id] != nil || len(h.c.origin.handles) != 0 {
+		t.Errorf("job %s on %q, handles %v; want it succeeded on b, nothing held", js.job.State, js.job.Cluster, h.c.origin.handles)
+	}
+
+	// On a store, across a restart.
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	fed = &fakeFederation{peer: "b"}
+	c, stop := startFederated(t, path, fed)
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Resources.GPUs, spec.Retries = berth.Argv{"train"}, 1, 1
+	done := deliverOnStore(t, c, spec)
+	id = done.JobID
+	end := berth.RemoteJob{RemoteID: id, Nonce: done.Nonce, JobID: "B-1", State: berth.JobSucceeded, ExitCode: &code, Attempts: 1, Tombstone: true}
+	if err := c.ApplyChanges(ctx, "b", &berth.FederationChanges{Jobs: []berth.RemoteJob{end}, Cursor: berth.ChangeCursor{Epoch: "e", Seq: 2, Tag: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	fed.peer, fed.routed = "c", 0
+	c, _ = startFederated(t, path, fed)
+	if err := c.ApplyChanges(ctx, "b", &berth.FederationChanges{Full: true, Cursor: berth.ChangeCursor{Epoch: "e2", Seq: 1, Tag: "t"}}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Job(ctx, id)
+	if err != nil || d.State != berth.JobSucceeded || d.Cluster != "b" || len(d.Handoffs) != 1 || d.Handoffs[0].State != berth.HandoffDone {
+		t.Fatalf("after a restart and a full answer without it: %+v, %v; want succeeded on b with its one handle handed off", d, err)
+	}
+	if w, err := c.FederationWork(ctx, "c"); err != nil || len(w.Deliver)+len(w.Cancels) != 0 || fed.routed != 0 {
+		t.Errorf("work for c %+v, %v, %d routes; want nothing routed again", w, err, fed.routed)
+	}
+}
+
+// TestPinSurvivesARestart pins a job to peer b, restarts, and loses b:
+// the job, with a retry left, is handed to b again, pinned still, though
+// routing would pick another peer; after another restart its handles
+// show both incarnations pinned to b.
+func TestPinSurvivesARestart(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	fed := &fakeFederation{peer: "c", states: map[string]berth.PeerState{"b": berth.PeerReady, "c": berth.PeerReady}}
+	c, stop := startFederated(t, path, fed)
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Resources.GPUs, spec.Retries, spec.Cluster = berth.Argv{"train"}, 1, 1, "b"
+	hd := deliverOnStore(t, c, spec)
+	if !hd.Pinned {
+		t.Fatalf("handle %+v, want pinned", hd)
+	}
+	id := hd.JobID
+	stop()
+
+	c, stop = startFederated(t, path, fed)
+	if err := c.PeerLost(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	var cluster string
+	if err := c.do(ctx, func() { cluster = c.jobs[id].job.Cluster }); err != nil {
+		t.Fatal(err)
+	}
+	if cluster != "b" || fed.routed != 0 {
+		t.Fatalf("after the restart and b lost: cluster %q, %d routes; want handed to b again, not routed", cluster, fed.routed)
+	}
+	stop()
+
+	c, _ = startFederated(t, path, fed)
+	d, err := c.Job(ctx, id)
+	if err != nil || len(d.Handoffs) != 2 {
+		t.Fatalf("detail %+v, %v; want two handles", d, err)
+	}
+	for i, h := range d.Handoffs {
+		if h.Incarnation != i+1 || h.Peer != "b" || !h.Pinned {
+			t.Errorf("handle %+v, want incarnation %d pinned to b", h, i+1)
+		}
+	}
+	if d.Cluster != "b" || d.Handoffs[0].State != berth.HandoffLost || d.Handoffs[1].State != berth.HandoffPending {
+		t.Errorf("job on %q, handles %s then %s; want on b, the first lost, the second pending", d.Cluster, d.Handoffs[0].State, d.Handoffs[1].State)
+	}
+}
+
+// deliverOnStore submits spec, whose one job c hands to peer b, and
+// delivers it as the manager does (FederationWork, then the peer's
+// acknowledgement, its job B-1); it returns the handle as acknowledged.
+func deliverOnStore(t *testing.T, c *Controller, spec berth.JobSpec) berth.Handoff {
+	t.Helper()
+	ctx := t.Context()
+	jobs, err := c.Submit(ctx, &berth.SubmitRequest{JobSpec: spec})
+	if err != nil || jobs[0].Cluster != "b" {
+		t.Fatalf("submit: %+v, %v; want handed to b", jobs, err)
+	}
+	w, err := c.FederationWork(ctx, "b")
+	if err != nil || len(w.Deliver) != 1 {
+		t.Fatalf("work %+v, %v; want the one delivery", w, err)
+	}
+	hd := *w.Deliver[0].Handoff
+	hd.State, hd.RemoteJobID = berth.HandoffDone, "B-1"
+	if err := c.RecordHandoff(ctx, &hd); err != nil {
+		t.Fatal(err)
+	}
+	return hd
+}

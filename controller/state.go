@@ -32,10 +32,8 @@ type jobState struct {
 	// lost, for its retries to go elsewhere (scheduler.Task.Avoid).
 	avoid []string
 	// incarnation is the job's last handoff to a federation peer (0:
-	// never handed off); pinned says its spec.cluster was a pin at submit
-	// (federation.go).
+	// never handed off; federation.go).
 	incarnation int
-	pinned      bool
 }
 
 // memberEnd is how one member of a job's current placement ended.

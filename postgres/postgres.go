@@ -230,7 +230,7 @@ var (
 	eventTypes   = []string{"bigint", "json"}
 	peerTypes    = []string{"text", "text", "text", "bytea", "bigint", "bigint", "bigint", "bigint"}
 	handoffTypes = []string{"text", "integer", "text", "text", "text", "text", "text", "boolean", "integer", "integer", "text",
-		"bigint", "bigint", "text", "bigint", "text"}
+		"bigint", "bigint", "text", "bigint", "text", "boolean"}
 	cursorTypes    = []string{"text", "text", "bigint", "text"}
 	receivedTypes  = []string{"text", "text", "text", "text"}
 	changelogTypes = []string{"bigint", "text", "text", "text", "text", "text", "text", "text", "integer", "integer", "bigint",

@@ -35,6 +35,8 @@ CREATE TABLE handoffs (
 	create_epoch   text NOT NULL,
 	create_seq     bigint NOT NULL,
 	create_tag     text NOT NULL,
+	-- the job was pinned to the peer at submit (--cluster)
+	pinned         boolean NOT NULL,
 	PRIMARY KEY (job_id, incarnation)
 );
 CREATE INDEX handoffs_peer ON handoffs (peer);

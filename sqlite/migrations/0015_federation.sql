@@ -33,6 +33,8 @@ CREATE TABLE handoffs (
 	create_epoch   TEXT NOT NULL,
 	create_seq     INTEGER NOT NULL,
 	create_tag     TEXT NOT NULL,
+	-- the job was pinned to the peer at submit (--cluster)
+	pinned         INTEGER NOT NULL,
 	PRIMARY KEY (job_id, incarnation)
 ) WITHOUT ROWID;
 CREATE INDEX handoffs_peer ON handoffs (peer);

@@ -15,7 +15,7 @@ import (
 const (
 	PeerColumns    = `name, url, ca_fingerprint, sealed_token, route_timeout, lost_timeout, created_at, updated_at`
 	HandoffColumns = `job_id, incarnation, peer, remote_id, nonce, state, remote_job_id, sent, cancel_version, cancel_acked,
-		last_error, created_at, updated_at, create_epoch, create_seq, create_tag`
+		last_error, created_at, updated_at, create_epoch, create_seq, create_tag, pinned`
 	CursorColumns    = `peer, epoch, seq, tag`
 	ReceivedColumns  = `origin, remote_id, nonce, job_id`
 	ChangelogColumns = `seq, tag, origin, remote_id, nonce, job_id, state, reason, exit_code, attempts, started_at, finished_at,
@@ -41,7 +41,7 @@ const (
 		nonce = excluded.nonce, state = excluded.state, remote_job_id = excluded.remote_job_id, sent = excluded.sent,
 		cancel_version = excluded.cancel_version, cancel_acked = excluded.cancel_acked, last_error = excluded.last_error,
 		created_at = excluded.created_at, updated_at = excluded.updated_at, create_epoch = excluded.create_epoch,
-		create_seq = excluded.create_seq, create_tag = excluded.create_tag`
+		create_seq = excluded.create_seq, create_tag = excluded.create_tag, pinned = excluded.pinned`
 	CursorUpsert = ` ON CONFLICT (peer) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq, tag = excluded.tag`
 	AckUpsert    = ` ON CONFLICT (origin) DO UPDATE SET acked_seq = excluded.acked_seq, acked_tag = excluded.acked_tag, ` +
 		keepPrunedSeq
@@ -57,7 +57,7 @@ func PeerRow(p *berth.Peer) []any {
 func HandoffRow(h *berth.Handoff) []any {
 	return []any{h.JobID, h.Incarnation, h.Peer, h.RemoteID, h.Nonce, string(h.State), h.RemoteJobID, h.Sent,
 		h.CancelVersion, h.CancelAcked, h.LastError, nanos(h.CreatedAt), nanos(h.UpdatedAt), h.CreateRow.Epoch,
-		int64(h.CreateRow.Seq), h.CreateRow.Tag}
+		int64(h.CreateRow.Seq), h.CreateRow.Tag, h.Pinned}
 }
 
 // CursorRow returns the values of c's row, in CursorColumns order.
@@ -103,7 +103,7 @@ func scanHandoff(row scanner) (*berth.Handoff, error) {
 	)
 	if err := row.Scan(&h.JobID, &h.Incarnation, &h.Peer, &h.RemoteID, &h.Nonce, &state, &h.RemoteJobID, &h.Sent,
 		&h.CancelVersion, &h.CancelAcked, &h.LastError, &created, &updated, &h.CreateRow.Epoch, &createSeq,
-		&h.CreateRow.Tag); err != nil {
+		&h.CreateRow.Tag, &h.Pinned); err != nil {
 		return nil, err
 	}
 	h.State, h.CreatedAt, h.UpdatedAt = berth.HandoffState(state), fromNanos(created), fromNanos(updated)

@@ -45,7 +45,7 @@ func handoff(jobID string, inc int, peer string, st berth.HandoffState) *berth.H
 	return &berth.Handoff{JobID: jobID, Incarnation: inc, Peer: peer, RemoteID: jobID, Nonce: "nonce-" + jobID[len(jobID)-4:],
 		State: st, RemoteJobID: "remote-ünï", Sent: true, CancelVersion: 2, CancelAcked: 1, LastError: "dial: refused \"x\"",
 		CreatedAt: base.Add(1), UpdatedAt: base.Add(time.Second + 1),
-		CreateRow: berth.ChangeCursor{Epoch: "0123456789abcdef", Seq: 1<<40 + uint64(inc), Tag: "c0ffee01"}}
+		CreateRow: berth.ChangeCursor{Epoch: "0123456789abcdef", Seq: 1<<40 + uint64(inc), Tag: "c0ffee01"}, Pinned: true}
 }
 
 // changeRow returns changelog row seq of origin's job remoteID (received
@@ -162,9 +162,10 @@ func testHandoffs(t *testing.T, s store.Store) {
 	h1 := handoff(job, 1, "p1", berth.HandoffLost)
 	h2 := handoff(job, 2, "p2", berth.HandoffPending)
 	h2.RemoteJobID, h2.Sent, h2.CancelVersion, h2.CancelAcked, h2.LastError = "", false, 0, 0, ""
-	h2.CreateRow = berth.ChangeCursor{} // not known yet
+	h2.CreateRow, h2.Pinned = berth.ChangeCursor{}, false // not known yet; routed, not pinned
 	h2done := *h2
 	h2done.State, h2done.RemoteJobID, h2done.Sent, h2done.UpdatedAt = berth.HandoffDone, "r-2", true, base.Add(time.Hour)
+	h2done.Pinned = true // an upsert sets every column
 	h2done.CreateRow = berth.ChangeCursor{Epoch: "fedcba9876543210", Seq: 7, Tag: "0badf00d"}
 	write(t, s, &store.Batch{Federation: &store.FederationBatch{
 		Handoffs: []*berth.Handoff{h2, handoff(other, 1, "p1", berth.HandoffDone), h1},
