@@ -400,3 +400,35 @@ func TestBadKeyIsAnAuthError(t *testing.T) {
 		t.Error("a client without a key was made")
 	}
 }
+
+// TestCreateIsNeverRetried answers a create 502 (a gateway that may have
+// passed it on): one request, and an error that is no CreateError, since
+// whether an instance was made is unknown. A show is retried past 502s.
+func TestCreateIsNeverRetried(t *testing.T) {
+	t.Parallel()
+	srv := vasttest.New(vasttest.Options{})
+	var puts, gets int
+	gateway := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodPut:
+			puts++
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		case http.MethodGet:
+			if gets++; gets <= 2 {
+				http.Error(w, "service unavailable", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		srv.ServeHTTP(w, r)
+	})
+	c := client(t, gateway, vasttest.DefaultAPIKey)
+	_, err := c.Create(context.Background(), vasttest.OfferBase+1001, cloud.CreateRequest{Image: "img", Label: "berth-1", DiskGB: 10})
+	var ce *cloud.CreateError
+	if err == nil || errors.As(err, &ce) || puts != 1 {
+		t.Errorf("create through a 502: err = %v after %d requests, want one request and an error of unknown outcome", err, puts)
+	}
+	if _, err := c.Show(context.Background(), 1); !errors.Is(err, cloud.ErrGone) || gets != 3 {
+		t.Errorf("show through two 503s: err = %v after %d requests, want ErrGone after 3", err, gets)
+	}
+}
