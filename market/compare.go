@@ -8,11 +8,13 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// Config is one comparison: the market's seed, size and fault mix, how
-// many provisioning runs each strategy makes in it (an hour apart), and
-// the strictness of Berth's pool.
+// Config is one comparison: how many markets (seeds Seed, Seed+1, …),
+// their size and fault mix, how many provisioning runs each strategy
+// makes in each (an hour apart; Berth's host records last a market's
+// runs), and the strictness of Berth's pool.
 type Config struct {
 	Seed       uint64           `json:"seed"`
+	Markets    int              `json:"markets"`
 	Runs       int              `json:"runs"`
 	Machines   int              `json:"machines"`
 	Mix        Mix              `json:"-"`
@@ -29,7 +31,7 @@ type Report struct {
 // Result is one strategy's runs, summed up.
 type Result struct {
 	Strategy string `json:"strategy"`
-	Runs     int    `json:"runs"`
+	Runs     int    `json:"runs"` // over all markets
 	Ready    int    `json:"ready"`
 	// FailedProvisions are the runs that ended without a ready instance.
 	FailedProvisions int `json:"failed_provisions"`
@@ -58,42 +60,35 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 const runGap = time.Hour
 
-// Compare runs every strategy through the market of cfg.Seed, each in a
-// copy of the same market: the same machines, listings and boots.
+// Compare runs every strategy through the markets of cfg, each in a copy
+// of the same markets: the same machines, listings and boots.
 func Compare(cfg Config) Report {
 	rep := Report{Config: cfg, Faults: cfg.Mix.String()}
+	p := pool(cfg.Strictness)
 	for _, name := range Strategies {
-		m := newMarket(cfg.Seed, cfg.Machines, cfg.Mix)
-		p := pool(cfg.Strictness)
-		hosts := map[int64]*berth.HostRecord{}
 		res := Result{Strategy: name, Faults: map[Fault]int{}}
 		var toReady []time.Duration
 		var wasted time.Duration
-		for run := range cfg.Runs {
-			m.startRun(run)
-			var r runResult
-			switch name {
-			case StrategyBerth:
-				r = m.runBerth(run, epoch.Add(time.Duration(run)*runGap), p, hosts)
-			case StrategySkyPilot:
-				r = m.runSkyPilot(run, p)
-			case StrategyDstack:
-				r = m.runDstack(run, p)
-			}
-			res.Runs++
-			res.Rentals += r.attempts
-			res.WastedDollars += r.dollars
-			wasted += r.wasted
-			for f, n := range r.faults {
-				res.Faults[f] += n
-			}
-			if r.ready {
-				res.Ready++
-				toReady = append(toReady, r.toReady)
-			} else {
-				res.FailedProvisions++
+		for k := range cfg.Markets {
+			m := newMarket(cfg.Seed+uint64(k), cfg.Machines, cfg.Mix)
+			hosts := map[int64]*berth.HostRecord{}
+			for run := range cfg.Runs {
+				m.startRun(run)
+				r := m.run(name, run, p, hosts)
+				res.Runs++
+				res.Rentals += r.attempts
+				res.WastedDollars += r.dollars
+				wasted += r.wasted
+				for f, n := range r.faults {
+					res.Faults[f] += n
+				}
+				if r.ready {
+					res.Ready++
+					toReady = append(toReady, r.toReady)
+				}
 			}
 		}
+		res.FailedProvisions = res.Runs - res.Ready
 		res.WastedMinutes = wasted.Minutes()
 		res.WastedMinutesPerReady = res.WastedMinutes / float64(max(res.Ready, 1))
 		slices.Sort(toReady)
@@ -103,6 +98,18 @@ func Compare(cfg Config) Report {
 		rep.Results = append(rep.Results, res)
 	}
 	return rep
+}
+
+// run is run of strategy name in m, started runGap after the one before;
+// hosts are Berth's records in this market.
+func (m *Market) run(name string, run int, p *berth.Pool, hosts map[int64]*berth.HostRecord) runResult {
+	switch name {
+	case StrategySkyPilot:
+		return m.runSkyPilot(run, p)
+	case StrategyDstack:
+		return m.runDstack(run, p)
+	}
+	return m.runBerth(run, epoch.Add(time.Duration(run)*runGap), p, hosts)
 }
 
 // percentile returns the nearest-rank q-quantile of sorted ds; 0 for none.

@@ -12,7 +12,7 @@ import (
 
 func TestCompareIsDeterministic(t *testing.T) {
 	t.Parallel()
-	cfg := Config{Seed: 7, Runs: 60, Machines: 40, Mix: DefaultMix, Strictness: berth.StrictnessBalanced}
+	cfg := Config{Seed: 7, Markets: 3, Runs: 20, Machines: 40, Mix: DefaultMix, Strictness: berth.StrictnessBalanced}
 	a, b := Compare(cfg), Compare(cfg)
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("the same seed gave two reports:\n%+v\n%+v", a, b)
@@ -29,7 +29,7 @@ func TestCompareIsDeterministic(t *testing.T) {
 func TestNoFaultsWasteNothing(t *testing.T) {
 	t.Parallel()
 	for _, s := range []berth.Strictness{berth.StrictnessStrict, berth.StrictnessBalanced, berth.StrictnessAggressive} {
-		rep := Compare(Config{Seed: 3, Runs: 100, Machines: 50, Mix: Mix{}, Strictness: s})
+		rep := Compare(Config{Seed: 3, Markets: 4, Runs: 25, Machines: 50, Mix: Mix{}, Strictness: s})
 		for _, r := range rep.Results {
 			// Every rental becomes ready (a strict pool may find no offer
 			// in a run: a failed provision without a rental).
@@ -48,7 +48,7 @@ func TestNoFaultsWasteNothing(t *testing.T) {
 
 func TestEveryMachineBadNothingIsReady(t *testing.T) {
 	t.Parallel()
-	rep := Compare(Config{Seed: 5, Runs: 10, Machines: 30, Mix: Mix{FaultSSH: 1}, Strictness: berth.StrictnessAggressive})
+	rep := Compare(Config{Seed: 5, Markets: 2, Runs: 5, Machines: 30, Mix: Mix{FaultSSH: 1}, Strictness: berth.StrictnessAggressive})
 	for _, r := range rep.Results {
 		if r.Ready != 0 || r.FailedProvisions != 10 || r.WastedMinutes <= 0 || r.WastedMinutesPerReady != r.WastedMinutes {
 			t.Errorf("%s, every machine refusing the key: %+v", r.Strategy, r)

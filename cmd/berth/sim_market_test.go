@@ -11,11 +11,11 @@ import (
 
 func TestSimMarketPrintsOneColumnPerStrategy(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := runSimCLI(t, "sim", "market", "--seed", "4", "--runs", "40", "--machines", "30")
+	code, out, errOut := runSimCLI(t, "sim", "market", "--seed", "4", "--markets", "2", "--runs", "20", "--machines", "30")
 	if code != 0 {
 		t.Fatalf("sim market: exit %d: %s", code, errOut)
 	}
-	if !strings.HasPrefix(out, "berth sim market: seed 4, 40 runs an hour apart, 30 machines, faults "+market.DefaultMix.String()+", Berth's pool balanced\n") {
+	if !strings.HasPrefix(out, "berth sim market: seeds 4 to 5, 20 runs an hour apart in each, 30 machines, faults "+market.DefaultMix.String()+", Berth's pool balanced\n") {
 		t.Errorf("first line:\n%s", out)
 	}
 	rows := map[string][]string{}
@@ -37,7 +37,7 @@ func TestSimMarketPrintsOneColumnPerStrategy(t *testing.T) {
 
 func TestSimMarketJSONIsTheReport(t *testing.T) {
 	t.Parallel()
-	args := []string{"sim", "market", "--seed", "9", "--runs", "30", "--machines", "40", "--faults", "ssh=0.2,stall=0.1", "--strictness", "strict", "-o", "json"}
+	args := []string{"sim", "market", "--seed", "9", "--markets", "3", "--runs", "10", "--machines", "40", "--faults", "ssh=0.2,stall=0.1", "--strictness", "strict", "-o", "json"}
 	code, out, errOut := runSimCLI(t, args...)
 	if code != 0 {
 		t.Fatalf("sim market -o json: exit %d: %s", code, errOut)
@@ -50,7 +50,7 @@ func TestSimMarketJSONIsTheReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := market.Compare(market.Config{Seed: 9, Runs: 30, Machines: 40, Mix: mix, Strictness: "strict"})
+	want := market.Compare(market.Config{Seed: 9, Markets: 3, Runs: 10, Machines: 40, Mix: mix, Strictness: "strict"})
 	want.Mix = nil // not in the JSON
 	if !reflect.DeepEqual(rep, want) {
 		t.Errorf("printed %+v, want %+v", rep, want)
@@ -67,6 +67,8 @@ func TestSimMarketBadInputExitsTwoWithOneLine(t *testing.T) {
 		want string
 	}{
 		{[]string{"--runs", "0"}, "--runs"},
+		{[]string{"--markets", "0"}, "--markets"},
+		{[]string{"--markets", "100", "--runs", "1001"}, "--runs"},
 		{[]string{"--machines", "10001"}, "--machines"},
 		{[]string{"--faults", "melt=0.1"}, "--faults"},
 		{[]string{"--faults", "ssh=0.7,gpu=0.7"}, "--faults"},
