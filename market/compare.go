@@ -108,6 +108,8 @@ func (m *Market) run(name string, run int, p *berth.Pool, hosts map[int64]*berth
 		return m.runSkyPilot(run, p)
 	case StrategyDstack:
 		return m.runDstack(run, p)
+	case StrategyBerthNoMemory:
+		hosts = map[int64]*berth.HostRecord{}
 	}
 	return m.runBerth(run, epoch.Add(time.Duration(run)*runGap), p, hosts)
 }

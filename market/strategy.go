@@ -10,15 +10,18 @@ import (
 	"github.com/berth-dev/berth/cloud"
 )
 
-// Strategy names, in the order Compare reports them.
+// Strategy names, in the order Compare reports them. Berth's without
+// memory is Berth's with its host records forgotten after each run: what
+// the records buy, apart from the filters and the failure detection.
 const (
-	StrategyBerth    = "berth"
-	StrategySkyPilot = "skypilot"
-	StrategyDstack   = "dstack"
+	StrategyBerth         = "berth"
+	StrategyBerthNoMemory = "berth-nomemory"
+	StrategySkyPilot      = "skypilot"
+	StrategyDstack        = "dstack"
 )
 
 // Strategies are the strategies Compare runs.
-var Strategies = []string{StrategyBerth, StrategySkyPilot, StrategyDstack}
+var Strategies = []string{StrategyBerth, StrategyBerthNoMemory, StrategySkyPilot, StrategyDstack}
 
 // How the strategies wait, as their sources do (docs/performance.md):
 // every strategy polls the instance every 10 s.

@@ -20,11 +20,11 @@ func TestSimMarketPrintsOneColumnPerStrategy(t *testing.T) {
 	}
 	rows := map[string][]string{}
 	for _, l := range strings.Split(out, "\n") {
-		if f := strings.Fields(l); len(f) > 3 {
-			rows[strings.Join(f[:len(f)-3], " ")] = f[len(f)-3:]
+		if f := strings.Fields(l); len(f) > 4 {
+			rows[strings.Join(f[:len(f)-4], " ")] = f[len(f)-4:]
 		}
 	}
-	if got := rows["metric"]; strings.Join(got, " ") != "berth skypilot dstack" {
+	if got := rows["metric"]; strings.Join(got, " ") != "berth berth-nomemory skypilot dstack" {
 		t.Fatalf("header %q:\n%s", got, out)
 	}
 	for _, r := range []string{"ready", "failed provisions", "rentals", "rentals of a faulty machine", "wasted minutes per ready",
