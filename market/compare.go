@@ -102,7 +102,7 @@ func Compare(cfg Config) Report {
 
 // run is run of strategy name in m, started runGap after the one before;
 // hosts are Berth's records in this market.
-func (m *Market) run(name string, run int, p *berth.Pool, hosts map[int64]*berth.HostRecord) runResult {
+func (m *marketplace) run(name string, run int, p *berth.Pool, hosts map[int64]*berth.HostRecord) runResult {
 	switch name {
 	case StrategySkyPilot:
 		return m.runSkyPilot(run, p)

@@ -115,9 +115,9 @@ type machine struct {
 	fault Fault
 }
 
-// Market is the marketplace of one seed: its machines, which come and
+// marketplace is the market of one seed: its machines, which come and
 // go between runs, and the boot of every rental.
-type Market struct {
+type marketplace struct {
 	seed     uint64
 	mix      Mix
 	machines []*machine
@@ -130,8 +130,8 @@ type Market struct {
 }
 
 // newMarket generates n machines from seed.
-func newMarket(seed uint64, n int, mix Mix) *Market {
-	m := &Market{seed: seed, mix: mix, nextID: 1001, listed: 0.5, listedBad: 0.8, churn: 0.02}
+func newMarket(seed uint64, n int, mix Mix) *marketplace {
+	m := &marketplace{seed: seed, mix: mix, nextID: 1001, listed: 0.5, listedBad: 0.8, churn: 0.02}
 	rng := m.rng(0, 0)
 	for range n {
 		m.machines = append(m.machines, m.newMachine(rng))
@@ -141,12 +141,12 @@ func newMarket(seed uint64, n int, mix Mix) *Market {
 
 // rng returns the random source for one purpose: the same (a, b) gives the
 // same numbers, so every strategy sees the same market.
-func (m *Market) rng(a, b uint64) *rand.Rand {
+func (m *marketplace) rng(a, b uint64) *rand.Rand {
 	return rand.New(rand.NewPCG(m.seed, a<<32^b))
 }
 
 // newMachine draws a machine and its fault.
-func (m *Market) newMachine(rng *rand.Rand) *machine {
+func (m *marketplace) newMachine(rng *rand.Rand) *machine {
 	id := m.nextID
 	m.nextID++
 	u := rng.Float64()
@@ -194,7 +194,7 @@ func (m *Market) newMachine(rng *rand.Rand) *machine {
 }
 
 // startRun replaces the machines that leave before run.
-func (m *Market) startRun(run int) {
+func (m *marketplace) startRun(run int) {
 	rng := m.rng(uint64(run)+1, 0)
 	for i := range m.machines {
 		if rng.Float64() < m.churn {
@@ -204,7 +204,7 @@ func (m *Market) startRun(run int) {
 }
 
 // offers returns run's listing: the machines listed in it, by machine id.
-func (m *Market) offers(run int) []*machine {
+func (m *marketplace) offers(run int) []*machine {
 	var out []*machine
 	for _, mc := range m.machines {
 		p := m.listed
@@ -220,7 +220,7 @@ func (m *Market) offers(run int) []*machine {
 
 // search returns the offers of run's listing that q selects, cheapest
 // first, at most q.Limit.
-func (m *Market) search(run int, q cloud.OfferQuery) []cloud.Offer {
+func (m *marketplace) search(run int, q cloud.OfferQuery) []cloud.Offer {
 	var out []cloud.Offer
 	for _, mc := range m.offers(run) {
 		o := mc.offer
@@ -239,7 +239,7 @@ func (m *Market) search(run int, q cloud.OfferQuery) []cloud.Offer {
 }
 
 // fault returns the fault of machine id (a machine of the market).
-func (m *Market) fault(id int64) Fault {
+func (m *marketplace) fault(id int64) Fault {
 	for _, mc := range m.machines {
 		if mc.offer.MachineID == id {
 			return mc.fault
@@ -268,7 +268,7 @@ type boot struct {
 
 // bootOf draws the boot of machine id in run: the same for every
 // strategy that rents it then.
-func (m *Market) bootOf(run int, id int64) boot {
+func (m *marketplace) bootOf(run int, id int64) boot {
 	rng := m.rng(uint64(run)+1, uint64(id)<<1|1)
 	logNormal := func(median time.Duration, sigma float64, limit time.Duration) time.Duration {
 		return min(time.Duration(float64(median)*math.Exp(sigma*rng.NormFloat64())), limit).Round(time.Second)

@@ -58,12 +58,12 @@ func TestEveryMachineBadNothingIsReady(t *testing.T) {
 
 // twoMachines is a market of a cheap machine with fault and a dearer
 // sound one, both always listed.
-func twoMachines(fault Fault) *Market {
+func twoMachines(fault Fault) *marketplace {
 	offer := func(id int64, price float64) cloud.Offer {
 		return cloud.Offer{ID: id * 10, MachineID: id, GPUName: gpuName, NumGPUs: 1, PricePerHour: price, Reliability: 0.99,
 			Verified: true, DirectPorts: 2, InetDownMbps: 500, CUDAMaxGood: 12.4, DriverVersion: "550.120", Score: 99 / price}
 	}
-	return &Market{seed: 1, listed: 1, listedBad: 1, machines: []*machine{
+	return &marketplace{seed: 1, listed: 1, listedBad: 1, machines: []*machine{
 		{offer: offer(1, 0.30), fault: fault},
 		{offer: offer(2, 0.50)},
 	}}

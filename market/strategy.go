@@ -174,7 +174,7 @@ func pool(s berth.Strictness) *berth.Pool {
 // Berth does: Query with the pool's strictness, Rank by the host records
 // in hosts (kept across runs), the best offer, Record the outcome; the
 // machines that failed in this run are excluded from its next queries.
-func (m *Market) runBerth(run int, start time.Time, p *berth.Pool, hosts map[int64]*berth.HostRecord) runResult {
+func (m *marketplace) runBerth(run int, start time.Time, p *berth.Pool, hosts map[int64]*berth.HostRecord) runResult {
 	r := runResult{faults: map[Fault]int{}}
 	var exclude []int64
 	for range berthAttempts {
@@ -201,7 +201,7 @@ func (m *Market) runBerth(run int, start time.Time, p *berth.Pool, hosts map[int
 // runSkyPilot provisions one instance in run the way SkyPilot does: the
 // cheapest offer; when it fails, one replacement, the failed machine
 // excluded. Nothing is remembered across runs.
-func (m *Market) runSkyPilot(run int, p *berth.Pool) runResult {
+func (m *marketplace) runSkyPilot(run int, p *berth.Pool) runResult {
 	r := runResult{faults: map[Fault]int{}}
 	q := cloud.OfferQuery{GPUName: p.GPUType, GPUs: p.GPUs, MaxPricePerHour: p.MaxPrice}
 	for range skyPilotAttempts {
@@ -220,7 +220,7 @@ func (m *Market) runSkyPilot(run int, p *berth.Pool) runResult {
 // runDstack provisions one instance in run the way dstack does: up to 25
 // offers by the marketplace's score, in turn. Nothing is remembered
 // across runs.
-func (m *Market) runDstack(run int, p *berth.Pool) runResult {
+func (m *marketplace) runDstack(run int, p *berth.Pool) runResult {
 	r := runResult{faults: map[Fault]int{}}
 	offers := m.search(run, cloud.OfferQuery{GPUName: p.GPUType, GPUs: p.GPUs, MaxPricePerHour: p.MaxPrice})
 	slices.SortStableFunc(offers, func(a, b cloud.Offer) int { return cmp.Compare(b.Score, a.Score) })
