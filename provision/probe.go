@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -86,7 +87,7 @@ func run(ctx context.Context, client *ssh.Client, cmd string, timeout time.Durat
 		return 0, "", err
 	}
 	defer s.Close()
-	var out bytes.Buffer
+	var out lockedBuffer
 	s.Stdout, s.Stderr = &out, &out
 	done := make(chan error, 1)
 	go func() { done <- s.Run(cmd) }()
@@ -106,6 +107,25 @@ func run(ctx context.Context, client *ssh.Client, cmd string, timeout time.Durat
 		return exit.ExitStatus(), out.String(), nil
 	}
 	return 0, out.String(), runErr
+}
+
+// lockedBuffer is a buffer that stdout and stderr, copied by goroutines
+// of their own, may write at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // firstLine is the first line of s.

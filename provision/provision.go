@@ -206,6 +206,13 @@ func (p *Provisioner) release(id string) {
 	p.mu.Unlock()
 }
 
+// driven reports whether a Provision of this process drives instance id.
+func (p *Provisioner) driven(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.driving[id]
+}
+
 // claim marks instance id driven by the caller, and reports false when
 // another Provision drives it already.
 func (p *Provisioner) claim(id string) bool {
@@ -392,7 +399,11 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 		inst.ProviderID = ce.Contract
 		inst.LastError = ce.Error()
 		if ce.Contract != 0 {
-			err = p.destroy(ctx, inst, "", "the refused create still made contract "+fmt.Sprint(ce.Contract))
+			// The machine made a contract it would not start: its fault.
+			why := fmt.Sprintf("the refused create still made contract %d", ce.Contract)
+			if err = p.record(ctx, pool, inst, berth.FailureInfraFatal); err == nil {
+				err = p.destroy(ctx, inst, berth.FailureInfraFatal, why)
+			}
 		} else {
 			err = p.end(ctx, inst, berth.InstanceDestroyed, "", "create refused: "+ce.Error())
 		}
