@@ -32,7 +32,7 @@ const (
 )
 
 // ErrAuth is the cause of the error every call returns when Vast refuses
-// the API key (401).
+// the API key (401): a berth.Error, invalid, naming the field api_key.
 var ErrAuth = errors.New("vast refused the API key")
 
 // ErrRateLimited is the cause of the error an idempotent call returns when
@@ -81,8 +81,8 @@ func New(cfg Config) (*Client, error) {
 // Name returns "vast".
 func (c *Client) Name() string { return "vast" }
 
-// apiError is a non-2xx answer: its status and Vast's error fields. Body
-// is the text of a body that was not Vast's JSON (a plain-text 429).
+// apiError is a non-2xx answer: its status and Vast's error fields (msg
+// is the text of a body that was not Vast's JSON, a plain-text 429).
 type apiError struct {
 	method, path string
 	status       int
@@ -181,7 +181,9 @@ func (c *Client) check(method, path string, r *reply) error {
 	e := decodeError(method, path, r)
 	switch r.status {
 	case http.StatusUnauthorized:
-		return &berth.Error{Code: berth.ECodeUnauthorized, Message: fmt.Sprintf("vast %s %s: %s (check the pool's API key)", method, path, e.msg), Err: ErrAuth}
+		// Not ECodeUnauthorized: that would tell Berth's own caller that
+		// its token was refused. The pool's key is the field at fault.
+		return &berth.Error{Code: berth.ECodeInvalid, Field: "api_key", Message: fmt.Sprintf("vast %s %s: %s", method, path, e.msg), Err: ErrAuth}
 	case http.StatusTooManyRequests:
 		return fmt.Errorf("vast %s %s: still 429 after %d tries (%s): %w", method, path, tries, e.msg, ErrRateLimited)
 	}
@@ -313,8 +315,8 @@ func searchBody(q cloud.OfferQuery) (map[string]any, error) {
 // *cloud.CreateError: Unavailable for Vast's no_such_ask (404, 410),
 // Retryable with Contract 0 for a 429, and with the Contract the refusal
 // still made, if any. An error that is not a *cloud.CreateError (the
-// connection failed, a 5xx from a gateway) leaves it unknown whether an
-// instance was made: the caller lists by label before renting again.
+// connection failed, a 5xx without a contract) leaves it unknown whether
+// an instance was made: the caller lists by label before renting again.
 func (c *Client) Create(ctx context.Context, offerID int64, req cloud.CreateRequest) (int64, error) {
 	env := req.Env
 	if env == nil {
@@ -336,21 +338,21 @@ func (c *Client) Create(ctx context.Context, offerID int64, req cloud.CreateRequ
 	if r.status/100 == 2 && json.Unmarshal(r.body, &ok) == nil && ok.Success && ok.NewContract != 0 {
 		return ok.NewContract, nil
 	}
-	switch r.status {
-	case http.StatusUnauthorized:
+	if r.status == http.StatusUnauthorized {
 		return 0, c.check(http.MethodPut, path, r)
-	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusInternalServerError:
-		return 0, decodeError(http.MethodPut, path, r)
 	}
 	e := decodeError(http.MethodPut, path, r)
+	if r.status/100 == 5 && e.contract == 0 {
+		return 0, fmt.Errorf("%w (whether an instance was made is unknown: list by label before renting again)", e)
+	}
 	ce := &cloud.CreateError{Status: r.status, Code: e.code, Message: e.msg, Contract: e.contract}
 	switch {
 	case r.status == http.StatusTooManyRequests:
 		ce.Contract, ce.Retryable = 0, true
 	case e.code == "no_such_ask" || r.status == http.StatusNotFound || r.status == http.StatusGone:
 		ce.Unavailable = true
-	case r.status/100 == 2:
-		ce.Code, ce.Message = "no_contract", "the create answered without a new contract: "+strings.TrimSpace(string(r.body))
+	case ce.Code == "":
+		ce.Code = "no_contract"
 	}
 	return 0, ce
 }
