@@ -23,11 +23,13 @@ const EchoProbe = "echo " + echoMarker
 const echoMarker = "berth-probe-ok"
 
 // DefaultGPUCheck is the GPU sanity check run over SSH: nvidia-smi must
-// list the GPUs, and the CUDA driver library (libcuda) must be installed.
-// It runs under `set -euo pipefail`, so the first failing step fails it.
+// list the GPUs, and the dynamic linker's cache must name the CUDA driver
+// library (libcuda.so.1). It runs under `set -euo pipefail`, so the first
+// failing step fails it; grep reads ldconfig's whole output (no -q), so
+// that an early exit cannot fail the pipe with SIGPIPE.
 const DefaultGPUCheck = `set -euo pipefail
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-if ! ldconfig -p 2>/dev/null | grep 'libcuda\.so' >/dev/null; then echo 'libcuda.so cannot found' >&2; exit 1; fi`
+if ! ldconfig -p 2>/dev/null | grep 'libcuda\.so\.1' >/dev/null; then echo 'libcuda.so cannot found' >&2; exit 1; fi`
 
 // MaxProbeOutput is how much of a probe's output an instance record
 // keeps: the last MaxProbeOutput bytes.

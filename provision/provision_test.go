@@ -22,8 +22,11 @@ import (
 )
 
 // rig is a provisioner against the fake Vast API (vasttest) whose
-// machines are testHost's SSH servers, with a real SQLite store and a
-// fake clock that the provisioner's waits advance (no real sleeps).
+// machines are real (vasttest.SSHHost: a real sshd per instance, fake
+// nvidia-smi and libcuda, onstart run as a real process), with a real
+// SQLite store and a fake clock that the provisioner's waits advance (no
+// real sleeps). An instance's onstart "registers" its agent by writing a
+// file named for its host in the registry directory.
 type rig struct {
 	srv  *vasttest.Server
 	vast *vast.Client
@@ -37,13 +40,19 @@ type rig struct {
 
 func newRig(t *testing.T, machines int, faults map[int64]vasttest.Fault) *rig {
 	t.Helper()
+	if _, err := os.Stat(vasttest.SSHD); err != nil {
+		t.Skipf("needs OpenSSH's sshd at %s (apt-get install openssh-server; .ci/run installs it): %v", vasttest.SSHD, err)
+	}
 	ctx := context.Background()
-	r := &rig{clk: fakeclock.New(time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)), reg: &testRegistry{}, data: t.TempDir()}
-	r.srv = vasttest.New(vasttest.Options{Machines: machines, Faults: faults, Host: newTestHost(t, r.reg),
+	r := &rig{clk: fakeclock.New(time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)), reg: &testRegistry{dir: t.TempDir()}, data: t.TempDir()}
+	host, err := vasttest.NewSSHHost(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = vasttest.New(vasttest.Options{Machines: machines, Faults: faults, Host: host,
 		Clock: r.clk.Now, Stage: 5 * time.Second, VanishAfter: time.Hour})
 	ts := httptest.NewServer(r.srv)
 	t.Cleanup(func() { ts.Close(); r.srv.Close() })
-	var err error
 	r.vast, err = vast.New(vast.Config{URL: ts.URL + vasttest.BasePath, APIKey: vasttest.DefaultAPIKey, Backoff: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -73,9 +82,9 @@ func (r *rig) provisioner(t *testing.T) *Provisioner {
 	return &Provisioner{Provider: r.vast, Store: r.st, Signer: signer, Registry: r.reg,
 		Request: func(pool *berth.Pool, inst *berth.Instance) cloud.CreateRequest {
 			return cloud.CreateRequest{Image: pool.Image, DiskGB: 32, Env: map[string]string{"BERTH_HOST": inst.WorkerHost},
-				Onstart: "berth agent --host " + inst.WorkerHost}
+				Onstart: "touch " + filepath.Join(r.reg.dir, inst.WorkerHost)}
 		},
-		Secrets: []string{"550.54.15"}, Poll: 5 * time.Second, DialTimeout: 5 * time.Second,
+		Secrets: []string{vasttest.DefaultGPUs.Driver}, Poll: 5 * time.Second, DialTimeout: 5 * time.Second,
 		Now: r.clk.Now, Sleep: func(ctx context.Context, d time.Duration) error { r.clk.Advance(d); return ctx.Err() }}
 }
 
@@ -161,7 +170,7 @@ func TestProvisionHappyPath(t *testing.T) {
 	if got := r.creates(); len(got) != 1 {
 		t.Errorf("creates = %v, want one", got)
 	}
-	if !r.reg.Registered(inst.WorkerHost) || inst.WorkerHost != Label(inst.ID) {
+	if inst.WorkerHost != Label(inst.ID) {
 		t.Errorf("worker host %q not the registered label", inst.WorkerHost)
 	}
 	var gpu *berth.Probe
@@ -377,7 +386,7 @@ func TestProvisionRestartAdoptsWithoutDuplicating(t *testing.T) {
 			if len(is) != 1 || is[0].Phase != stop {
 				t.Fatalf("after the stop: %d instances, want one, %s", len(is), stop)
 			}
-			r.reg.register(is[0].WorkerHost) // its agent registers meanwhile
+			r.reg.register(t, is[0].WorkerHost) // its agent registers meanwhile
 			inst, err := r.provisioner(t).Provision(context.Background(), r.pool)
 			if err != nil {
 				t.Fatal(err)
@@ -406,7 +415,8 @@ func TestProvisionRestartWhileCreatingAdoptsByLabel(t *testing.T) {
 	if err := r.st.PutInstance(ctx, inst); err != nil {
 		t.Fatal(err)
 	}
-	req := cloud.CreateRequest{Image: r.pool.Image, DiskGB: 32, Label: Label(inst.ID), Env: map[string]string{"BERTH_HOST": inst.WorkerHost}, Onstart: "berth agent"}
+	req := cloud.CreateRequest{Image: r.pool.Image, DiskGB: 32, Label: Label(inst.ID), Env: map[string]string{"BERTH_HOST": inst.WorkerHost},
+		Onstart: "touch " + filepath.Join(r.reg.dir, inst.WorkerHost)}
 	if _, err := r.vast.Create(ctx, inst.OfferID, req); err != nil {
 		t.Fatal(err)
 	}
@@ -453,5 +463,22 @@ func TestReconcileVanished(t *testing.T) {
 	}
 	if h := r.host(t, inst.MachineID); h == nil || h.Failures[berth.FailureInfraFatal] != 1 {
 		t.Errorf("host record %+v, want the vanish counted", h)
+	}
+}
+
+// testRegistry is the server's side of registration: a host's agent has
+// registered once the file dir/host exists.
+type testRegistry struct{ dir string }
+
+// Registered reports whether host's agent registered.
+func (r *testRegistry) Registered(host string) bool {
+	_, err := os.Stat(filepath.Join(r.dir, host))
+	return err == nil
+}
+
+// register registers host's agent.
+func (r *testRegistry) register(t *testing.T, host string) {
+	if err := os.WriteFile(filepath.Join(r.dir, host), nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
