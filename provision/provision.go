@@ -61,7 +61,8 @@ type Provisioner struct {
 	// Signer authenticates the SSH probes: the key EnsureSSHKey
 	// registered with the provider's account.
 	Signer ssh.Signer
-	// Registry tells when an instance's agent has registered.
+	// Registry tells when an instance's agent has registered; nil: an
+	// instance is ready once its GPU check passes.
 	Registry Registry
 	// Request returns what instance inst of pool is created with (image,
 	// disk, env, the onstart that starts berth agent --host

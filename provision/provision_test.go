@@ -2,6 +2,8 @@ package provision
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"net/http/httptest"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/internal/fakeclock"
 	"github.com/berth-dev/berth/sqlite"
 	"github.com/berth-dev/berth/store"
+	"golang.org/x/crypto/ssh"
 )
 
 // rig is a provisioner against the fake Vast API (vasttest) whose
@@ -480,5 +483,84 @@ func (r *testRegistry) Registered(host string) bool {
 func (r *testRegistry) register(t *testing.T, host string) {
 	if err := os.WriteFile(filepath.Join(r.dir, host), nil, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestProvisionPreserveOnFailureKeepsTheFailedInstance(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 3, map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultCDI})
+	r.pool.PreserveOnFailure = true
+	inst, err := r.p.Provision(context.Background(), r.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst.MachineID != vasttest.FirstMachine+1 || inst.Phase != berth.InstanceReady {
+		t.Fatalf("instance = %+v, want ready on the next machine", inst)
+	}
+	bad := r.instances(t)[0]
+	if bad.Phase != berth.InstanceFailed || bad.Failure != berth.FailureInfraFatal || !bad.Live() {
+		t.Errorf("failed instance = %+v, want kept failed, infra-fatal", bad)
+	}
+	if live := r.srv.Live(); len(live) != 2 {
+		t.Errorf("live at the provider = %+v, want the preserved one and the ready one", live)
+	}
+	if h := r.host(t, vasttest.FirstMachine); h == nil || cloud.Usable(h, r.clk.Now()) {
+		t.Errorf("host record %+v, want quarantined all the same", h)
+	}
+}
+
+func TestHostKeyPinnedAtFirstSight(t *testing.T) {
+	t.Parallel()
+	p := &Provisioner{}
+	p.init()
+	key := func() ssh.PublicKey {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ssh.NewSignerFromKey(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.PublicKey()
+	}
+	a, b := key(), key()
+	cb := p.hostKeyCallback("i1")
+	if err := cb("h", nil, a); err != nil {
+		t.Fatalf("first sight: %v", err)
+	}
+	if err := cb("h", nil, a); err != nil {
+		t.Errorf("the pinned key again: %v", err)
+	}
+	if err := cb("h", nil, b); !errors.Is(err, errHostKeyChanged) || classifySSH(err) != berth.FailureInfraFatal {
+		t.Errorf("another key: %v, want errHostKeyChanged, infra-fatal", err)
+	}
+	if err := p.hostKeyCallback("i2")(("h"), nil, b); err != nil {
+		t.Errorf("another instance's first key: %v", err)
+	}
+}
+
+func TestLoadOrCreateKeyOnce(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "data")
+	s1, pub1, err := LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, pub2, err := LoadOrCreateKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pub1 != pub2 || string(s1.PublicKey().Marshal()) != string(s2.PublicKey().Marshal()) || s1.PublicKey().Type() != ssh.KeyAlgoED25519 {
+		t.Errorf("keys %q then %q: want one ed25519 key, kept", pub1, pub2)
+	}
+	if err := os.WriteFile(filepath.Join(dir, KeyFile), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := LoadOrCreateKey(dir); err == nil || !strings.Contains(err.Error(), KeyFile) {
+		t.Errorf("a broken key file: %v, want an error naming it", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, KeyFile)); string(b) != "garbage" {
+		t.Error("a broken key file was replaced")
 	}
 }
