@@ -369,8 +369,9 @@ func (p *Provisioner) endCreate(id int64) {
 }
 
 // createOn creates an instance of pool on offer o, once: nil, nil when
-// the offer was refused (it is gone, or the refusal's contract was
-// destroyed).
+// the offer was refused for the offer's or the machine's sake (it is
+// gone, or the refusal's contract was destroyed); an error when it was
+// refused for the request's.
 func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Offer) (*berth.Instance, error) {
 	now := p.Now().UTC()
 	id := p.ids.New(now)
@@ -409,6 +410,11 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 			err = p.end(ctx, inst, berth.InstanceDestroyed, "", "create refused: "+ce.Error())
 		}
 		p.release(id)
+		if err == nil && ce.Contract == 0 && !ce.Unavailable {
+			// Refused for the request's sake (bad arguments, rate
+			// limited): another offer would be refused the same way.
+			err = fmt.Errorf("provision: create on offer %d: %w", o.ID, ce)
+		}
 		return nil, err
 	}
 	// The answer was lost: the create may have been made. Never retry

@@ -564,3 +564,20 @@ func TestLoadOrCreateKeyOnce(t *testing.T) {
 		t.Error("a broken key file was replaced")
 	}
 }
+
+func TestProvisionRequestRefusedStopsAtOnce(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 3, nil)
+	r.pool.Image = "" // the fake refuses it: 400 invalid_args
+	inst, err := r.p.Provision(context.Background(), r.pool)
+	var ce *cloud.CreateError
+	if inst != nil || !errors.As(err, &ce) || ce.Code != "invalid_args" {
+		t.Fatalf("Provision = %+v, %v; want the create's refusal", inst, err)
+	}
+	if got := r.creates(); len(got) != 1 {
+		t.Errorf("creates = %v, want one: every offer would refuse the same request", got)
+	}
+	if is := r.instances(t); len(is) != 1 || is[0].Phase != berth.InstanceDestroyed || len(r.srv.Live()) != 0 {
+		t.Errorf("instances %+v, live %+v: want the one record ended, nothing billed", is, r.srv.Live())
+	}
+}
