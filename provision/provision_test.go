@@ -581,3 +581,42 @@ func TestProvisionRequestRefusedStopsAtOnce(t *testing.T) {
 		t.Errorf("instances %+v, live %+v: want the one record ended, nothing billed", is, r.srv.Live())
 	}
 }
+
+// failingDestroy is a provider whose first destroy fails.
+type failingDestroy struct {
+	cloud.Provider
+	once sync.Once
+}
+
+func (f *failingDestroy) Destroy(ctx context.Context, id int64) error {
+	var err error
+	f.once.Do(func() { err = errors.New("dial tcp 127.0.0.1:1: connect: connection refused") })
+	if err != nil {
+		return err
+	}
+	return f.Provider.Destroy(ctx, id)
+}
+
+func TestReconcileDestroysWhatFailedToBeGivenBack(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 2, map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultCDI})
+	r.p.Provider = &failingDestroy{Provider: r.vast}
+	ctx := context.Background()
+	if _, err := r.p.Provision(ctx, r.pool); err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("Provision = %v, want the destroy's error", err)
+	}
+	is := r.instances(t)
+	if len(is) != 1 || is[0].Phase != berth.InstanceFailed || len(r.srv.Live()) != 1 {
+		t.Fatalf("instances %+v, live %+v: want one failed, still billed", is, r.srv.Live())
+	}
+	if gone, err := r.p.Reconcile(ctx); err != nil || len(gone) != 0 {
+		t.Fatalf("Reconcile = %v, %v", gone, err)
+	}
+	stored, err := r.st.Instance(ctx, is[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Phase != berth.InstanceDestroyed || stored.Failure != berth.FailureInfraFatal || len(r.srv.Live()) != 0 {
+		t.Errorf("after Reconcile: %+v, live %+v; want destroyed, its failure kept, nothing billed", stored, r.srv.Live())
+	}
+}

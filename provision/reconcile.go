@@ -14,8 +14,10 @@ import (
 // record counts an infra-fatal failure, and Gone is told, so that the
 // work of its agent goes back to the queue. Records still creating (no
 // contract yet) and those a Provision is driving are left to Provision,
-// which sees a vanished instance itself. It returns the instances it
-// found gone.
+// which sees a vanished instance itself. An instance being given back
+// whose destroy did not go through (failed, in a pool that does not
+// preserve failed instances, or draining) is destroyed again. It returns
+// the instances it found gone.
 func (p *Provisioner) Reconcile(ctx context.Context) ([]*berth.Instance, error) {
 	p.init()
 	pools, err := p.Store.Pools(ctx)
@@ -40,6 +42,12 @@ func (p *Provisioner) Reconcile(ctx context.Context) ([]*berth.Instance, error) 
 	}
 	var gone []*berth.Instance
 	for _, inst := range live {
+		if p.giveBack(inst, byName[inst.Pool]) && have[inst.ProviderID] && !p.driven(inst.ID) {
+			if err := p.destroy(ctx, inst, "", "given back again: "+inst.LastError); err != nil {
+				return gone, err
+			}
+			continue
+		}
 		if inst.ProviderID == 0 || inst.Phase == berth.InstanceCreating || have[inst.ProviderID] || p.driven(inst.ID) {
 			continue
 		}
@@ -62,4 +70,16 @@ func (p *Provisioner) Reconcile(ctx context.Context) ([]*berth.Instance, error) 
 		gone = append(gone, inst)
 	}
 	return gone, nil
+}
+
+// giveBack reports whether inst, of pool (nil: deleted), is on its way
+// out: draining, or failed where failed instances are not kept.
+func (p *Provisioner) giveBack(inst *berth.Instance, pool *berth.Pool) bool {
+	switch inst.Phase {
+	case berth.InstanceDraining:
+		return true
+	case berth.InstanceFailed:
+		return pool == nil || !pool.PreserveOnFailure
+	}
+	return false
 }
