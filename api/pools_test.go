@@ -415,8 +415,11 @@ func TestProvisionEndpoint(t *testing.T) {
 	var got *berth.Pool
 	s.pools.Provisioner = provisionFunc(func(ctx context.Context, pool *berth.Pool) (*berth.Instance, error) {
 		got = pool
-		if pool.MaxInstances == 1 {
+		switch pool.MaxInstances {
+		case 1:
 			return nil, berth.Errorf(berth.ECodeConflict, "pool %s is at its cap", pool.Name)
+		case 2:
+			return nil, errors.New("instance i-8: infra_fatal: unresolvable CDI device")
 		}
 		return &berth.Instance{ID: "i-9", Pool: pool.Name, Phase: berth.InstanceFailed, Failure: berth.FailureInfraFatal},
 			errors.New("Permission denied (publickey)")
@@ -440,6 +443,14 @@ func TestProvisionEndpoint(t *testing.T) {
 	}
 	if status, _, data := s.do("POST", "/api/v1/pools/rent/provision", ""); status != http.StatusConflict {
 		t.Errorf("provision that made no instance: %d %s, want the provisioner's error", status, data)
+	}
+	b["max_instances"] = 2
+	if status, _, data := s.do("PUT", "/api/v1/pools/rent", body(t, b)); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, data)
+	}
+	if status, _, data := s.do("POST", "/api/v1/pools/rent/provision", ""); status != http.StatusServiceUnavailable ||
+		!bytes.Contains(data, []byte("no instance became ready: instance i-8: infra_fatal: unresolvable CDI device")) {
+		t.Errorf("provision whose every offer failed: %d %s, want 503 saying why", status, data)
 	}
 	if !bytes.Contains(s.auditLog(), []byte(`"pool.provision"`)) {
 		t.Error("provision not audited")
