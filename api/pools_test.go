@@ -49,8 +49,12 @@ func startPoolServer(t *testing.T) *poolServer {
 	s := &server{t: t, url: hs.URL, ctl: ctl, st: st, sec: sec}
 	s.token = apitest.Token(t, sec, "root", auth.RoleAdmin, "")
 	tokens := map[auth.Role]string{auth.RoleAdmin: s.token}
-	for _, role := range []auth.Role{auth.RoleOperator, auth.RoleUser, auth.RoleViewer} {
-		tokens[role] = apitest.Token(t, sec, "someone-"+string(role), role, "")
+	for _, role := range []auth.Role{auth.RoleOperator, auth.RoleUser, auth.RoleViewer, auth.RolePeer, auth.RoleAgent} {
+		worker := ""
+		if role == auth.RoleAgent {
+			worker = "host-1"
+		}
+		tokens[role] = apitest.Token(t, sec, "someone-"+string(role), role, worker)
 	}
 	return &poolServer{server: s, pools: h.Pools, auditPath: auditPath, tokens: tokens}
 }
@@ -263,8 +267,8 @@ func TestPoolSetGetDelete(t *testing.T) {
 	}
 }
 
-// Users and viewers may not read or change pools, instances or hosts;
-// operators may.
+// Users, viewers, peers and agents may not read or change pools,
+// instances or hosts; operators may.
 func TestPoolRoles(t *testing.T) {
 	t.Parallel()
 	s := startPoolServer(t)
@@ -282,7 +286,7 @@ func TestPoolRoles(t *testing.T) {
 		{"POST", "/api/v1/hosts/1001/unblock", ""},
 		{"DELETE", "/api/v1/hosts", ""},
 	} {
-		for _, role := range []auth.Role{auth.RoleUser, auth.RoleViewer} {
+		for _, role := range []auth.Role{auth.RoleUser, auth.RoleViewer, auth.RolePeer, auth.RoleAgent} {
 			if status, _, data := s.doAuth(tc.method, tc.path, tc.body, s.tokens[role]); status != http.StatusForbidden {
 				t.Errorf("%s %s as %s: %d %s, want 403", tc.method, tc.path, role, status, data)
 			}
