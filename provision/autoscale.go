@@ -1,0 +1,573 @@
+// Package provision rents a cloud pool's instances and gives them back:
+// the autoscaler (autoscale.go) decides, per pool and tick, how many to
+// rent for the jobs waiting and which idle ones to give back.
+package provision
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/scheduler"
+	"github.com/berth-dev/berth/store"
+)
+
+// Renter rents one instance of a pool through every phase and gives
+// instances back (the provisioner).
+type Renter interface {
+	// Provision rents one instance of pool and returns it once ready, or
+	// the error that ended it. The pool it is given has MaxPrice set to
+	// what this one instance may cost per hour at most: the pool's cap
+	// less what its other instances cost, shared among the rentals the
+	// autoscaler starts together.
+	Provision(ctx context.Context, pool *berth.Pool) (*berth.Instance, error)
+	// Destroy gives inst back, recording reason on it.
+	Destroy(ctx context.Context, inst *berth.Instance, reason string) error
+}
+
+// View is what the autoscaler reads from the controller and tells it;
+// *controller.Controller is one.
+type View interface {
+	PendingDemand(ctx context.Context, waitedBefore time.Time) (*controller.PoolView, error)
+	RecordPoolEvent(ctx context.Context, e berth.Event) error
+}
+
+// Pools is the store the autoscaler reads pools and instances from.
+type Pools interface {
+	Pools(ctx context.Context) ([]*berth.Pool, error)
+	Instances(ctx context.Context, f store.InstanceFilter) ([]*berth.Instance, error)
+}
+
+// DefaultScaleAfter is how long jobs wait before a pool rents for them.
+const DefaultScaleAfter = 30 * time.Second
+
+// Decision is what a pool's autoscaler does in one tick.
+type Decision struct {
+	// Rent is how many instances to rent now, each for at most PriceEach
+	// $/h (0: the pool has no price cap).
+	Rent      int
+	PriceEach float64
+	// Wanted is how many more instances the waiting jobs want, counting
+	// those starting and idle; Reason says which jobs.
+	Wanted int
+	Reason string
+	// Capped says why fewer than Wanted are rented; "" when none are
+	// held back.
+	Capped string
+	// Destroy lists the instances to give back, idle past the pool's
+	// timeout.
+	Destroy []Release
+}
+
+// Release is an instance to give back and why.
+type Release struct {
+	Instance *berth.Instance
+	Reason   string
+}
+
+// Worker is the largest machine pool p can rent, as the scheduler sees
+// it: p.GPUs GPUs of p.GPUType (their memory unknown, so 0), serving p's
+// queues with p's labels; its CPUs and memory, unknown until rented, do
+// not limit.
+func Worker(p *berth.Pool) *scheduler.Worker {
+	w := &scheduler.Worker{ID: "pool/" + p.Name, Host: "pool/" + p.Name, Queues: p.Queues, Labels: p.Labels,
+		CPUs: math.MaxInt32, Memory: math.MaxInt64}
+	for i := range p.GPUs {
+		w.GPUs = append(w.GPUs, berth.GPU{Index: i, Model: p.GPUType})
+	}
+	return w
+}
+
+// supplies reports whether an instance of pool p (its Worker w) can run
+// the jobs of demand d: they ask for GPUs, of a type it has and no more
+// than it has, in a queue it serves, with labels it carries, pinned to
+// no host.
+func supplies(p *berth.Pool, w *scheduler.Worker, d *controller.Demand) bool {
+	if d.Resources.GPUs < 1 || d.Constraints.Host != "" {
+		return false
+	}
+	if len(p.Queues) > 0 && !contains(p.Queues, d.Queue) {
+		return false
+	}
+	for k, v := range d.Constraints.Labels {
+		if got, ok := p.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	one := func(yield func(*scheduler.Worker) bool) { yield(w) }
+	return scheduler.NeverFits(one, &d.Resources, 1) == nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// starting reports whether inst is on its way to ready.
+func starting(inst *berth.Instance) bool {
+	switch inst.Phase {
+	case berth.InstanceReady, berth.InstanceDraining, berth.InstanceFailed, berth.InstanceDestroyed:
+		return false
+	}
+	return true
+}
+
+// Decide is the autoscaler's decision for pool p at now: demand is the
+// jobs that have waited past the scale-up threshold (by shape), instances
+// the pool's live instances (those being rented and not yet stored
+// included, with their price ceiling as PricePerH and no ID), and idle
+// the hosts whose workers hold no attempt, with since when.
+//
+// It rents for the waiting jobs the pool can supply as many instances as
+// they need (a gang's members one each, other jobs as many to an
+// instance as its GPUs allow), less those starting and those ready and
+// idle; never more than MaxInstances live nor, when MaxPrice is set, more
+// than it per hour over every live instance: each rental may cost the
+// headroom shared among the rentals, and with a price known from the
+// pool's instances no more are started than the headroom pays for at that
+// price (one at a time while none is known). It gives back the ready
+// instances idle past IdleTimeout (0: never).
+func Decide(p *berth.Pool, demand []controller.Demand, instances []*berth.Instance, idle map[string]time.Time, now time.Time) Decision {
+	var d Decision
+	idleTimeout := time.Duration(p.IdleTimeout)
+	live, spend, cheapest, start, ready := 0, 0.0, 0.0, 0, 0
+	for _, inst := range instances {
+		if !inst.Live() {
+			continue
+		}
+		live++
+		spend += inst.PricePerH
+		if inst.ID != "" && inst.PricePerH > 0 && (cheapest == 0 || inst.PricePerH < cheapest) {
+			cheapest = inst.PricePerH
+		}
+		switch {
+		case starting(inst):
+			start++
+		case inst.Phase == berth.InstanceReady:
+			since, ok := idle[inst.WorkerHost]
+			if !ok || inst.WorkerHost == "" {
+				continue
+			}
+			if inst.ReadyAt.After(since) {
+				since = inst.ReadyAt
+			}
+			if idleFor := now.Sub(since); idleTimeout > 0 && idleFor >= idleTimeout {
+				d.Destroy = append(d.Destroy, Release{inst, fmt.Sprintf("idle for %s (idle timeout %s)", idleFor.Round(time.Second), idleTimeout)})
+				continue
+			}
+			ready++
+		}
+	}
+	w := Worker(p)
+	need, jobs := 0, 0
+	var what []string
+	for i := range demand {
+		dm := &demand[i]
+		if !supplies(p, w, dm) {
+			continue
+		}
+		jobs += dm.Jobs
+		if dm.Nodes > 1 {
+			need += dm.Jobs * dm.Nodes
+		} else {
+			per := max(p.GPUs/dm.Resources.GPUs, 1)
+			need += (dm.Jobs + per - 1) / per
+		}
+		what = append(what, fmt.Sprintf("%d × %s (queue %s, waiting since %s)", dm.Jobs, shapeText(dm), dm.Queue, dm.Since.UTC().Format(time.RFC3339)))
+	}
+	if need == 0 {
+		return d
+	}
+	d.Wanted = need - start - ready
+	if d.Wanted <= 0 {
+		return d
+	}
+	d.Reason = fmt.Sprintf("%d waiting jobs want %d instances (%d starting, %d ready and idle): %s", jobs, need, start, ready, strings.Join(what, "; "))
+	n := min(d.Wanted, max(p.MaxInstances-live, 0))
+	var capped []string
+	if n < d.Wanted {
+		capped = append(capped, fmt.Sprintf("max instances %d (%d live)", p.MaxInstances, live))
+	}
+	if p.MaxPrice > 0 {
+		headroom := p.MaxPrice - spend
+		byPrice := 1
+		switch {
+		case headroom <= 0:
+			byPrice = 0
+		case cheapest > 0:
+			byPrice = int(headroom / cheapest)
+		}
+		if byPrice < n {
+			n = byPrice
+			capped = append(capped, fmt.Sprintf("max $%.2f/h (live instances cost $%.2f/h)", p.MaxPrice, spend))
+		}
+		if n > 0 {
+			d.PriceEach = headroom / float64(n)
+		}
+	}
+	d.Rent = n
+	if len(capped) > 0 {
+		d.Capped = fmt.Sprintf("%d more instances wanted, %d rented: %s", d.Wanted, n, strings.Join(capped, "; "))
+	}
+	return d
+}
+
+// shapeText is a demand's resources as an event says them.
+func shapeText(d *controller.Demand) string {
+	s := fmt.Sprintf("%d GPU", d.Resources.GPUs)
+	if d.Resources.GPUType != "" {
+		s += " " + d.Resources.GPUType
+	}
+	if d.Nodes > 1 {
+		s += fmt.Sprintf(" on %d nodes", d.Nodes)
+	}
+	return s
+}
+
+// Config configures an Autoscaler.
+type Config struct {
+	Pools Pools
+	View  View
+	// Renter returns the renter of pool p (its provider and the
+	// provisioner); it is asked again when p changes.
+	Renter func(p *berth.Pool) (Renter, error)
+	// ScaleAfter is how long jobs wait before a pool rents for them
+	// (DefaultScaleAfter when 0).
+	ScaleAfter time.Duration
+	// Tick is how often every pool is looked at (5s when 0).
+	Tick time.Duration
+	// DryRun emits what would be rented, and given back, without renting
+	// or destroying anything, for every pool; Pool.DryRun does so for one.
+	DryRun bool
+	Log    *slog.Logger
+	Now    func() time.Time
+}
+
+// Autoscaler runs Decide for every pool each tick and carries it out:
+// rentals run in the background, each decision is an event with its
+// reason (pool.scale_up, pool.scale_down, pool.capped). It also tells the
+// controller what the pools could rent (Reach, for SetRentable).
+type Autoscaler struct {
+	cfg   Config
+	reach atomic.Pointer[[]*scheduler.Worker]
+
+	// Loop only.
+	idleSince map[string]time.Time // host → since when it was seen idle
+	said      map[string]string    // pool → the last capped or dry-run event's reason, not repeated
+	renters   map[string]pooled
+
+	mu         sync.Mutex
+	renting    map[string][]float64 // pool → price ceilings of the rentals in flight
+	destroying map[string]bool      // instance ids being given back
+	wg         sync.WaitGroup
+}
+
+type pooled struct {
+	updated time.Time
+	r       Renter
+}
+
+// New returns an autoscaler; it does nothing until Run or Tick.
+func New(cfg Config) *Autoscaler {
+	if cfg.ScaleAfter <= 0 {
+		cfg.ScaleAfter = DefaultScaleAfter
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = 5 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	a := &Autoscaler{cfg: cfg, idleSince: map[string]time.Time{}, said: map[string]string{}, renters: map[string]pooled{},
+		renting: map[string][]float64{}, destroying: map[string]bool{}}
+	a.reach.Store(&[]*scheduler.Worker{})
+	return a
+}
+
+// Reach yields, for each pool as last read, its Worker once for each
+// instance it may have (controller.Rentable). Safe for concurrent use.
+func (a *Autoscaler) Reach() iter.Seq[*scheduler.Worker] {
+	ws := *a.reach.Load()
+	return func(yield func(*scheduler.Worker) bool) {
+		for _, w := range ws {
+			if !yield(w) {
+				return
+			}
+		}
+	}
+}
+
+// Load reads the pools and refreshes what Reach yields.
+func (a *Autoscaler) Load(ctx context.Context) ([]*berth.Pool, error) {
+	pools, err := a.cfg.Pools.Pools(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("autoscaler: read pools: %w", err)
+	}
+	var ws []*scheduler.Worker
+	for _, p := range pools {
+		w := Worker(p)
+		for range max(p.MaxInstances, 1) {
+			ws = append(ws, w)
+		}
+	}
+	a.reach.Store(&ws)
+	return pools, nil
+}
+
+// Run ticks until ctx is done, then waits for the rentals and releases
+// under way (which end with ctx).
+func (a *Autoscaler) Run(ctx context.Context) {
+	t := time.NewTicker(a.cfg.Tick)
+	defer t.Stop()
+	for {
+		if err := a.Tick(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Log.Warn("autoscaler tick", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			a.Wait()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Wait waits for the rentals and releases under way.
+func (a *Autoscaler) Wait() { a.wg.Wait() }
+
+// Tick decides once for every pool and starts what it decides.
+func (a *Autoscaler) Tick(ctx context.Context) error {
+	pools, err := a.Load(ctx)
+	if err != nil || len(pools) == 0 {
+		return err
+	}
+	now := a.cfg.Now()
+	view, err := a.cfg.View.PendingDemand(ctx, now.Add(-a.cfg.ScaleAfter))
+	if err != nil {
+		return fmt.Errorf("autoscaler: pending demand: %w", err)
+	}
+	idle := a.idle(view, now)
+	live, err := a.cfg.Pools.Instances(ctx, store.InstanceFilter{Live: true})
+	if err != nil {
+		return fmt.Errorf("autoscaler: read instances: %w", err)
+	}
+	byPool := map[string][]*berth.Instance{}
+	for _, inst := range live {
+		byPool[inst.Pool] = append(byPool[inst.Pool], inst)
+	}
+	for _, p := range pools {
+		insts := a.withRentals(p.Name, byPool[p.Name])
+		d := Decide(p, view.Demand, insts, idle, now)
+		if err := a.apply(ctx, p, d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idle returns the hosts with no attempt, with since when the autoscaler
+// has seen them so; a host it sees busy or no more forgets its time.
+func (a *Autoscaler) idle(view *controller.PoolView, now time.Time) map[string]time.Time {
+	seen := map[string]bool{}
+	for _, h := range view.Hosts {
+		if h.Running > 0 {
+			continue
+		}
+		seen[h.Host] = true
+		if _, ok := a.idleSince[h.Host]; !ok {
+			a.idleSince[h.Host] = now
+		}
+	}
+	for h := range a.idleSince {
+		if !seen[h] {
+			delete(a.idleSince, h)
+		}
+	}
+	out := make(map[string]time.Time, len(a.idleSince))
+	for h, t := range a.idleSince {
+		out[h] = t
+	}
+	return out
+}
+
+// withRentals adds to a pool's stored live instances the rentals in
+// flight that have no starting instance stored yet, each as an instance
+// priced at its ceiling (an unstored rental is counted until its record
+// shows), and leaves out those being given back from the idle ones.
+func (a *Autoscaler) withRentals(pool string, stored []*berth.Instance) []*berth.Instance {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*berth.Instance, 0, len(stored))
+	storedStarting := 0
+	for _, inst := range stored {
+		if a.destroying[inst.ID] {
+			c := *inst
+			c.Phase = berth.InstanceDraining // counted, billed, not idle supply
+			inst = &c
+		}
+		if starting(inst) {
+			storedStarting++
+		}
+		out = append(out, inst)
+	}
+	ceilings := a.renting[pool]
+	for _, c := range ceilings[min(storedStarting, len(ceilings)):] {
+		out = append(out, &berth.Instance{Pool: pool, Phase: berth.InstanceCreating, PricePerH: c})
+	}
+	return out
+}
+
+// dryRun reports whether p only says what it would do.
+func (a *Autoscaler) dryRun(p *berth.Pool) bool { return a.cfg.DryRun || p.DryRun }
+
+// apply carries out d for pool p: events, rentals and releases.
+func (a *Autoscaler) apply(ctx context.Context, p *berth.Pool, d Decision) error {
+	dry := a.dryRun(p)
+	for _, rel := range d.Destroy {
+		reason := rel.Reason
+		if dry {
+			reason = "dry run: would give back: " + reason
+			if a.said[p.Name+"/"+rel.Instance.ID] == reason {
+				continue
+			}
+			a.said[p.Name+"/"+rel.Instance.ID] = reason
+		}
+		if err := a.event(ctx, berth.Event{Type: berth.EventPoolScaleDown, Pool: p.Name, Instance: rel.Instance.ID, Host: rel.Instance.WorkerHost, Reason: reason}); err != nil {
+			return err
+		}
+		if !dry {
+			a.release(ctx, p, rel)
+		}
+	}
+	capped := d.Capped
+	if capped != "" && a.said[p.Name+"/capped"] != capped {
+		if err := a.event(ctx, berth.Event{Type: berth.EventPoolCapped, Pool: p.Name, Reason: capped + "; " + d.Reason}); err != nil {
+			return err
+		}
+	}
+	a.said[p.Name+"/capped"] = capped
+	if d.Rent == 0 {
+		delete(a.said, p.Name+"/dry")
+		return nil
+	}
+	price := "no price cap"
+	if d.PriceEach > 0 {
+		price = fmt.Sprintf("at most $%.2f/h each", d.PriceEach)
+	}
+	reason := fmt.Sprintf("renting %d %s × %d (%s): %s", d.Rent, p.GPUType, p.GPUs, price, d.Reason)
+	if dry {
+		reason = "dry run: would be " + reason
+		if a.said[p.Name+"/dry"] == reason {
+			return nil
+		}
+		a.said[p.Name+"/dry"] = reason
+	}
+	if err := a.event(ctx, berth.Event{Type: berth.EventPoolScaleUp, Pool: p.Name, Count: d.Rent, Reason: reason}); err != nil {
+		return err
+	}
+	if dry {
+		return nil
+	}
+	r, err := a.renter(p)
+	if err != nil {
+		a.cfg.Log.Warn("autoscaler: no renter", "pool", p.Name, "err", err)
+		return nil
+	}
+	for range d.Rent {
+		a.rent(ctx, r, p, d.PriceEach)
+	}
+	return nil
+}
+
+// event records e and logs it.
+func (a *Autoscaler) event(ctx context.Context, e berth.Event) error {
+	a.cfg.Log.Info("autoscaler", "event", e.Type, "pool", e.Pool, "instance", e.Instance, "count", e.Count, "reason", e.Reason)
+	if err := a.cfg.View.RecordPoolEvent(ctx, e); err != nil {
+		return fmt.Errorf("autoscaler: record %s: %w", e.Type, err)
+	}
+	return nil
+}
+
+// renter returns pool p's renter, made again when p has changed.
+func (a *Autoscaler) renter(p *berth.Pool) (Renter, error) {
+	if got, ok := a.renters[p.Name]; ok && got.updated.Equal(p.UpdatedAt) {
+		return got.r, nil
+	}
+	r, err := a.cfg.Renter(p)
+	if err != nil {
+		return nil, err
+	}
+	a.renters[p.Name] = pooled{p.UpdatedAt, r}
+	return r, nil
+}
+
+// rent starts one rental of p in the background, for at most price $/h
+// (0: no cap), counted in flight until it ends.
+func (a *Autoscaler) rent(ctx context.Context, r Renter, p *berth.Pool, price float64) {
+	a.mu.Lock()
+	a.renting[p.Name] = append(a.renting[p.Name], price)
+	a.mu.Unlock()
+	q := *p
+	q.MaxPrice = price
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		inst, err := r.Provision(ctx, &q)
+		a.mu.Lock()
+		fl := a.renting[p.Name]
+		for i, c := range fl {
+			if c == price {
+				a.renting[p.Name] = append(fl[:i:i], fl[i+1:]...)
+				break
+			}
+		}
+		a.mu.Unlock()
+		if err != nil {
+			a.cfg.Log.Warn("autoscaler: rental failed", "pool", p.Name, "err", err)
+			return
+		}
+		a.cfg.Log.Info("autoscaler: instance ready", "pool", p.Name, "instance", inst.ID, "host", inst.WorkerHost)
+	}()
+}
+
+// release gives rel's instance back in the background, once.
+func (a *Autoscaler) release(ctx context.Context, p *berth.Pool, rel Release) {
+	r, err := a.renter(p)
+	if err != nil {
+		a.cfg.Log.Warn("autoscaler: no renter", "pool", p.Name, "err", err)
+		return
+	}
+	id := rel.Instance.ID
+	a.mu.Lock()
+	if a.destroying[id] {
+		a.mu.Unlock()
+		return
+	}
+	a.destroying[id] = true
+	a.mu.Unlock()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		if err := r.Destroy(ctx, rel.Instance, rel.Reason); err != nil {
+			a.cfg.Log.Warn("autoscaler: give back failed", "pool", p.Name, "instance", id, "err", err)
+		}
+		a.mu.Lock()
+		delete(a.destroying, id)
+		a.mu.Unlock()
+	}()
+}
