@@ -24,10 +24,11 @@ import (
 // instances back (the provisioner).
 type Renter interface {
 	// Provision rents one instance of pool and returns it once ready, or
-	// the error that ended it. The pool it is given has MaxPrice set to
-	// what this one instance may cost per hour at most: the pool's cap
-	// less what its other instances cost, shared among the rentals the
-	// autoscaler starts together.
+	// the error that ended it. It stores the instance's record, with the
+	// offer's price, before it sends the create, and rents no offer that
+	// costs more than the pool's MaxPrice less what its live instances
+	// cost; the autoscaler starts the next rental of a pool only once the
+	// record of the one before is stored, so that this check sees it.
 	Provision(ctx context.Context, pool *berth.Pool) (*berth.Instance, error)
 	// Destroy gives inst back, recording reason on it.
 	Destroy(ctx context.Context, inst *berth.Instance, reason string) error
@@ -51,10 +52,13 @@ const DefaultScaleAfter = 30 * time.Second
 
 // Decision is what a pool's autoscaler does in one tick.
 type Decision struct {
-	// Rent is how many instances to rent now, each for at most PriceEach
-	// $/h (0: the pool has no price cap).
-	Rent      int
-	PriceEach float64
+	// Rent is how many instances to rent now: 0 or 1, one create at a
+	// time per pool, so that each rental's price check sees the instances
+	// rented before it.
+	Rent int
+	// Headroom is the $/h the pool's cap leaves for a rental (0: the pool
+	// has no price cap).
+	Headroom float64
 	// Wanted is how many more instances the waiting jobs want, counting
 	// those starting and idle; Reason says which jobs.
 	Wanted int
@@ -126,30 +130,30 @@ func starting(inst *berth.Instance) bool {
 
 // Decide is the autoscaler's decision for pool p at now: demand is the
 // jobs that have waited past the scale-up threshold (by shape), instances
-// the pool's live instances (those being rented and not yet stored
-// included, with their price ceiling as PricePerH and no ID), and idle
+// the pool's live instances (a rental under way whose record is not
+// stored yet among them, as an instance creating with no ID), and idle
 // the hosts whose workers hold no attempt, with since when.
 //
-// It rents for the waiting jobs the pool can supply as many instances as
-// they need (a gang's members one each, other jobs as many to an
-// instance as its GPUs allow), less those starting and those ready and
-// idle; never more than MaxInstances live nor, when MaxPrice is set, more
-// than it per hour over every live instance: each rental may cost the
-// headroom shared among the rentals, and with a price known from the
-// pool's instances no more are started than the headroom pays for at that
-// price (one at a time while none is known). It gives back the ready
-// instances idle past IdleTimeout (0: never).
+// The waiting jobs the pool can supply want as many instances as they
+// need (a gang's members one each, other jobs as many to an instance as
+// its GPUs allow), less those starting and those ready and idle. It rents
+// one of them, unless a rental's record is not stored yet, MaxInstances
+// are live, or, when MaxPrice is set, the live instances leave no
+// headroom under it or less than the cheapest of them costs (Capped
+// says which). It gives back the ready instances idle past IdleTimeout
+// (0: never).
 func Decide(p *berth.Pool, demand []controller.Demand, instances []*berth.Instance, idle map[string]time.Time, now time.Time) Decision {
 	var d Decision
 	idleTimeout := time.Duration(p.IdleTimeout)
-	live, spend, cheapest, start, ready := 0, 0.0, 0.0, 0, 0
+	live, spend, cheapest, start, ready, unstored := 0, 0.0, 0.0, 0, 0, false
 	for _, inst := range instances {
 		if !inst.Live() {
 			continue
 		}
 		live++
 		spend += inst.PricePerH
-		if inst.ID != "" && inst.PricePerH > 0 && (cheapest == 0 || inst.PricePerH < cheapest) {
+		unstored = unstored || inst.ID == ""
+		if inst.PricePerH > 0 && (cheapest == 0 || inst.PricePerH < cheapest) {
 			cheapest = inst.PricePerH
 		}
 		switch {
@@ -187,39 +191,21 @@ func Decide(p *berth.Pool, demand []controller.Demand, instances []*berth.Instan
 		}
 		what = append(what, fmt.Sprintf("%d × %s (queue %s, waiting since %s)", dm.Jobs, shapeText(dm), dm.Queue, dm.Since.UTC().Format(time.RFC3339)))
 	}
-	if need == 0 {
-		return d
-	}
-	d.Wanted = need - start - ready
-	if d.Wanted <= 0 {
+	if d.Wanted = need - start - ready; d.Wanted <= 0 {
+		d.Wanted = 0
 		return d
 	}
 	d.Reason = fmt.Sprintf("%d waiting jobs want %d instances (%d starting, %d ready and idle): %s", jobs, need, start, ready, strings.Join(what, "; "))
-	n := min(d.Wanted, max(p.MaxInstances-live, 0))
-	var capped []string
-	if n < d.Wanted {
-		capped = append(capped, fmt.Sprintf("max instances %d (%d live)", p.MaxInstances, live))
-	}
 	if p.MaxPrice > 0 {
-		headroom := p.MaxPrice - spend
-		byPrice := 1
-		switch {
-		case headroom <= 0:
-			byPrice = 0
-		case cheapest > 0:
-			byPrice = int(headroom / cheapest)
-		}
-		if byPrice < n {
-			n = byPrice
-			capped = append(capped, fmt.Sprintf("max $%.2f/h (live instances cost $%.2f/h)", p.MaxPrice, spend))
-		}
-		if n > 0 {
-			d.PriceEach = headroom / float64(n)
-		}
+		d.Headroom = max(p.MaxPrice-spend, 0)
 	}
-	d.Rent = n
-	if len(capped) > 0 {
-		d.Capped = fmt.Sprintf("%d more instances wanted, %d rented: %s", d.Wanted, n, strings.Join(capped, "; "))
+	switch {
+	case live >= p.MaxInstances:
+		d.Capped = fmt.Sprintf("%d more instances wanted: max instances %d reached (%d live)", d.Wanted, p.MaxInstances, live)
+	case p.MaxPrice > 0 && (d.Headroom <= 0 || d.Headroom < cheapest):
+		d.Capped = fmt.Sprintf("%d more instances wanted: max $%.2f/h reached (live instances cost $%.2f/h)", d.Wanted, p.MaxPrice, spend)
+	case !unstored:
+		d.Rent = 1
 	}
 	return d
 }
@@ -269,8 +255,8 @@ type Autoscaler struct {
 	renters   map[string]pooled
 
 	mu         sync.Mutex
-	renting    map[string][]float64 // pool → price ceilings of the rentals in flight
-	destroying map[string]bool      // instance ids being given back
+	renting    map[string]int  // pool → rentals in flight
+	destroying map[string]bool // instance ids being given back
 	wg         sync.WaitGroup
 }
 
@@ -294,7 +280,7 @@ func New(cfg Config) *Autoscaler {
 		cfg.Now = time.Now
 	}
 	a := &Autoscaler{cfg: cfg, idleSince: map[string]time.Time{}, said: map[string]string{}, renters: map[string]pooled{},
-		renting: map[string][]float64{}, destroying: map[string]bool{}}
+		renting: map[string]int{}, destroying: map[string]bool{}}
 	a.reach.Store(&[]*scheduler.Worker{})
 	return a
 }
@@ -406,9 +392,9 @@ func (a *Autoscaler) idle(view *controller.PoolView, now time.Time) map[string]t
 }
 
 // withRentals adds to a pool's stored live instances the rentals in
-// flight that have no starting instance stored yet, each as an instance
-// priced at its ceiling (an unstored rental is counted until its record
-// shows), and leaves out those being given back from the idle ones.
+// flight beyond its stored starting instances, as instances creating with
+// no ID (a rental whose record is not stored yet), and marks those being
+// given back draining.
 func (a *Autoscaler) withRentals(pool string, stored []*berth.Instance) []*berth.Instance {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -425,9 +411,8 @@ func (a *Autoscaler) withRentals(pool string, stored []*berth.Instance) []*berth
 		}
 		out = append(out, inst)
 	}
-	ceilings := a.renting[pool]
-	for _, c := range ceilings[min(storedStarting, len(ceilings)):] {
-		out = append(out, &berth.Instance{Pool: pool, Phase: berth.InstanceCreating, PricePerH: c})
+	for range a.renting[pool] - storedStarting {
+		out = append(out, &berth.Instance{Pool: pool, Phase: berth.InstanceCreating})
 	}
 	return out
 }
@@ -466,10 +451,10 @@ func (a *Autoscaler) apply(ctx context.Context, p *berth.Pool, d Decision) error
 		return nil
 	}
 	price := "no price cap"
-	if d.PriceEach > 0 {
-		price = fmt.Sprintf("at most $%.2f/h each", d.PriceEach)
+	if p.MaxPrice > 0 {
+		price = fmt.Sprintf("at most $%.2f/h", d.Headroom)
 	}
-	reason := fmt.Sprintf("renting %d %s × %d (%s): %s", d.Rent, p.GPUType, p.GPUs, price, d.Reason)
+	reason := fmt.Sprintf("renting %d × %s ×%d (%s): %s", d.Rent, p.GPUType, p.GPUs, price, d.Reason)
 	if dry {
 		reason = "dry run: would be " + reason
 		if a.said[p.Name+"/dry"] == reason {
@@ -489,7 +474,7 @@ func (a *Autoscaler) apply(ctx context.Context, p *berth.Pool, d Decision) error
 		return nil
 	}
 	for range d.Rent {
-		a.rent(ctx, r, p, d.PriceEach)
+		a.rent(ctx, r, p)
 	}
 	return nil
 }
@@ -516,26 +501,18 @@ func (a *Autoscaler) renter(p *berth.Pool) (Renter, error) {
 	return r, nil
 }
 
-// rent starts one rental of p in the background, for at most price $/h
-// (0: no cap), counted in flight until it ends.
-func (a *Autoscaler) rent(ctx context.Context, r Renter, p *berth.Pool, price float64) {
+// rent starts one rental of p in the background, counted in flight until
+// it ends.
+func (a *Autoscaler) rent(ctx context.Context, r Renter, p *berth.Pool) {
 	a.mu.Lock()
-	a.renting[p.Name] = append(a.renting[p.Name], price)
+	a.renting[p.Name]++
 	a.mu.Unlock()
-	q := *p
-	q.MaxPrice = price
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		inst, err := r.Provision(ctx, &q)
+		inst, err := r.Provision(ctx, p)
 		a.mu.Lock()
-		fl := a.renting[p.Name]
-		for i, c := range fl {
-			if c == price {
-				a.renting[p.Name] = append(fl[:i:i], fl[i+1:]...)
-				break
-			}
-		}
+		a.renting[p.Name]--
 		a.mu.Unlock()
 		if err != nil {
 			a.cfg.Log.Warn("autoscaler: rental failed", "pool", p.Name, "err", err)
