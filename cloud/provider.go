@@ -41,13 +41,16 @@ var ErrGone = errors.New("instance gone")
 
 // CreateError is a refused create. Contract, when not 0, is an instance
 // the refusal still made, which the caller must destroy. Unavailable
-// says the offer is taken or gone (try the next one).
+// says the offer is taken or gone (try the next one). Retryable says
+// nothing was made and the same offer may be tried again later (the
+// provider was rate limiting creates).
 type CreateError struct {
 	Status      int
 	Code        string // the provider's error code, e.g. no_such_ask
 	Message     string
 	Contract    int64
 	Unavailable bool
+	Retryable   bool
 }
 
 func (e *CreateError) Error() string {
