@@ -13,8 +13,9 @@
 // attempts.go, workers.go (workers, quota rules, worker controls),
 // logs.go (output and events), lifecycle.go (LoadActive, batches,
 // concurrency), credentials.go, arbiter.go, webhooks.go, federation.go
-// (peers, handoffs, received jobs, the changelog and its epoch) and
-// durable.go (reopening). The helpers they share are in this file.
+// (peers, handoffs, received jobs, the changelog and its epoch), pools.go
+// (cloud pools, their instances and host records) and durable.go
+// (reopening). The helpers they share are in this file.
 //
 // The suite is an ordinary (non-test) package so that drivers in other
 // packages can import it; it only calls the store through store.Store.
@@ -90,6 +91,7 @@ func Exercise(t *testing.T, d Driver) {
 		{"Arbiter", arbiterTests},
 		{"Webhooks", webhookTests},
 		{"Federation", federationTests},
+		{"Pools", poolTests},
 	}
 	for _, area := range areas {
 		t.Run(area.name, func(t *testing.T) {
