@@ -37,9 +37,6 @@ type Pool struct {
 	// PreserveOnFailure keeps an instance that failed for its host's
 	// fault instead of destroying it, for inspection (still capped).
 	PreserveOnFailure bool `json:"preserve_on_failure,omitempty"`
-	// DryRun makes the autoscaler say what it would rent and give back
-	// (pool.scale_up, pool.scale_down events) without doing it.
-	DryRun bool `json:"dry_run,omitempty"`
 	// APIKey is the provider credential: accepted on PUT, never
 	// returned; stored sealed (SealedAPIKey).
 	APIKey       string    `json:"api_key,omitempty"`

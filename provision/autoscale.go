@@ -235,7 +235,7 @@ type Config struct {
 	// Tick is how often every pool is looked at (5s when 0).
 	Tick time.Duration
 	// DryRun emits what would be rented, and given back, without renting
-	// or destroying anything, for every pool; Pool.DryRun does so for one.
+	// or destroying anything.
 	DryRun bool
 	Log    *slog.Logger
 	Now    func() time.Time
@@ -253,6 +253,7 @@ type Autoscaler struct {
 	idleSince map[string]time.Time // host → since when it was seen idle
 	said      map[string]string    // pool → the last capped or dry-run event's reason, not repeated
 	renters   map[string]pooled
+	resumed   bool // the first tick has resumed the instances found part way
 
 	mu         sync.Mutex
 	renting    map[string]int  // pool → rentals in flight
@@ -356,6 +357,10 @@ func (a *Autoscaler) Tick(ctx context.Context) error {
 	for _, inst := range live {
 		byPool[inst.Pool] = append(byPool[inst.Pool], inst)
 	}
+	if !a.resumed {
+		a.resumed = true
+		a.resume(ctx, pools, byPool)
+	}
 	for _, p := range pools {
 		insts := a.withRentals(p.Name, byPool[p.Name])
 		d := Decide(p, view.Demand, insts, idle, now)
@@ -364,6 +369,36 @@ func (a *Autoscaler) Tick(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// resume starts, on the first tick, one rental for each instance found
+// part way to ready (the server stopped while it was being rented): the
+// renter resumes such an instance before it rents another, so that it is
+// neither left billed nor rented twice. A dry run resumes nothing.
+func (a *Autoscaler) resume(ctx context.Context, pools []*berth.Pool, byPool map[string][]*berth.Instance) {
+	if a.cfg.DryRun {
+		return
+	}
+	for _, p := range pools {
+		n := 0
+		for _, inst := range byPool[p.Name] {
+			if starting(inst) {
+				n++
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		r, err := a.renter(p)
+		if err != nil {
+			a.cfg.Log.Warn("autoscaler: no renter", "pool", p.Name, "err", err)
+			continue
+		}
+		a.cfg.Log.Info("autoscaler: resuming instances part way", "pool", p.Name, "count", n)
+		for range n {
+			a.rent(ctx, r, p)
+		}
+	}
 }
 
 // idle returns the hosts with no attempt, with since when the autoscaler
@@ -417,12 +452,9 @@ func (a *Autoscaler) withRentals(pool string, stored []*berth.Instance) []*berth
 	return out
 }
 
-// dryRun reports whether p only says what it would do.
-func (a *Autoscaler) dryRun(p *berth.Pool) bool { return a.cfg.DryRun || p.DryRun }
-
 // apply carries out d for pool p: events, rentals and releases.
 func (a *Autoscaler) apply(ctx context.Context, p *berth.Pool, d Decision) error {
-	dry := a.dryRun(p)
+	dry := a.cfg.DryRun
 	for _, rel := range d.Destroy {
 		reason := rel.Reason
 		if dry {
