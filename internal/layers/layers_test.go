@@ -54,6 +54,8 @@ var rules = []rule{
 		subjects: []string{"scheduler/..."}, only: []string{".", "scheduler/..."}},
 	{text: "the simulator imports only the root package, the scheduler and the standard library",
 		subjects: []string{"sim"}, only: []string{".", "scheduler/..."}},
+	{text: "the cloud policies and the marketplace simulator import only the root package, cloud and the standard library",
+		subjects: []string{"cloud", "market"}, only: []string{".", "cloud"}},
 	{text: "the agent never imports the controller, the store or a store driver",
 		subjects: []string{"agent/..."}, never: append([]string{"controller/...", "store/..."}, drivers...)},
 	{text: "api and web never import a store driver",
