@@ -1,6 +1,3 @@
-// Package provision rents a cloud pool's instances and gives them back:
-// the autoscaler (autoscale.go) decides, per pool and tick, how many to
-// rent for the jobs waiting and which idle ones to give back.
 package provision
 
 import (
