@@ -152,3 +152,16 @@ func (c *Controller) RecordPoolEvent(ctx context.Context, e berth.Event) error {
 	}
 	return c.awaitDurable(ctx, written)
 }
+
+// Registered reports whether an agent of host is connected now: a rented
+// instance's agent has joined (provision.Registry). It is false once the
+// controller has stopped.
+func (c *Controller) Registered(host string) bool {
+	var ok bool
+	err := c.do(context.Background(), func() {
+		for _, ws := range c.order {
+			ok = ok || ws.w.Host == host && ws.sess != nil
+		}
+	})
+	return err == nil && ok
+}

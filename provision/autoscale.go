@@ -223,9 +223,8 @@ func shapeText(d *controller.Demand) string {
 type Config struct {
 	Pools Pools
 	View  View
-	// Renter returns the renter of pool p (its provider and the
-	// provisioner); it is asked again when p changes.
-	Renter func(p *berth.Pool) (Renter, error)
+	// Renter rents and gives back the instances of every pool.
+	Renter Renter
 	// ScaleAfter is how long jobs wait before a pool rents for them
 	// (DefaultScaleAfter when 0).
 	ScaleAfter time.Duration
@@ -249,18 +248,12 @@ type Autoscaler struct {
 	// Loop only.
 	idleSince map[string]time.Time // host → since when it was seen idle
 	said      map[string]string    // pool → the last capped or dry-run event's reason, not repeated
-	renters   map[string]pooled
 	resumed   bool // the first tick has resumed the instances found part way
 
 	mu         sync.Mutex
 	renting    map[string]int  // pool → rentals in flight
 	destroying map[string]bool // instance ids being given back
 	wg         sync.WaitGroup
-}
-
-type pooled struct {
-	updated time.Time
-	r       Renter
 }
 
 // New returns an autoscaler; it does nothing until Run or Tick.
@@ -277,7 +270,7 @@ func New(cfg Config) *Autoscaler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	a := &Autoscaler{cfg: cfg, idleSince: map[string]time.Time{}, said: map[string]string{}, renters: map[string]pooled{},
+	a := &Autoscaler{cfg: cfg, idleSince: map[string]time.Time{}, said: map[string]string{},
 		renting: map[string]int{}, destroying: map[string]bool{}}
 	a.reach.Store(&[]*scheduler.Worker{})
 	return a
@@ -386,14 +379,9 @@ func (a *Autoscaler) resume(ctx context.Context, pools []*berth.Pool, byPool map
 		if n == 0 {
 			continue
 		}
-		r, err := a.renter(p)
-		if err != nil {
-			a.cfg.Log.Warn("autoscaler: no renter", "pool", p.Name, "err", err)
-			continue
-		}
 		a.cfg.Log.Info("autoscaler: resuming instances part way", "pool", p.Name, "count", n)
 		for range n {
-			a.rent(ctx, r, p)
+			a.rent(ctx, p)
 		}
 	}
 }
@@ -497,13 +485,8 @@ func (a *Autoscaler) apply(ctx context.Context, p *berth.Pool, d Decision) error
 	if dry {
 		return nil
 	}
-	r, err := a.renter(p)
-	if err != nil {
-		a.cfg.Log.Warn("autoscaler: no renter", "pool", p.Name, "err", err)
-		return nil
-	}
 	for range d.Rent {
-		a.rent(ctx, r, p)
+		a.rent(ctx, p)
 	}
 	return nil
 }
@@ -517,29 +500,16 @@ func (a *Autoscaler) event(ctx context.Context, e berth.Event) error {
 	return nil
 }
 
-// renter returns pool p's renter, made again when p has changed.
-func (a *Autoscaler) renter(p *berth.Pool) (Renter, error) {
-	if got, ok := a.renters[p.Name]; ok && got.updated.Equal(p.UpdatedAt) {
-		return got.r, nil
-	}
-	r, err := a.cfg.Renter(p)
-	if err != nil {
-		return nil, err
-	}
-	a.renters[p.Name] = pooled{p.UpdatedAt, r}
-	return r, nil
-}
-
 // rent starts one rental of p in the background, counted in flight until
 // it ends.
-func (a *Autoscaler) rent(ctx context.Context, r Renter, p *berth.Pool) {
+func (a *Autoscaler) rent(ctx context.Context, p *berth.Pool) {
 	a.mu.Lock()
 	a.renting[p.Name]++
 	a.mu.Unlock()
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		inst, err := r.Provision(ctx, p)
+		inst, err := a.cfg.Renter.Provision(ctx, p)
 		a.mu.Lock()
 		a.renting[p.Name]--
 		a.mu.Unlock()
@@ -553,11 +523,6 @@ func (a *Autoscaler) rent(ctx context.Context, r Renter, p *berth.Pool) {
 
 // release gives rel's instance back in the background, once.
 func (a *Autoscaler) release(ctx context.Context, p *berth.Pool, rel Release) {
-	r, err := a.renter(p)
-	if err != nil {
-		a.cfg.Log.Warn("autoscaler: no renter", "pool", p.Name, "err", err)
-		return
-	}
 	id := rel.Instance.ID
 	a.mu.Lock()
 	if a.destroying[id] {
@@ -569,7 +534,7 @@ func (a *Autoscaler) release(ctx context.Context, p *berth.Pool, rel Release) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
-		if err := r.Destroy(ctx, rel.Instance, rel.Reason); err != nil {
+		if err := a.cfg.Renter.Destroy(ctx, rel.Instance, rel.Reason); err != nil {
 			a.cfg.Log.Warn("autoscaler: give back failed", "pool", p.Name, "instance", id, "err", err)
 		}
 		a.mu.Lock()

@@ -162,8 +162,7 @@ func TestAutoscalerAgainstTheMarket(t *testing.T) {
 	clock := func() time.Time { return now }
 
 	// A dry run rents nothing and says so once.
-	dry := New(Config{Pools: st, View: view, Renter: func(*berth.Pool) (Renter, error) { return nil, fmt.Errorf("a dry run rents nothing") },
-		DryRun: true, Now: clock})
+	dry := New(Config{Pools: st, View: view, DryRun: true, Now: clock})
 	for range 3 {
 		if err := dry.Tick(ctx); err != nil {
 			t.Fatal(err)
@@ -178,7 +177,7 @@ func TestAutoscalerAgainstTheMarket(t *testing.T) {
 	}
 
 	renter := &marketRenter{t: t, provider: provider, st: st, created: make(chan *berth.Instance, 16), ready: map[string]chan struct{}{}}
-	a := New(Config{Pools: st, View: view, Renter: func(*berth.Pool) (Renter, error) { return renter, nil }, Now: clock})
+	a := New(Config{Pools: st, View: view, Renter: renter, Now: clock})
 	t.Cleanup(a.Wait)
 	var live []*berth.Instance
 	tick := func() {
