@@ -248,7 +248,7 @@ type Autoscaler struct {
 	// Loop only.
 	idleSince map[string]time.Time // host → since when it was seen idle
 	said      map[string]string    // pool → the last capped or dry-run event's reason, not repeated
-	resumed   bool // the first tick has resumed the instances found part way
+	orphans   map[string]int       // pool → instances found part way at start (Adopt), for the next tick to resume
 
 	mu         sync.Mutex
 	renting    map[string]int  // pool → rentals in flight
@@ -347,10 +347,7 @@ func (a *Autoscaler) Tick(ctx context.Context) error {
 	for _, inst := range live {
 		byPool[inst.Pool] = append(byPool[inst.Pool], inst)
 	}
-	if !a.resumed {
-		a.resumed = true
-		a.resume(ctx, pools, byPool)
-	}
+	a.resume(ctx, pools)
 	for _, p := range pools {
 		insts := a.withRentals(p.Name, byPool[p.Name])
 		d := Decide(p, view.Demand, insts, idle, now)
@@ -361,21 +358,33 @@ func (a *Autoscaler) Tick(ctx context.Context) error {
 	return nil
 }
 
-// resume starts, on the first tick, one rental for each instance found
-// part way to ready (the server stopped while it was being rented): the
-// renter resumes such an instance before it rents another, so that it is
-// neither left billed nor rented twice. A dry run resumes nothing.
-func (a *Autoscaler) resume(ctx context.Context, pools []*berth.Pool, byPool map[string][]*berth.Instance) {
+// Adopt notes the instances part way to ready now, before this process
+// rents anything (at start, after a restart mid-provisioning), for the
+// next tick to resume: one rental each, which the renter makes resume
+// such an instance before it rents another, so that it is neither left
+// billed nor rented twice.
+func (a *Autoscaler) Adopt(ctx context.Context) error {
+	live, err := a.cfg.Pools.Instances(ctx, store.InstanceFilter{Live: true})
+	if err != nil {
+		return fmt.Errorf("autoscaler: read instances: %w", err)
+	}
+	a.orphans = map[string]int{}
+	for _, inst := range live {
+		if starting(inst) {
+			a.orphans[inst.Pool]++
+		}
+	}
+	return nil
+}
+
+// resume starts the rentals that resume what Adopt found, for the pools
+// that still exist; a dry run resumes nothing.
+func (a *Autoscaler) resume(ctx context.Context, pools []*berth.Pool) {
 	if a.cfg.DryRun {
 		return
 	}
 	for _, p := range pools {
-		n := 0
-		for _, inst := range byPool[p.Name] {
-			if starting(inst) {
-				n++
-			}
-		}
+		n := a.orphans[p.Name]
 		if n == 0 {
 			continue
 		}
@@ -384,6 +393,7 @@ func (a *Autoscaler) resume(ctx context.Context, pools []*berth.Pool, byPool map
 			a.rent(ctx, p)
 		}
 	}
+	a.orphans = nil
 }
 
 // idle returns the hosts with no attempt, with since when the autoscaler

@@ -290,3 +290,61 @@ func poolEvents(t *testing.T, c *controller.Controller, typ string) []berth.Even
 	}
 	return out
 }
+
+// countingRenter counts its rentals, each of which ends at once.
+type countingRenter struct {
+	mu    sync.Mutex
+	pools []string
+}
+
+func (r *countingRenter) Provision(_ context.Context, pool *berth.Pool) (*berth.Instance, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pools = append(r.pools, pool.Name)
+	return nil, fmt.Errorf("resumed nothing")
+}
+
+func (r *countingRenter) Destroy(context.Context, *berth.Instance, string) error { return nil }
+
+// noDemand is a controller with nothing waiting and no host.
+type noDemand struct{}
+
+func (noDemand) PendingDemand(context.Context, time.Time) (*controller.PoolView, error) {
+	return &controller.PoolView{}, nil
+}
+func (noDemand) RecordPoolEvent(context.Context, berth.Event) error { return nil }
+
+// TestAdoptResumesOnce: the instances found part way at start are
+// resumed by one rental each on the first tick, and only then; a ready
+// one is not.
+func TestAdoptResumesOnce(t *testing.T) {
+	ctx := t.Context()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "berth.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.PutPool(ctx, pool4090()); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range []*berth.Instance{inst("i1", berth.InstanceSSH, 0.3, ""), inst("i2", berth.InstanceCreating, 0.3, ""),
+		inst("i3", berth.InstanceReady, 0.3, "h3")} {
+		if err := st.PutInstance(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &countingRenter{}
+	a := New(Config{Pools: st, View: noDemand{}, Renter: r, Now: func() time.Time { return t0 }})
+	if err := a.Adopt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := a.Tick(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a.Wait()
+	}
+	if strings.Join(r.pools, ",") != "rent,rent" {
+		t.Fatalf("rentals = %v; want two for pool rent (its two instances part way), once", r.pools)
+	}
+}

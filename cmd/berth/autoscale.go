@@ -98,13 +98,16 @@ func (f *poolFleet) Destroy(ctx context.Context, inst *berth.Instance, reason st
 }
 
 // newAutoscaler returns the autoscaler of the pools in st, with the
-// pools read once, and makes ctl count what they could rent when it checks
+// pools read once and the instances left part way adopted, and makes ctl count what they could rent when it checks
 // a submission (call it before the controller starts). It does nothing
 // while there are no pools.
 func newAutoscaler(ctx context.Context, ctl *controller.Controller, st store.PoolStore, fleet *poolFleet, cfg *serverConfig) (*provision.Autoscaler, error) {
 	a := provision.New(provision.Config{Pools: st, View: ctl, Renter: fleet, ScaleAfter: cfg.PoolScaleAfter,
 		DryRun: cfg.PoolDryRun, Log: cfg.Log})
 	if _, err := a.Load(ctx); err != nil {
+		return nil, err
+	}
+	if err := a.Adopt(ctx); err != nil {
 		return nil, err
 	}
 	ctl.SetRentable(a)
