@@ -60,9 +60,9 @@ type Decision struct {
 	// those starting and idle; Reason says which jobs.
 	Wanted int
 	Reason string
-	// Capped says why fewer than Wanted are rented; "" when none are
-	// held back.
-	Capped string
+	// Cap names the cap that holds instances back ("max_instances" or
+	// "max_price"), "" when none does; Capped says so in words.
+	Cap, Capped string
 	// Destroy lists the instances to give back, idle past the pool's
 	// timeout.
 	Destroy []Release
@@ -198,8 +198,10 @@ func Decide(p *berth.Pool, demand []controller.Demand, instances []*berth.Instan
 	}
 	switch {
 	case live >= p.MaxInstances:
+		d.Cap = "max_instances"
 		d.Capped = fmt.Sprintf("%d more instances wanted: max instances %d reached (%d live)", d.Wanted, p.MaxInstances, live)
 	case p.MaxPrice > 0 && (d.Headroom <= 0 || d.Headroom < cheapest):
+		d.Cap = "max_price"
 		d.Capped = fmt.Sprintf("%d more instances wanted: max $%.2f/h reached (live instances cost $%.2f/h)", d.Wanted, p.MaxPrice, spend)
 	case !unstored:
 		d.Rent = 1
@@ -466,13 +468,12 @@ func (a *Autoscaler) apply(ctx context.Context, p *berth.Pool, d Decision) error
 			a.release(ctx, p, rel)
 		}
 	}
-	capped := d.Capped
-	if capped != "" && a.said[p.Name+"/capped"] != capped {
-		if err := a.event(ctx, berth.Event{Type: berth.EventPoolCapped, Pool: p.Name, Reason: capped + "; " + d.Reason}); err != nil {
+	if d.Cap != "" && a.said[p.Name+"/capped"] != d.Cap {
+		if err := a.event(ctx, berth.Event{Type: berth.EventPoolCapped, Pool: p.Name, Reason: d.Capped + "; " + d.Reason}); err != nil {
 			return err
 		}
 	}
-	a.said[p.Name+"/capped"] = capped
+	a.said[p.Name+"/capped"] = d.Cap
 	if d.Rent == 0 {
 		delete(a.said, p.Name+"/dry")
 		return nil
