@@ -47,7 +47,13 @@ func TestRentableReachAdmits(t *testing.T) {
 	pool := &scheduler.Worker{ID: "pool/rent", Host: "pool/rent", GPUs: []berth.GPU{{Model: "RTX 4090"}}, CPUs: 1 << 20, Memory: 1 << 60}
 	c, _ := startOnWith(t, filepath.Join(t.TempDir(), "pool.db"), now, func(*Config, *sqlite.Store) {})
 	c.SetRentable(rentableFunc(func() []*scheduler.Worker { return []*scheduler.Worker{pool} }))
+	if c.Registered("gpu-1") {
+		t.Fatal("Registered(gpu-1) before its agent registered")
+	}
 	registerAgent(t, c, reg)
+	if !c.Registered("gpu-1") || c.Registered("gpu-2") {
+		t.Fatalf("Registered(gpu-1), Registered(gpu-2) = %v, %v; want true, false", c.Registered("gpu-1"), c.Registered("gpu-2"))
+	}
 	id := submitSleep(t, c, ask4090)
 	spec.Resources.GPUType = "H100"
 	if _, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec}); berth.ErrorCode(err) != berth.ECodeUnsatisfiable {
