@@ -4,9 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/audit"
+	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/cloud"
 	"github.com/berth-dev/berth/cloud/vast"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/provision"
@@ -25,6 +31,10 @@ type poolFleet struct {
 	}
 	registry provision.Registry
 	log      *slog.Logger
+	// server is the URL the instances' agents join; credential issues
+	// the credential of the agent of a host.
+	server     string
+	credential func(ctx context.Context, host string) (string, error)
 
 	mu     sync.Mutex
 	byPool map[string]*fleetEntry
@@ -62,13 +72,48 @@ func (f *poolFleet) provisioner(ctx context.Context, pool *berth.Pool) (*provisi
 		return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
 	}
 	p := &provision.Provisioner{Provider: provider, Store: f.store, Signer: signer, Registry: f.registry,
-		Secrets: []string{key}, Log: f.log.With("pool", pool.Name)}
+		Request: f.request, Secrets: []string{key}, Log: f.log.With("pool", pool.Name)}
 	if f.byPool == nil {
 		f.byPool = map[string]*fleetEntry{}
 	}
 	f.byPool[pool.Name] = &fleetEntry{url: pool.URL, sealed: string(pool.SealedAPIKey), p: p}
 	return p, nil
 }
+
+// instanceDiskGB is the disk an instance is created with.
+const instanceDiskGB = 32
+
+// request is what instance inst of pool is created with: the pool's
+// image, a disk, and an onstart that starts berth agent as inst's worker
+// host, serving the pool's queues with its labels, joined to this server
+// (BERTH_SERVER) with a credential of its own bound to that host
+// (BERTH_TOKEN). Without a credential (its issue failed, and is logged)
+// the agent cannot join and the instance fails its readiness.
+func (f *poolFleet) request(pool *berth.Pool, inst *berth.Instance) cloud.CreateRequest {
+	args := []string{"berth", "agent", "--host", shellQuote(inst.WorkerHost)}
+	if len(pool.Queues) > 0 {
+		args = append(args, "--queues", shellQuote(strings.Join(pool.Queues, ",")))
+	}
+	if len(pool.Labels) > 0 {
+		labels := make([]string, 0, len(pool.Labels))
+		for _, k := range slices.Sorted(maps.Keys(pool.Labels)) {
+			labels = append(labels, k+"="+pool.Labels[k])
+		}
+		args = append(args, "--labels", shellQuote(strings.Join(labels, ",")))
+	}
+	req := cloud.CreateRequest{Image: pool.Image, DiskGB: instanceDiskGB, Env: map[string]string{"BERTH_SERVER": f.server},
+		Onstart: strings.Join(args, " ")}
+	token, err := f.credential(context.Background(), inst.WorkerHost)
+	if err != nil {
+		f.log.Warn("cloud pool: no agent credential for the instance", "pool", pool.Name, "instance", inst.ID, "err", err)
+		return req
+	}
+	req.Env["BERTH_TOKEN"] = token
+	return req
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Provision rents one instance of pool through its provisioner.
 func (f *poolFleet) Provision(ctx context.Context, pool *berth.Pool) (*berth.Instance, error) {
@@ -127,4 +172,18 @@ func runAutoscaler(a *provision.Autoscaler) (stop func()) {
 		cancel()
 		<-done
 	}
+}
+
+// agentCredential issues the credential of a rented instance's agent,
+// bound to host, audited as a token created for it.
+func (rs *runningServer) agentCredential(ctx context.Context, host string) (string, error) {
+	issued, err := rs.Tokens.Issue(ctx, auth.Grant{Name: host, Role: auth.RoleAgent, Worker: host, By: "autoscaler"},
+		func(t *berth.Token) error {
+			return rs.sec.audit.Append(audit.Entry{Action: "token.created", Actor: "autoscaler", Target: "token/" + t.ID,
+				Fields: map[string]string{"name": t.Name, "role": t.Role, "worker": t.Worker, "why": "a cloud pool instance's agent"}})
+		})
+	if err != nil {
+		return "", fmt.Errorf("agent credential for %s: %w", host, err)
+	}
+	return issued.Secret, nil
 }

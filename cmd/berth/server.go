@@ -337,7 +337,8 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 		PeerUsers: cfg.PeerUsers, ChangelogRetention: cfg.ChangelogRetention})
 	rs.federation = newFederation(ctl, vault, cfg.FederationTick, cfg.Log)
 	ctl.SetFederation(rs.federation)
-	fleet := &poolFleet{dataDir: cfg.DataDir, store: rs.store, keys: vault, registry: ctl, log: cfg.Log}
+	fleet := &poolFleet{dataDir: cfg.DataDir, store: rs.store, keys: vault, registry: ctl, log: cfg.Log, server: self,
+		credential: rs.agentCredential}
 	scaler, err := newAutoscaler(ctx, ctl, rs.store, fleet, cfg)
 	if err != nil {
 		return err
