@@ -43,7 +43,7 @@ func (c *Controller) neverFits(spec *berth.JobSpec) (*berth.Error, bool) {
 			}
 		}
 		if c.rentable != nil {
-			for w := range c.rentable.Reach() {
+			for w := range c.rentable.Reach(spec) {
 				if !yield(w) {
 					return
 				}

@@ -20,11 +20,11 @@ import (
 // which count when a submission is checked (admit.go).
 
 // Rentable is what cloud pools could rent: Reach yields, like
-// Backend.Reach, the largest machine each pool could rent, as the
-// scheduler sees it (only its totals count). It is called on the loop and
-// must not block.
+// Backend.Reach, the largest machine each pool could rent for spec, as
+// the scheduler sees it (only its totals count); nothing for a spec no
+// pool rents for. It is called on the loop and must not block.
 type Rentable interface {
-	Reach() iter.Seq[*scheduler.Worker]
+	Reach(spec *berth.JobSpec) iter.Seq[*scheduler.Worker]
 }
 
 // SetRentable makes the machines r yields count when a submission is

@@ -14,7 +14,7 @@ import (
 // rentableFunc yields the workers it returns.
 type rentableFunc func() []*scheduler.Worker
 
-func (f rentableFunc) Reach() iter.Seq[*scheduler.Worker] {
+func (f rentableFunc) Reach(*berth.JobSpec) iter.Seq[*scheduler.Worker] {
 	return func(yield func(*scheduler.Worker) bool) {
 		for _, w := range f() {
 			if !yield(w) {

@@ -87,12 +87,16 @@ func Worker(p *berth.Pool) *scheduler.Worker {
 	return w
 }
 
+// rentsFor reports whether pools rent for jobs asking r with c: they ask
+// for GPUs and are pinned to no host.
+func rentsFor(r *berth.Resources, c *berth.Constraints) bool { return r.GPUs >= 1 && c.Host == "" }
+
 // supplies reports whether an instance of pool p (its Worker w) can run
 // the jobs of demand d: they ask for GPUs, of a type it has and no more
 // than it has, in a queue it serves, with labels it carries, pinned to
 // no host.
 func supplies(p *berth.Pool, w *scheduler.Worker, d *controller.Demand) bool {
-	if d.Resources.GPUs < 1 || d.Constraints.Host != "" {
+	if !rentsFor(&d.Resources, &d.Constraints) {
 		return false
 	}
 	if len(p.Queues) > 0 && !contains(p.Queues, d.Queue) {
@@ -278,10 +282,15 @@ func New(cfg Config) *Autoscaler {
 	return a
 }
 
-// Reach yields, for each pool as last read, its Worker once for each
-// instance it may have (controller.Rentable). Safe for concurrent use.
-func (a *Autoscaler) Reach() iter.Seq[*scheduler.Worker] {
+// Reach yields, for a spec the pools rent for (rentsFor), each pool's
+// Worker, as last read, once for each instance it may have
+// (controller.Rentable); nothing for another spec. Safe for concurrent
+// use.
+func (a *Autoscaler) Reach(spec *berth.JobSpec) iter.Seq[*scheduler.Worker] {
 	ws := *a.reach.Load()
+	if !rentsFor(&spec.Resources, &spec.Constraints) {
+		ws = nil
+	}
 	return func(yield func(*scheduler.Worker) bool) {
 		for _, w := range ws {
 			if !yield(w) {

@@ -1,12 +1,14 @@
 package provision
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/store"
 )
 
 var t0 = time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)
@@ -133,5 +135,46 @@ func TestDecide(t *testing.T) {
 				t.Errorf("Reason = %q", d.Reason)
 			}
 		})
+	}
+}
+
+// staticPools is a store of pools for Load.
+type staticPools []*berth.Pool
+
+func (s staticPools) Pools(context.Context) ([]*berth.Pool, error) { return s, nil }
+func (s staticPools) Instances(context.Context, store.InstanceFilter) ([]*berth.Instance, error) {
+	return nil, nil
+}
+
+// Reach yields each pool's machine once per instance it may have, for a
+// job asking for GPUs and pinned to no host, and nothing otherwise.
+func TestReach(t *testing.T) {
+	a := New(Config{Pools: staticPools{pool4090()}})
+	gpu := berth.DefaultJobSpec()
+	gpu.Resources.GPUs = 1
+	count := func(spec berth.JobSpec) (n int, model string) {
+		for w := range a.Reach(&spec) {
+			n++
+			model = w.GPUs[0].Model
+		}
+		return n, model
+	}
+	if n, _ := count(gpu); n != 0 {
+		t.Fatalf("before Load: %d machines", n)
+	}
+	if _, err := a.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n, model := count(gpu); n != 4 || model != "RTX 4090" {
+		t.Fatalf("a GPU job: %d machines of %q; want 4 of RTX 4090", n, model)
+	}
+	cpu := berth.DefaultJobSpec()
+	cpu.Resources.CPUs = 1000
+	pinned := gpu
+	pinned.Constraints.Host = "gpu-1"
+	for name, spec := range map[string]berth.JobSpec{"a CPU job": cpu, "a pinned job": pinned} {
+		if n, _ := count(spec); n != 0 {
+			t.Errorf("%s: %d machines; want none", name, n)
+		}
 	}
 }
