@@ -132,16 +132,26 @@ func Record(h *berth.HostRecord, s berth.Strictness, class string, now time.Time
 const (
 	rankProven  = iota // succeeded before, no infra-fatal failure since
 	rankUnknown        // no history that speaks for or against it
-	rankSuspect        // its quarantine ended less than SuspectFor ago
+	rankSuspect        // its quarantine ended less than SuspectFor ago, or it only ever failed
 )
 
 // rankOf returns the rank of machine h at now (usable).
 func rankOf(h *berth.HostRecord, p policy, now time.Time) int {
 	switch {
-	case h != nil && !h.QuarantinedUntil.IsZero() && now.Sub(h.QuarantinedUntil) < SuspectFor:
+	case h == nil:
+		return rankUnknown
+	case !h.QuarantinedUntil.IsZero() && now.Sub(h.QuarantinedUntil) < SuspectFor:
 		return rankSuspect
-	case h != nil && h.Successes > 0 && p.historyFirst:
-		return rankProven
+	case h.Successes > 0:
+		if p.historyFirst {
+			return rankProven
+		}
+		return rankUnknown
+	}
+	for class, n := range h.Failures {
+		if n > 0 && class != berth.FailureWorkloadFatal {
+			return rankSuspect
+		}
 	}
 	return rankUnknown
 }
@@ -152,9 +162,11 @@ func rankOf(h *berth.HostRecord, p policy, now time.Time) int {
 // machines had the policy's number of workload-fatal failures (counted
 // over all records) come after all others; then machines that succeeded
 // before and have not failed for their own fault since, then machines
-// without history, then machines whose quarantine ended recently
-// (aggressive ranks the first two together); within each, cheapest first,
-// then by machine and offer id. offers is not changed.
+// without history (workload-fatal failures do not count against a
+// machine), then machines whose quarantine ended less than SuspectFor ago
+// or that never succeeded but failed (a warm-up that ran out of budget,
+// say); aggressive ranks the first two together. Within each, cheapest
+// first, then by machine and offer id. offers is not changed.
 func Rank(offers []Offer, hosts map[int64]*berth.HostRecord, s berth.Strictness, now time.Time) []Offer {
 	p := policyOf(s)
 	badGPU, badDriver := map[string]int{}, map[string]int{}

@@ -161,17 +161,19 @@ func TestRank(t *testing.T) {
 	blocked := &berth.HostRecord{Successes: 9, Blocked: true}
 	onlyWorkload := &berth.HostRecord{Failures: map[string]int{berth.FailureWorkloadFatal: 1}}
 	offers := []Offer{
-		offer(1, 10, 0.30), // unknown
-		offer(2, 11, 0.50), // proven
-		offer(3, 12, 0.20), // suspect
-		offer(4, 13, 0.40), // proven, cheaper
-		offer(5, 14, 0.10), // quarantined
-		offer(6, 15, 0.10), // blocked
-		offer(7, 16, 0.30), // unknown, same price as 1: by machine
-		offer(8, 17, 0.60), // failed long ago, then: proven
-		offer(9, 18, 0.25), // a workload failure does not blame the host
+		offer(1, 10, 0.30),  // unknown
+		offer(2, 11, 0.50),  // proven
+		offer(3, 12, 0.20),  // suspect
+		offer(4, 13, 0.40),  // proven, cheaper
+		offer(5, 14, 0.10),  // quarantined
+		offer(6, 15, 0.10),  // blocked
+		offer(7, 16, 0.30),  // unknown, same price as 1: by machine
+		offer(8, 17, 0.60),  // failed long ago, then: proven
+		offer(9, 18, 0.25),  // a workload failure does not blame the host
+		offer(10, 19, 0.05), // only ever ran out of warm-up budget: suspect
 	}
-	hosts := map[int64]*berth.HostRecord{11: proven, 12: suspect, 13: proven, 14: quarantined, 15: blocked, 17: oldFailure, 18: onlyWorkload}
+	hosts := map[int64]*berth.HostRecord{11: proven, 12: suspect, 13: proven, 14: quarantined, 15: blocked, 17: oldFailure, 18: onlyWorkload,
+		19: {Failures: map[string]int{berth.FailureWarmup: 1}}}
 	ids := func(os []Offer) []int64 {
 		var out []int64
 		for _, o := range os {
@@ -183,9 +185,9 @@ func TestRank(t *testing.T) {
 		s    berth.Strictness
 		want []int64
 	}{
-		{berth.StrictnessStrict, []int64{4, 2, 8, 9, 1, 7, 3}},
-		{berth.StrictnessBalanced, []int64{4, 2, 8, 9, 1, 7, 3}},
-		{berth.StrictnessAggressive, []int64{9, 1, 7, 4, 2, 8, 3}},
+		{berth.StrictnessStrict, []int64{4, 2, 8, 9, 1, 7, 10, 3}},
+		{berth.StrictnessBalanced, []int64{4, 2, 8, 9, 1, 7, 10, 3}},
+		{berth.StrictnessAggressive, []int64{9, 1, 7, 4, 2, 8, 10, 3}},
 	} {
 		before := slices.Clone(offers)
 		if got := ids(Rank(offers, hosts, tc.s, t0)); !slices.Equal(got, tc.want) {

@@ -80,6 +80,9 @@ func (d *driver) wait(ctx context.Context, budget time.Duration, next berth.Inst
 	for {
 		n := len(d.inst.Probes)
 		done, class, why, err := c(ctx)
+		if err == nil {
+			err = ctx.Err() // a check cut short tells nothing
+		}
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -22,11 +23,13 @@ const EchoProbe = "echo " + echoMarker
 const echoMarker = "berth-probe-ok"
 
 // DefaultGPUCheck is the GPU sanity check run over SSH: nvidia-smi must
-// list the GPUs, and the CUDA driver library (libcuda) must be installed.
-// It runs under `set -euo pipefail`, so the first failing step fails it.
+// list the GPUs, and the dynamic linker's cache must name the CUDA driver
+// library (libcuda.so.1). It runs under `set -euo pipefail`, so the first
+// failing step fails it; grep reads ldconfig's whole output (no -q), so
+// that an early exit cannot fail the pipe with SIGPIPE.
 const DefaultGPUCheck = `set -euo pipefail
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-if ! ldconfig -p 2>/dev/null | grep 'libcuda\.so' >/dev/null; then echo 'libcuda.so cannot found' >&2; exit 1; fi`
+if ! ldconfig -p 2>/dev/null | grep 'libcuda\.so\.1' >/dev/null; then echo 'libcuda.so cannot found' >&2; exit 1; fi`
 
 // MaxProbeOutput is how much of a probe's output an instance record
 // keeps: the last MaxProbeOutput bytes.
@@ -86,7 +89,7 @@ func run(ctx context.Context, client *ssh.Client, cmd string, timeout time.Durat
 		return 0, "", err
 	}
 	defer s.Close()
-	var out bytes.Buffer
+	var out lockedBuffer
 	s.Stdout, s.Stderr = &out, &out
 	done := make(chan error, 1)
 	go func() { done <- s.Run(cmd) }()
@@ -106,6 +109,25 @@ func run(ctx context.Context, client *ssh.Client, cmd string, timeout time.Durat
 		return exit.ExitStatus(), out.String(), nil
 	}
 	return 0, out.String(), runErr
+}
+
+// lockedBuffer is a buffer that stdout and stderr, copied by goroutines
+// of their own, may write at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // firstLine is the first line of s.

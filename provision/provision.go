@@ -61,7 +61,8 @@ type Provisioner struct {
 	// Signer authenticates the SSH probes: the key EnsureSSHKey
 	// registered with the provider's account.
 	Signer ssh.Signer
-	// Registry tells when an instance's agent has registered.
+	// Registry tells when an instance's agent has registered; nil: an
+	// instance is ready once its GPU check passes.
 	Registry Registry
 	// Request returns what instance inst of pool is created with (image,
 	// disk, env, the onstart that starts berth agent --host
@@ -204,6 +205,13 @@ func (p *Provisioner) release(id string) {
 	p.mu.Lock()
 	delete(p.driving, id)
 	p.mu.Unlock()
+}
+
+// driven reports whether a Provision of this process drives instance id.
+func (p *Provisioner) driven(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.driving[id]
 }
 
 // claim marks instance id driven by the caller, and reports false when
@@ -361,8 +369,9 @@ func (p *Provisioner) endCreate(id int64) {
 }
 
 // createOn creates an instance of pool on offer o, once: nil, nil when
-// the offer was refused (it is gone, or the refusal's contract was
-// destroyed).
+// the offer was refused for the offer's or the machine's sake (it is
+// gone, or the refusal's contract was destroyed); an error when it was
+// refused for the request's.
 func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Offer) (*berth.Instance, error) {
 	now := p.Now().UTC()
 	id := p.ids.New(now)
@@ -392,11 +401,20 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 		inst.ProviderID = ce.Contract
 		inst.LastError = ce.Error()
 		if ce.Contract != 0 {
-			err = p.destroy(ctx, inst, "", "the refused create still made contract "+fmt.Sprint(ce.Contract))
+			// The machine made a contract it would not start: its fault.
+			why := fmt.Sprintf("the refused create still made contract %d", ce.Contract)
+			if err = p.record(ctx, pool, inst, berth.FailureInfraFatal); err == nil {
+				err = p.destroy(ctx, inst, berth.FailureInfraFatal, why)
+			}
 		} else {
 			err = p.end(ctx, inst, berth.InstanceDestroyed, "", "create refused: "+ce.Error())
 		}
 		p.release(id)
+		if err == nil && ce.Contract == 0 && !ce.Unavailable {
+			// Refused for the request's sake (bad arguments, rate
+			// limited): another offer would be refused the same way.
+			err = fmt.Errorf("provision: create on offer %d: %w", o.ID, ce)
+		}
 		return nil, err
 	}
 	// The answer was lost: the create may have been made. Never retry

@@ -32,7 +32,7 @@ const (
 )
 
 // ErrAuth is the cause of the error every call returns when Vast refuses
-// the API key (401).
+// the API key (401): a berth.Error, invalid, naming the field api_key.
 var ErrAuth = errors.New("vast refused the API key")
 
 // ErrRateLimited is the cause of the error an idempotent call returns when
@@ -181,7 +181,9 @@ func (c *Client) check(method, path string, r *reply) error {
 	e := decodeError(method, path, r)
 	switch r.status {
 	case http.StatusUnauthorized:
-		return &berth.Error{Code: berth.ECodeUnauthorized, Message: fmt.Sprintf("vast %s %s: %s (check the pool's API key)", method, path, e.msg), Err: ErrAuth}
+		// Not ECodeUnauthorized: that would tell Berth's own caller that
+		// its token was refused. The pool's key is the field at fault.
+		return &berth.Error{Code: berth.ECodeInvalid, Field: "api_key", Message: fmt.Sprintf("vast %s %s: %s", method, path, e.msg), Err: ErrAuth}
 	case http.StatusTooManyRequests:
 		return fmt.Errorf("vast %s %s: still 429 after %d tries (%s): %w", method, path, tries, e.msg, ErrRateLimited)
 	}

@@ -389,8 +389,8 @@ func TestBadKeyIsAnAuthError(t *testing.T) {
 	_, errShow := c.Show(ctx, 1)
 	for _, err := range []error{errSearch, errCreate, errShow, c.Destroy(ctx, 1), c.EnsureSSHKey(ctx, "ssh-ed25519 AAAA")} {
 		var be *berth.Error
-		if !errors.Is(err, vast.ErrAuth) || !errors.As(err, &be) || be.Code != berth.ECodeUnauthorized {
-			t.Errorf("err = %v, want an unauthorized berth.Error wrapping ErrAuth", err)
+		if !errors.Is(err, vast.ErrAuth) || !errors.As(err, &be) || be.Code != berth.ECodeInvalid || be.Field != "api_key" {
+			t.Errorf("err = %v, want a berth.Error naming api_key, wrapping ErrAuth", err)
 		}
 	}
 	if n := len(srv.Instances()); n != 0 {

@@ -10,12 +10,12 @@ import (
 
 func TestOptions(t *testing.T) {
 	t.Parallel()
-	listen, opts, err := options([]string{"--listen", "127.0.0.1:0", "--machines", "3", "--fault", "1001=cdi", "--fault", "1003=ssh-key"}, io.Discard)
+	c, err := options([]string{"--listen", "127.0.0.1:0", "--machines", "3", "--fault", "1001=cdi", "--fault", "1003=ssh-key"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if listen != "127.0.0.1:0" || opts.Machines != 3 || len(opts.Faults) != 2 || opts.Faults[1001] != vasttest.FaultCDI || opts.Faults[1003] != vasttest.FaultSSHKey {
-		t.Errorf("options: %q %+v", listen, opts)
+	if c.listen != "127.0.0.1:0" || c.noHosts || c.opts.Machines != 3 || len(c.opts.Faults) != 2 || c.opts.Faults[1001] != vasttest.FaultCDI || c.opts.Faults[1003] != vasttest.FaultSSHKey {
+		t.Errorf("options: %+v", c)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -30,8 +30,9 @@ func TestOptions(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--fault", "1009=cdi"}, "not one of 1001…1004"},
 		{[]string{"--listen", "127.0.0.1:0", "--stage", "-1s"}, "--stage"},
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, `unexpected argument "extra"`},
+		{[]string{"--listen", "127.0.0.1:0", "--no-hosts", "--dir", "/tmp/x"}, "--dir"},
 	} {
-		if _, _, err := options(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := options(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want one saying %q", tc.args, err, tc.want)
 		}
 	}

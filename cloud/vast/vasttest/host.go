@@ -8,7 +8,10 @@ import (
 
 // Host brings up the machines behind the fake's instances. Without one, a
 // running instance has no sshd (its SSH port is 0), which is enough for
-// tests of the API alone.
+// tests of the API alone. The server calls Start when it first finds an
+// instance running (a show or a list past its boot stages), and Stop when
+// the instance is destroyed or vanishes, or the server is closed; both
+// with the server's lock held, so they must not call the server.
 type Host interface {
 	// Start brings up the machine of instance id: keys are the account's SSH public keys
 	// (authorized_keys lines), env and onstart the create request's. It returns the

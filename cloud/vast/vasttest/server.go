@@ -194,8 +194,8 @@ type Instance struct {
 	Ended    time.Time
 }
 
-// instance is an Instance with the server's bookkeeping.
-type instance struct {
+// rental is an Instance with the server's bookkeeping.
+type rental struct {
 	Instance
 	price         float64
 	started       bool     // the Host was asked to start it
@@ -212,7 +212,7 @@ type Server struct {
 	mux    *http.ServeMux
 	mu     sync.Mutex
 	offers []*Offer // by machine, in order
-	insts  map[int64]*instance
+	insts  map[int64]*rental
 	next   int64
 	keys   []string
 	limits map[Endpoint]int
@@ -241,7 +241,7 @@ func New(opts Options) *Server {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	s := &Server{opts: opts, insts: map[int64]*instance{}, next: FirstContract, limits: map[Endpoint]int{}}
+	s := &Server{opts: opts, insts: map[int64]*rental{}, next: FirstContract, limits: map[Endpoint]int{}}
 	for e, n := range opts.RateLimit {
 		s.limits[e] = n
 	}
@@ -597,7 +597,7 @@ func (s *Server) create(x *exchange) {
 	}
 	o := s.offers[i]
 	o.Rented, o.Rentable = true, false
-	in := &instance{Instance: Instance{ID: s.next, Machine: o.MachineID, Offer: id, Fault: s.opts.Faults[o.MachineID],
+	in := &rental{Instance: Instance{ID: s.next, Machine: o.MachineID, Offer: id, Fault: s.opts.Faults[o.MachineID],
 		Payload: *p, Created: s.opts.Clock(), Live: true}, price: o.DPHTotal, intended: "running", cur: "running"}
 	s.next++
 	s.insts[in.ID] = in
@@ -704,7 +704,7 @@ func validate(p *CreatePayload) (code, msg string) {
 // observe brings in's state to the clock's time: it boots through its
 // stages, its machine starts on the Host when it reaches running, and an
 // instance of a vanish machine disappears once shown running.
-func (s *Server) observe(in *instance) {
+func (s *Server) observe(in *rental) {
 	if !in.Live || in.intended == "stopped" {
 		return
 	}
@@ -741,7 +741,7 @@ func (s *Server) observe(in *instance) {
 }
 
 // startHost starts in's machine on the Host, if there is one.
-func (s *Server) startHost(in *instance) {
+func (s *Server) startHost(in *rental) {
 	in.started = true
 	in.Status, in.statusMsg = "running", "success, running "+in.Payload.Image+"/ssh"
 	if s.opts.Host == nil {
@@ -762,7 +762,7 @@ func (s *Server) startHost(in *instance) {
 }
 
 // stopHost stops in's machine on the Host, if it was started.
-func (s *Server) stopHost(in *instance) {
+func (s *Server) stopHost(in *rental) {
 	if in.started && s.opts.Host != nil {
 		s.opts.Host.Stop(in.ID)
 	}
@@ -770,7 +770,7 @@ func (s *Server) stopHost(in *instance) {
 }
 
 // end ends in: destroyed, or vanished.
-func (s *Server) end(in *instance, vanished bool) {
+func (s *Server) end(in *rental, vanished bool) {
 	s.stopHost(in)
 	in.Live, in.Vanished, in.Ended = false, vanished, s.opts.Clock()
 	for _, o := range s.offers {
@@ -781,7 +781,7 @@ func (s *Server) end(in *instance, vanished bool) {
 }
 
 // view is in as Vast shows it.
-func (s *Server) view(in *instance) map[string]any {
+func (s *Server) view(in *rental) map[string]any {
 	var status any
 	if in.Status != "" {
 		status = in.Status
@@ -831,12 +831,12 @@ func (s *Server) list(x *exchange) {
 	x.answer(http.StatusOK, map[string]any{"instances": out})
 }
 
-func (s *Server) sorted() []*instance {
-	var out []*instance
+func (s *Server) sorted() []*rental {
+	var out []*rental
 	for _, in := range s.insts {
 		out = append(out, in)
 	}
-	slices.SortFunc(out, func(a, b *instance) int { return int(a.ID - b.ID) })
+	slices.SortFunc(out, func(a, b *rental) int { return int(a.ID - b.ID) })
 	return out
 }
 
