@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -278,8 +279,10 @@ func (s *Server) deletePool(w http.ResponseWriter, r *http.Request) {
 // provision answers POST /api/v1/pools/{name}/provision: it rents one
 // instance for the pool and takes it through every phase, answering once
 // it is ready or has failed: 200 with the instance either way (its phase
-// and failure say which), or the error when no instance came of it; 503
-// when the server has no provisioner. A client that goes away cancels it.
+// and failure say which); when no instance came of it, the provisioner's
+// *berth.Error, or any other error as 503 with its text (every offer
+// failed); 503 when the server has no provisioner. A client that goes away
+// cancels it.
 func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	if s.Pools.Provisioner == nil {
 		writeError(w, r, berth.Errorf(berth.ECodeUnavailable, "no provisioner: this server does not rent instances"))
@@ -295,8 +298,15 @@ func (s *Server) provision(w http.ResponseWriter, r *http.Request) {
 	}
 	inst, err := s.Pools.Provisioner.Provision(r.Context(), pl)
 	if inst == nil {
-		if err == nil {
+		var be *berth.Error
+		switch {
+		case err == nil:
 			err = berth.Errorf(berth.ECodeInternal, "the provisioner returned no instance")
+		case !errors.As(err, &be) && r.Context().Err() == nil:
+			// Every offer tried failed: what the marketplace or the
+			// probes said is the user's to read.
+			err = berth.Errorf(berth.ECodeUnavailable, "pool %s: no instance became ready: %s (berth instances --pool %s shows those tried)",
+				pl.Name, err, pl.Name)
 		}
 		writeError(w, r, err)
 		return

@@ -49,8 +49,12 @@ func startPoolServer(t *testing.T) *poolServer {
 	s := &server{t: t, url: hs.URL, ctl: ctl, st: st, sec: sec}
 	s.token = apitest.Token(t, sec, "root", auth.RoleAdmin, "")
 	tokens := map[auth.Role]string{auth.RoleAdmin: s.token}
-	for _, role := range []auth.Role{auth.RoleOperator, auth.RoleUser, auth.RoleViewer} {
-		tokens[role] = apitest.Token(t, sec, "someone-"+string(role), role, "")
+	for _, role := range []auth.Role{auth.RoleOperator, auth.RoleUser, auth.RoleViewer, auth.RolePeer, auth.RoleAgent} {
+		worker := ""
+		if role == auth.RoleAgent {
+			worker = "host-1"
+		}
+		tokens[role] = apitest.Token(t, sec, "someone-"+string(role), role, worker)
 	}
 	return &poolServer{server: s, pools: h.Pools, auditPath: auditPath, tokens: tokens}
 }
@@ -263,8 +267,8 @@ func TestPoolSetGetDelete(t *testing.T) {
 	}
 }
 
-// Users and viewers may not read or change pools, instances or hosts;
-// operators may.
+// Users, viewers, peers and agents may not read or change pools,
+// instances or hosts; operators may.
 func TestPoolRoles(t *testing.T) {
 	t.Parallel()
 	s := startPoolServer(t)
@@ -282,7 +286,7 @@ func TestPoolRoles(t *testing.T) {
 		{"POST", "/api/v1/hosts/1001/unblock", ""},
 		{"DELETE", "/api/v1/hosts", ""},
 	} {
-		for _, role := range []auth.Role{auth.RoleUser, auth.RoleViewer} {
+		for _, role := range []auth.Role{auth.RoleUser, auth.RoleViewer, auth.RolePeer, auth.RoleAgent} {
 			if status, _, data := s.doAuth(tc.method, tc.path, tc.body, s.tokens[role]); status != http.StatusForbidden {
 				t.Errorf("%s %s as %s: %d %s, want 403", tc.method, tc.path, role, status, data)
 			}
@@ -415,8 +419,11 @@ func TestProvisionEndpoint(t *testing.T) {
 	var got *berth.Pool
 	s.pools.Provisioner = provisionFunc(func(ctx context.Context, pool *berth.Pool) (*berth.Instance, error) {
 		got = pool
-		if pool.MaxInstances == 1 {
+		switch pool.MaxInstances {
+		case 1:
 			return nil, berth.Errorf(berth.ECodeConflict, "pool %s is at its cap", pool.Name)
+		case 2:
+			return nil, errors.New("instance i-8: infra_fatal: unresolvable CDI device")
 		}
 		return &berth.Instance{ID: "i-9", Pool: pool.Name, Phase: berth.InstanceFailed, Failure: berth.FailureInfraFatal},
 			errors.New("Permission denied (publickey)")
@@ -440,6 +447,14 @@ func TestProvisionEndpoint(t *testing.T) {
 	}
 	if status, _, data := s.do("POST", "/api/v1/pools/rent/provision", ""); status != http.StatusConflict {
 		t.Errorf("provision that made no instance: %d %s, want the provisioner's error", status, data)
+	}
+	b["max_instances"] = 2
+	if status, _, data := s.do("PUT", "/api/v1/pools/rent", body(t, b)); status != http.StatusOK {
+		t.Fatalf("PUT: %d %s", status, data)
+	}
+	if status, _, data := s.do("POST", "/api/v1/pools/rent/provision", ""); status != http.StatusServiceUnavailable ||
+		!bytes.Contains(data, []byte("no instance became ready: instance i-8: infra_fatal: unresolvable CDI device")) {
+		t.Errorf("provision whose every offer failed: %d %s, want 503 saying why", status, data)
 	}
 	if !bytes.Contains(s.auditLog(), []byte(`"pool.provision"`)) {
 		t.Error("provision not audited")

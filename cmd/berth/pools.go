@@ -87,7 +87,7 @@ func runPoolAdd(ctx context.Context, m *Main, args []string) error {
 	fs.IntVar(&p.GPUs, "gpus", 1, "GPUs per instance, 1 to 16")
 	fs.IntVar(&p.MaxInstances, "max-instances", 0, "most instances rented at once, 1 to 1000 (required)")
 	var price priceValue
-	fs.Var(&price, "max-price", "most the pool may cost, in dollars an hour over its starting and ready instances, e.g. 0.60/h (required)")
+	fs.Var(&price, "max-price", "most the pool may cost, a `price` in dollars an hour over its starting and ready instances, e.g. 0.60/h (required)")
 	var idle time.Duration
 	durationVar(fs, &idle, "idle-timeout", 10*time.Minute, "give an instance back after it has been idle this long, a `duration`")
 	strictness := fs.String("strictness", string(berth.StrictnessBalanced), "how choosy about offers and hosts: strict, balanced or aggressive")
