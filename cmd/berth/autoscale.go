@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/audit"
@@ -35,6 +36,9 @@ type poolFleet struct {
 	// the credential of the agent of a host.
 	server     string
 	credential func(ctx context.Context, host string) (string, error)
+	// gone is told of the worker host of an instance that vanished from
+	// its provider, and why (controller.WorkerGone).
+	gone func(ctx context.Context, host, why string) error
 
 	mu     sync.Mutex
 	byPool map[string]*fleetEntry
@@ -72,12 +76,53 @@ func (f *poolFleet) provisioner(ctx context.Context, pool *berth.Pool) (*provisi
 		return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
 	}
 	p := &provision.Provisioner{Provider: provider, Store: f.store, Signer: signer, Registry: f.registry,
-		Request: f.request, Secrets: []string{key}, Log: f.log.With("pool", pool.Name)}
+		Request: f.request, Gone: f.vanished, Secrets: []string{key}, Log: f.log.With("pool", pool.Name)}
 	if f.byPool == nil {
 		f.byPool = map[string]*fleetEntry{}
 	}
 	f.byPool[pool.Name] = &fleetEntry{url: pool.URL, sealed: string(pool.SealedAPIKey), p: p}
 	return p, nil
+}
+
+// vanished gives the work of a vanished instance's agent back to the
+// queue at once.
+func (f *poolFleet) vanished(inst *berth.Instance) {
+	if inst.WorkerHost == "" {
+		return
+	}
+	if err := f.gone(context.Background(), inst.WorkerHost, inst.LastError); err != nil {
+		f.log.Warn("cloud pool: the worker of a vanished instance", "instance", inst.ID, "host", inst.WorkerHost, "err", err)
+	}
+}
+
+// reconcile compares the live instances with the provider's listing
+// (Provisioner.Reconcile: vanished instances are ended, their work given
+// back, failed releases retried). Reconcile sees one account, so it runs
+// only while every pool rents from the same account (URL and key); with
+// pools on several, it does nothing and says so.
+func (f *poolFleet) reconcile(ctx context.Context) error {
+	pools, err := f.store.Pools(ctx)
+	if err != nil || len(pools) == 0 {
+		return err
+	}
+	accounts := map[string]bool{}
+	for _, pool := range pools {
+		key, err := f.keys.OpenPoolKey(pool.Name, pool.SealedAPIKey)
+		if err != nil {
+			return fmt.Errorf("pool %s: open its API key: %w", pool.Name, err)
+		}
+		accounts[pool.URL+"\x00"+key] = true
+	}
+	if len(accounts) > 1 {
+		f.log.Warn("cloud pools: instances are not reconciled with the provider while pools rent from several accounts")
+		return nil
+	}
+	p, err := f.provisioner(ctx, pools[0])
+	if err != nil {
+		return err
+	}
+	_, err = p.Reconcile(ctx)
+	return err
 }
 
 // instanceDiskGB is the disk an instance is created with.
@@ -159,18 +204,39 @@ func newAutoscaler(ctx context.Context, ctl *controller.Controller, st store.Poo
 	return a, nil
 }
 
-// runAutoscaler runs a until the returned func, which stops it and waits
-// for the rentals and releases under way to end.
-func runAutoscaler(a *provision.Autoscaler) (stop func()) {
+// reconcileEvery is how often the instances are compared with the
+// provider's listing.
+const reconcileEvery = 30 * time.Second
+
+// runAutoscaler runs a, and reconciles the fleet's instances every
+// reconcileEvery, until the returned func, which stops both and waits for
+// the rentals and releases under way to end.
+func runAutoscaler(a *provision.Autoscaler, fleet *poolFleet, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		a.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(reconcileEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if err := fleet.reconcile(ctx); err != nil && ctx.Err() == nil {
+					log.Warn("cloud pools: reconcile", "err", err)
+				}
+			}
+		}
 	}()
 	return func() {
 		cancel()
-		<-done
+		wg.Wait()
 	}
 }
 

@@ -338,7 +338,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	rs.federation = newFederation(ctl, vault, cfg.FederationTick, cfg.Log)
 	ctl.SetFederation(rs.federation)
 	fleet := &poolFleet{dataDir: cfg.DataDir, store: rs.store, keys: vault, registry: ctl, log: cfg.Log, server: self,
-		credential: rs.agentCredential}
+		credential: rs.agentCredential, gone: ctl.WorkerGone}
 	scaler, err := newAutoscaler(ctx, ctl, rs.store, fleet, cfg)
 	if err != nil {
 		return err
@@ -346,7 +346,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	if err := ctl.Start(ctx); err != nil {
 		return err
 	}
-	rs.stopAutoscaler = runAutoscaler(scaler) // idle until a pool exists
+	rs.stopAutoscaler = runAutoscaler(scaler, fleet, cfg.Log) // idle until a pool exists
 	rs.Ctl = ctl
 	rs.federation.Start(context.Background()) // idle until a peer exists
 	rs.webhooks = webhook.NewDispatcher(webhook.DispatcherConfig{Store: rs.store, Events: ctl.Bus(), Log: cfg.Log})
