@@ -349,11 +349,11 @@ func (a *Autoscaler) Tick(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("autoscaler: pending demand: %w", err)
 	}
-	idle := a.idle(view, now)
 	live, err := a.cfg.Pools.Instances(ctx, store.InstanceFilter{Live: true})
 	if err != nil {
 		return fmt.Errorf("autoscaler: read instances: %w", err)
 	}
+	idle := a.idle(view, live, now)
 	byPool := map[string][]*berth.Instance{}
 	for _, inst := range live {
 		byPool[inst.Pool] = append(byPool[inst.Pool], inst)
@@ -407,17 +407,25 @@ func (a *Autoscaler) resume(ctx context.Context, pools []*berth.Pool) {
 	a.orphans = nil
 }
 
-// idle returns the hosts with no attempt, with since when the autoscaler
-// has seen them so; a host it sees busy or no more forgets its time.
-func (a *Autoscaler) idle(view *controller.PoolView, now time.Time) map[string]time.Time {
-	seen := map[string]bool{}
+// idle returns the hosts with no attempt, and those of ready instances
+// that have no worker (lost), with since when the autoscaler has seen
+// them so; a host it sees busy forgets its time.
+func (a *Autoscaler) idle(view *controller.PoolView, live []*berth.Instance, now time.Time) map[string]time.Time {
+	seen, known := map[string]bool{}, map[string]bool{}
 	for _, h := range view.Hosts {
-		if h.Running > 0 {
-			continue
+		known[h.Host] = true
+		if h.Running == 0 {
+			seen[h.Host] = true
 		}
-		seen[h.Host] = true
-		if _, ok := a.idleSince[h.Host]; !ok {
-			a.idleSince[h.Host] = now
+	}
+	for _, inst := range live {
+		if inst.Phase == berth.InstanceReady && inst.WorkerHost != "" && !known[inst.WorkerHost] {
+			seen[inst.WorkerHost] = true
+		}
+	}
+	for h := range seen {
+		if _, ok := a.idleSince[h]; !ok {
+			a.idleSince[h] = now
 		}
 	}
 	for h := range a.idleSince {

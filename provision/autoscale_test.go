@@ -178,3 +178,25 @@ func TestReach(t *testing.T) {
 		}
 	}
 }
+
+// A host is idle from when the autoscaler first sees it run nothing, or
+// sees a ready instance's worker gone from the controller; busy, it
+// forgets that time.
+func TestIdleSince(t *testing.T) {
+	a := New(Config{})
+	live := []*berth.Instance{inst("i1", berth.InstanceReady, 0.3, "h1"), inst("i2", berth.InstanceReady, 0.3, "h2"),
+		inst("i3", berth.InstanceReady, 0.3, "lost"), inst("i4", berth.InstanceSSH, 0.3, "booting")}
+	view := &controller.PoolView{Hosts: []controller.HostActivity{{Host: "h1", Connected: true}, {Host: "h2", Connected: true, Running: 1}}}
+	idle := a.idle(view, live, t0)
+	if len(idle) != 2 || !idle["h1"].Equal(t0) || !idle["lost"].Equal(t0) {
+		t.Fatalf("idle = %v; want h1 and lost since t0", idle)
+	}
+	view.Hosts[0].Running = 1
+	if idle = a.idle(view, live, t0.Add(time.Minute)); len(idle) != 1 || !idle["lost"].Equal(t0) {
+		t.Fatalf("idle a minute on = %v; want only lost, still since t0", idle)
+	}
+	view.Hosts[0].Running = 0
+	if idle = a.idle(view, live, t0.Add(2*time.Minute)); !idle["h1"].Equal(t0.Add(2 * time.Minute)) {
+		t.Fatalf("h1 idle again since %v; want since it was seen idle again", idle["h1"])
+	}
+}
