@@ -253,7 +253,7 @@ type Autoscaler struct {
 
 	// Loop only.
 	idleSince map[string]time.Time // host → since when it was seen idle
-	said      map[string]string    // pool → the last capped or dry-run event's reason, not repeated
+	said      map[string]string    // what the last capped and dry-run events of a pool (or instance) said, not to repeat it
 	orphans   map[string]int       // pool → instances found part way at start (Adopt), for the next tick to resume
 
 	mu         sync.Mutex
