@@ -19,10 +19,11 @@ import (
 // SSHD is the OpenSSH server SSHHost starts, one per instance.
 const SSHD = "/usr/sbin/sshd"
 
-// markerVar is the environment variable that marks every process of an
-// instance (its sshd, its SSH sessions, its onstart and all they start)
-// with the instance's directory, so that Stop finds the processes that
-// left their process group too, as destroying a container would.
+// markerVar is the environment variable that marks the processes of an
+// instance (its SSH sessions, its onstart and all they start) with the
+// instance's directory, so that Stop finds those that left their process
+// group too, as destroying a container would. (sshd's own processes lose
+// it to their process titles: Stop finds them as sshd's descendants.)
 const markerVar = "VASTTEST_INSTANCE"
 
 // sshdPath is the PATH of an SSH session after the instance's bin.
@@ -79,10 +80,11 @@ func WithGPUs(gpus func(machine int64) HostGPUs) SSHHostOption {
 // never joins and warm-up stalls until its budget ends. Other faults are
 // the server's: the machine comes up as without one.
 //
-// Stop SIGKILLs the instance as destroying its container would: sshd and
-// onstart's process groups, then every process left that carries the
-// instance's mark in its environment (sessions started over SSH, daemons
-// that left the group), until none is alive. Starts run one at a time,
+// Stop SIGKILLs the instance as destroying its container would: onstart's
+// process group, sshd and every process under it (open connections
+// included), then every process left that carries the instance's mark in
+// its environment (sessions started over SSH, daemons that left the
+// group), and waits until none is alive. Starts run one at a time,
 // each until its sshd accepts connections. Starting needs ssh-keygen and
 // SSHD; as root, sshd also needs /run/sshd, which NewSSHHost makes.
 type SSHHost struct {
@@ -129,8 +131,7 @@ func (h *SSHHost) Start(id int64, machine int64, fault Fault, keys []string, env
 	in := &instance{dir: filepath.Join(h.dir, strconv.FormatInt(id, 10))}
 	port, err := in.start(machine, fault, keys, env, onstart, h.gpus(machine))
 	if err != nil {
-		in.stop()
-		return 0, fmt.Errorf("ssh host: instance %d: %w", id, err)
+		return 0, fmt.Errorf("ssh host: instance %d: %w", id, errors.Join(err, in.stop()))
 	}
 	h.insts[id] = in
 	return port, nil
@@ -169,6 +170,9 @@ func (h *SSHHost) Close() error {
 // start lays out the instance's directory and starts its sshd and, unless
 // the fault is a stall, its onstart. It returns sshd's port.
 func (in *instance) start(machine int64, fault Fault, keys []string, env map[string]string, onstart string, gpus HostGPUs) (int, error) {
+	if err := os.RemoveAll(in.dir); err != nil { // a machine starts afresh
+		return 0, err
+	}
 	bin, lib := filepath.Join(in.dir, "bin"), filepath.Join(in.dir, "lib")
 	for _, d := range []string{bin, lib} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -238,12 +242,11 @@ func (in *instance) startSSHD(path, marker string) (int, error) {
 			return 0, err
 		}
 		logPath := filepath.Join(in.dir, "sshd.log")
-		log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		log, err := os.Create(logPath)
 		if err != nil {
 			return 0, err
 		}
 		cmd := exec.Command(SSHD, "-D", "-e", "-f", confPath)
-		cmd.Env = append(os.Environ(), marker)
 		cmd.Stdout, cmd.Stderr = log, log
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		err = cmd.Start()
@@ -252,11 +255,12 @@ func (in *instance) startSSHD(path, marker string) (int, error) {
 			return 0, fmt.Errorf("start sshd: %w", err)
 		}
 		in.sshd, in.sshdEnd = cmd, reap(cmd)
-		if err := waitListening(port, in.sshdEnd); err == nil {
+		err = waitListening(port, in.sshdEnd)
+		if err == nil {
 			return port, nil
 		}
 		out, _ := os.ReadFile(logPath)
-		lastErr = fmt.Errorf("sshd on port %d exited: %s", port, bytes.TrimSpace(out))
+		lastErr = fmt.Errorf("sshd on port %d: %w: %s", port, err, bytes.TrimSpace(out))
 		if !bytes.Contains(out, []byte("Bind to port")) && !bytes.Contains(out, []byte("Cannot bind")) {
 			return 0, lastErr
 		}
@@ -297,11 +301,13 @@ func (in *instance) stop() error {
 		_ = syscall.Kill(-in.onstart.Process.Pid, syscall.SIGKILL) // the group may be gone already
 		<-in.runEnd
 	}
+	var tree []int
 	if in.sshd != nil {
 		select {
 		case <-in.sshdEnd: // exited already: its pid may be another's now
 		default:
-			if err := killTree(in.sshd.Process.Pid); err != nil {
+			var err error
+			if tree, err = killTree(in.sshd.Process.Pid); err != nil {
 				return err
 			}
 			<-in.sshdEnd
@@ -317,14 +323,19 @@ func (in *instance) stop() error {
 		if err != nil {
 			return err
 		}
-		pids := procs.marked(ours)
-		if len(pids) == 0 {
+		live := procs.marked(ours)
+		for _, pid := range tree { // killed, but maybe still on the way out
+			if _, ok := procs[pid]; ok {
+				live = append(live, pid)
+			}
+		}
+		if len(live) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v outlived SIGKILL", pids)
+			return fmt.Errorf("processes %v outlived SIGKILL", live)
 		}
-		for _, pid := range pids {
+		for _, pid := range live {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // it may have exited since
 		}
 		<-tick.C
@@ -420,33 +431,34 @@ func (procs procTable) descendants(root int) []int {
 	return out
 }
 
-// killTree kills root and all its descendants. It stops them first, until
-// no new one appears, so that none forks or is orphaned (and lost to the
-// tree) before it is killed: sshd's connection processes leave its
-// process group, and its environment is overwritten by its process title,
-// so neither the group nor the mark finds them.
-func killTree(root int) error {
-	stopped := map[int]bool{}
+// killTree sends SIGKILL to root and all its descendants, and returns
+// them. It stops them first, until no new one appears, so that none forks
+// or is orphaned (and lost to the tree) before it is killed: sshd's
+// connection processes leave its process group, and its environment is
+// overwritten by its process title, so neither the group nor the mark
+// finds them.
+func killTree(root int) ([]int, error) {
+	var stopped []int
 	for next := []int{root}; len(next) > 0; {
 		for _, pid := range next {
 			_ = syscall.Kill(pid, syscall.SIGSTOP) // it may have exited since
-			stopped[pid] = true
 		}
+		stopped = append(stopped, next...)
 		procs, err := processes()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		next = next[:0]
+		next = nil
 		for _, pid := range procs.descendants(root) {
-			if !stopped[pid] {
+			if !slices.Contains(stopped, pid) {
 				next = append(next, pid)
 			}
 		}
 	}
-	for pid := range stopped {
+	for _, pid := range stopped {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	return nil
+	return stopped, nil
 }
 
 // reap waits for cmd in the background; the channel is closed once it is
