@@ -47,6 +47,10 @@ type Pools interface {
 // DefaultScaleAfter is how long jobs wait before a pool rents for them.
 const DefaultScaleAfter = 30 * time.Second
 
+// RetryLimit bounds how long a pool waits to rent again after rentals
+// failed in a row: 1 s after the first, doubling (berth.DoublingDelay).
+const RetryLimit = 10 * time.Minute
+
 // Decision is what a pool's autoscaler does in one tick.
 type Decision struct {
 	// Rent is how many instances to rent now: 0 or 1, one create at a
@@ -259,6 +263,10 @@ type Autoscaler struct {
 	mu         sync.Mutex
 	renting    map[string]int  // pool → rentals in flight
 	destroying map[string]bool // instance ids being given back
+	// failed counts a pool's rentals that failed in a row; the pool rents
+	// again only from retryAt (RetryLimit).
+	failed  map[string]int
+	retryAt map[string]time.Time
 	wg         sync.WaitGroup
 }
 
@@ -277,7 +285,7 @@ func New(cfg Config) *Autoscaler {
 		cfg.Now = time.Now
 	}
 	a := &Autoscaler{cfg: cfg, idleSince: map[string]time.Time{}, said: map[string]string{},
-		renting: map[string]int{}, destroying: map[string]bool{}}
+		renting: map[string]int{}, destroying: map[string]bool{}, failed: map[string]int{}, retryAt: map[string]time.Time{}}
 	a.reach.Store(&[]*scheduler.Worker{})
 	return a
 }
@@ -495,6 +503,12 @@ func (a *Autoscaler) apply(ctx context.Context, p *berth.Pool, d Decision) error
 		delete(a.said, p.Name+"/dry")
 		return nil
 	}
+	a.mu.Lock()
+	retryAt := a.retryAt[p.Name]
+	a.mu.Unlock()
+	if a.cfg.Now().Before(retryAt) {
+		return nil // after failed rentals: not yet
+	}
 	price := "no price cap"
 	if p.MaxPrice > 0 {
 		price = fmt.Sprintf("at most $%.2f/h", d.Headroom)
@@ -540,6 +554,13 @@ func (a *Autoscaler) rent(ctx context.Context, p *berth.Pool) {
 		inst, err := a.cfg.Renter.Provision(ctx, p)
 		a.mu.Lock()
 		a.renting[p.Name]--
+		if err != nil {
+			a.failed[p.Name]++
+			a.retryAt[p.Name] = a.cfg.Now().Add(berth.DoublingDelay(a.failed[p.Name], RetryLimit))
+		} else {
+			delete(a.failed, p.Name)
+			delete(a.retryAt, p.Name)
+		}
 		a.mu.Unlock()
 		if err != nil {
 			a.cfg.Log.Warn("autoscaler: rental failed", "pool", p.Name, "err", err)

@@ -348,3 +348,40 @@ func TestAdoptResumesOnce(t *testing.T) {
 		t.Fatalf("rentals = %v; want two for pool rent (its two instances part way), once", r.pools)
 	}
 }
+
+// waiting is a controller where one 4090 job has waited a minute.
+type waiting struct{ noDemand }
+
+func (waiting) PendingDemand(context.Context, time.Time) (*controller.PoolView, error) {
+	return &controller.PoolView{Demand: []controller.Demand{wants(1, "4090", 1)}}, nil
+}
+
+// After a rental fails the pool waits before it rents again, longer
+// after each failure in a row.
+func TestFailedRentalsBackOff(t *testing.T) {
+	now := t0
+	r := &countingRenter{}
+	a := New(Config{Pools: staticPools{pool4090()}, View: waiting{}, Renter: r, Now: func() time.Time { return now }})
+	rentals := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.pools)
+	}
+	tickAt := func(at time.Duration) {
+		t.Helper()
+		now = t0.Add(at)
+		if err := a.Tick(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		a.Wait()
+	}
+	for _, step := range []struct {
+		at   time.Duration
+		want int
+	}{{0, 1}, {500 * time.Millisecond, 1}, {time.Second, 2}, {2 * time.Second, 2}, {3 * time.Second, 3}, {6 * time.Second, 3}, {7 * time.Second, 4}} {
+		tickAt(step.at)
+		if got := rentals(); got != step.want {
+			t.Fatalf("at +%s: %d rentals; want %d", step.at, got, step.want)
+		}
+	}
+}

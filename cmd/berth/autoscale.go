@@ -132,8 +132,10 @@ const instanceDiskGB = 32
 // image, a disk, and an onstart that starts berth agent as inst's worker
 // host, serving the pool's queues with its labels, joined to this server
 // (BERTH_SERVER) with a credential of its own bound to that host
-// (BERTH_TOKEN). Without a credential (its issue failed, and is logged)
-// the agent cannot join and the instance fails its readiness.
+// (BERTH_TOKEN, set in the onstart: an env value may not exceed 256
+// characters at Vast, and a token does). Without a credential (its issue
+// failed, and is logged) the agent cannot join and the instance fails its
+// readiness.
 func (f *poolFleet) request(pool *berth.Pool, inst *berth.Instance) cloud.CreateRequest {
 	args := []string{"berth", "agent", "--host", shellQuote(inst.WorkerHost)}
 	if len(pool.Queues) > 0 {
@@ -146,15 +148,14 @@ func (f *poolFleet) request(pool *berth.Pool, inst *berth.Instance) cloud.Create
 		}
 		args = append(args, "--labels", shellQuote(strings.Join(labels, ",")))
 	}
-	req := cloud.CreateRequest{Image: pool.Image, DiskGB: instanceDiskGB, Env: map[string]string{"BERTH_SERVER": f.server},
-		Onstart: strings.Join(args, " ")}
 	token, err := f.credential(context.Background(), inst.WorkerHost)
 	if err != nil {
 		f.log.Warn("cloud pool: no agent credential for the instance", "pool", pool.Name, "instance", inst.ID, "err", err)
-		return req
+	} else {
+		args = append([]string{"BERTH_TOKEN=" + shellQuote(token)}, args...)
 	}
-	req.Env["BERTH_TOKEN"] = token
-	return req
+	return cloud.CreateRequest{Image: pool.Image, DiskGB: instanceDiskGB, Env: map[string]string{"BERTH_SERVER": f.server},
+		Onstart: strings.Join(args, " ")}
 }
 
 // shellQuote quotes s for sh.
