@@ -267,7 +267,7 @@ type Autoscaler struct {
 	// again only from retryAt (RetryLimit).
 	failed  map[string]int
 	retryAt map[string]time.Time
-	wg         sync.WaitGroup
+	wg      sync.WaitGroup
 }
 
 // New returns an autoscaler; it does nothing until Run or Tick.
