@@ -249,9 +249,9 @@ func TestProvisionExitStatus(t *testing.T) {
 	if code, out, errOut := c.run("provision"); code != exitUsage || out != "" || !strings.HasPrefix(errOut, "berth: --pool: ") {
 		t.Errorf("provision without --pool: exit %d, %q, %q", code, out, errOut)
 	}
-	// A server without a provisioner (this one) answers 503.
-	if code, _, errOut := c.run("provision", "--pool", "rent"); code != exitUsage || !strings.Contains(errOut, "no provisioner") {
-		t.Errorf("provision on a server without a provisioner: exit %d, %q", code, errOut)
+	// A pool the server does not have.
+	if code, _, errOut := c.run("provision", "--pool", "rent"); code != exitUsage || !strings.Contains(errOut, "no pool rent") {
+		t.Errorf("provision of an unknown pool: exit %d, %q", code, errOut)
 	}
 
 	// The answers of a server that has one.

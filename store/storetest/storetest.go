@@ -290,7 +290,8 @@ func fullEvent(seq uint64) *berth.Event {
 	return &berth.Event{Seq: seq, Time: base.Add(time.Duration(seq)), Type: "job.requeued", JobID: "01JPJOB0000000000000000000", Name: "train-ünï",
 		State: berth.JobRunning, WorkerID: "w-7", Host: "gpu-1", Reason: "lost: \"heartbeat\" ünï ☃ \\ nul\x00 <&>",
 		Quota: "user:alice", Limits: "gpus<=8 jobs<=4", Actor: "ops", User: "alice", Requested: 4, Limit: 8, Queue: "gpu",
-		Desired: berth.DesiredOff, Policy: berth.StopDrain, Attempts: []string{"a1", "a2"}, ExitCode: new(3), Peer: "b"}
+		Desired: berth.DesiredOff, Policy: berth.StopDrain, Attempts: []string{"a1", "a2"}, ExitCode: new(3), Peer: "b",
+		Pool: "rent", Instance: "i-1", Count: 2}
 }
 
 // newEvents returns n events of jobs, numbered from first.
