@@ -25,6 +25,9 @@ type Event struct {
 	Policy    string    `json:"policy,omitempty"`    // worker control: the stop policy
 	Attempts  []string  `json:"attempts,omitempty"`  // attempts a control stopped, or the one a requeue follows
 	Peer      string    `json:"peer,omitempty"`      // the federation peer a peer event is about
+	Pool      string    `json:"pool,omitempty"`      // the cloud pool a pool event is about
+	Instance  string    `json:"instance,omitempty"`  // the pool's instance a scale-down is about
+	Count     int       `json:"count,omitempty"`     // instances a scale-up rents (or would, in a dry run)
 }
 
 // Event types: the Type of an Event, published on the event stream, sent
@@ -49,6 +52,9 @@ const (
 	EventServiceFailed     = "service.failed"  // a service attempt did not become ready (its failure class says why)
 	EventPeerSet           = "peer.set"        // a federation peer was added or changed
 	EventPeerDeleted       = "peer.deleted"    // a federation peer was removed
+	EventPoolScaleUp       = "pool.scale_up"   // the autoscaler rents instances (or would, in a dry run) for waiting jobs
+	EventPoolScaleDown     = "pool.scale_down" // the autoscaler gives back an instance idle past its pool's timeout
+	EventPoolCapped        = "pool.capped"     // waiting jobs want more than the pool's max instances or max $/h allow
 )
 
 // EventTypes are every type an Event may have, the names a webhook may
@@ -57,7 +63,8 @@ var EventTypes = []string{
 	EventJobSubmitted, EventJobRunning, EventJobRequeued, EventJobPreempted, EventQuotaExceeded,
 	EventJobSucceeded, EventJobFailed, EventJobCancelled, EventWorkerRegistered, EventWorkerLost,
 	EventWorkerDisconnects, EventQuotaSet, EventQuotaDeleted, EventWorkerControl, EventServiceReady,
-	EventServiceUnready, EventServiceFailed, EventPeerSet, EventPeerDeleted,
+	EventServiceUnready, EventServiceFailed, EventPeerSet, EventPeerDeleted, EventPoolScaleUp,
+	EventPoolScaleDown, EventPoolCapped,
 }
 
 // AuditJobAssigned is the audit record of an attempt placed on a worker:

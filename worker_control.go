@@ -147,6 +147,12 @@ const (
 	CausePortBusy = "port_busy"
 )
 
+// CauseWorkerGone: the server ended the attempt because its worker's
+// machine is known gone (a rented instance vanished from its provider):
+// no agent reported it, so it has no exit code, and it is not the job's
+// doing.
+const CauseWorkerGone = "worker_gone"
+
 var causeCodes = map[string]int{CauseBudget: 75, CauseStall: 76, CauseReassigned: 77, CauseGPUHealth: 78, CauseOperator: 79,
 	CauseReadiness: 80, CauseShutdown: 81, CauseOOM: 82, CausePortBusy: 83}
 
@@ -160,8 +166,8 @@ func CauseExitCode(cause string) (int, bool) {
 // CauseSpendsRetry reports whether an attempt ended by cause counts
 // against its job's retries: the job's own doing (budget, stall) does;
 // hardware, reassignment, operators, the shutdown of its agent and a busy
-// rendezvous port do not.
+// rendezvous port and a machine gone do not.
 func CauseSpendsRetry(cause string) bool {
 	return cause != CauseGPUHealth && cause != CauseReassigned && cause != CauseOperator && cause != CauseShutdown &&
-		cause != CausePortBusy
+		cause != CausePortBusy && cause != CauseWorkerGone
 }

@@ -54,6 +54,9 @@ type Server struct {
 	// PeerLogs, when set, reads the output of a job handed to a federation
 	// peer from that peer; nil: such a job shows no output here.
 	PeerLogs PeerLogs
+	// Pools manages the cloud pools, their instances and the host
+	// records; nil: those endpoints answer 404.
+	Pools *Pools
 	// EventKeepalive is how long the event stream may be silent before it
 	// sends a keepalive comment, so that proxies keep it open; 0 means
 	// DefaultEventKeepalive.
@@ -136,6 +139,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("DELETE /api/v1/peers/{name}", auth.Identity.IsAdmin, "admin", s.deletePeer)
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
 	s.federationRoutes()
+	s.poolRoutes()
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))

@@ -41,6 +41,8 @@ func fromEvent(en *Entry, e *berth.Event) {
 		en.Target = "worker/" + e.Host
 	case e.Peer != "":
 		en.Target = "peer/" + e.Peer
+	case e.Pool != "":
+		en.Target = "pool/" + e.Pool
 	}
 	set := func(k, v string) {
 		if v != "" {
@@ -63,6 +65,10 @@ func fromEvent(en *Entry, e *berth.Event) {
 	set("desired", e.Desired)
 	set("policy", e.Policy)
 	set("attempts", strings.Join(e.Attempts, ","))
+	set("instance", e.Instance)
+	if e.Count != 0 {
+		set("count", strconv.Itoa(e.Count))
+	}
 	if e.Requested != 0 || e.Limit != 0 {
 		set("requested", strconv.Itoa(e.Requested))
 		set("limit", strconv.Itoa(e.Limit))

@@ -2,28 +2,56 @@ package auth
 
 import "fmt"
 
-// peerOwner is the owner a federation peer's token is sealed under, with
-// the peer's name as the secret's name: no identity is named so (identity
-// names have no /), so a user's sealed secret never opens as a peer token,
-// nor the reverse.
-const peerOwner = "/peer"
+// Credentials Berth keeps for itself (a federation peer's token, a cloud
+// pool's API key) are sealed as secrets are (Keys.Seal), under an owner no
+// identity is named (identity names have no /), with the peer's or pool's
+// name as the secret's name: a user's sealed secret never opens as one of
+// them, nor one kind as the other, nor one name's as another's.
+const (
+	peerOwner = "/peer"
+	poolOwner = "/pool"
+)
 
-// SealPeerToken seals the token that reaches peer for the store, as a
-// secret is sealed (Keys.Seal), bound to the peer's name.
+// SealPeerToken seals the token that reaches peer for the store, bound to
+// the peer's name.
 func (v *Vault) SealPeerToken(peer, token string) ([]byte, error) {
-	sealed, err := v.keys.Seal(peerOwner, peer, []byte(token))
-	if err != nil {
-		return nil, fmt.Errorf("peer %s: %w", peer, err)
-	}
-	return sealed, nil
+	return v.sealOwn(peerOwner, "peer", peer, token)
 }
 
 // OpenPeerToken opens what SealPeerToken sealed for peer. It fails when
 // sealed was sealed for another peer or under another key.
 func (v *Vault) OpenPeerToken(peer string, sealed []byte) (string, error) {
-	plain, err := v.keys.Open(peerOwner, peer, sealed)
+	return v.openOwn(peerOwner, "peer", peer, "token", sealed)
+}
+
+// SealPoolKey seals cloud pool's provider API key for the store, bound to
+// the pool's name.
+func (v *Vault) SealPoolKey(pool, key string) ([]byte, error) {
+	return v.sealOwn(poolOwner, "pool", pool, key)
+}
+
+// OpenPoolKey opens what SealPoolKey sealed for pool. It fails when sealed
+// was sealed for another pool or under another key.
+func (v *Vault) OpenPoolKey(pool string, sealed []byte) (string, error) {
+	return v.openOwn(poolOwner, "pool", pool, "API key", sealed)
+}
+
+// sealOwn seals plain under owner, named name; kind names what it is for
+// the error.
+func (v *Vault) sealOwn(owner, kind, name, plain string) ([]byte, error) {
+	sealed, err := v.keys.Seal(owner, name, []byte(plain))
 	if err != nil {
-		return "", fmt.Errorf("peer %s token: %w", peer, err)
+		return nil, fmt.Errorf("%s %s: %w", kind, name, err)
+	}
+	return sealed, nil
+}
+
+// openOwn opens what sealOwn sealed under owner, named name; kind and what
+// name it for the error.
+func (v *Vault) openOwn(owner, kind, name, what string, sealed []byte) (string, error) {
+	plain, err := v.keys.Open(owner, name, sealed)
+	if err != nil {
+		return "", fmt.Errorf("%s %s %s: %w", kind, name, what, err)
 	}
 	return string(plain), nil
 }

@@ -27,15 +27,23 @@ func (c *Controller) fits(spec *berth.JobSpec, hold bool) (warnings []string, er
 	return c.fitWarnings(unfit, seen, hold)
 }
 
-// neverFits returns why no worker of any backend (Backend.Reach) could
-// ever run spec, nil when enough could, and whether any worker was seen
-// within SeenWithin (with none, nothing is checked: nil). Loop only.
+// neverFits returns why no worker of any backend (Backend.Reach), nor any
+// machine a cloud pool could rent (SetRentable), could ever run spec, nil
+// when enough could, and whether any worker was seen within SeenWithin or
+// any pool could rent (with neither, nothing is checked: nil). Loop only.
 func (c *Controller) neverFits(spec *berth.JobSpec) (*berth.Error, bool) {
 	since := c.now().Add(-SeenWithin)
 	backends := c.backends()
 	ws := func(yield func(*scheduler.Worker) bool) {
 		for _, be := range backends {
 			for w := range be.Reach(since) {
+				if !yield(w) {
+					return
+				}
+			}
+		}
+		if c.rentable != nil {
+			for w := range c.rentable.Reach(spec) {
 				if !yield(w) {
 					return
 				}

@@ -364,3 +364,13 @@ func (c *Controller) syncControls(list []*berth.WorkerControl) {
 		c.setControls(changed[host], now, "")
 	}
 }
+
+// WorkerGone declares the workers of host lost at once, for why: their
+// machine is known gone (a rented instance vanished from its provider),
+// so their lease is not waited out. Their attempts end lost and their
+// jobs are queued again without spending a retry
+// (berth.CauseWorkerGone). It returns once that is durable; a host
+// without a worker is no error.
+func (c *Controller) WorkerGone(ctx context.Context, host, why string) error {
+	return c.doDurable(ctx, func() { c.workerGone(host, why) })
+}

@@ -159,6 +159,7 @@ type Controller struct {
 	waiters  map[*waiter]struct{}
 	origin   originState // the federation, as an origin (federation.go)
 	peers    peerSet     // federation peers (peers.go)
+	rentable Rentable    // what cloud pools could rent (pools.go); nil: none
 	prune    pruning     // of the federation changelog
 
 	logMu     sync.Mutex

@@ -236,6 +236,25 @@ func (l *lifecycle) workerLost(ws *workerState, now time.Time) {
 	l.emit(berth.Event{Time: now, Type: berth.EventWorkerLost, WorkerID: w.ID, Host: w.Host})
 }
 
+// workerGone is WorkerGone on the loop.
+func (l *lifecycle) workerGone(host, why string) {
+	now := l.now().UTC()
+	for _, ws := range l.order {
+		if ws.w.Host != host || ws.w.State == berth.WorkerLost {
+			continue
+		}
+		if ws.sess != nil {
+			ws.sess.close(why)
+			ws.sess.worker = nil
+			ws.sess = nil
+		}
+		for _, as := range ws.attempts {
+			as.cause = berth.CauseWorkerGone
+		}
+		l.workerLost(ws, now)
+	}
+}
+
 // createJobs makes and queues the jobs of a valid request, submitted by
 // actor; it returns copies for the caller.
 func (l *lifecycle) createJobs(req *berth.SubmitRequest, be Backend, actor string) []*berth.Job {

@@ -294,3 +294,35 @@ func TestServiceThatCannotStartFailsAtOnce(t *testing.T) {
 		t.Errorf("counts %v, want the service pending its restart", got)
 	}
 }
+
+// TestAGoneWorkerRequeuesWithoutSpendingARetry: a worker whose machine
+// is known gone (WorkerGone: a rented instance vanished) is lost at once,
+// without waiting out its lease; the attempt it ran is lost with it and
+// its job, with no retry left, is queued again rather than failed.
+func TestAGoneWorkerRequeuesWithoutSpendingARetry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	s := h.agent(workerReg())
+	j := h.submit(nil, "sleep", "60")
+	assign := h.lastSent(s, wire.TypeJobAssign).(*wire.JobAssign)
+	h.from(s, wire.TypeJobAccepted, &wire.JobAccepted{AttemptID: assign.AttemptID})
+	h.step(func() { h.c.workerGone("gpu-1", "instance vanished") })
+	var lost bool
+	for _, e := range h.events {
+		lost = lost || e.Type == berth.EventWorkerLost && e.WorkerID == "w1"
+	}
+	if !lost {
+		t.Fatalf("no worker.lost event in %+v", h.events)
+	}
+	if e := h.event(berth.EventJobRequeued, j.ID); !strings.Contains(e.Reason, "worker gpu-1 lost") {
+		t.Errorf("job requeued for %q, want worker gpu-1 lost", e.Reason)
+	}
+	if got := h.counts(); got[berth.JobPending] != 1 || len(got) != 1 {
+		t.Errorf("counts %v, want the job pending again", got)
+	}
+	if got := h.l.jobs[j.ID].job.Attempts; got != 0 {
+		t.Errorf("attempts counted %d, want 0: no retry spent", got)
+	}
+	h.step(func() { h.c.workerGone("gpu-1", "instance vanished") }) // again: nothing left to do
+	h.step(func() { h.c.workerGone("nobody", "instance vanished") })
+}

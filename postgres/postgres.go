@@ -40,6 +40,7 @@ type Store struct {
 	*sqlstore.Credentials   // on pool
 	*sqlstore.Arbiter       // on pool
 	*sqlstore.Subscriptions // on pool
+	*sqlstore.CloudPools    // on pool
 	*sqlstore.Pruner        // on pool
 
 	pool   *pgxpool.Pool
@@ -87,6 +88,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
 	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
+	s.CloudPools = sqlstore.NewCloudPools(s.Reader, s.exec)
 	s.Pruner = sqlstore.NewPruner(s.Reader, s.execTx)
 	return s, nil
 }

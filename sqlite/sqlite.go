@@ -29,6 +29,7 @@ type Store struct {
 	*sqlstore.Credentials   // on r and w
 	*sqlstore.Arbiter       // on r and w
 	*sqlstore.Subscriptions // on r and w
+	*sqlstore.CloudPools    // on r and w
 	*sqlstore.Pruner        // on w
 
 	w *sql.DB // one connection: the only writer
@@ -87,6 +88,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
 	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
+	s.CloudPools = sqlstore.NewCloudPools(s.Reader, s.exec)
 	s.Pruner = sqlstore.NewPruner(s.Reader, s.execTx)
 	return s, nil
 }

@@ -153,6 +153,7 @@ type Store interface {
 	ArbiterStore
 	WebhookStore
 	FederationStore
+	PoolStore
 
 	// Close releases the store.
 	Close() error

@@ -24,6 +24,7 @@ import (
 	"github.com/berth-dev/berth/federation"
 	"github.com/berth-dev/berth/internal/dirlock"
 	"github.com/berth-dev/berth/postgres"
+	"github.com/berth-dev/berth/provision"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/service"
 	"github.com/berth-dev/berth/sqlite"
@@ -64,6 +65,11 @@ type serverConfig struct {
 	// FederationTick is how often the federation manager visits each
 	// peer (--federation-tick).
 	FederationTick time.Duration
+	// PoolScaleAfter is how long jobs wait before a cloud pool rents for
+	// them (--pool-scale-after); PoolDryRun only says what the pools
+	// would rent and give back (--pool-dry-run).
+	PoolScaleAfter time.Duration
+	PoolDryRun     bool
 }
 
 func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
@@ -98,6 +104,8 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 		return nil
 	})
 	durationVar(fs, &cfg.FederationTick, "federation-tick", federation.DefaultTick, "how often (a `duration`) each federation peer is visited: heartbeat, cancels, handoffs, changes (0: the default)")
+	durationVar(fs, &cfg.PoolScaleAfter, "pool-scale-after", provision.DefaultScaleAfter, "how long (a `duration`) jobs wait for GPUs no worker has before a cloud pool that can supply them rents")
+	fs.BoolVar(&cfg.PoolDryRun, "pool-dry-run", false, "cloud pools only say what they would rent and give back (pool.scale_up and pool.scale_down events), renting nothing")
 	durationVar(fs, &cfg.ChangelogRetention, "federation-changelog-retention", 24*time.Hour, "how long (a `duration`) changes to the jobs received from a federation origin are kept\nwhile it has not pulled them, and the ends of jobs even once it has (an origin away longer\nresyncs in full); 0: changes until pulled, ends for ever")
 }
 
@@ -150,6 +158,8 @@ type runningServer struct {
 	federation *federation.Manager
 	// dashboard serves the web pages and samples the cluster for them.
 	dashboard *web.Handler
+	// stopAutoscaler stops the cloud pools' autoscaler.
+	stopAutoscaler func()
 }
 
 // ServeHTTP serves with the current route.
@@ -207,6 +217,9 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	}
 	if cfg.FederationTick < 0 {
 		return nil, berth.Invalidf("--federation-tick", "must not be negative")
+	}
+	if cfg.PoolScaleAfter < 0 {
+		return nil, berth.Invalidf("--pool-scale-after", "must not be negative")
 	}
 	if cfg.ChangelogRetention < 0 {
 		return nil, berth.Invalidf("--federation-changelog-retention", "must not be negative")
@@ -324,9 +337,16 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 		PeerUsers: cfg.PeerUsers, ChangelogRetention: cfg.ChangelogRetention})
 	rs.federation = newFederation(ctl, vault, cfg.FederationTick, cfg.Log)
 	ctl.SetFederation(rs.federation)
+	fleet := &poolFleet{dataDir: cfg.DataDir, store: rs.store, keys: vault, registry: ctl, log: cfg.Log, server: self,
+		credential: rs.agentCredential, gone: ctl.WorkerGone}
+	scaler, err := newAutoscaler(ctx, ctl, rs.store, fleet, cfg)
+	if err != nil {
+		return err
+	}
 	if err := ctl.Start(ctx); err != nil {
 		return err
 	}
+	rs.stopAutoscaler = runAutoscaler(scaler, fleet, cfg.Log) // idle until a pool exists
 	rs.Ctl = ctl
 	rs.federation.Start(context.Background()) // idle until a peer exists
 	rs.webhooks = webhook.NewDispatcher(webhook.DispatcherConfig{Store: rs.store, Events: ctl.Bus(), Log: cfg.Log})
@@ -342,6 +362,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	apiSec := sec.api(rs.Tokens, vault)
 	apiServer := api.New(ctl, rs.store, apiSec, cfg.Log)
 	apiServer.Webhooks = rs.webhooks
+	apiServer.Pools = &api.Pools{Store: rs.store, Keys: vault, Provisioner: fleet}
 	apiServer.PeerStatuses, apiServer.PeerLogs = rs.federation, rs.federation
 	// The dashboard, at /; its sampler runs until Close.
 	rs.dashboard = web.New(web.Config{Ctl: ctl, Store: rs.store, CheckToken: apiSec.Ingress.CheckToken, PeerStatuses: rs.federation,
@@ -386,6 +407,9 @@ func (rs *runningServer) Close(ctx context.Context) error {
 	hooksErr := rs.webhooks.Stop(ctx)
 	// The schedule runner and the federation first: they call the controller.
 	rs.federation.Stop()
+	if rs.stopAutoscaler != nil {
+		rs.stopAutoscaler()
+	}
 	err := errors.Join(rs.runner.Stop(ctx), rs.Ctl.Stop(ctx))
 	err = errors.Join(hooksErr, err)
 	err = errors.Join(err, rs.sec.audit.Close(), rs.store.Close()) // closing the store gives up leadership

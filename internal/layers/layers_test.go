@@ -44,8 +44,8 @@ var drivers = []string{"sqlite/...", "postgres/..."}
 // for them, and the agent and the CLI would carry them. Of auth, the
 // package itself (tokens, registry, ingress) is the server's; leaves
 // under it (secret references, the development CA) are not.
-var server = append([]string{"api/...", "arbiter/...", "audit/...", "auth", "controller/...", "federation/...", "scheduler/...",
-	"service/...", "sim/...", "store/...", "web/...", "webhook/...", "cmd/..."}, drivers...)
+var server = append([]string{"api/...", "arbiter/...", "audit/...", "auth", "cloud/...", "controller/...", "federation/...", "scheduler/...",
+	"service/...", "sim/...", "market/...", "provision/...", "store/...", "web/...", "webhook/...", "cmd/..."}, drivers...)
 
 var rules = []rule{
 	{text: "the root package (berth) imports only the standard library",
@@ -54,12 +54,16 @@ var rules = []rule{
 		subjects: []string{"scheduler/..."}, only: []string{".", "scheduler/..."}},
 	{text: "the simulator imports only the root package, the scheduler and the standard library",
 		subjects: []string{"sim"}, only: []string{".", "scheduler/..."}},
+	{text: "the cloud policies and the marketplace simulator import only the root package, cloud and the standard library",
+		subjects: []string{"cloud", "market"}, only: []string{".", "cloud"}},
 	{text: "the agent never imports the controller, the store or a store driver",
 		subjects: []string{"agent/..."}, never: append([]string{"controller/...", "store/..."}, drivers...)},
 	{text: "api and web never import a store driver",
 		subjects: []string{"api/...", "web/..."}, never: drivers},
 	{text: "client imports no server package",
 		subjects: []string{"client/..."}, never: server},
+	{text: "the Vast client imports only the root package, the cloud seam and the standard library",
+		subjects: []string{"cloud/vast"}, only: []string{".", "cloud"}},
 	{text: "only cmd/berth imports a store driver",
 		subjects: []string{"..."}, except: append([]string{"cmd/berth"}, drivers...), never: drivers},
 }

@@ -13,8 +13,9 @@
 // attempts.go, workers.go (workers, quota rules, worker controls),
 // logs.go (output and events), lifecycle.go (LoadActive, batches,
 // concurrency), credentials.go, arbiter.go, webhooks.go, federation.go
-// (peers, handoffs, received jobs, the changelog and its epoch) and
-// durable.go (reopening). The helpers they share are in this file.
+// (peers, handoffs, received jobs, the changelog and its epoch), pools.go
+// (cloud pools, their instances and host records) and durable.go
+// (reopening). The helpers they share are in this file.
 //
 // The suite is an ordinary (non-test) package so that drivers in other
 // packages can import it; it only calls the store through store.Store.
@@ -90,6 +91,7 @@ func Exercise(t *testing.T, d Driver) {
 		{"Arbiter", arbiterTests},
 		{"Webhooks", webhookTests},
 		{"Federation", federationTests},
+		{"Pools", poolTests},
 	}
 	for _, area := range areas {
 		t.Run(area.name, func(t *testing.T) {
@@ -288,7 +290,8 @@ func fullEvent(seq uint64) *berth.Event {
 	return &berth.Event{Seq: seq, Time: base.Add(time.Duration(seq)), Type: "job.requeued", JobID: "01JPJOB0000000000000000000", Name: "train-ünï",
 		State: berth.JobRunning, WorkerID: "w-7", Host: "gpu-1", Reason: "lost: \"heartbeat\" ünï ☃ \\ nul\x00 <&>",
 		Quota: "user:alice", Limits: "gpus<=8 jobs<=4", Actor: "ops", User: "alice", Requested: 4, Limit: 8, Queue: "gpu",
-		Desired: berth.DesiredOff, Policy: berth.StopDrain, Attempts: []string{"a1", "a2"}, ExitCode: new(3), Peer: "b"}
+		Desired: berth.DesiredOff, Policy: berth.StopDrain, Attempts: []string{"a1", "a2"}, ExitCode: new(3), Peer: "b",
+		Pool: "rent", Instance: "i-1", Count: 2}
 }
 
 // newEvents returns n events of jobs, numbered from first.

@@ -1,0 +1,85 @@
+package provision
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/store"
+)
+
+// Reconcile compares the live instance records with the provider's
+// listing of Berth's instances: one the provider no longer has (spot
+// loss, host offline) is written destroyed, with why, its machine's
+// record counts an infra-fatal failure, and Gone is told, so that the
+// work of its agent goes back to the queue. Records still creating (no
+// contract yet) and those a Provision is driving are left to Provision,
+// which sees a vanished instance itself. An instance being given back
+// whose destroy did not go through (failed, in a pool that does not
+// preserve failed instances, or draining) is destroyed again. It returns
+// the instances it found gone.
+func (p *Provisioner) Reconcile(ctx context.Context) ([]*berth.Instance, error) {
+	p.init()
+	pools, err := p.Store.Pools(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("provision: pools: %w", err)
+	}
+	live, err := p.Store.Instances(ctx, store.InstanceFilter{Live: true})
+	if err != nil {
+		return nil, fmt.Errorf("provision: live instances: %w", err)
+	}
+	listed, err := p.Provider.List(ctx, LabelPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("provision: listing %s instances: %w", p.Provider.Name(), err)
+	}
+	have := map[int64]bool{}
+	for _, pi := range listed {
+		have[pi.ID] = true
+	}
+	byName := map[string]*berth.Pool{}
+	for _, pl := range pools {
+		byName[pl.Name] = pl
+	}
+	var gone []*berth.Instance
+	for _, inst := range live {
+		if p.giveBack(inst, byName[inst.Pool]) && have[inst.ProviderID] && !p.driven(inst.ID) {
+			if err := p.destroy(ctx, inst, "", "given back again: "+inst.LastError); err != nil {
+				return gone, err
+			}
+			continue
+		}
+		if inst.ProviderID == 0 || inst.Phase == berth.InstanceCreating || have[inst.ProviderID] || p.driven(inst.ID) {
+			continue
+		}
+		why := fmt.Sprintf("contract %d vanished from %s's listing while %s", inst.ProviderID, p.Provider.Name(), inst.Phase)
+		inst.LastError = why
+		if err := p.end(ctx, inst, berth.InstanceDestroyed, berth.FailureInfraFatal, why); err != nil {
+			return gone, err
+		}
+		pool := byName[inst.Pool]
+		if pool == nil {
+			pool = &berth.Pool{Name: inst.Pool}
+		}
+		if err := p.record(ctx, pool, inst, berth.FailureInfraFatal); err != nil {
+			return gone, err
+		}
+		p.Log.Warn("provision: instance vanished", "instance", inst.ID, "machine", inst.MachineID, "host", inst.WorkerHost)
+		if p.Gone != nil {
+			p.Gone(inst)
+		}
+		gone = append(gone, inst)
+	}
+	return gone, nil
+}
+
+// giveBack reports whether inst, of pool (nil: deleted), is on its way
+// out: draining, or failed where failed instances are not kept.
+func (p *Provisioner) giveBack(inst *berth.Instance, pool *berth.Pool) bool {
+	switch inst.Phase {
+	case berth.InstanceDraining:
+		return true
+	case berth.InstanceFailed:
+		return pool == nil || !pool.PreserveOnFailure
+	}
+	return false
+}
