@@ -63,12 +63,22 @@ func (c *Client) OpenLogs(ctx context.Context, id string, query url.Values) (*ht
 }
 
 // Answered reports whether err is a server's answer (an error status)
-// rather than a failure to reach it or to read its answer whole.
+// rather than a failure to reach it or to read its answer whole. A 502,
+// 503 or 504 whose body is not a Berth error is a gateway in front of the
+// server saying it could not reach it: no answer from the server.
 func Answered(err error) bool {
 	var be *berth.Error
 	var se *statusError
 	var te *transportError
-	return !errors.As(err, &te) && (errors.As(err, &be) || errors.As(err, &se))
+	switch {
+	case errors.As(err, &te):
+		return false
+	case errors.As(err, &be):
+		return true
+	case errors.As(err, &se):
+		return se.code != http.StatusBadGateway && se.code != http.StatusServiceUnavailable && se.code != http.StatusGatewayTimeout
+	}
+	return false
 }
 
 // Final reports whether err is a refusal that sending the same request
