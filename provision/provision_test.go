@@ -568,7 +568,7 @@ func TestLoadOrCreateKeyOnce(t *testing.T) {
 func TestProvisionRequestRefusedStopsAtOnce(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 3, nil)
-	r.pool.Image = "" // the fake refuses it: 400 invalid_args
+	r.pool.Image = strings.Repeat("x", 1025) // the fake refuses it: 400 invalid_args
 	inst, err := r.p.Provision(context.Background(), r.pool)
 	var ce *cloud.CreateError
 	if inst != nil || !errors.As(err, &ce) || ce.Code != "invalid_args" {
