@@ -232,3 +232,21 @@ func TestPoolServerKilledMidProvisioning(t *testing.T) {
 		t.Errorf("%d creates, live %+v; want one create, its instance (%d) alone live", creates, live, mid.ProviderID)
 	}
 }
+
+// TestPoolJobNotLostToAFailedMachine: the agent of a machine whose SSH
+// key is refused still starts (its onstart runs) and joins; the job
+// waiting for the pool must not be spent on it: it succeeds, though it
+// allows no retry, on the next machine.
+func TestPoolJobNotLostToAFailedMachine(t *testing.T) {
+	t.Parallel()
+	fv := newFakeVast(t, vasttest.Options{Machines: 2, Faults: map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultSSHKey}})
+	cl := newCluster(t, poolServerFlags...)
+	cl.addPool(fv, "keys", "--max-instances", "1", "--max-price", "1/h", "--idle-timeout", "10m")
+	req := gpuJob("exec sleep 2")
+	req.Retries = 0
+	job := cl.submitRenting(req)[0]
+	d := cl.awaitState(job.ID, 90*time.Second, berth.JobSucceeded, berth.JobFailed)
+	if d.State != berth.JobSucceeded {
+		t.Fatalf("job %s (retries 0): %s\ninstances: %s", job.ID, dump(d), dump(cl.instances("keys")))
+	}
+}

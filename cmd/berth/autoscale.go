@@ -88,14 +88,14 @@ func (f *poolFleet) provisioner(ctx context.Context, pool *berth.Pool) (*provisi
 	return p, nil
 }
 
-// vanished gives the work of a vanished instance's agent back to the
-// queue at once.
+// vanished gives the work of the agent of an instance that vanished, or
+// failed its readiness, back to the queue at once.
 func (f *poolFleet) vanished(inst *berth.Instance) {
 	if inst.WorkerHost == "" {
 		return
 	}
 	if err := f.gone(context.Background(), inst.WorkerHost, inst.LastError); err != nil {
-		f.log.Warn("cloud pool: the worker of a vanished instance", "instance", inst.ID, "host", inst.WorkerHost, "err", err)
+		f.log.Warn("cloud pool: the worker of an ended instance", "instance", inst.ID, "host", inst.WorkerHost, "err", err)
 	}
 }
 
