@@ -121,7 +121,8 @@ func entered(inst *berth.Instance) time.Time {
 // failed acts on f: the machine's record counts it; an infra-fatal
 // failure destroys the instance unless the pool preserves failed ones
 // (then it stays failed, for inspection); any other class destroys it
-// too (nothing runs on it), without blaming the machine.
+// too (nothing runs on it), without blaming the machine. Gone is told,
+// so that what its agent took is queued again.
 func (d *driver) failed(ctx context.Context, f *Failure) error {
 	d.closeSSH()
 	inst := d.inst
@@ -137,6 +138,9 @@ func (d *driver) failed(ctx context.Context, f *Failure) error {
 	}
 	if err != nil {
 		return err
+	}
+	if d.p.Gone != nil { // its agent may have joined, and taken work, before the check that failed
+		d.p.Gone(inst)
 	}
 	d.p.Log.Warn("provision: instance failed", "instance", inst.ID, "machine", inst.MachineID, "class", f.Class, "reason", f.Reason)
 	return f

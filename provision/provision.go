@@ -70,8 +70,9 @@ type Provisioner struct {
 	// and nothing else.
 	Request func(pool *berth.Pool, inst *berth.Instance) cloud.CreateRequest
 	// Gone is told of an instance that vanished from the provider's
-	// listing (Reconcile), so that the work of its agent is given to
-	// others. May be nil.
+	// listing (Reconcile) or failed its readiness (its agent, started by
+	// the onstart, may have joined and taken work), so that the work of
+	// its agent is given to others. May be nil.
 	Gone func(inst *berth.Instance)
 	// GPUCheck is the GPU sanity check run over SSH (default
 	// DefaultGPUCheck); it fails with a non-zero exit.

@@ -255,8 +255,13 @@ func TestProvisionCDIIsInfraFatal(t *testing.T) {
 func TestProvisionSSHKeyRefusedOnce(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 3, map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultSSHKey})
+	var gone []string // its onstart ran: its agent may have joined and taken work
+	r.p.Gone = func(inst *berth.Instance) { gone = append(gone, inst.WorkerHost) }
 	inst, err := r.p.Provision(context.Background(), r.pool)
 	bad := r.checkFailedOver(t, inst, err, berth.FailureInfraFatal)
+	if len(gone) != 1 || gone[0] != bad.WorkerHost {
+		t.Errorf("Gone told of %v, want the failed instance's host %s", gone, bad.WorkerHost)
+	}
 	var ssh []berth.Probe
 	for _, pr := range bad.Probes {
 		if strings.HasPrefix(pr.Command, "ssh ") {
@@ -568,7 +573,7 @@ func TestLoadOrCreateKeyOnce(t *testing.T) {
 func TestProvisionRequestRefusedStopsAtOnce(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 3, nil)
-	r.pool.Image = "" // the fake refuses it: 400 invalid_args
+	r.pool.Image = strings.Repeat("x", 1025) // the fake refuses it: 400 invalid_args
 	inst, err := r.p.Provision(context.Background(), r.pool)
 	var ce *cloud.CreateError
 	if inst != nil || !errors.As(err, &ce) || ce.Code != "invalid_args" {

@@ -39,6 +39,10 @@ type poolFleet struct {
 	// gone is told of the worker host of an instance that vanished from
 	// its provider, and why (controller.WorkerGone).
 	gone func(ctx context.Context, host, why string) error
+	// poll and budgets are the provisioners' (Provisioner.Poll and
+	// Budgets; zero: their defaults).
+	poll    time.Duration
+	budgets provision.Budgets
 
 	mu     sync.Mutex
 	byPool map[string]*fleetEntry
@@ -76,7 +80,7 @@ func (f *poolFleet) provisioner(ctx context.Context, pool *berth.Pool) (*provisi
 		return nil, fmt.Errorf("pool %s: %w", pool.Name, err)
 	}
 	p := &provision.Provisioner{Provider: provider, Store: f.store, Signer: signer, Registry: f.registry,
-		Request: f.request, Gone: f.vanished, Secrets: []string{key}, Log: f.log.With("pool", pool.Name)}
+		Request: f.request, Gone: f.vanished, Poll: f.poll, Budgets: f.budgets, Secrets: []string{key}, Log: f.log.With("pool", pool.Name)}
 	if f.byPool == nil {
 		f.byPool = map[string]*fleetEntry{}
 	}
@@ -84,14 +88,14 @@ func (f *poolFleet) provisioner(ctx context.Context, pool *berth.Pool) (*provisi
 	return p, nil
 }
 
-// vanished gives the work of a vanished instance's agent back to the
-// queue at once.
+// vanished gives the work of the agent of an instance that vanished, or
+// failed its readiness, back to the queue at once.
 func (f *poolFleet) vanished(inst *berth.Instance) {
 	if inst.WorkerHost == "" {
 		return
 	}
 	if err := f.gone(context.Background(), inst.WorkerHost, inst.LastError); err != nil {
-		f.log.Warn("cloud pool: the worker of a vanished instance", "instance", inst.ID, "host", inst.WorkerHost, "err", err)
+		f.log.Warn("cloud pool: the worker of an ended instance", "instance", inst.ID, "host", inst.WorkerHost, "err", err)
 	}
 }
 
@@ -194,7 +198,7 @@ func (f *poolFleet) Destroy(ctx context.Context, inst *berth.Instance, reason st
 // while there are no pools.
 func newAutoscaler(ctx context.Context, ctl *controller.Controller, st store.PoolStore, fleet *poolFleet, cfg *serverConfig) (*provision.Autoscaler, error) {
 	a := provision.New(provision.Config{Pools: st, View: ctl, Renter: fleet, ScaleAfter: cfg.PoolScaleAfter,
-		DryRun: cfg.PoolDryRun, Log: cfg.Log})
+		Tick: cfg.PoolTick, DryRun: cfg.PoolDryRun, Log: cfg.Log})
 	if _, err := a.Load(ctx); err != nil {
 		return nil, err
 	}
@@ -205,14 +209,13 @@ func newAutoscaler(ctx context.Context, ctl *controller.Controller, st store.Poo
 	return a, nil
 }
 
-// reconcileEvery is how often the instances are compared with the
-// provider's listing.
-const reconcileEvery = 30 * time.Second
-
 // runAutoscaler runs a, and reconciles the fleet's instances every
-// reconcileEvery, until the returned func, which stops both and waits for
+// reconcileEvery (30s when 0), until the returned func, which stops both and waits for
 // the rentals and releases under way to end.
-func runAutoscaler(a *provision.Autoscaler, fleet *poolFleet, log *slog.Logger) (stop func()) {
+func runAutoscaler(a *provision.Autoscaler, fleet *poolFleet, reconcileEvery time.Duration, log *slog.Logger) (stop func()) {
+	if reconcileEvery <= 0 {
+		reconcileEvery = 30 * time.Second
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -70,6 +70,13 @@ type serverConfig struct {
 	// would rent and give back (--pool-dry-run).
 	PoolScaleAfter time.Duration
 	PoolDryRun     bool
+	// PoolTick is how often the autoscaler looks at the pools
+	// (--pool-tick); PoolPoll how often a readiness phase checks again
+	// (--pool-poll); PoolReconcile how often the live instances are
+	// compared with the provider's listing (--pool-reconcile);
+	// PoolReadyBudget how long a rented instance's agent may take to
+	// register (--pool-ready-budget). Zero: the default.
+	PoolTick, PoolPoll, PoolReconcile, PoolReadyBudget time.Duration
 }
 
 func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
@@ -105,6 +112,10 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	})
 	durationVar(fs, &cfg.FederationTick, "federation-tick", federation.DefaultTick, "how often (a `duration`) each federation peer is visited: heartbeat, cancels, handoffs, changes (0: the default)")
 	durationVar(fs, &cfg.PoolScaleAfter, "pool-scale-after", provision.DefaultScaleAfter, "how long (a `duration`) jobs wait for GPUs no worker has before a cloud pool that can supply them rents")
+	durationVar(fs, &cfg.PoolTick, "pool-tick", 5*time.Second, "how often (a `duration`) the autoscaler looks at every cloud pool (0: the default)")
+	durationVar(fs, &cfg.PoolPoll, "pool-poll", 5*time.Second, "how often (a `duration`) a rented instance's readiness phase checks again")
+	durationVar(fs, &cfg.PoolReconcile, "pool-reconcile", 30*time.Second, "how often (a `duration`) the live instances are compared with the provider's listing")
+	durationVar(fs, &cfg.PoolReadyBudget, "pool-ready-budget", provision.DefaultBudgets.Ready, "how long (a `duration`) a rented instance's agent may take to register once its GPU check passed")
 	fs.BoolVar(&cfg.PoolDryRun, "pool-dry-run", false, "cloud pools only say what they would rent and give back (pool.scale_up and pool.scale_down events), renting nothing")
 	durationVar(fs, &cfg.ChangelogRetention, "federation-changelog-retention", 24*time.Hour, "how long (a `duration`) changes to the jobs received from a federation origin are kept\nwhile it has not pulled them, and the ends of jobs even once it has (an origin away longer\nresyncs in full); 0: changes until pulled, ends for ever")
 }
@@ -220,6 +231,12 @@ func startServer(ctx context.Context, cfg *serverConfig) (*runningServer, error)
 	}
 	if cfg.PoolScaleAfter < 0 {
 		return nil, berth.Invalidf("--pool-scale-after", "must not be negative")
+	}
+	for flag, d := range map[string]time.Duration{"--pool-tick": cfg.PoolTick, "--pool-poll": cfg.PoolPoll,
+		"--pool-reconcile": cfg.PoolReconcile, "--pool-ready-budget": cfg.PoolReadyBudget} {
+		if d < 0 {
+			return nil, berth.Invalidf(flag, "must not be negative")
+		}
 	}
 	if cfg.ChangelogRetention < 0 {
 		return nil, berth.Invalidf("--federation-changelog-retention", "must not be negative")
@@ -338,7 +355,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	rs.federation = newFederation(ctl, vault, cfg.FederationTick, cfg.Log)
 	ctl.SetFederation(rs.federation)
 	fleet := &poolFleet{dataDir: cfg.DataDir, store: rs.store, keys: vault, registry: ctl, log: cfg.Log, server: self,
-		credential: rs.agentCredential, gone: ctl.WorkerGone}
+		credential: rs.agentCredential, gone: ctl.WorkerGone, poll: cfg.PoolPoll, budgets: provision.Budgets{Ready: cfg.PoolReadyBudget}}
 	scaler, err := newAutoscaler(ctx, ctl, rs.store, fleet, cfg)
 	if err != nil {
 		return err
@@ -346,7 +363,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	if err := ctl.Start(ctx); err != nil {
 		return err
 	}
-	rs.stopAutoscaler = runAutoscaler(scaler, fleet, cfg.Log) // idle until a pool exists
+	rs.stopAutoscaler = runAutoscaler(scaler, fleet, cfg.PoolReconcile, cfg.Log) // idle until a pool exists
 	rs.Ctl = ctl
 	rs.federation.Start(context.Background()) // idle until a peer exists
 	rs.webhooks = webhook.NewDispatcher(webhook.DispatcherConfig{Store: rs.store, Events: ctl.Bus(), Log: cfg.Log})

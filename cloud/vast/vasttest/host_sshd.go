@@ -59,7 +59,9 @@ func WithGPUs(gpus func(machine int64) HostGPUs) SSHHostOption {
 // libcuda.so.1; and the create request's onstart run with sh -c, in the
 // instance directory, in a process group of its own, with the request's
 // environment (docker flags, the keys starting with "-", left out), its
-// output in onstart.log.
+// output in onstart.log. SSH sessions have the instance directory as
+// HOME, as a container has a home of its own: the test machine's
+// dotfiles (a ~/.bashrc that waits on a lock) play no part.
 //
 // The GPU sanity probe that holds both here and on a real host asks the
 // dynamic linker's cache for libcuda, by name, over SSH:
@@ -234,9 +236,9 @@ func (in *instance) startSSHD(path, marker string) (int, error) {
 		}
 		conf := fmt.Sprintf("ListenAddress 127.0.0.1\nPort %d\nHostKey %q\nPidFile %q\nAuthorizedKeysFile %q\n"+
 			"PasswordAuthentication no\nKbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"+
-			"StrictModes no\nUsePAM no\nPrintMotd no\nSetEnv %q %q\n",
+			"StrictModes no\nUsePAM no\nPrintMotd no\nSetEnv %q %q %q\n",
 			port, filepath.Join(in.dir, "host_ed25519"), filepath.Join(in.dir, "sshd.pid"),
-			filepath.Join(in.dir, "authorized_keys"), "PATH="+path, marker)
+			filepath.Join(in.dir, "authorized_keys"), "PATH="+path, marker, "HOME="+in.dir)
 		confPath := filepath.Join(in.dir, "sshd_config")
 		if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 			return 0, err

@@ -1,0 +1,252 @@
+package e2e
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/cloud/vast/vasttest"
+)
+
+// TestPoolRentsRunsAndGivesBack: a job asking for a 4090, which no
+// worker has, makes the pool rent one instance at the marketplace; the
+// instance's agent (started by its onstart) joins, the job runs on it and
+// succeeds, and once the instance has been idle past the pool's idle
+// timeout it is destroyed at the marketplace.
+func TestPoolRentsRunsAndGivesBack(t *testing.T) {
+	t.Parallel()
+	fv := newFakeVast(t, vasttest.Options{Machines: 2})
+	cl := newCluster(t, poolServerFlags...)
+	cl.addPool(fv, "rent", "--max-instances", "2", "--max-price", "1.00/h", "--idle-timeout", "1s")
+
+	job := cl.submitRenting(gpuJob("echo on-the-rented-gpu"))[0]
+	d := cl.awaitState(job.ID, 90*time.Second, berth.JobSucceeded, berth.JobFailed)
+	// Its agent may run the job before the last readiness probe is written.
+	cl.awaitInstance("rent", 30*time.Second, "the instance ready", func(in *berth.Instance) bool { return !in.ReadyAt.IsZero() })
+	ins := cl.instances("rent")
+	if d.State != berth.JobSucceeded || len(ins) != 1 || d.AttemptList[0].Host != ins[0].WorkerHost {
+		t.Fatalf("job %s: %s on %q; instances: %s\nwant it succeeded on the one instance rented", job.ID, d.State,
+			d.AttemptList[0].Host, dump(ins))
+	}
+	if in := ins[0]; in.MachineID != vasttest.FirstMachine || in.ReadyAt.IsZero() {
+		t.Errorf("instance %s: machine %d, ready at %v; want the cheapest machine, ready", in.ID, in.MachineID, in.ReadyAt)
+	}
+	up := cl.awaitEvent(10*time.Second, "pool.scale_up", func(e map[string]any) bool {
+		return e["type"] == berth.EventPoolScaleUp && e["pool"] == "rent"
+	})
+	if !strings.Contains(up["reason"].(string), "4090") {
+		t.Errorf("pool.scale_up reason %q: want the jobs' GPU named", up["reason"])
+	}
+	cl.awaitEvent(30*time.Second, "pool.scale_down", func(e map[string]any) bool {
+		return e["type"] == berth.EventPoolScaleDown && e["pool"] == "rent" && e["instance"] == ins[0].ID
+	})
+	cl.eventually(30*time.Second, "the idle instance destroyed at the marketplace", func() bool {
+		return len(fv.Live()) == 0 && cl.instances("rent")[0].Phase == berth.InstanceDestroyed
+	})
+	if n := len(fv.Instances()); n != 1 {
+		t.Errorf("the marketplace made %d instances, want 1", n)
+	}
+}
+
+// TestPoolProvisionFaultClasses provisions by hand (berth provision) from
+// a marketplace whose cheapest machines are faulty, in price order: an
+// unresolvable CDI device, a refused SSH key and no libcuda are each
+// infra-fatal — destroyed, host quarantined, the next offer used (the
+// refused key after exactly one SSH probe, its machine never created
+// again); a machine whose agent never joins runs out of its warm-up
+// budget and the provisioning fails. The next provisioning takes the
+// healthy machine.
+func TestPoolProvisionFaultClasses(t *testing.T) {
+	t.Parallel()
+	const cdi, sshKey, noLibcuda, stall, healthy = 1001, 1002, 1003, 1004, 1005
+	fv := newFakeVast(t, vasttest.Options{Machines: 5, Faults: map[int64]vasttest.Fault{
+		cdi: vasttest.FaultCDI, sshKey: vasttest.FaultSSHKey, noLibcuda: vasttest.FaultNoLibcuda, stall: vasttest.FaultStall}})
+	cl := newCluster(t, append(poolServerFlags, "--pool-ready-budget", "2s")...)
+	cl.addPool(fv, "faulty", "--max-instances", "5", "--max-price", "5/h")
+
+	out, errOut, err := runCLI(t, "", "", "--server", cl.url, "provision", "--pool", "faulty")
+	if exitCode(err) != 1 || !strings.Contains(errOut, "not ready") || !strings.Contains(errOut, berth.FailureWarmup) {
+		t.Fatalf("berth provision (stall machine last): exit %d\nstdout: %s\nstderr: %s\nwant exit 1, not ready, warm-up", exitCode(err), out, errOut)
+	}
+	byMachine := map[int64]*berth.Instance{}
+	for _, in := range cl.instances("faulty") {
+		byMachine[in.MachineID] = in
+	}
+	for machine, class := range map[int64]string{cdi: berth.FailureInfraFatal, sshKey: berth.FailureInfraFatal,
+		noLibcuda: berth.FailureInfraFatal, stall: berth.FailureWarmup} {
+		in := byMachine[machine]
+		if in == nil || in.Phase != berth.InstanceDestroyed || in.Failure != class {
+			t.Errorf("machine %d: instance %s, want destroyed with failure %s", machine, dump(in), class)
+		}
+	}
+	if len(byMachine) != 4 {
+		t.Errorf("instances of machines %v, want the four faulty ones tried in price order", byMachine)
+	}
+	if in := byMachine[sshKey]; in != nil {
+		probes := 0
+		for _, p := range in.Probes {
+			if strings.HasPrefix(p.Command, "ssh ") {
+				probes++
+			}
+		}
+		if probes != 1 || !strings.Contains(in.LastError, "unable to authenticate") {
+			t.Errorf("ssh-key machine: %d SSH probes, last error %q; want one, the key refused:\n%s", probes, in.LastError, dump(in.Probes))
+		}
+	}
+
+	var hosts []berth.HostRecord
+	if err := json.Unmarshal([]byte(mustCLI(t, "", "", "--server", cl.url, "hosts", "list", "-o", "json")), &hosts); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		quarantined := !h.QuarantinedUntil.IsZero()
+		if want := h.MachineID == cdi || h.MachineID == sshKey || h.MachineID == noLibcuda; quarantined != want {
+			t.Errorf("host %d: quarantined until %v; want quarantined %v", h.MachineID, h.QuarantinedUntil, want)
+		}
+	}
+	if table := mustCLI(t, "", "", "--server", cl.url, "hosts", "list"); strings.Count(table, "quarantined") != 3 {
+		t.Errorf("berth hosts list:\n%s\nwant three machines quarantined", table)
+	}
+
+	out = mustCLI(t, "", "", "--server", cl.url, "provision", "--pool", "faulty", "-o", "json")
+	var ready berth.Instance
+	if err := json.Unmarshal([]byte(out), &ready); err != nil || ready.Phase != berth.InstanceReady || ready.MachineID != healthy {
+		t.Fatalf("berth provision again: %v\n%s\nwant machine %d ready", err, out, healthy)
+	}
+	for machine, want := range map[int64]int{cdi: 1, sshKey: 1, noLibcuda: 1, stall: 1, healthy: 1} {
+		if n := fv.created(machine); n != want {
+			t.Errorf("machine %d created %d times in the run, want %d", machine, n, want)
+		}
+	}
+	if live := fv.Live(); len(live) != 1 || live[0].Machine != healthy {
+		t.Errorf("live at the marketplace: %+v, want the healthy machine's instance alone", live)
+	}
+}
+
+// TestPoolVanishedInstanceRequeuesItsJob: an instance that disappears
+// from the marketplace while its job runs is recorded destroyed and its
+// job is queued again without spending a retry (the job allows none),
+// then runs to success on another instance.
+func TestPoolVanishedInstanceRequeuesItsJob(t *testing.T) {
+	t.Parallel()
+	fv := newFakeVast(t, vasttest.Options{Machines: 2})
+	cl := newCluster(t, poolServerFlags...)
+	cl.addPool(fv, "spot", "--max-instances", "1", "--max-price", "1/h", "--idle-timeout", "10m")
+
+	marker := filepath.Join(t.TempDir(), "first-attempt")
+	req := gpuJob("if [ -e " + marker + " ]; then exit 0; fi; touch " + marker + "; exec sleep 300")
+	req.Retries = 0
+	job := cl.submitRenting(req)[0]
+	cl.awaitState(job.ID, 90*time.Second, berth.JobRunning)
+	first := cl.awaitInstance("spot", 30*time.Second, "the instance ready", func(in *berth.Instance) bool {
+		return in.Phase == berth.InstanceReady
+	})
+	fv.Vanish(first.ProviderID)
+
+	d := cl.awaitState(job.ID, 90*time.Second, berth.JobSucceeded, berth.JobFailed)
+	if d.State != berth.JobSucceeded || len(d.AttemptList) != 2 || d.AttemptList[0].State != berth.AttemptLost ||
+		d.AttemptList[0].Host != first.WorkerHost || d.AttemptList[1].Host == first.WorkerHost {
+		t.Fatalf("job %s (retries 0): %s\nwant the first attempt lost on the vanished instance, the second succeeded on another", job.ID, dump(d))
+	}
+	ins := cl.instances("spot")
+	if ins[0].Phase != berth.InstanceDestroyed || ins[0].Failure != berth.FailureInfraFatal || len(ins) != 2 {
+		t.Errorf("instances: %s\nwant the vanished one destroyed (infra-fatal) and a second rented", dump(ins))
+	}
+}
+
+// TestPoolCapsHoldUnderBurst: 100 waiting jobs want 100 instances; the
+// pool rents one after another until a cap holds, and the marketplace
+// never bills more than --max-instances instances nor more than
+// --max-price an hour at once.
+func TestPoolCapsHoldUnderBurst(t *testing.T) {
+	t.Parallel()
+	const maxInstances, maxPrice = 2, 0.70 // two instances cost 0.30 + 0.35; a third (0.40) would break both caps
+	fv := newFakeVast(t, vasttest.Options{Machines: 6})
+	cl := newCluster(t, poolServerFlags...)
+	cl.addPool(fv, "burst", "--max-instances", "2", "--max-price", "0.70/h", "--idle-timeout", "10m")
+	req := gpuJob("exec sleep 300")
+	req.Array = 100
+	cl.submitRenting(req)
+
+	cl.awaitEvent(60*time.Second, "pool.capped", func(e map[string]any) bool {
+		return e["type"] == berth.EventPoolCapped && e["pool"] == "burst"
+	})
+	cl.eventually(90*time.Second, "two instances ready", func() bool {
+		n := 0
+		for _, in := range cl.instances("burst") {
+			if in.Phase == berth.InstanceReady {
+				n++
+			}
+		}
+		return n == maxInstances
+	})
+	// Watch the autoscaler's later looks (a tick is 100ms): the caps hold.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if n := len(fv.Live()); n > maxInstances {
+			t.Fatalf("%d instances live at the marketplace, cap %d", n, maxInstances)
+		}
+	}
+	live, perHour := fv.peak()
+	if live != maxInstances || perHour > maxPrice+1e-9 || len(fv.Instances()) != maxInstances {
+		t.Errorf("the marketplace billed at most %d instances at $%.2f/h at once, %d made; want %d, at most $%.2f/h, none made beyond",
+			live, perHour, len(fv.Instances()), maxInstances, maxPrice)
+	}
+}
+
+// TestPoolServerKilledMidProvisioning: the server is killed (SIGKILL)
+// while the instance it rents for a waiting job is created but not yet
+// running; restarted, it resumes that instance — no second create, none
+// leaked — which becomes ready and runs the job.
+func TestPoolServerKilledMidProvisioning(t *testing.T) {
+	t.Parallel()
+	fv := newFakeVast(t, vasttest.Options{Machines: 2, Stage: time.Second}) // running 3s after its create
+	cl := newCluster(t, poolServerFlags...)
+	cl.addPool(fv, "resume", "--max-instances", "2", "--max-price", "1/h", "--idle-timeout", "10m")
+	job := cl.submitRenting(gpuJob("true"))[0]
+
+	mid := cl.awaitInstance("resume", 30*time.Second, "an instance created, not yet running", func(in *berth.Instance) bool {
+		return in.Phase == berth.InstanceCreated
+	})
+	cl.server.kill()
+	cl.startServer()
+
+	d := cl.awaitState(job.ID, 90*time.Second, berth.JobSucceeded, berth.JobFailed)
+	cl.awaitInstance("resume", 30*time.Second, "the instance ready", func(in *berth.Instance) bool {
+		return in.Phase == berth.InstanceReady || in.Phase == berth.InstanceDestroyed
+	})
+	ins := cl.instances("resume")
+	if d.State != berth.JobSucceeded || len(ins) != 1 || ins[0].ID != mid.ID || ins[0].Phase != berth.InstanceReady ||
+		d.AttemptList[0].Host != mid.WorkerHost {
+		t.Fatalf("job %s: %s; instances: %s\nwant the job run on instance %s, resumed to ready", job.ID, d.State, dump(ins), mid.ID)
+	}
+	creates := 0
+	for _, c := range fv.Calls() {
+		if c.Endpoint == vasttest.EndpointCreate {
+			creates++
+		}
+	}
+	if live := fv.Live(); creates != 1 || len(live) != 1 || live[0].ID != mid.ProviderID {
+		t.Errorf("%d creates, live %+v; want one create, its instance (%d) alone live", creates, live, mid.ProviderID)
+	}
+}
+
+// TestPoolJobNotLostToAFailedMachine: the agent of a machine whose SSH
+// key is refused still starts (its onstart runs) and joins; the job
+// waiting for the pool must not be spent on it: it succeeds, though it
+// allows no retry, on the next machine.
+func TestPoolJobNotLostToAFailedMachine(t *testing.T) {
+	t.Parallel()
+	fv := newFakeVast(t, vasttest.Options{Machines: 2, Faults: map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultSSHKey}})
+	cl := newCluster(t, poolServerFlags...)
+	cl.addPool(fv, "keys", "--max-instances", "1", "--max-price", "1/h", "--idle-timeout", "10m")
+	req := gpuJob("exec sleep 2")
+	req.Retries = 0
+	job := cl.submitRenting(req)[0]
+	d := cl.awaitState(job.ID, 90*time.Second, berth.JobSucceeded, berth.JobFailed)
+	if d.State != berth.JobSucceeded {
+		t.Fatalf("job %s (retries 0): %s\ninstances: %s", job.ID, dump(d), dump(cl.instances("keys")))
+	}
+}
