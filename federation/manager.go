@@ -19,7 +19,7 @@ import (
 )
 
 // The federation manager is the origin's side of the peer protocol: the
-// goroutine that, once per tick, talks to each peer (docs/federation.md,
+// goroutine that, once per tick and when kicked, talks to each peer (docs/federation.md,
 // "The manager").
 
 // Manager defaults.
@@ -102,9 +102,11 @@ type Config struct {
 	Log      *slog.Logger     // default: discard
 }
 
-// Manager talks to the origin's peers: each tick, for each peer, it reads
-// the peer's capability heartbeat, delivers the cancels owed to it, then
-// the handoffs, then pulls its changes until it is caught up. It keeps
+// Manager talks to the origin's peers: each tick, and at once when Kick
+// names a peer, it visits the peer (never twice at a time): it reads the
+// peer's capability heartbeat, delivers the cancels owed to it, then the
+// handoffs, DeliverParallel at a time, pulling its changes between
+// chunks of a backlog, then pulls its changes until it is caught up. It keeps
 // each peer's status and state (new, ready, unreachable, lost), routes
 // jobs over the peers' last heartbeats, and reads a federated job's logs
 // from its peer. Without peers it waits for one to be added and does
