@@ -38,6 +38,10 @@ type Federation interface {
 	// PeerState returns what the manager knows of the peer name's
 	// reachability, and false for a peer it does not know.
 	PeerState(name string) (berth.PeerState, bool)
+	// Kick tells the manager that work is owed to peer (a handoff to
+	// deliver, a cancel to send), so that it visits the peer now rather
+	// than at its next tick. It must not block.
+	Kick(peer string)
 }
 
 // SetFederation sets the federation manager the controller routes with.
@@ -145,6 +149,15 @@ func (c *Controller) handOff(js *jobState, peer string, pinned bool, now time.Ti
 	j.Cluster = peer
 	j.Reason = "handing off to peer " + peer
 	c.writeHandle(h, now)
+	c.kick(peer)
+}
+
+// kick tells the federation manager, once what the loop wrote so far is
+// durable, that work is owed to peer. Loop only.
+func (c *Controller) kick(peer string) {
+	if f := c.origin.f; f != nil {
+		c.afterCommit(func() { f.Kick(peer) })
+	}
 }
 
 // placement is where routing sends a submission's jobs: to peer, or
@@ -251,6 +264,7 @@ func (c *Controller) stopFederated(js *jobState, requested string, now time.Time
 		b.JobUpdates = append(b.JobUpdates, js.update())
 		h.CancelVersion++
 		c.writeHandle(h, now)
+		c.kick(h.Peer)
 		c.cancelChildren(c.children[j.ID], j.ID, "was cancelled", now)
 	}
 }

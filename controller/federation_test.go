@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +24,8 @@ type fakeFederation struct {
 	peer, why string
 	states    map[string]berth.PeerState
 	routed    int
+	mu        sync.Mutex // kicked: Kick runs off the loop
+	kicked    []string
 }
 
 func (f *fakeFederation) Route(*berth.JobSpec) (string, string) {
@@ -32,6 +36,19 @@ func (f *fakeFederation) Route(*berth.JobSpec) (string, string) {
 func (f *fakeFederation) PeerState(name string) (berth.PeerState, bool) {
 	st, ok := f.states[name]
 	return st, ok
+}
+
+func (f *fakeFederation) Kick(peer string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kicked = append(f.kicked, peer)
+}
+
+// kicks returns the peers kicked so far, in order.
+func (f *fakeFederation) kicks() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.kicked)
 }
 
 // testPeers are the peers the federation tests' controllers hold, b, c,
@@ -1059,4 +1076,38 @@ func deliverOnStore(t *testing.T, c *Controller, spec berth.JobSpec) berth.Hando
 		t.Fatal(err)
 	}
 	return hd
+}
+
+// TestWorkOwedKicksThePeerOnceDurable: a handoff made at submit, and a
+// cancel to send, each kick the manager for the peer, after the batch
+// that writes it is committed, not before.
+func TestWorkOwedKicksThePeerOnceDurable(t *testing.T) {
+	t.Parallel()
+	fed := &fakeFederation{peer: "b"}
+	h := newFederationHarness(t, fed)
+	req := gpuJob(1, nil)
+	if err := req.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var sub *Submission
+	h.step(func() {
+		var err error
+		if sub, err = h.c.admit(req, h.c.pool, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if k := fed.kicks(); len(k) != 0 {
+			t.Fatalf("kicked %q before the handoff's batch was committed", k)
+		}
+	})
+	if k := fed.kicks(); !slices.Equal(k, []string{"b"}) {
+		t.Fatalf("kicks after the submission's batch: %q, want [b]", k)
+	}
+	js := h.c.jobs[sub.Jobs[0].ID]
+	if w := h.work("b"); len(w.Deliver) != 1 {
+		t.Fatalf("work %+v, want the handoff", w)
+	}
+	h.cancel(js)
+	if k := fed.kicks(); !slices.Equal(k, []string{"b", "b"}) {
+		t.Fatalf("kicks after a cancel of a sent handoff: %q, want [b b]", k)
+	}
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // The federation manager is the origin's side of the peer protocol: the
-// goroutine that, once per tick, talks to each peer (docs/federation.md,
+// goroutine that, once per tick and when kicked, talks to each peer (docs/federation.md,
 // "The manager").
 
 // Manager defaults.
@@ -30,9 +30,16 @@ const (
 	// MaxHandoffBackoff bounds the wait before a handoff that failed for a
 	// reason that may pass is sent again.
 	MaxHandoffBackoff = time.Minute
-	// maxPages bounds the pulls of one tick, so that a peer with an
+	// DeliverParallel bounds the handoffs in flight to one peer.
+	DeliverParallel = 16
+	// maxPages bounds the pulls of one catching up, so that a peer with an
 	// endless backlog cannot hold the manager on itself.
 	maxPages = 100
+	// A visit with a backlog of handoffs pulls the peer's changes between
+	// its deliveries, after pullEvery of them or pullInterval, whichever
+	// comes first, so that the mirror keeps up while the backlog drains.
+	pullEvery    = 500
+	pullInterval = 250 * time.Millisecond
 )
 
 // Origin is the origin's controller as the manager drives it: where the
@@ -95,9 +102,11 @@ type Config struct {
 	Log      *slog.Logger     // default: discard
 }
 
-// Manager talks to the origin's peers: each tick, for each peer, it reads
-// the peer's capability heartbeat, delivers the cancels owed to it, then
-// the handoffs, then pulls its changes until it is caught up. It keeps
+// Manager talks to the origin's peers: each tick, and at once when Kick
+// names a peer, it visits the peer (never twice at a time): it reads the
+// peer's capability heartbeat, delivers the cancels owed to it, then the
+// handoffs, DeliverParallel at a time, pulling its changes between
+// chunks of a backlog, then pulls its changes until it is caught up. It keeps
 // each peer's status and state (new, ready, unreachable, lost), routes
 // jobs over the peers' last heartbeats, and reads a federated job's logs
 // from its peer. Without peers it waits for one to be added and does
@@ -109,6 +118,11 @@ type Manager struct {
 	peers map[string]*peer
 	stop  context.CancelFunc // Start's loop; nil when none
 	done  chan struct{}      // closed when that loop has returned
+	// kicked are the peers Kick named since the loop last looked; kick
+	// tells the loop that there are some.
+	kicked map[string]bool
+	kick   chan struct{}
+	visits sync.WaitGroup // the loop's visits of kicked peers
 }
 
 // peer is the manager's memory of one peer.
@@ -122,6 +136,11 @@ type peer struct {
 	key     string    // what c was made for: URL, pin and sealed token
 	c       *client.Client
 	retry   map[handleID]*backoff // handles whose delivery failed
+	// visiting is held through a visit: one at a time per peer.
+	visiting sync.Mutex
+	// kickWaiting is set while a kicked visit waits to begin: further
+	// kicks until it begins are that visit's.
+	kickWaiting bool
 }
 
 type handleID struct {
@@ -151,7 +170,68 @@ func NewManager(cfg Config) *Manager {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{cfg: cfg, peers: map[string]*peer{}}
+	return &Manager{cfg: cfg, peers: map[string]*peer{}, kicked: map[string]bool{}, kick: make(chan struct{}, 1)}
+}
+
+// Kick tells the manager that there is work owed to peer (a handoff to
+// deliver, a cancel to send): the loop visits it at once rather than at
+// its next tick, after the visit under way if there is one. It never
+// blocks; kicks of a peer before its visit begins are one.
+func (m *Manager) Kick(peer string) {
+	m.mu.Lock()
+	m.kicked[peer] = true
+	m.mu.Unlock()
+	select {
+	case m.kick <- struct{}{}:
+	default: // the loop has yet to look: it will see this peer too
+	}
+}
+
+// visitKicked starts a visit of each peer kicked since the last look, but
+// of none that already has one waiting to begin.
+func (m *Manager) visitKicked(ctx context.Context) {
+	m.mu.Lock()
+	var ps []*peer
+	for name := range m.kicked {
+		if p := m.peers[name]; p != nil && !p.kickWaiting { // one unknown: the tick its addition brings visits it
+			p.kickWaiting = true
+			ps = append(ps, p)
+		}
+	}
+	clear(m.kicked)
+	m.mu.Unlock()
+	for _, p := range ps {
+		m.visits.Go(func() {
+			if m.visitOnce(ctx, p, true) {
+				m.routeWaiting(ctx)
+			}
+		})
+	}
+}
+
+// visitOnce visits p once it is not visited, unless it is no longer a
+// peer by then; kicked clears its kickWaiting as the visit begins.
+func (m *Manager) visitOnce(ctx context.Context, p *peer, kicked bool) (changed bool) {
+	p.visiting.Lock()
+	defer p.visiting.Unlock()
+	m.mu.Lock()
+	if kicked {
+		p.kickWaiting = false
+	}
+	name := p.def.Name
+	gone := m.peers[name] != p
+	m.mu.Unlock()
+	if gone {
+		return false
+	}
+	return m.visit(ctx, name, p)
+}
+
+// routeWaiting asks the origin to route its waiting jobs again.
+func (m *Manager) routeWaiting(ctx context.Context) {
+	if err := m.cfg.Origin.RouteWaiting(ctx); err != nil {
+		m.cfg.Log.Error("federation: route waiting jobs", "err", err)
+	}
 }
 
 // Start starts the manager's loop in a goroutine of its own: it ticks
@@ -179,20 +259,38 @@ func (m *Manager) Stop() {
 
 func (m *Manager) loop(ctx context.Context, done chan struct{}) {
 	defer close(done)
+	defer m.visits.Wait()
 	t := time.NewTimer(m.cfg.Tick)
 	defer t.Stop()
 	for {
 		changed := m.cfg.Origin.PeersChanged()
-		tick := t.C
-		if m.tick(ctx) == 0 {
-			tick = nil // no peer: nothing to do until one is added
-		}
-		t.Reset(m.cfg.Tick)
-		select {
-		case <-ctx.Done():
-			return
-		case <-changed: // a peer added is visited at once
-		case <-tick:
+		ticked := make(chan int, 1)
+		go func() { ticked <- m.tick(ctx) }()
+		var tick <-chan time.Time
+		// Kicked peers are visited while the tick runs and after it;
+		// the next tick begins once this one is over and its time has
+		// come, or a peer was added or changed.
+		running, again := true, false
+		for running || !again {
+			select {
+			case <-ctx.Done():
+				if running {
+					<-ticked
+				}
+				return
+			case <-m.kick:
+				m.visitKicked(ctx)
+			case n := <-ticked:
+				running = false
+				if n > 0 { // no peer: nothing to do until one is added
+					t.Reset(m.cfg.Tick)
+					tick = t.C
+				}
+			case <-changed: // a peer added is visited at once
+				changed, again = nil, true
+			case <-tick:
+				again = true
+			}
 		}
 	}
 }
@@ -229,14 +327,15 @@ func (m *Manager) tick(ctx context.Context) int {
 
 	changed := make([]bool, len(defs))
 	var wg sync.WaitGroup
+	m.mu.Lock()
 	for i, d := range defs {
-		wg.Go(func() { changed[i] = m.visit(ctx, d.Name) })
+		p := m.peers[d.Name]
+		wg.Go(func() { changed[i] = m.visitOnce(ctx, p, false) })
 	}
+	m.mu.Unlock()
 	wg.Wait()
 	if slices.Contains(changed, true) {
-		if err := m.cfg.Origin.RouteWaiting(ctx); err != nil {
-			m.cfg.Log.Error("federation: route waiting jobs", "err", err)
-		}
+		m.routeWaiting(ctx)
 	}
 	for _, d := range defs {
 		m.checkLost(ctx, d.Name)
@@ -267,16 +366,22 @@ func (m *Manager) checkLost(ctx context.Context, name string) {
 // errNoAnswer ends a visit: the peer did not answer.
 var errNoAnswer = errors.New("no answer")
 
-// visit does one tick's work with peer name, and reports whether its
-// capability changed, or it became ready, so that waiting jobs are routed
-// again.
-func (m *Manager) visit(ctx context.Context, name string) (changed bool) {
+// visit does one tick's work with p, the peer name, and reports whether
+// its capability changed, or it became ready, so that waiting jobs are
+// routed again. p.visiting is held.
+func (m *Manager) visit(ctx context.Context, name string, p *peer) (changed bool) {
 	m.mu.Lock()
-	p := m.peers[name]
 	wasReady := m.state(p, m.cfg.Now()) == berth.PeerReady
 	m.mu.Unlock()
-	var errs []error
-	fail := func(err error) { errs = append(errs, err) }
+	var (
+		errMu sync.Mutex // deliveries fail side by side
+		errs  []error
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		errs = append(errs, err)
+		errMu.Unlock()
+	}
 	defer func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -314,10 +419,12 @@ func (m *Manager) visit(ctx context.Context, name string) (changed bool) {
 	if err := m.cancels(ctx, c, p, work.Cancels, fail); err != nil {
 		return changed
 	}
-	if err := m.deliver(ctx, c, p, work.Deliver, fail); err != nil {
+	cursor := work.Cursor
+	pull := func() { cursor = m.pull(ctx, c, p, name, cursor, fail) }
+	if err := m.deliver(ctx, c, p, work.Deliver, pull, fail); err != nil {
 		return changed
 	}
-	m.pull(ctx, c, p, name, work.Cursor, fail)
+	pull()
 	return changed
 }
 
@@ -372,11 +479,13 @@ func (m *Manager) cancels(ctx context.Context, c *client.Client, p *peer, hs []*
 	return nil
 }
 
-// deliver sends p the handles owed to it whose backoff has passed: each
-// acknowledged is recorded handed off with the peer's job id; each
-// refused finally, rejected; any other failure is recorded as the
-// handle's last error and sent again after a doubling wait.
-func (m *Manager) deliver(ctx context.Context, c *client.Client, p *peer, ds []Delivery, fail func(error)) error {
+// deliver sends p the handles owed to it whose backoff has passed, up to
+// DeliverParallel at a time, and pulls the peer's changes (pull) every
+// pullEvery deliveries or pullInterval: each acknowledged is recorded
+// handed off with the peer's job id; each refused finally, rejected; any
+// other failure is recorded as the handle's last error and sent again
+// after a doubling wait. A delivery that got no answer sends no more.
+func (m *Manager) deliver(ctx context.Context, c *client.Client, p *peer, ds []Delivery, pull func(), fail func(error)) error {
 	// p.retry is this visit's alone: a peer is visited once at a time.
 	retry := make(map[handleID]*backoff, len(p.retry))
 	for _, d := range ds { // forget the handles no longer owed
@@ -386,54 +495,98 @@ func (m *Manager) deliver(ctx context.Context, c *client.Client, p *peer, ds []D
 		}
 	}
 	p.retry = retry
+	var (
+		mu       sync.Mutex // retry and noAnswer
+		noAnswer error
+		wg       sync.WaitGroup
+	)
+	stopped := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return noAnswer != nil
+	}
+	slots := make(chan struct{}, DeliverParallel)
+	sent, since := 0, m.cfg.Now()
 	for _, d := range ds {
+		if sent >= pullEvery || sent > 0 && m.cfg.Now().Sub(since) >= pullInterval {
+			wg.Wait()
+			if stopped() {
+				break
+			}
+			pull()
+			sent, since = 0, m.cfg.Now()
+		}
 		k := handleID{d.Handoff.JobID, d.Handoff.Incarnation}
-		now := m.cfg.Now()
-		if b := retry[k]; b != nil && now.Before(b.next) {
+		mu.Lock()
+		b := retry[k]
+		mu.Unlock()
+		if b != nil && m.cfg.Now().Before(b.next) {
 			continue
 		}
-		h := *d.Handoff
-		rctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
-		resp, err := c.Handoff(rctx, &berth.HandoffRequest{RemoteID: h.RemoteID, Nonce: h.Nonce, Job: d.Spec})
-		cancel()
-		noAnswer := m.answered(p, err)
-		switch {
-		case err == nil:
-			delete(retry, k)
-			h.State, h.RemoteJobID, h.CreateRow, h.LastError = berth.HandoffDone, resp.JobID, resp.CreateRow, ""
-		case client.Final(err):
-			delete(retry, k)
-			h.State, h.LastError = berth.HandoffRejected, err.Error()
-		default:
-			fail(fmt.Errorf("hand off %s: %w", h.JobID, err))
-			b := retry[k]
-			if b == nil {
-				b = &backoff{}
-				retry[k] = b
-			}
-			b.failed++
-			b.next = now.Add(berth.DoublingDelay(b.failed, MaxHandoffBackoff))
-			if h.LastError == err.Error() {
-				if noAnswer != nil {
-					return noAnswer
-				}
-				continue
-			}
-			h.LastError = err.Error()
+		slots <- struct{}{}
+		if stopped() { // one in flight got no answer: send no more
+			break
 		}
-		if err := m.cfg.Origin.RecordHandoff(ctx, &h); err != nil {
-			fail(fmt.Errorf("record the handoff of %s: %w", h.JobID, err))
+		sent++
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := m.deliverOne(ctx, c, p, d, retry, &mu, fail); err != nil {
+				mu.Lock()
+				noAnswer = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return noAnswer
+}
+
+// deliverOne sends p the handle of d and records the outcome (see
+// deliver); mu guards retry. It returns errNoAnswer when p did not
+// answer.
+func (m *Manager) deliverOne(ctx context.Context, c *client.Client, p *peer, d Delivery, retry map[handleID]*backoff, mu *sync.Mutex, fail func(error)) error {
+	k := handleID{d.Handoff.JobID, d.Handoff.Incarnation}
+	h := *d.Handoff
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
+	resp, err := c.Handoff(rctx, &berth.HandoffRequest{RemoteID: h.RemoteID, Nonce: h.Nonce, Job: d.Spec})
+	cancel()
+	noAnswer := m.answered(p, err)
+	switch {
+	case err == nil:
+		mu.Lock()
+		delete(retry, k)
+		mu.Unlock()
+		h.State, h.RemoteJobID, h.CreateRow, h.LastError = berth.HandoffDone, resp.JobID, resp.CreateRow, ""
+	case client.Final(err):
+		mu.Lock()
+		delete(retry, k)
+		mu.Unlock()
+		h.State, h.LastError = berth.HandoffRejected, err.Error()
+	default:
+		fail(fmt.Errorf("hand off %s: %w", h.JobID, err))
+		mu.Lock()
+		b := retry[k]
+		if b == nil {
+			b = &backoff{}
+			retry[k] = b
 		}
-		if noAnswer != nil {
+		b.failed++
+		b.next = m.cfg.Now().Add(berth.DoublingDelay(b.failed, MaxHandoffBackoff))
+		mu.Unlock()
+		if h.LastError == err.Error() {
 			return noAnswer
 		}
+		h.LastError = err.Error()
 	}
-	return nil
+	if err := m.cfg.Origin.RecordHandoff(ctx, &h); err != nil {
+		fail(fmt.Errorf("record the handoff of %s: %w", h.JobID, err))
+	}
+	return noAnswer
 }
 
 // pull applies p's changes after cursor, page after page, until the peer
-// says there are no more.
-func (m *Manager) pull(ctx context.Context, c *client.Client, p *peer, name string, cursor berth.ChangeCursor, fail func(error)) {
+// says there are no more, and returns the cursor of the last applied.
+func (m *Manager) pull(ctx context.Context, c *client.Client, p *peer, name string, cursor berth.ChangeCursor, fail func(error)) berth.ChangeCursor {
 	for range maxPages {
 		rctx, cancel := context.WithTimeout(ctx, m.cfg.RequestTimeout)
 		ch, err := c.FederationChanges(rctx, FormatCursor(cursor), m.cfg.PageSize)
@@ -441,20 +594,21 @@ func (m *Manager) pull(ctx context.Context, c *client.Client, p *peer, name stri
 		if m.answered(p, err) != nil || err != nil {
 			fail(fmt.Errorf("changes: %w", err))
 			m.setBehind(p, false)
-			return
+			return cursor
 		}
 		if err := m.cfg.Origin.ApplyChanges(ctx, name, ch); err != nil {
 			fail(fmt.Errorf("apply changes: %w", err))
 			m.setBehind(p, false)
-			return
+			return cursor
 		}
 		cursor = ch.Cursor
 		if !ch.More {
 			m.setBehind(p, true)
-			return
+			return cursor
 		}
 	}
 	m.setBehind(p, false)
+	return cursor
 }
 
 // setBehind records how a pull ended: caught up, or not, when the mirror

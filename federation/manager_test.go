@@ -523,14 +523,17 @@ func TestManagerRetriesWithBackoff(t *testing.T) {
 
 // TestManagerNoAnswerKeepsHandoffPending checks that a handoff the peer
 // did not answer stays pending (it may have arrived: the same nonce is
-// sent again) and the rest of the tick's work waits.
+// sent again), no handoff is sent beyond those already in flight, and the
+// rest of the tick's work waits.
 func TestManagerNoAnswerKeepsHandoffPending(t *testing.T) {
 	t.Parallel()
 	r := newRig(t)
 	ctx := t.Context()
 	r.m.Tick(ctx)
-	r.origin.add("j1", "b")
-	r.origin.add("j2", "b")
+	total := 3 * federation.DeliverParallel
+	for i := range total {
+		r.origin.add(fmt.Sprintf("j%02d", i+1), "b")
+	}
 	// The peer answers the heartbeat, then goes away.
 	r.peer.set(func(p *fakePeer) { p.requests = nil })
 	var once sync.Once
@@ -550,18 +553,21 @@ func TestManagerNoAnswerKeepsHandoffPending(t *testing.T) {
 	if got := r.peer.log(); !slices.Equal(got, []string{"capacity"}) {
 		t.Fatalf("requests answered %q, want only the heartbeat", got)
 	}
-	h := r.origin.handle("j1")
+	h := r.origin.handle("j01")
 	if h.State != berth.HandoffPending || !h.Sent || h.LastError == "" {
 		t.Fatalf("handle of an unanswered handoff: %+v", h)
 	}
-	if n := handoffs.Load(); n != 1 {
-		t.Fatalf("%d handoffs sent; want j2's held once j1's got no answer", n)
+	if n := handoffs.Load(); n < 1 || n > int32(federation.DeliverParallel) {
+		t.Fatalf("%d handoffs sent; want at most the %d in flight when the first got no answer", n, federation.DeliverParallel)
 	}
 	r.peer.set(func(p *fakePeer) { p.down = false })
-	r.clock.Advance(time.Second)
+	r.clock.Advance(time.Minute)
 	r.m.Tick(ctx)
-	if h2 := r.origin.handle("j1"); h2.State != berth.HandoffDone || h2.Nonce != h.Nonce {
+	if h2 := r.origin.handle("j01"); h2.State != berth.HandoffDone || h2.Nonce != h.Nonce {
 		t.Fatalf("handle once the peer answered again: %+v", h2)
+	}
+	if h2 := r.origin.handle(fmt.Sprintf("j%02d", total)); h2.State != berth.HandoffDone {
+		t.Fatalf("handle never sent, once the peer answered again: %+v", h2)
 	}
 }
 
@@ -722,5 +728,169 @@ func TestManagerOpenLogs(t *testing.T) {
 		if berth.ErrorCode(err) != tc.code || err == nil || !strings.Contains(err.Error(), tc.text) {
 			t.Errorf("%s: %v; want %s with %q", tc.name, err, tc.code, tc.text)
 		}
+	}
+}
+
+// signalOrigin signals each FederationWork, each recorded handoff and
+// each recorded cancel acknowledgement.
+type signalOrigin struct {
+	*fakeOrigin
+	worked   chan struct{}
+	recorded chan berth.Handoff
+	acked    chan string
+}
+
+func (o *signalOrigin) FederationWork(ctx context.Context, peer string) (*federation.Work, error) {
+	defer func() { o.worked <- struct{}{} }()
+	return o.fakeOrigin.FederationWork(ctx, peer)
+}
+
+func (o *signalOrigin) RecordHandoff(ctx context.Context, h *berth.Handoff) error {
+	defer func() { o.recorded <- *h }()
+	return o.fakeOrigin.RecordHandoff(ctx, h)
+}
+
+func (o *signalOrigin) RecordCancelAck(ctx context.Context, jobID string, incarnation, version int) error {
+	defer func() { o.acked <- jobID }()
+	return o.fakeOrigin.RecordCancelAck(ctx, jobID, incarnation, version)
+}
+
+// within returns what ch yields, or fails the test after 10 s.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s within 10s", what)
+	}
+	panic("unreachable")
+}
+
+// TestManagerKickVisitsWithoutATick checks that a kick visits its peer at
+// once, with the tick an hour away: a handoff owed is delivered, then a
+// cancel owed is sent; a kick of a peer the manager does not know does
+// nothing.
+func TestManagerKickVisitsWithoutATick(t *testing.T) {
+	t.Parallel()
+	p, _ := newFakePeer(t, false)
+	o := &signalOrigin{fakeOrigin: newFakeOrigin(&berth.Peer{Name: "b", URL: p.url}),
+		worked: make(chan struct{}, 100), recorded: make(chan berth.Handoff, 100), acked: make(chan string, 100)}
+	m := federation.NewManager(federation.Config{Origin: o, Tick: time.Hour,
+		Token: func(*berth.Peer) (string, error) { return "peer-secret", nil }})
+	m.Start(t.Context())
+	defer m.Stop()
+	within(t, o.worked, "first visit")
+	m.Kick("nobody")
+	o.add("j1", "b")
+	m.Kick("b")
+	if h := within(t, o.recorded, "delivery after a kick"); h.JobID != "j1" || h.State != berth.HandoffDone || h.RemoteJobID != "b-1" {
+		t.Fatalf("recorded %+v, want j1 handed off as b-1", h)
+	}
+	o.mu.Lock()
+	o.handles["j1"].CancelVersion = 1
+	o.mu.Unlock()
+	m.Kick("b")
+	if id := within(t, o.acked, "cancel after a kick"); id != "j1" {
+		t.Fatalf("cancel acknowledged for %s, want j1", id)
+	}
+	if got := p.log(); !slices.Contains(got, "handoff j1") || !slices.Contains(got, "cancel j1") {
+		t.Fatalf("requests %q, want j1's handoff and cancel", got)
+	}
+}
+
+// TestManagerDeliveriesAreBounded checks that a backlog is delivered
+// side by side, DeliverParallel handoffs in flight and never more: the
+// peer holds each handoff until DeliverParallel are in flight (or all
+// that are left), so a manager that sent fewer at a time would wait on
+// it, and counts the most it saw at once.
+func TestManagerDeliveriesAreBounded(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	const bound = federation.DeliverParallel
+	total := 4*bound + 3
+	var (
+		mu                           sync.Mutex
+		inflight, most, served, late int
+		open                         = make(chan struct{})
+	)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		if q.URL.Path != "/api/v1/federation/handoffs" {
+			r.peer.serve(w, q)
+			return
+		}
+		mu.Lock()
+		inflight++
+		most = max(most, inflight)
+		gate := open
+		if inflight == bound || served+inflight == total {
+			close(open) // this wave goes
+			open = make(chan struct{})
+		}
+		mu.Unlock()
+		select {
+		case <-gate:
+		case <-time.After(10 * time.Second):
+			mu.Lock()
+			late++
+			mu.Unlock()
+		}
+		r.peer.serve(w, q)
+		mu.Lock()
+		inflight--
+		served++
+		mu.Unlock()
+	}))
+	t.Cleanup(hs.Close)
+	r.origin.mu.Lock()
+	r.origin.peers[0] = &berth.Peer{Name: "b", URL: hs.URL, SealedToken: []byte("sealed")}
+	r.origin.mu.Unlock()
+	for i := range total {
+		r.origin.add(fmt.Sprintf("j%03d", i), "b")
+	}
+	r.m.Tick(t.Context())
+	mu.Lock()
+	defer mu.Unlock()
+	if most != bound || late != 0 || served != total {
+		t.Fatalf("at most %d handoffs in flight, %d held past 10s, %d served; want %d, 0, %d", most, late, served, bound, total)
+	}
+	for i := range total {
+		if h := r.origin.handle(fmt.Sprintf("j%03d", i)); h.State != berth.HandoffDone {
+			t.Fatalf("handle %+v not handed off", h)
+		}
+	}
+}
+
+// TestManagerPullsDuringALongDrain checks that a visit with a backlog of
+// handoffs pulls the peer's changes between its deliveries, not only
+// once all are delivered, so that the mirror keeps up.
+func TestManagerPullsDuringALongDrain(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	total := 1234
+	for i := range total {
+		r.origin.add(fmt.Sprintf("j%04d", i), "b")
+	}
+	r.m.Tick(t.Context())
+	var pulls []int // how many handoffs were sent before each pull
+	handoffs := 0
+	for _, req := range r.peer.log() {
+		switch {
+		case strings.HasPrefix(req, "handoff "):
+			handoffs++
+		case strings.HasPrefix(req, "changes "):
+			pulls = append(pulls, handoffs)
+		}
+	}
+	if handoffs != total || len(pulls) < 3 || pulls[0] == 0 || pulls[len(pulls)-2] == total {
+		t.Fatalf("%d handoffs, pulls after %v of them; want %d and pulls between them", handoffs, pulls, total)
+	}
+	if pulls[len(pulls)-1] != total {
+		t.Fatalf("pulls after %v handoffs: want the last once all %d are sent", pulls, total)
+	}
+	r.origin.mu.Lock()
+	defer r.origin.mu.Unlock()
+	if len(r.origin.applied) != len(pulls) {
+		t.Fatalf("%d pulls applied, %d made", len(r.origin.applied), len(pulls))
 	}
 }
