@@ -606,7 +606,8 @@ func (c *Controller) federatedUsage(ws []*scheduler.Worker) []*scheduler.Worker 
 // a handle the peer no longer knows is lost (lose), a lost handle the
 // peer reports ended owes no more cancel; a job that ended here stays as
 // it ended, whatever the answer says; and the new cursor is written in
-// the same batch as all that. It returns once that is durable.
+// the same batch as all that, unless the answer continues from a cursor
+// the mirror was reset from meanwhile. It returns once that is durable.
 func (c *Controller) ApplyChanges(ctx context.Context, peer string, ch *berth.FederationChanges) error {
 	return c.doDurable(ctx, func() { c.applyChanges(peer, ch) })
 }
@@ -648,7 +649,13 @@ func (c *Controller) applyChanges(peer string, ch *berth.FederationChanges) {
 			c.lose(js, h, fmt.Sprintf("peer %s no longer knows it", peer), now)
 		}
 	}
-	c.setCursor(peer, ch.Cursor)
+	if ch.Full || ch.From == c.origin.cursors[peer] {
+		c.setCursor(peer, ch.Cursor)
+	}
+	// Otherwise the answer continues from a cursor the mirror no longer
+	// holds: a handoff recorded since reset it (recordHandoff), and the
+	// next pull, from the reset cursor, must be a full resync. Its rows
+	// are the peer's all the same, and are applied.
 }
 
 // setCursor moves the mirror of peer to cursor and writes it in the

@@ -518,7 +518,7 @@ func TestApplyChangesMirrorsAndMovesTheCursorInOneBatch(t *testing.T) {
 			code := 3
 			rj.ExitCode, rj.Reason, rj.FinishedAt, rj.Tombstone = &code, "exit code 3", started.Add(time.Minute), true
 		}
-		return &berth.FederationChanges{Jobs: []berth.RemoteJob{rj}, From: berth.ChangeCursor{Epoch: "e", Seq: seq - 1, Tag: "t"},
+		return &berth.FederationChanges{Jobs: []berth.RemoteJob{rj}, From: h.c.origin.cursors["b"], // continues from the mirror's cursor
 			Cursor: berth.ChangeCursor{Epoch: "e", Seq: seq, Tag: "t"}}
 	}
 	b := h.apply("b", row(berth.JobRunning, 2))
@@ -544,7 +544,7 @@ func TestApplyChangesMirrorsAndMovesTheCursorInOneBatch(t *testing.T) {
 	js2 := h.handedOff(gpuJob(1, nil))
 	h.deliver(js2, "B-8")
 	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js2.job.ID, Nonce: "other", State: berth.JobSucceeded}},
-		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 4, Tag: "t"}, From: berth.ChangeCursor{Epoch: "e", Seq: 3, Tag: "t"}})
+		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 4, Tag: "t"}, From: h.c.origin.cursors["b"]})
 	if js2.job.State != berth.JobPending {
 		t.Errorf("a row of another nonce moved the job to %s", js2.job.State)
 	}
@@ -904,7 +904,7 @@ func TestHandedOffBehindTheCursorResyncs(t *testing.T) {
 			h := newFederationHarness(t, &fakeFederation{peer: "b"})
 			js := h.handedOff(gpuJob(1, nil))
 			if tt.cursor != (berth.ChangeCursor{}) {
-				h.apply("b", &berth.FederationChanges{Cursor: tt.cursor})
+				h.apply("b", &berth.FederationChanges{Full: true, Cursor: tt.cursor})
 			}
 			hd := *h.work("b").Deliver[0].Handoff
 			hd.State, hd.RemoteJobID, hd.CreateRow = berth.HandoffDone, "B-1", tt.created
@@ -942,7 +942,7 @@ func TestHandedOffBehindTheCursorResyncs(t *testing.T) {
 			if js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "handed off to peer b") {
 				t.Errorf("job %s %q, want pending, handed off", js.job.State, js.job.Reason)
 			}
-			h.apply("b", &berth.FederationChanges{Cursor: at}) // the mirror moves on
+			h.apply("b", &berth.FederationChanges{Full: true, Cursor: at}) // the mirror moves on
 			if b := record(); b != nil && !b.Federation.Empty() {
 				t.Errorf("a repeat of the recording wrote %+v", b.Federation)
 			}
@@ -1109,5 +1109,43 @@ func TestWorkOwedKicksThePeerOnceDurable(t *testing.T) {
 	h.cancel(js)
 	if k := fed.kicks(); !slices.Equal(k, []string{"b", "b"}) {
 		t.Fatalf("kicks after a cancel of a sent handoff: %q, want [b b]", k)
+	}
+}
+
+// TestAnAnswerFromAResetCursorKeepsTheReset applies an incremental answer
+// that continues from the cursor the mirror held before a handoff's
+// recording reset it (recordHandoff): its rows are applied, but the reset
+// stays, so that the next pull is a full resync.
+func TestAnAnswerFromAResetCursorKeepsTheReset(t *testing.T) {
+	t.Parallel()
+	h := newFederationHarness(t, &fakeFederation{peer: "b"})
+	js := h.handedOff(gpuJob(1, nil))
+	at := berth.ChangeCursor{Epoch: "e", Seq: 5, Tag: "t5"}
+	h.apply("b", &berth.FederationChanges{Full: true, Cursor: at})
+	hd := *h.work("b").Deliver[0].Handoff
+	hd.State, hd.RemoteJobID, hd.CreateRow = berth.HandoffDone, "B-1", berth.ChangeCursor{Epoch: "e", Seq: 3, Tag: "t3"}
+	h.step(func() {
+		if err := h.c.recordHandoff(&hd); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if got := h.work("b").Cursor; got != (berth.ChangeCursor{}) {
+		t.Fatalf("cursor after the recording %+v, want reset", got)
+	}
+	rj := berth.RemoteJob{RemoteID: js.job.ID, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobRunning, Attempts: 1}
+	b := h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{rj}, From: at,
+		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 6, Tag: "t6"}})
+	if js.job.State != berth.JobRunning {
+		t.Errorf("job %s, want running: the answer's rows are applied", js.job.State)
+	}
+	if b.Federation != nil && len(b.Federation.Cursors) != 0 {
+		t.Errorf("cursors written %+v, want none", b.Federation.Cursors)
+	}
+	if got := h.work("b").Cursor; got != (berth.ChangeCursor{}) {
+		t.Errorf("cursor for the next pull %+v, want still reset", got)
+	}
+	h.apply("b", &berth.FederationChanges{Full: true, Jobs: []berth.RemoteJob{rj}, Cursor: berth.ChangeCursor{Epoch: "e", Seq: 6, Tag: "t6"}})
+	if got := h.work("b").Cursor; got.Seq != 6 {
+		t.Errorf("cursor after a full answer %+v, want at 6", got)
 	}
 }
