@@ -33,6 +33,12 @@ import (
 // the label is LabelPrefix + the instance's id.
 const LabelPrefix = "berth-"
 
+// DefaultImage is the container image of a pool that names none: an
+// official PyTorch CUDA runtime image, public, with python3 to fetch berth
+// from the server (the onstart fetches it with curl, wget or python3
+// when the image has no berth on its PATH).
+const DefaultImage = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+
 // Budgets are how long each readiness phase may take, from the moment
 // the instance entered the phase before it (seed 004's infra readiness
 // kept apart from the workload's warm-up).
@@ -382,6 +388,9 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 		req = p.Request(pool, inst)
 	}
 	req.Label = Label(id)
+	if req.Image == "" {
+		req.Image = DefaultImage
+	}
 	p.claim(id)
 	if err := p.phase(ctx, inst, berth.InstanceCreating, fmt.Sprintf("offer %d on machine %d at $%.4f/h", o.ID, o.MachineID, o.PricePerHour)); err != nil {
 		p.release(id)

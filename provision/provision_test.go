@@ -568,7 +568,12 @@ func TestLoadOrCreateKeyOnce(t *testing.T) {
 func TestProvisionRequestRefusedStopsAtOnce(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 3, nil)
-	r.pool.Image = "" // the fake refuses it: 400 invalid_args
+	request := r.p.Request
+	r.p.Request = func(pool *berth.Pool, inst *berth.Instance) cloud.CreateRequest {
+		req := request(pool, inst)
+		req.DiskGB = 1 // the fake refuses it: 400 invalid_args
+		return req
+	}
 	inst, err := r.p.Provision(context.Background(), r.pool)
 	var ce *cloud.CreateError
 	if inst != nil || !errors.As(err, &ce) || ce.Code != "invalid_args" {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/audit"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/cloud"
@@ -129,15 +130,16 @@ func (f *poolFleet) reconcile(ctx context.Context) error {
 const instanceDiskGB = 32
 
 // request is what instance inst of pool is created with: the pool's
-// image, a disk, and an onstart that starts berth agent as inst's worker
-// host, serving the pool's queues with its labels, joined to this server
+// image (provision.DefaultImage when it has none), a disk, and an
+// onstart (agentOnstart) that starts berth agent as inst's worker host,
+// serving the pool's queues with its labels, joined to this server
 // (BERTH_SERVER) with a credential of its own bound to that host
 // (BERTH_TOKEN, set in the onstart: an env value may not exceed 256
 // characters at Vast, and a token does). Without a credential (its issue
 // failed, and is logged) the agent cannot join and the instance fails its
 // readiness.
 func (f *poolFleet) request(pool *berth.Pool, inst *berth.Instance) cloud.CreateRequest {
-	args := []string{"berth", "agent", "--host", shellQuote(inst.WorkerHost)}
+	args := []string{"agent", "--host", shellQuote(inst.WorkerHost)}
 	if len(pool.Queues) > 0 {
 		args = append(args, "--queues", shellQuote(strings.Join(pool.Queues, ",")))
 	}
@@ -151,11 +153,38 @@ func (f *poolFleet) request(pool *berth.Pool, inst *berth.Instance) cloud.Create
 	token, err := f.credential(context.Background(), inst.WorkerHost)
 	if err != nil {
 		f.log.Warn("cloud pool: no agent credential for the instance", "pool", pool.Name, "instance", inst.ID, "err", err)
-	} else {
-		args = append([]string{"BERTH_TOKEN=" + shellQuote(token)}, args...)
 	}
-	return cloud.CreateRequest{Image: pool.Image, DiskGB: instanceDiskGB, Env: map[string]string{"BERTH_SERVER": f.server},
-		Onstart: strings.Join(args, " ")}
+	image := pool.Image
+	if image == "" {
+		image = provision.DefaultImage
+	}
+	return cloud.CreateRequest{Image: image, DiskGB: instanceDiskGB, Env: map[string]string{"BERTH_SERVER": f.server},
+		Onstart: agentOnstart(token, strings.Join(args, " "))}
+}
+
+// agentOnstart is the onstart script of a rented instance: with
+// BERTH_TOKEN set to token (when not ""), it runs berth with args — the
+// berth on the image's PATH when it has one, else the server's own
+// executable fetched from $BERTH_SERVER's api.AgentBinaryPath with curl,
+// else wget, else python3, into a temporary file. It is plain sh.
+func agentOnstart(token, args string) string {
+	var b strings.Builder
+	if token != "" {
+		b.WriteString("BERTH_TOKEN=" + shellQuote(token) + "; export BERTH_TOKEN\n")
+	}
+	b.WriteString(`B=$(command -v berth)
+if [ -z "$B" ]; then
+  B="${TMPDIR:-/tmp}/berth-agent.$$"; U="${BERTH_SERVER%/}` + api.AgentBinaryPath + `"; A="Authorization: Bearer $BERTH_TOKEN"
+  if command -v curl >/dev/null; then curl -fsS -H "$A" -o "$B" "$U"
+  elif command -v wget >/dev/null; then wget -q --header="$A" -O "$B" "$U"
+  elif command -v python3 >/dev/null; then python3 -c 'import os,sys,urllib.request as u; open(sys.argv[2],"wb").write(u.urlopen(u.Request(sys.argv[1],headers={"Authorization":"Bearer "+os.environ.get("BERTH_TOKEN","")})).read())' "$U" "$B"
+  else echo "berth: the image has no berth, curl, wget or python3 to fetch it with" >&2; exit 127; fi || { echo "berth: fetching $U failed" >&2; exit 1; }
+  chmod +x "$B" || exit 1
+fi
+exec "$B" `)
+	b.WriteString(args)
+	b.WriteString("\n")
+	return b.String()
 }
 
 // shellQuote quotes s for sh.

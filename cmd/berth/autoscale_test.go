@@ -28,11 +28,15 @@ func TestPoolInstanceRequest(t *testing.T) {
 	pool := &berth.Pool{Name: "rent", Image: "ghcr.io/berth/agent:1", Queues: []string{"gpu", "train"},
 		Labels: map[string]string{"zone": "eu", "cloud": "vast's"}}
 	req := f.request(pool, &berth.Instance{ID: "i1", Pool: "rent", WorkerHost: "rent-i1"})
-	const onstart = ` berth agent --host 'rent-i1' --queues 'gpu,train' --labels 'cloud=vast'\''s,zone=eu'`
-	token, command, _ := strings.Cut(req.Onstart, " berth agent")
-	token = strings.Trim(strings.TrimPrefix(token, "BERTH_TOKEN="), "'")
-	if " berth agent"+command != onstart || req.Image != pool.Image || req.DiskGB != instanceDiskGB || req.Env["BERTH_SERVER"] != rs.URL {
-		t.Fatalf("request = %+v; want onstart %q, the pool's image, a disk and BERTH_SERVER", req, onstart)
+	const command = `exec "$B" agent --host 'rent-i1' --queues 'gpu,train' --labels 'cloud=vast'\''s,zone=eu'`
+	lines := strings.Split(strings.TrimSpace(req.Onstart), "\n")
+	token, _, _ := strings.Cut(strings.TrimPrefix(lines[0], "BERTH_TOKEN="), "; export BERTH_TOKEN")
+	token = strings.Trim(token, "'")
+	if lines[len(lines)-1] != command || req.Image != pool.Image || req.DiskGB != instanceDiskGB || req.Env["BERTH_SERVER"] != rs.URL {
+		t.Fatalf("request = %+v; want onstart ending %q, the pool's image, a disk and BERTH_SERVER", req, command)
+	}
+	if len(req.Onstart) > 4000 {
+		t.Errorf("onstart of %d bytes: Vast takes at most 4096 with its args", len(req.Onstart))
 	}
 	var bound bool
 	for _, tok := range rs.Tokens.List() {
