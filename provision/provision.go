@@ -107,6 +107,7 @@ type Provisioner struct {
 	pins     map[string][]byte // instance id → its SSH host key, pinned at first sight
 	creating map[int64]bool    // offers with a create in flight
 	driving  map[string]bool   // instances a Provision of this process is taking through its phases
+	drivers  map[int64]string  // machine id → the driver version its offers said, for its host record
 	hostsMu  sync.Mutex        // serialises read-modify-write of host records
 }
 
@@ -135,7 +136,7 @@ func (p *Provisioner) init() {
 		if p.Log == nil {
 			p.Log = slog.New(slog.DiscardHandler)
 		}
-		p.pins, p.creating, p.driving = map[string][]byte{}, map[int64]bool{}, map[string]bool{}
+		p.pins, p.creating, p.driving, p.drivers = map[string][]byte{}, map[int64]bool{}, map[string]bool{}, map[int64]string{}
 	})
 }
 
@@ -338,6 +339,13 @@ func (p *Provisioner) create(ctx context.Context, pool *berth.Pool, exclude []in
 	if err != nil {
 		return nil, fmt.Errorf("provision: searching offers for pool %s: %w", pool.Name, err)
 	}
+	p.mu.Lock()
+	for _, o := range offers {
+		if o.DriverVersion != "" {
+			p.drivers[o.MachineID] = o.DriverVersion
+		}
+	}
+	p.mu.Unlock()
 	for _, o := range cloud.Rank(offers, hosts, pool.Strictness, now) {
 		if slices.Contains(exclude, o.MachineID) || !p.startCreate(o.ID) {
 			continue
@@ -515,6 +523,11 @@ func (p *Provisioner) record(ctx context.Context, pool *berth.Pool, inst *berth.
 	if inst.GPUName != "" {
 		h.GPUName = inst.GPUName
 	}
+	p.mu.Lock()
+	if d := p.drivers[inst.MachineID]; d != "" {
+		h.Driver = d // so that a driver's workload failures down-rank its offers (cloud.Rank)
+	}
+	p.mu.Unlock()
 	cloud.Record(h, pool.Strictness, class, p.Now().UTC())
 	if err := p.Store.PutHost(ctx, h); err != nil {
 		return fmt.Errorf("provision: host record of machine %d: %w", inst.MachineID, err)

@@ -190,6 +190,14 @@ func TestProvisionHappyPath(t *testing.T) {
 	case !strings.Contains(gpu.Output, "NVIDIA GeForce RTX 4090, ***, 24564 MiB"):
 		t.Errorf("GPU probe output %q: want nvidia-smi's line with the secret redacted", gpu.Output)
 	}
+	// The host record has the offer's driver version.
+	offers, err := r.vast.SearchOffers(context.Background(), cloud.Query(r.pool, r.pool.MaxPrice, nil))
+	if err != nil || len(offers) == 0 || offers[0].DriverVersion == "" {
+		t.Fatalf("offers %+v, %v: want one with a driver version", offers, err)
+	}
+	if h := r.host(t, inst.MachineID); h == nil || h.Driver != offers[0].DriverVersion {
+		t.Errorf("host record %+v, want driver %q from the offer", h, offers[0].DriverVersion)
+	}
 	// The SSH key: created once, 0600, registered with the account.
 	fi, err := os.Stat(filepath.Join(r.data, KeyFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
