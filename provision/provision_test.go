@@ -454,11 +454,11 @@ func TestReconcileVanished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.p.Reconcile(ctx); err != nil || len(got) != 0 {
+	if got, err := r.p.Reconcile(ctx, r.pool); err != nil || len(got) != 0 {
 		t.Fatalf("Reconcile = %v, %v; want nothing gone", got, err)
 	}
 	r.srv.Vanish(inst.ProviderID)
-	got, err := r.p.Reconcile(ctx)
+	got, err := r.p.Reconcile(ctx, r.pool)
 	if err != nil || len(got) != 1 || got[0].ID != inst.ID {
 		t.Fatalf("Reconcile = %v, %v; want %s gone", got, err, inst.ID)
 	}
@@ -622,7 +622,7 @@ func TestReconcileDestroysWhatFailedToBeGivenBack(t *testing.T) {
 	if len(is) != 1 || is[0].Phase != berth.InstanceFailed || len(r.srv.Live()) != 1 {
 		t.Fatalf("instances %+v, live %+v: want one failed, still billed", is, r.srv.Live())
 	}
-	if gone, err := r.p.Reconcile(ctx); err != nil || len(gone) != 0 {
+	if gone, err := r.p.Reconcile(ctx, r.pool); err != nil || len(gone) != 0 {
 		t.Fatalf("Reconcile = %v, %v", gone, err)
 	}
 	stored, err := r.st.Instance(ctx, is[0].ID)

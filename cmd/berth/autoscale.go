@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -96,34 +97,24 @@ func (f *poolFleet) vanished(inst *berth.Instance) {
 	}
 }
 
-// reconcile compares the live instances with the provider's listing
-// (Provisioner.Reconcile: vanished instances are ended, their work given
-// back, failed releases retried). Reconcile sees one account, so it runs
-// only while every pool rents from the same account (URL and key); with
-// pools on several, it does nothing and says so.
+// reconcile compares each pool's live instances with its provider
+// account's listing (Provisioner.Reconcile: vanished instances are ended,
+// their work given back, failed releases retried). A pool that fails to
+// reconcile does not stop the others; the errors are joined.
 func (f *poolFleet) reconcile(ctx context.Context) error {
 	pools, err := f.store.Pools(ctx)
-	if err != nil || len(pools) == 0 {
-		return err
-	}
-	accounts := map[string]bool{}
-	for _, pool := range pools {
-		key, err := f.keys.OpenPoolKey(pool.Name, pool.SealedAPIKey)
-		if err != nil {
-			return fmt.Errorf("pool %s: open its API key: %w", pool.Name, err)
-		}
-		accounts[pool.URL+"\x00"+key] = true
-	}
-	if len(accounts) > 1 {
-		f.log.Warn("cloud pools: instances are not reconciled with the provider while pools rent from several accounts")
-		return nil
-	}
-	p, err := f.provisioner(ctx, pools[0])
 	if err != nil {
 		return err
 	}
-	_, err = p.Reconcile(ctx)
-	return err
+	var errs []error
+	for _, pool := range pools {
+		p, err := f.provisioner(ctx, pool)
+		if err == nil {
+			_, err = p.Reconcile(ctx, pool)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // instanceDiskGB is the disk an instance is created with.
