@@ -633,3 +633,37 @@ func TestReconcileDestroysWhatFailedToBeGivenBack(t *testing.T) {
 		t.Errorf("after Reconcile: %+v, live %+v; want destroyed, its failure kept, nothing billed", stored, r.srv.Live())
 	}
 }
+
+// A provisioning by hand whose caller goes away (Ctrl-C) gives back the
+// instance it was making, whatever phase it had reached: nothing is left
+// billed, and the machine is not blamed.
+func TestProvisionByHandCancelledGivesBack(t *testing.T) {
+	t.Parallel()
+	for _, stop := range []berth.InstancePhase{berth.InstanceCreating, berth.InstanceCreated, berth.InstanceSSH, berth.InstanceGPUChecked} {
+		t.Run(string(stop), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, 2, map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultStall})
+			ctx, cancel := context.WithCancel(context.Background())
+			r.p.Store = &stopAt{PoolStore: r.st, phase: stop, stop: cancel} // Ctrl-C once stop is written
+			if _, err := r.p.ProvisionByHand(ctx, r.pool); !errors.Is(err, context.Canceled) {
+				t.Fatalf("ProvisionByHand = %v, want it cancelled", err)
+			}
+			if live := r.srv.Live(); len(live) != 0 {
+				t.Errorf("live at the provider after the cancel: %+v, want none", live)
+			}
+			is := r.instances(t)
+			if len(is) != 1 || is[0].Phase != berth.InstanceDestroyed || is[0].Failure != "" {
+				t.Fatalf("instances %+v, want one, destroyed, with no failure class", is)
+			}
+			if tl := phases(is[0]); !slices.Equal(tl[len(tl)-2:], []berth.InstancePhase{berth.InstanceDraining, berth.InstanceDestroyed}) {
+				t.Errorf("timeline %v, want it to end draining, destroyed", tl)
+			}
+			if h := r.host(t, vasttest.FirstMachine); h != nil && len(h.Failures) != 0 {
+				t.Errorf("host record %+v: a cancel blames no machine", h)
+			}
+			if got := r.creates(); len(got) > 1 {
+				t.Errorf("creates = %v, want at most one", got)
+			}
+		})
+	}
+}

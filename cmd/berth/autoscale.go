@@ -190,6 +190,21 @@ func (f *poolFleet) Provision(ctx context.Context, pool *berth.Pool) (*berth.Ins
 	return p.Provision(ctx, pool)
 }
 
+// byHand is the fleet as POST /api/v1/pools/NAME/provision runs it
+// (api.Provisioner): a provisioning whose caller goes away gives back
+// the instance it was making (Provisioner.ProvisionByHand), where the
+// autoscaler's leaves it for the next to resume.
+type byHand struct{ f *poolFleet }
+
+// Provision rents one instance of pool through its provisioner, by hand.
+func (h byHand) Provision(ctx context.Context, pool *berth.Pool) (*berth.Instance, error) {
+	p, err := h.f.provisioner(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return p.ProvisionByHand(ctx, pool)
+}
+
 // Destroy gives inst back through its pool's provisioner.
 func (f *poolFleet) Destroy(ctx context.Context, inst *berth.Instance, reason string) error {
 	pools, err := f.store.Pools(ctx)
