@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/cloud/vast/vasttest"
 	"github.com/berth-dev/berth/sqlite"
 )
 
@@ -338,5 +340,55 @@ func TestProvisionPrintsPhasesAsTheyHappen(t *testing.T) {
 		"               | Connection refused\n"
 	if code != 0 || progress != want || !strings.Contains(final, "Phase:     ready\n") || errOut != "" {
 		t.Errorf("provision: exit %d, stdout %q, stderr %q; want the progress\n%s", code, out, errOut, want)
+	}
+}
+
+// Ctrl-C on berth provision (the client gone) gives back the instance the
+// server was provisioning: nothing stays billed at the fake marketplace.
+func TestProvisionCancelGivesBackTheInstance(t *testing.T) {
+	t.Parallel()
+	market := vasttest.New(vasttest.Options{Stage: time.Hour}) // it never comes up
+	ts := httptest.NewServer(market)
+	t.Cleanup(ts.Close)
+	t.Cleanup(market.Close)
+	c := newCLI(t)
+	if code, _, errOut := c.run("pool", "add", "rent", "--api-key-file", keyFile(t, vasttest.DefaultAPIKey), "--gpu-type", vasttest.DefaultGPUName,
+		"--max-instances", "1", "--max-price", "5", "--vast-url", ts.URL+vasttest.BasePath); code != 0 {
+		t.Fatalf("pool add: exit %d, %s", code, errOut)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	poll := time.NewTicker(10 * time.Millisecond) // polling the fake's books
+	defer poll.Stop()
+	go func() {
+		defer cancel()
+		for len(market.Live()) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-poll.C:
+			}
+		}
+	}()
+	if code, _, _ := c.runCtx(ctx, "provision", "--pool", "rent"); code == 0 {
+		t.Fatal("a cancelled provision exited 0")
+	}
+	for deadline := time.After(30 * time.Second); len(market.Live()) != 0; {
+		select {
+		case <-deadline:
+			t.Fatalf("still billed after the cancel: %+v", market.Live())
+		case <-poll.C:
+		}
+	}
+	var is []berth.Instance
+	for deadline := time.After(30 * time.Second); len(is) != 1 || is[0].Phase != berth.InstanceDestroyed; {
+		is = listJSON[berth.Instance](c, "instances", "--pool", "rent", "-o", "json")
+		select {
+		case <-deadline:
+			t.Fatalf("instances %+v, want one destroyed", is)
+		case <-poll.C:
+		}
+	}
+	if is[0].Failure != "" || !strings.Contains(is[0].Timeline[len(is[0].Timeline)-1].Reason, "cancelled") {
+		t.Errorf("instance %+v, want destroyed as cancelled, with no failure class", is[0])
 	}
 }
