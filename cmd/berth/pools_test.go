@@ -316,13 +316,13 @@ func TestProvisionPrintsPhasesAsTheyHappen(t *testing.T) {
 		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/instances":
 			mu.Lock()
 			list := steps[min(reads, len(steps)-1)]
-			if reads++; reads == len(steps) {
+			if reads++; reads == len(steps)+1 { // the watcher printed the last step: it reads again
 				close(third)
 			}
 			mu.Unlock()
 			_ = json.NewEncoder(w).Encode(map[string]any{"instances": list})
 		case r.Method == http.MethodPost && r.URL.Path == "/api/v1/pools/rent/provision":
-			<-third // the provisioning takes until its progress was read twice
+			<-third // the provisioning takes until its progress was read and printed
 			done := *steps[2][1]
 			done.Phase = berth.InstanceReady
 			_ = json.NewEncoder(w).Encode(done)
