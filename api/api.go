@@ -140,6 +140,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
 	s.federationRoutes()
 	s.poolRoutes()
+	s.route("GET "+AgentBinaryPath, isAgent, "an agent credential or join token", s.agentBinary)
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, berth.Errorf(berth.ECodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))

@@ -33,6 +33,12 @@ import (
 // the label is LabelPrefix + the instance's id.
 const LabelPrefix = "berth-"
 
+// DefaultImage is the container image of a pool that names none: an
+// official PyTorch CUDA runtime image, public, with python3 to fetch berth
+// from the server (the onstart fetches it with curl, wget or python3
+// when the image has no berth on its PATH).
+const DefaultImage = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+
 // Budgets are how long each readiness phase may take, from the moment
 // the instance entered the phase before it (seed 004's infra readiness
 // kept apart from the workload's warm-up).
@@ -102,6 +108,7 @@ type Provisioner struct {
 	pins     map[string][]byte // instance id → its SSH host key, pinned at first sight
 	creating map[int64]bool    // offers with a create in flight
 	driving  map[string]bool   // instances a Provision of this process is taking through its phases
+	drivers  map[int64]string  // machine id → the driver version its offers said, for its host record
 	hostsMu  sync.Mutex        // serialises read-modify-write of host records
 }
 
@@ -130,7 +137,7 @@ func (p *Provisioner) init() {
 		if p.Log == nil {
 			p.Log = slog.New(slog.DiscardHandler)
 		}
-		p.pins, p.creating, p.driving = map[string][]byte{}, map[int64]bool{}, map[string]bool{}
+		p.pins, p.creating, p.driving, p.drivers = map[string][]byte{}, map[int64]bool{}, map[string]bool{}, map[int64]string{}
 	})
 }
 
@@ -173,19 +180,53 @@ func fail(class, format string, args ...any) *Failure {
 // destroys the instance (unless pool.PreserveOnFailure), quarantines its
 // machine and tries the next offer, up to MaxOffers; any other failure
 // ends Provision with the instance and a *Failure.
+//
+// When ctx ends part way, the instance is left where it stands for a
+// later Provision to resume (a server stopping).
 func (p *Provisioner) Provision(ctx context.Context, pool *berth.Pool) (*berth.Instance, error) {
+	return p.provision(ctx, pool, false)
+}
+
+// ProvisionByHand is Provision for a caller waiting on it (berth
+// provision): when ctx ends before the instance is ready (Ctrl-C, the
+// client gone), the instance it was taking through its phases is given
+// back — destroyed at the provider, recorded destroyed, its machine not
+// blamed — rather than left part way, and billed, for a later Provision.
+func (p *Provisioner) ProvisionByHand(ctx context.Context, pool *berth.Pool) (*berth.Instance, error) {
+	return p.provision(ctx, pool, true)
+}
+
+// abandonTimeout bounds giving back an instance whose provisioning by
+// hand was cancelled.
+const abandonTimeout = 2 * time.Minute
+
+// provision is Provision; byHand, an instance part way when ctx ends is
+// given back (ProvisionByHand).
+func (p *Provisioner) provision(ctx context.Context, pool *berth.Pool, byHand bool) (*berth.Instance, error) {
 	p.init()
 	var exclude []int64
 	var last error = berth.Errorf(berth.ECodeUnavailable, "pool %s: no offer matches", pool.Name)
+	cancelled := func(inst *berth.Instance, err error) error {
+		if !byHand || inst == nil || ctx.Err() == nil {
+			return err
+		}
+		if aerr := p.abandon(ctx, pool, inst); aerr != nil {
+			return fmt.Errorf("%w (and giving back instance %s: %w)", err, inst.ID, aerr)
+		}
+		return err
+	}
 	for range p.MaxOffers {
 		inst, err := p.next(ctx, pool, exclude)
 		if err != nil {
-			return nil, err
+			return nil, cancelled(inst, err)
 		}
 		if inst == nil {
 			return nil, last
 		}
 		err = p.drive(ctx, pool, inst)
+		if err != nil {
+			err = cancelled(inst, err)
+		}
 		p.release(inst.ID)
 		var f *Failure
 		switch {
@@ -199,6 +240,32 @@ func (p *Provisioner) Provision(ctx context.Context, pool *berth.Pool) (*berth.I
 		}
 	}
 	return nil, last
+}
+
+// abandon gives back inst, part way when the provisioning by hand that
+// drove it was cancelled: looked up by its label when its create's answer
+// never came, written draining, destroyed at the provider, written
+// destroyed. Its machine is not blamed. It works on after ctx ends, for
+// abandonTimeout at most.
+func (p *Provisioner) abandon(ctx context.Context, pool *berth.Pool, inst *berth.Instance) error {
+	if !midway(inst.Phase) && !p.giveBack(inst, pool) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonTimeout)
+	defer cancel()
+	const why = "provisioning by hand cancelled"
+	if inst.ProviderID == 0 {
+		if _, err := p.findByLabel(ctx, inst); err != nil {
+			return err
+		}
+	}
+	if midway(inst.Phase) {
+		if err := p.phase(ctx, inst, berth.InstanceDraining, why); err != nil {
+			return err
+		}
+	}
+	p.Log.Info("provision: giving back the instance of a cancelled provisioning", "instance", inst.ID, "contract", inst.ProviderID)
+	return p.destroy(ctx, inst, "", why)
 }
 
 // release says that this process no longer drives instance id.
@@ -308,7 +375,8 @@ func Label(id string) string { return LabelPrefix + strings.ToLower(id) }
 
 // create rents the best usable offer for pool: the record is written
 // (creating) before the create is sent, so that a restart finds it by
-// its label. It returns nil when no offer is left.
+// its label. It returns nil when no offer is left; with an error, the
+// instance it was making, if one was recorded.
 func (p *Provisioner) create(ctx context.Context, pool *berth.Pool, exclude []int64) (*berth.Instance, error) {
 	now := p.Now().UTC()
 	live, err := p.Store.Instances(ctx, store.InstanceFilter{Pool: pool.Name, Live: true})
@@ -333,6 +401,13 @@ func (p *Provisioner) create(ctx context.Context, pool *berth.Pool, exclude []in
 	if err != nil {
 		return nil, fmt.Errorf("provision: searching offers for pool %s: %w", pool.Name, err)
 	}
+	p.mu.Lock()
+	for _, o := range offers {
+		if o.DriverVersion != "" {
+			p.drivers[o.MachineID] = o.DriverVersion
+		}
+	}
+	p.mu.Unlock()
 	for _, o := range cloud.Rank(offers, hosts, pool.Strictness, now) {
 		if slices.Contains(exclude, o.MachineID) || !p.startCreate(o.ID) {
 			continue
@@ -340,7 +415,7 @@ func (p *Provisioner) create(ctx context.Context, pool *berth.Pool, exclude []in
 		inst, err := p.createOn(ctx, pool, o)
 		p.endCreate(o.ID)
 		if err != nil {
-			return nil, err
+			return inst, err
 		}
 		if inst != nil {
 			return inst, nil
@@ -372,7 +447,8 @@ func (p *Provisioner) endCreate(id int64) {
 // createOn creates an instance of pool on offer o, once: nil, nil when
 // the offer was refused for the offer's or the machine's sake (it is
 // gone, or the refusal's contract was destroyed); an error when it was
-// refused for the request's.
+// refused for the request's. With an error, it returns the instance
+// when its record was written (it may have a contract).
 func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Offer) (*berth.Instance, error) {
 	now := p.Now().UTC()
 	id := p.ids.New(now)
@@ -383,6 +459,9 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 		req = p.Request(pool, inst)
 	}
 	req.Label = Label(id)
+	if req.Image == "" {
+		req.Image = DefaultImage
+	}
 	p.claim(id)
 	if err := p.phase(ctx, inst, berth.InstanceCreating, fmt.Sprintf("offer %d on machine %d at $%.4f/h", o.ID, o.MachineID, o.PricePerHour)); err != nil {
 		p.release(id)
@@ -395,7 +474,7 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 		inst.ProviderID = contract
 		if err := p.phase(ctx, inst, berth.InstanceCreated, fmt.Sprintf("contract %d", contract)); err != nil {
 			p.release(id)
-			return nil, err
+			return inst, err
 		}
 		return inst, nil
 	case errors.As(err, &ce):
@@ -416,7 +495,10 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 			// limited): another offer would be refused the same way.
 			err = fmt.Errorf("provision: create on offer %d: %w", o.ID, ce)
 		}
-		return nil, err
+		if err != nil {
+			return inst, err
+		}
+		return nil, nil
 	}
 	// The answer was lost: the create may have been made. Never retry
 	// it; look it up by its label.
@@ -424,14 +506,17 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 	found, lerr := p.findByLabel(ctx, inst)
 	if lerr != nil {
 		p.release(id)
-		return nil, fmt.Errorf("provision: create on offer %d: %w (and then %w)", o.ID, err, lerr)
+		return inst, fmt.Errorf("provision: create on offer %d: %w (and then %w)", o.ID, err, lerr)
 	}
 	if found {
 		return inst, nil
 	}
-	err = p.end(ctx, inst, berth.InstanceDestroyed, "", "create failed: "+err.Error())
+	if err := p.end(ctx, inst, berth.InstanceDestroyed, "", "create failed: "+err.Error()); err != nil {
+		p.release(id)
+		return inst, err
+	}
 	p.release(id)
-	return nil, err
+	return nil, nil
 }
 
 // phase moves inst to ph for reason and writes it, before the caller
@@ -507,6 +592,11 @@ func (p *Provisioner) record(ctx context.Context, pool *berth.Pool, inst *berth.
 	if inst.GPUName != "" {
 		h.GPUName = inst.GPUName
 	}
+	p.mu.Lock()
+	if d := p.drivers[inst.MachineID]; d != "" {
+		h.Driver = d // so that a driver's workload failures down-rank its offers (cloud.Rank)
+	}
+	p.mu.Unlock()
 	cloud.Record(h, pool.Strictness, class, p.Now().UTC())
 	if err := p.Store.PutHost(ctx, h); err != nil {
 		return fmt.Errorf("provision: host record of machine %d: %w", inst.MachineID, err)

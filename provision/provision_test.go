@@ -190,6 +190,14 @@ func TestProvisionHappyPath(t *testing.T) {
 	case !strings.Contains(gpu.Output, "NVIDIA GeForce RTX 4090, ***, 24564 MiB"):
 		t.Errorf("GPU probe output %q: want nvidia-smi's line with the secret redacted", gpu.Output)
 	}
+	// The host record has the offer's driver version.
+	offers, err := r.vast.SearchOffers(context.Background(), cloud.Query(r.pool, r.pool.MaxPrice, nil))
+	if err != nil || len(offers) == 0 || offers[0].DriverVersion == "" {
+		t.Fatalf("offers %+v, %v: want one with a driver version", offers, err)
+	}
+	if h := r.host(t, inst.MachineID); h == nil || h.Driver != offers[0].DriverVersion {
+		t.Errorf("host record %+v, want driver %q from the offer", h, offers[0].DriverVersion)
+	}
 	// The SSH key: created once, 0600, registered with the account.
 	fi, err := os.Stat(filepath.Join(r.data, KeyFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
@@ -451,11 +459,11 @@ func TestReconcileVanished(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.p.Reconcile(ctx); err != nil || len(got) != 0 {
+	if got, err := r.p.Reconcile(ctx, r.pool); err != nil || len(got) != 0 {
 		t.Fatalf("Reconcile = %v, %v; want nothing gone", got, err)
 	}
 	r.srv.Vanish(inst.ProviderID)
-	got, err := r.p.Reconcile(ctx)
+	got, err := r.p.Reconcile(ctx, r.pool)
 	if err != nil || len(got) != 1 || got[0].ID != inst.ID {
 		t.Fatalf("Reconcile = %v, %v; want %s gone", got, err, inst.ID)
 	}
@@ -573,7 +581,12 @@ func TestLoadOrCreateKeyOnce(t *testing.T) {
 func TestProvisionRequestRefusedStopsAtOnce(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 3, nil)
-	r.pool.Image = strings.Repeat("x", 1025) // the fake refuses it: 400 invalid_args
+	request := r.p.Request
+	r.p.Request = func(pool *berth.Pool, inst *berth.Instance) cloud.CreateRequest {
+		req := request(pool, inst)
+		req.DiskGB = 1 // the fake refuses it: 400 invalid_args
+		return req
+	}
 	inst, err := r.p.Provision(context.Background(), r.pool)
 	var ce *cloud.CreateError
 	if inst != nil || !errors.As(err, &ce) || ce.Code != "invalid_args" {
@@ -614,7 +627,7 @@ func TestReconcileDestroysWhatFailedToBeGivenBack(t *testing.T) {
 	if len(is) != 1 || is[0].Phase != berth.InstanceFailed || len(r.srv.Live()) != 1 {
 		t.Fatalf("instances %+v, live %+v: want one failed, still billed", is, r.srv.Live())
 	}
-	if gone, err := r.p.Reconcile(ctx); err != nil || len(gone) != 0 {
+	if gone, err := r.p.Reconcile(ctx, r.pool); err != nil || len(gone) != 0 {
 		t.Fatalf("Reconcile = %v, %v", gone, err)
 	}
 	stored, err := r.st.Instance(ctx, is[0].ID)
@@ -623,5 +636,39 @@ func TestReconcileDestroysWhatFailedToBeGivenBack(t *testing.T) {
 	}
 	if stored.Phase != berth.InstanceDestroyed || stored.Failure != berth.FailureInfraFatal || len(r.srv.Live()) != 0 {
 		t.Errorf("after Reconcile: %+v, live %+v; want destroyed, its failure kept, nothing billed", stored, r.srv.Live())
+	}
+}
+
+// A provisioning by hand whose caller goes away (Ctrl-C) gives back the
+// instance it was making, whatever phase it had reached: nothing is left
+// billed, and the machine is not blamed.
+func TestProvisionByHandCancelledGivesBack(t *testing.T) {
+	t.Parallel()
+	for _, stop := range []berth.InstancePhase{berth.InstanceCreating, berth.InstanceCreated, berth.InstanceSSH, berth.InstanceGPUChecked} {
+		t.Run(string(stop), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, 2, map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultStall})
+			ctx, cancel := context.WithCancel(context.Background())
+			r.p.Store = &stopAt{PoolStore: r.st, phase: stop, stop: cancel} // Ctrl-C once stop is written
+			if _, err := r.p.ProvisionByHand(ctx, r.pool); !errors.Is(err, context.Canceled) {
+				t.Fatalf("ProvisionByHand = %v, want it cancelled", err)
+			}
+			if live := r.srv.Live(); len(live) != 0 {
+				t.Errorf("live at the provider after the cancel: %+v, want none", live)
+			}
+			is := r.instances(t)
+			if len(is) != 1 || is[0].Phase != berth.InstanceDestroyed || is[0].Failure != "" {
+				t.Fatalf("instances %+v, want one, destroyed, with no failure class", is)
+			}
+			if tl := phases(is[0]); !slices.Equal(tl[len(tl)-2:], []berth.InstancePhase{berth.InstanceDraining, berth.InstanceDestroyed}) {
+				t.Errorf("timeline %v, want it to end draining, destroyed", tl)
+			}
+			if h := r.host(t, vasttest.FirstMachine); h != nil && len(h.Failures) != 0 {
+				t.Errorf("host record %+v: a cancel blames no machine", h)
+			}
+			if got := r.creates(); len(got) > 1 {
+				t.Errorf("creates = %v, want at most one", got)
+			}
+		})
 	}
 }

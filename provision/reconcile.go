@@ -8,41 +8,37 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
-// Reconcile compares the live instance records with the provider's
-// listing of Berth's instances: one the provider no longer has (spot
-// loss, host offline) is written destroyed, with why, its machine's
-// record counts an infra-fatal failure, and Gone is told, so that the
-// work of its agent goes back to the queue. Records still creating (no
-// contract yet) and those a Provision is driving are left to Provision,
-// which sees a vanished instance itself. An instance being given back
-// whose destroy did not go through (failed, in a pool that does not
-// preserve failed instances, or draining) is destroyed again. It returns
-// the instances it found gone.
-func (p *Provisioner) Reconcile(ctx context.Context) ([]*berth.Instance, error) {
+// Reconcile compares the live instance records of pool with the
+// provider's listing of Berth's instances on the pool's account (the
+// Provisioner's): one the provider no longer has (spot loss, host
+// offline) is written destroyed, with why, its machine's record counts an
+// infra-fatal failure, and Gone is told, so that the work of its agent
+// goes back to the queue. Records still creating (no contract yet) and
+// those a Provision is driving are left to Provision, which sees a
+// vanished instance itself. An instance being given back whose destroy
+// did not go through (failed, in a pool that does not preserve failed
+// instances, or draining) is destroyed again. It returns the instances
+// it found gone.
+func (p *Provisioner) Reconcile(ctx context.Context, pool *berth.Pool) ([]*berth.Instance, error) {
 	p.init()
-	pools, err := p.Store.Pools(ctx)
+	live, err := p.Store.Instances(ctx, store.InstanceFilter{Pool: pool.Name, Live: true})
 	if err != nil {
-		return nil, fmt.Errorf("provision: pools: %w", err)
+		return nil, fmt.Errorf("provision: live instances of pool %s: %w", pool.Name, err)
 	}
-	live, err := p.Store.Instances(ctx, store.InstanceFilter{Live: true})
-	if err != nil {
-		return nil, fmt.Errorf("provision: live instances: %w", err)
+	if len(live) == 0 {
+		return nil, nil
 	}
 	listed, err := p.Provider.List(ctx, LabelPrefix)
 	if err != nil {
-		return nil, fmt.Errorf("provision: listing %s instances: %w", p.Provider.Name(), err)
+		return nil, fmt.Errorf("provision: pool %s: listing %s instances: %w", pool.Name, p.Provider.Name(), err)
 	}
 	have := map[int64]bool{}
 	for _, pi := range listed {
 		have[pi.ID] = true
 	}
-	byName := map[string]*berth.Pool{}
-	for _, pl := range pools {
-		byName[pl.Name] = pl
-	}
 	var gone []*berth.Instance
 	for _, inst := range live {
-		if p.giveBack(inst, byName[inst.Pool]) && have[inst.ProviderID] && !p.driven(inst.ID) {
+		if p.giveBack(inst, pool) && have[inst.ProviderID] && !p.driven(inst.ID) {
 			if err := p.destroy(ctx, inst, "", "given back again: "+inst.LastError); err != nil {
 				return gone, err
 			}
@@ -56,10 +52,6 @@ func (p *Provisioner) Reconcile(ctx context.Context) ([]*berth.Instance, error) 
 		if err := p.end(ctx, inst, berth.InstanceDestroyed, berth.FailureInfraFatal, why); err != nil {
 			return gone, err
 		}
-		pool := byName[inst.Pool]
-		if pool == nil {
-			pool = &berth.Pool{Name: inst.Pool}
-		}
 		if err := p.record(ctx, pool, inst, berth.FailureInfraFatal); err != nil {
 			return gone, err
 		}
@@ -72,14 +64,14 @@ func (p *Provisioner) Reconcile(ctx context.Context) ([]*berth.Instance, error) 
 	return gone, nil
 }
 
-// giveBack reports whether inst, of pool (nil: deleted), is on its way
-// out: draining, or failed where failed instances are not kept.
+// giveBack reports whether inst, of pool, is on its way out: draining,
+// or failed where failed instances are not kept.
 func (p *Provisioner) giveBack(inst *berth.Instance, pool *berth.Pool) bool {
 	switch inst.Phase {
 	case berth.InstanceDraining:
 		return true
 	case berth.InstanceFailed:
-		return pool == nil || !pool.PreserveOnFailure
+		return !pool.PreserveOnFailure
 	}
 	return false
 }

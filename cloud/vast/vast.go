@@ -25,10 +25,6 @@ import (
 // DefaultURL is Vast's API.
 const DefaultURL = "https://console.vast.ai/api/v0"
 
-// DefaultImage is the container image of a create that names none (a
-// pool without --image): Vast refuses a create without one.
-const DefaultImage = "vastai/base-image"
-
 // Retry policy of idempotent calls, as Vast's CLI has it.
 const (
 	tries        = 3
@@ -326,12 +322,8 @@ func (c *Client) Create(ctx context.Context, offerID int64, req cloud.CreateRequ
 	if env == nil {
 		env = map[string]string{}
 	}
-	image := req.Image
-	if image == "" {
-		image = DefaultImage
-	}
 	payload := map[string]any{
-		"client_id": "me", "image": image, "label": req.Label, "disk": req.DiskGB,
+		"client_id": "me", "image": req.Image, "label": req.Label, "disk": req.DiskGB,
 		"runtype": "ssh_direct", "env": env, "onstart": req.Onstart, "cancel_unavail": true,
 	}
 	path := "/asks/" + strconv.FormatInt(offerID, 10) + "/"

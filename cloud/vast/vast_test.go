@@ -187,20 +187,6 @@ func TestCreateUnavailableOffers(t *testing.T) {
 	}
 }
 
-// TestCreateWithoutImageSendsTheDefault: a pool without --image still
-// rents: the create names DefaultImage (Vast refuses one without an image).
-func TestCreateWithoutImageSendsTheDefault(t *testing.T) {
-	t.Parallel()
-	srv, c := start(t, vasttest.Options{})
-	if _, err := c.Create(context.Background(), vasttest.OfferBase+1001, cloud.CreateRequest{Label: "berth-1", DiskGB: 10}); err != nil {
-		t.Fatal(err)
-	}
-	var sent map[string]any
-	if calls := srv.Calls(); len(calls) != 1 || json.Unmarshal(calls[0].Body, &sent) != nil || sent["image"] != vast.DefaultImage {
-		t.Errorf("create body %v, want image %q", sent, vast.DefaultImage)
-	}
-}
-
 func TestCreateRefusesBadPayloads(t *testing.T) {
 	t.Parallel()
 	srv, c := start(t, vasttest.Options{})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/audit"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/cloud"
@@ -99,49 +101,40 @@ func (f *poolFleet) vanished(inst *berth.Instance) {
 	}
 }
 
-// reconcile compares the live instances with the provider's listing
-// (Provisioner.Reconcile: vanished instances are ended, their work given
-// back, failed releases retried). Reconcile sees one account, so it runs
-// only while every pool rents from the same account (URL and key); with
-// pools on several, it does nothing and says so.
+// reconcile compares each pool's live instances with its provider
+// account's listing (Provisioner.Reconcile: vanished instances are ended,
+// their work given back, failed releases retried). A pool that fails to
+// reconcile does not stop the others; the errors are joined.
 func (f *poolFleet) reconcile(ctx context.Context) error {
 	pools, err := f.store.Pools(ctx)
-	if err != nil || len(pools) == 0 {
-		return err
-	}
-	accounts := map[string]bool{}
-	for _, pool := range pools {
-		key, err := f.keys.OpenPoolKey(pool.Name, pool.SealedAPIKey)
-		if err != nil {
-			return fmt.Errorf("pool %s: open its API key: %w", pool.Name, err)
-		}
-		accounts[pool.URL+"\x00"+key] = true
-	}
-	if len(accounts) > 1 {
-		f.log.Warn("cloud pools: instances are not reconciled with the provider while pools rent from several accounts")
-		return nil
-	}
-	p, err := f.provisioner(ctx, pools[0])
 	if err != nil {
 		return err
 	}
-	_, err = p.Reconcile(ctx)
-	return err
+	var errs []error
+	for _, pool := range pools {
+		p, err := f.provisioner(ctx, pool)
+		if err == nil {
+			_, err = p.Reconcile(ctx, pool)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // instanceDiskGB is the disk an instance is created with.
 const instanceDiskGB = 32
 
 // request is what instance inst of pool is created with: the pool's
-// image, a disk, and an onstart that starts berth agent as inst's worker
-// host, serving the pool's queues with its labels, joined to this server
+// image (provision.DefaultImage when it has none), a disk, and an
+// onstart (agentOnstart) that starts berth agent as inst's worker host,
+// serving the pool's queues with its labels, joined to this server
 // (BERTH_SERVER) with a credential of its own bound to that host
 // (BERTH_TOKEN, set in the onstart: an env value may not exceed 256
 // characters at Vast, and a token does). Without a credential (its issue
 // failed, and is logged) the agent cannot join and the instance fails its
 // readiness.
 func (f *poolFleet) request(pool *berth.Pool, inst *berth.Instance) cloud.CreateRequest {
-	args := []string{"berth", "agent", "--host", shellQuote(inst.WorkerHost)}
+	args := []string{"agent", "--host", shellQuote(inst.WorkerHost)}
 	if len(pool.Queues) > 0 {
 		args = append(args, "--queues", shellQuote(strings.Join(pool.Queues, ",")))
 	}
@@ -155,11 +148,38 @@ func (f *poolFleet) request(pool *berth.Pool, inst *berth.Instance) cloud.Create
 	token, err := f.credential(context.Background(), inst.WorkerHost)
 	if err != nil {
 		f.log.Warn("cloud pool: no agent credential for the instance", "pool", pool.Name, "instance", inst.ID, "err", err)
-	} else {
-		args = append([]string{"BERTH_TOKEN=" + shellQuote(token)}, args...)
 	}
-	return cloud.CreateRequest{Image: pool.Image, DiskGB: instanceDiskGB, Env: map[string]string{"BERTH_SERVER": f.server},
-		Onstart: strings.Join(args, " ")}
+	image := pool.Image
+	if image == "" {
+		image = provision.DefaultImage
+	}
+	return cloud.CreateRequest{Image: image, DiskGB: instanceDiskGB, Env: map[string]string{"BERTH_SERVER": f.server},
+		Onstart: agentOnstart(token, strings.Join(args, " "))}
+}
+
+// agentOnstart is the onstart script of a rented instance: with
+// BERTH_TOKEN set to token (when not ""), it runs berth with args — the
+// berth on the image's PATH when it has one, else the server's own
+// executable fetched from $BERTH_SERVER's api.AgentBinaryPath with curl,
+// else wget, else python3, into a temporary file. It is plain sh.
+func agentOnstart(token, args string) string {
+	var b strings.Builder
+	if token != "" {
+		b.WriteString("BERTH_TOKEN=" + shellQuote(token) + "; export BERTH_TOKEN\n")
+	}
+	b.WriteString(`B=$(command -v berth)
+if [ -z "$B" ]; then
+  B="${TMPDIR:-/tmp}/berth-agent.$$"; U="${BERTH_SERVER%/}` + api.AgentBinaryPath + `"; A="Authorization: Bearer $BERTH_TOKEN"
+  if command -v curl >/dev/null; then curl -fsS -H "$A" -o "$B" "$U"
+  elif command -v wget >/dev/null; then wget -q --header="$A" -O "$B" "$U"
+  elif command -v python3 >/dev/null; then python3 -c 'import os,sys,urllib.request as u; open(sys.argv[2],"wb").write(u.urlopen(u.Request(sys.argv[1],headers={"Authorization":"Bearer "+os.environ.get("BERTH_TOKEN","")})).read())' "$U" "$B"
+  else echo "berth: the image has no berth, curl, wget or python3 to fetch it with" >&2; exit 127; fi || { echo "berth: fetching $U failed" >&2; exit 1; }
+  chmod +x "$B" || exit 1
+fi
+exec "$B" `)
+	b.WriteString(args)
+	b.WriteString("\n")
+	return b.String()
 }
 
 // shellQuote quotes s for sh.
@@ -172,6 +192,21 @@ func (f *poolFleet) Provision(ctx context.Context, pool *berth.Pool) (*berth.Ins
 		return nil, err
 	}
 	return p.Provision(ctx, pool)
+}
+
+// byHand is the fleet as POST /api/v1/pools/NAME/provision runs it
+// (api.Provisioner): a provisioning whose caller goes away gives back
+// the instance it was making (Provisioner.ProvisionByHand), where the
+// autoscaler's leaves it for the next to resume.
+type byHand struct{ f *poolFleet }
+
+// Provision rents one instance of pool through its provisioner, by hand.
+func (h byHand) Provision(ctx context.Context, pool *berth.Pool) (*berth.Instance, error) {
+	p, err := h.f.provisioner(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	return p.ProvisionByHand(ctx, pool)
 }
 
 // Destroy gives inst back through its pool's provisioner.

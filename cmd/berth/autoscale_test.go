@@ -5,11 +5,14 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/cloud"
+	"github.com/berth-dev/berth/cloud/vast"
 	"github.com/berth-dev/berth/cloud/vast/vasttest"
 	"github.com/berth-dev/berth/sqlite"
 )
@@ -28,11 +31,15 @@ func TestPoolInstanceRequest(t *testing.T) {
 	pool := &berth.Pool{Name: "rent", Image: "ghcr.io/berth/agent:1", Queues: []string{"gpu", "train"},
 		Labels: map[string]string{"zone": "eu", "cloud": "vast's"}}
 	req := f.request(pool, &berth.Instance{ID: "i1", Pool: "rent", WorkerHost: "rent-i1"})
-	const onstart = ` berth agent --host 'rent-i1' --queues 'gpu,train' --labels 'cloud=vast'\''s,zone=eu'`
-	token, command, _ := strings.Cut(req.Onstart, " berth agent")
-	token = strings.Trim(strings.TrimPrefix(token, "BERTH_TOKEN="), "'")
-	if " berth agent"+command != onstart || req.Image != pool.Image || req.DiskGB != instanceDiskGB || req.Env["BERTH_SERVER"] != rs.URL {
-		t.Fatalf("request = %+v; want onstart %q, the pool's image, a disk and BERTH_SERVER", req, onstart)
+	const command = `exec "$B" agent --host 'rent-i1' --queues 'gpu,train' --labels 'cloud=vast'\''s,zone=eu'`
+	lines := strings.Split(strings.TrimSpace(req.Onstart), "\n")
+	token, _, _ := strings.Cut(strings.TrimPrefix(lines[0], "BERTH_TOKEN="), "; export BERTH_TOKEN")
+	token = strings.Trim(token, "'")
+	if lines[len(lines)-1] != command || req.Image != pool.Image || req.DiskGB != instanceDiskGB || req.Env["BERTH_SERVER"] != rs.URL {
+		t.Fatalf("request = %+v; want onstart ending %q, the pool's image, a disk and BERTH_SERVER", req, command)
+	}
+	if len(req.Onstart) > 4000 {
+		t.Errorf("onstart of %d bytes: Vast takes at most 4096 with its args", len(req.Onstart))
 	}
 	var bound bool
 	for _, tok := range rs.Tokens.List() {
@@ -48,15 +55,20 @@ type keyRing map[string]string
 
 func (k keyRing) OpenPoolKey(pool string, sealed []byte) (string, error) { return k[pool], nil }
 
-// An instance that vanished from the provider's listing is ended and its
-// worker declared gone; with pools on two accounts nothing is reconciled.
+// Each pool's instances are compared with its own account's listing: an
+// instance that vanished from it is ended and its worker declared gone;
+// one its account still has stays, whatever another account lists.
 func TestPoolFleetReconcile(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	market := vasttest.New(vasttest.Options{})
-	ts := httptest.NewServer(market)
-	t.Cleanup(ts.Close)
-	t.Cleanup(market.Close)
+	account := func(key string) string {
+		market := vasttest.New(vasttest.Options{APIKey: key})
+		ts := httptest.NewServer(market)
+		t.Cleanup(ts.Close)
+		t.Cleanup(market.Close)
+		return ts.URL + vasttest.BasePath
+	}
+	urlA, urlB := account(vasttest.DefaultAPIKey), account("another-account")
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "berth.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -69,33 +81,41 @@ func TestPoolFleetReconcile(t *testing.T) {
 			return nil
 		}}
 	pool := &berth.Pool{Name: "rent", Provider: "vast", GPUType: "RTX 4090", GPUs: 1, MaxInstances: 2, MaxPrice: 1,
-		URL: ts.URL + vasttest.BasePath, SealedAPIKey: []byte("sealed")}
-	lost := &berth.Instance{ID: "i1", Pool: "rent", ProviderID: 4242, Phase: berth.InstanceReady, WorkerHost: "rent-i1", MachineID: 1001,
-		CreatedAt: time.Now().UTC()}
-	for _, err := range []error{st.PutPool(ctx, pool), st.PutInstance(ctx, lost)} {
+		URL: urlA, SealedAPIKey: []byte("sealed-a")}
+	other := *pool
+	other.Name, other.URL, other.SealedAPIKey = "other", urlB, []byte("sealed-b")
+	// Pool other's instance is live on account B (and unknown to A).
+	b, err := vast.New(vast.Config{URL: urlB, APIKey: "another-account"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	contract, err := b.Create(ctx, vasttest.OfferBase+vasttest.FirstMachine, cloud.CreateRequest{Image: "img", DiskGB: 32, Label: "berth-i2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	lostA := &berth.Instance{ID: "i1", Pool: "rent", ProviderID: contract + 4242, Phase: berth.InstanceReady, WorkerHost: "rent-i1",
+		MachineID: 1001, CreatedAt: now}
+	liveB := &berth.Instance{ID: "i2", Pool: "other", ProviderID: contract, Phase: berth.InstanceReady, WorkerHost: "other-i2",
+		MachineID: 1001, CreatedAt: now}
+	lostB := &berth.Instance{ID: "i3", Pool: "other", ProviderID: contract + 1, Phase: berth.InstanceReady, WorkerHost: "other-i3",
+		MachineID: 1002, CreatedAt: now}
+	for _, err := range []error{st.PutPool(ctx, pool), st.PutPool(ctx, &other), st.PutInstance(ctx, lostA), st.PutInstance(ctx, liveB),
+		st.PutInstance(ctx, lostB)} {
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	other := *pool
-	other.Name = "other"
-	if err := st.PutPool(ctx, &other); err != nil {
-		t.Fatal(err)
-	}
 	if err := f.reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.Instance(ctx, "i1"); err != nil || got.Phase != berth.InstanceReady || len(gone) != 0 {
-		t.Fatalf("two accounts: instance %+v, %v, gone %q; want it left ready", got, err, gone)
+	for id, want := range map[string]berth.InstancePhase{"i1": berth.InstanceDestroyed, "i2": berth.InstanceReady, "i3": berth.InstanceDestroyed} {
+		if got, err := st.Instance(ctx, id); err != nil || got.Phase != want {
+			t.Errorf("instance %s: %+v, %v; want %s", id, got, err, want)
+		}
 	}
-	if err := st.DeletePool(ctx, "other"); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.reconcile(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got, err := st.Instance(ctx, "i1")
-	if err != nil || got.Phase != berth.InstanceDestroyed || len(gone) != 1 || !strings.HasPrefix(gone[0], "rent-i1: ") {
-		t.Fatalf("one account: instance %+v, %v, gone %q; want it destroyed and rent-i1 gone", got, err, gone)
+	slices.Sort(gone)
+	if len(gone) != 2 || !strings.HasPrefix(gone[0], "other-i3: ") || !strings.HasPrefix(gone[1], "rent-i1: ") {
+		t.Errorf("gone %q, want other-i3 and rent-i1", gone)
 	}
 }

@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(heapFloorChildEnv) != "" {
 		os.Exit(heapFloorChild())
 	}
+	if os.Getenv(asBerthEnv) != "" {
+		main() // a test runs this binary as berth (a rented instance's fetched agent)
+	}
 	if len(os.Args) > 1 && os.Args[1] == watchdogCommand {
 		main() // the watchdog of an agent a test runs: this binary is its os.Executable
 	}

@@ -90,37 +90,43 @@ func printInstance(w io.Writer, in *berth.Instance, now time.Time) {
 	if !in.EndedAt.IsZero() {
 		fmt.Fprintf(w, "Ended:     %s\n", in.EndedAt.Format(time.RFC3339))
 	}
+	if lines := timelineLines(in, 0, 0); len(lines) > 0 {
+		fmt.Fprintln(w, "Timeline:")
+		for _, l := range lines {
+			fmt.Fprint(w, l)
+		}
+	}
+}
+
+// timelineLines are in's phase changes from the tl-th and probes from the
+// pr-th, in time order, each as its line (a probe's output on further
+// lines).
+func timelineLines(in *berth.Instance, tl, pr int) []string {
 	type entry struct {
 		at    time.Time
 		order int
-		print func()
+		text  string
 	}
 	var entries []entry
-	for i, pc := range in.Timeline {
-		entries = append(entries, entry{pc.At, i, func() {
-			fmt.Fprintf(w, "  %s  %-9s %s\n", offset(pc.At, in.CreatedAt), pc.Phase, pc.Reason)
-		}})
+	for i, pc := range in.Timeline[min(tl, len(in.Timeline)):] {
+		entries = append(entries, entry{pc.At, i, fmt.Sprintf("  %s  %-9s %s\n", offset(pc.At, in.CreatedAt), pc.Phase, pc.Reason)})
 	}
-	for i, p := range in.Probes {
-		entries = append(entries, entry{p.At, len(in.Timeline) + i, func() {
-			exit := "no exit code"
-			if p.ExitCode != nil {
-				exit = "exit " + strconv.Itoa(*p.ExitCode)
+	for i, p := range in.Probes[min(pr, len(in.Probes)):] {
+		exit := "no exit code"
+		if p.ExitCode != nil {
+			exit = "exit " + strconv.Itoa(*p.ExitCode)
+		}
+		verdict := "ok"
+		if p.Class != "" {
+			verdict = p.Class
+		}
+		text := fmt.Sprintf("  %s    probe %s: %s (%s, %s)\n", offset(p.At, in.CreatedAt), p.Phase, p.Command, exit, verdict)
+		for _, l := range strings.Split(strings.TrimRight(p.Output, "\n"), "\n") {
+			if l != "" {
+				text += fmt.Sprintf("               | %s\n", l)
 			}
-			verdict := "ok"
-			if p.Class != "" {
-				verdict = p.Class
-			}
-			fmt.Fprintf(w, "  %s    probe %s: %s (%s, %s)\n", offset(p.At, in.CreatedAt), p.Phase, p.Command, exit, verdict)
-			for _, l := range strings.Split(strings.TrimRight(p.Output, "\n"), "\n") {
-				if l != "" {
-					fmt.Fprintf(w, "               | %s\n", l)
-				}
-			}
-		}})
-	}
-	if len(entries) == 0 {
-		return
+		}
+		entries = append(entries, entry{p.At, len(in.Timeline) + i, text})
 	}
 	sort.SliceStable(entries, func(i, j int) bool {
 		if !entries[i].at.Equal(entries[j].at) {
@@ -128,10 +134,11 @@ func printInstance(w io.Writer, in *berth.Instance, now time.Time) {
 		}
 		return entries[i].order < entries[j].order
 	})
-	fmt.Fprintln(w, "Timeline:")
-	for _, e := range entries {
-		e.print()
+	lines := make([]string, len(entries))
+	for i, e := range entries {
+		lines[i] = e.text
 	}
+	return lines
 }
 
 // offset writes how long after start at came, as +12.3s.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
 )
 
 // poolCommands are the subcommands of berth pool.
@@ -198,7 +199,21 @@ func runProvision(ctx context.Context, m *Main, args []string) error {
 	if *pool == "" {
 		return berth.Invalidf("--pool", "give the pool to rent from (berth pools lists them)")
 	}
-	in, err := m.client(cf).Provision(ctx, *pool)
+	cl := m.client(cf)
+	progress := m.Stdout
+	if cf.output != "table" {
+		progress = m.Stderr
+	}
+	seen := provisionSeen(ctx, cl, *pool)
+	wctx, stop := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		watchProvision(wctx, cl, *pool, seen, progress)
+	}()
+	in, err := cl.Provision(ctx, *pool)
+	stop()
+	<-watched
 	if err != nil {
 		return err
 	}
@@ -211,6 +226,50 @@ func runProvision(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	return &exitError{code: exitFailed, msg: fmt.Sprintf("instance %s not ready (%s): %s", in.ID, in.Phase, failureLine(in))}
+}
+
+// provisionWatchEvery is how often berth provision reads the pool's
+// instances to print what the provisioning does.
+const provisionWatchEvery = time.Second
+
+// provisionSeen is how many phase changes and probes each instance of
+// pool has now (none when they cannot be read): what berth provision
+// does not print again.
+func provisionSeen(ctx context.Context, cl *client.Client, pool string) map[string][2]int {
+	seen := map[string][2]int{}
+	list, _ := cl.Instances(ctx, pool, false)
+	for _, in := range list {
+		seen[in.ID] = [2]int{len(in.Timeline), len(in.Probes)}
+	}
+	return seen
+}
+
+// watchProvision prints to w, every provisionWatchEvery until ctx ends,
+// the phase changes and probes of pool's instances beyond those seen (by
+// instance: how many of each were printed), each line after its
+// instance's id: what a provisioning under way is doing. A read that
+// fails is tried again at the next tick.
+func watchProvision(ctx context.Context, cl *client.Client, pool string, seen map[string][2]int, w io.Writer) {
+	t := time.NewTicker(provisionWatchEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		list, err := cl.Instances(ctx, pool, false)
+		if err != nil {
+			continue
+		}
+		for _, in := range list {
+			n := seen[in.ID]
+			for _, l := range timelineLines(in, n[0], n[1]) {
+				fmt.Fprint(w, in.ID+l)
+			}
+			seen[in.ID] = [2]int{len(in.Timeline), len(in.Probes)}
+		}
+	}
 }
 
 // failureLine says why instance in failed: its class and last error.

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/cloud/vast/vasttest"
 	"github.com/berth-dev/berth/sqlite"
 )
 
@@ -283,5 +286,109 @@ func TestProvisionExitStatus(t *testing.T) {
 	}
 	if code, out, _ = fake.run("provision", "--pool", "bad", "-o", "json"); code != exitFailed || !strings.Contains(out, `"failure": "infra_fatal"`) {
 		t.Errorf("provision -o json of a failed instance: exit %d, %q", code, out)
+	}
+}
+
+// berth provision prints each phase change and probe of the pool's
+// instances as the provisioning makes them, not those there before.
+func TestProvisionPrintsPhasesAsTheyHappen(t *testing.T) {
+	t.Parallel()
+	created := time.Now().UTC().Add(-time.Minute)
+	at := func(s int) time.Time { return created.Add(time.Duration(s) * time.Second) }
+	old := &berth.Instance{ID: "i-old", Pool: "rent", Phase: berth.InstanceReady, CreatedAt: created,
+		Timeline: []berth.PhaseChange{{Phase: berth.InstanceReady, At: at(1), Reason: "an old one"}}}
+	exit := 255
+	steps := [][]*berth.Instance{
+		{old},
+		{old, {ID: "i-new", Pool: "rent", Phase: berth.InstanceCreated, CreatedAt: created, Timeline: []berth.PhaseChange{
+			{Phase: berth.InstanceCreating, At: at(0), Reason: "offer 7"}, {Phase: berth.InstanceCreated, At: at(1), Reason: "contract 77"}}}},
+		{old, {ID: "i-new", Pool: "rent", Phase: berth.InstanceRunning, CreatedAt: created, Timeline: []berth.PhaseChange{
+			{Phase: berth.InstanceCreating, At: at(0), Reason: "offer 7"}, {Phase: berth.InstanceCreated, At: at(1), Reason: "contract 77"},
+			{Phase: berth.InstanceRunning, At: at(20), Reason: "SSH at 127.0.0.1:40022"}},
+			Probes: []berth.Probe{{Phase: berth.InstanceRunning, Command: "ssh root@127.0.0.1:40022", ExitCode: &exit,
+				Output: "Connection refused", Class: berth.FailureWarmup, At: at(21)}}}},
+	}
+	var mu sync.Mutex
+	reads := 0
+	third := make(chan struct{})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/api/v1/instances":
+			mu.Lock()
+			list := steps[min(reads, len(steps)-1)]
+			if reads++; reads == len(steps)+1 { // the watcher printed the last step: it reads again
+				close(third)
+			}
+			mu.Unlock()
+			_ = json.NewEncoder(w).Encode(map[string]any{"instances": list})
+		case r.Method == http.MethodPost && r.URL.Path == "/api/v1/pools/rent/provision":
+			<-third // the provisioning takes until its progress was read and printed
+			done := *steps[2][1]
+			done.Phase = berth.InstanceReady
+			_ = json.NewEncoder(w).Encode(done)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(hs.Close)
+	code, out, errOut := (&cli{t: t, url: hs.URL}).run("provision", "--pool", "rent")
+	progress, final, _ := strings.Cut(out, "ID:        i-new\n")
+	want := "i-new       +0s  creating  offer 7\n" +
+		"i-new       +1s  created   contract 77\n" +
+		"i-new      +20s  running   SSH at 127.0.0.1:40022\n" +
+		"i-new      +21s    probe running: ssh root@127.0.0.1:40022 (exit 255, warmup)\n" +
+		"               | Connection refused\n"
+	if code != 0 || progress != want || !strings.Contains(final, "Phase:     ready\n") || errOut != "" {
+		t.Errorf("provision: exit %d, stdout %q, stderr %q; want the progress\n%s", code, out, errOut, want)
+	}
+}
+
+// Ctrl-C on berth provision (the client gone) gives back the instance the
+// server was provisioning: nothing stays billed at the fake marketplace.
+func TestProvisionCancelGivesBackTheInstance(t *testing.T) {
+	t.Parallel()
+	market := vasttest.New(vasttest.Options{Stage: time.Hour}) // it never comes up
+	ts := httptest.NewServer(market)
+	t.Cleanup(ts.Close)
+	t.Cleanup(market.Close)
+	c := newCLI(t)
+	if code, _, errOut := c.run("pool", "add", "rent", "--api-key-file", keyFile(t, vasttest.DefaultAPIKey), "--gpu-type", vasttest.DefaultGPUName,
+		"--max-instances", "1", "--max-price", "5", "--vast-url", ts.URL+vasttest.BasePath); code != 0 {
+		t.Fatalf("pool add: exit %d, %s", code, errOut)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	poll := time.NewTicker(10 * time.Millisecond) // polling the fake's books
+	defer poll.Stop()
+	go func() {
+		defer cancel()
+		for len(market.Live()) == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-poll.C:
+			}
+		}
+	}()
+	if code, _, _ := c.runCtx(ctx, "provision", "--pool", "rent"); code == 0 {
+		t.Fatal("a cancelled provision exited 0")
+	}
+	for deadline := time.After(30 * time.Second); len(market.Live()) != 0; {
+		select {
+		case <-deadline:
+			t.Fatalf("still billed after the cancel: %+v", market.Live())
+		case <-poll.C:
+		}
+	}
+	var is []berth.Instance
+	for deadline := time.After(30 * time.Second); len(is) != 1 || is[0].Phase != berth.InstanceDestroyed; {
+		is = listJSON[berth.Instance](c, "instances", "--pool", "rent", "-o", "json")
+		select {
+		case <-deadline:
+			t.Fatalf("instances %+v, want one destroyed", is)
+		case <-poll.C:
+		}
+	}
+	if is[0].Failure != "" || !strings.Contains(is[0].Timeline[len(is[0].Timeline)-1].Reason, "cancelled") {
+		t.Errorf("instance %+v, want destroyed as cancelled, with no failure class", is[0])
 	}
 }
