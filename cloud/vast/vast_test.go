@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/cloud"
 	"github.com/berth-dev/berth/cloud/vast"
 	"github.com/berth-dev/berth/cloud/vast/vasttest"
+	"github.com/berth-dev/berth/internal/fakeclock"
 )
 
 // start serves a fake with opts and returns it and a client of it.
@@ -260,7 +261,7 @@ func TestRateLimitRetriedOnIdempotentCallsOnly(t *testing.T) {
 
 func TestShowFollowsTheLifecycle(t *testing.T) {
 	t.Parallel()
-	clock := vasttest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	host := &portHost{port: 40022}
 	srv, c := start(t, vasttest.Options{Clock: clock.Now, Stage: 10 * time.Second, Host: host})
 	ctx := context.Background()

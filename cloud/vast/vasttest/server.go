@@ -80,7 +80,8 @@ type Options struct {
 	// rate-limited call changes nothing). Throttle adds more later.
 	RateLimit map[Endpoint]int
 	// Clock is the time instances age by; nil is time.Now. A test drives
-	// lifecycles deterministically with a Clock of its own (NewClock).
+	// lifecycles deterministically with a clock of its own
+	// (internal/fakeclock's Now).
 	Clock func() time.Time
 	// Stage is how long each boot stage lasts (provisioning, created,
 	// loading): an instance is running 3×Stage after its create. 0: it
@@ -90,29 +91,6 @@ type Options struct {
 	// running before it disappears; 0: it is shown running once, then
 	// it is gone.
 	VanishAfter time.Duration
-}
-
-// Clock is a settable clock for Options.Clock.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// NewClock returns a Clock reading t.
-func NewClock(t time.Time) *Clock { return &Clock{now: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock d forward.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // Offer is a machine's offer as the server lists it (the JSON of Vast's

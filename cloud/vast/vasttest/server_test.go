@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/cloud/vast/vasttest"
+	"github.com/berth-dev/berth/internal/fakeclock"
 )
 
 // recHost records what the server asks of it.
@@ -149,7 +150,7 @@ func TestAuthAndRateLimitBodies(t *testing.T) {
 
 func TestLifecycleOnTheClockAndTheHost(t *testing.T) {
 	t.Parallel()
-	clock := vasttest.NewClock(time.Unix(1_700_000_000, 0))
+	clock := fakeclock.New(time.Unix(1_700_000_000, 0))
 	host := &recHost{}
 	a := serve(t, vasttest.Options{Clock: clock.Now, Stage: time.Minute, Host: host,
 		Faults: map[int64]vasttest.Fault{1002: vasttest.FaultStall}})
