@@ -33,7 +33,8 @@ import (
 // the label is LabelPrefix + the instance's id.
 const LabelPrefix = "berth-"
 
-// DefaultImage is the container image of a pool that names none: an
+// DefaultImage is the container image of a pool that names none, as the
+// server's Request gives it (cmd/berth): an
 // official PyTorch CUDA runtime image, public, with python3 to fetch berth
 // from the server (the onstart fetches it with curl, wget or python3
 // when the image has no berth on its PATH).
@@ -459,9 +460,6 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 		req = p.Request(pool, inst)
 	}
 	req.Label = Label(id)
-	if req.Image == "" {
-		req.Image = DefaultImage
-	}
 	p.claim(id)
 	if err := p.phase(ctx, inst, berth.InstanceCreating, fmt.Sprintf("offer %d on machine %d at $%.4f/h", o.ID, o.MachineID, o.PricePerHour)); err != nil {
 		p.release(id)
