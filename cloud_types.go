@@ -37,6 +37,13 @@ type Pool struct {
 	// PreserveOnFailure keeps an instance that failed for its host's
 	// fault instead of destroying it, for inspection (still capped).
 	PreserveOnFailure bool `json:"preserve_on_failure,omitempty"`
+	// Workload is what its instances run: WorkloadAgent (berth agent,
+	// joining the queue) or WorkloadVLLM (a bare vLLM server of Model on
+	// Port, with MaxModelLen when not 0: vLLM's own default).
+	Workload    string `json:"workload"`
+	Model       string `json:"model,omitempty"`
+	MaxModelLen int    `json:"max_model_len,omitempty"`
+	Port        int    `json:"port,omitempty"`
 	// APIKey is the provider credential: accepted on PUT, never
 	// returned; stored sealed (SealedAPIKey).
 	APIKey       string    `json:"api_key,omitempty"`
@@ -56,7 +63,7 @@ const (
 	InstanceRunning    InstancePhase = "running"   // container running (actual_status)
 	InstanceSSH        InstancePhase = "ssh"       // SSH reachable
 	InstanceGPUChecked InstancePhase = "gpu_ok"    // nvidia-smi and libcuda present over SSH
-	InstanceReady      InstancePhase = "ready"     // its agent registered with the server
+	InstanceReady      InstancePhase = "ready"     // its agent registered with the server (a vLLM node: its server serves the model)
 	InstanceDraining   InstancePhase = "draining"  // idle past the timeout, being given back
 	InstanceFailed     InstancePhase = "failed"    // a failure ended it (Failure says which class)
 	InstanceDestroyed  InstancePhase = "destroyed" // given back; nothing billed any more
@@ -102,6 +109,7 @@ type Instance struct {
 	LastError  string        `json:"last_error,omitempty"`
 	WorkerHost string        `json:"worker_host,omitempty"` // the host its agent registers as
 	SSHAddr    string        `json:"ssh_addr,omitempty"`    // host:port, once known
+	Endpoint   string        `json:"endpoint,omitempty"`    // a vLLM node's server, host:port, once ready
 	Timeline   []PhaseChange `json:"timeline"`
 	Probes     []Probe       `json:"probes,omitempty"`
 	CreatedAt  time.Time     `json:"created_at"`

@@ -20,10 +20,33 @@ const (
 // from.
 const ProviderVast = "vast"
 
-// SetDefaults fills in what p may leave out: the balanced strictness.
+// A pool's workloads (Pool.Workload): what its instances run.
+const (
+	// WorkloadAgent instances run berth agent and join the queue.
+	WorkloadAgent = "agent"
+	// WorkloadVLLM instances are bare vLLM nodes: vllm serve Model on
+	// Port, ready when /v1/models lists the model; they run no jobs.
+	WorkloadVLLM = "vllm"
+)
+
+// DefaultVLLMPort is the port a vLLM pool's server listens on when the
+// pool names none.
+const DefaultVLLMPort = 8000
+
+// MaxModelLen is the largest max_model_len a vLLM pool may ask for.
+const MaxModelLen = 1 << 24
+
+// SetDefaults fills in what p may leave out: the balanced strictness, the
+// agent workload, and a vLLM pool's port.
 func (p *Pool) SetDefaults() {
 	if p.Strictness == "" {
 		p.Strictness = StrictnessBalanced
+	}
+	if p.Workload == "" {
+		p.Workload = WorkloadAgent
+	}
+	if p.Workload == WorkloadVLLM && p.Port == 0 {
+		p.Port = DefaultVLLMPort
 	}
 }
 
@@ -70,6 +93,40 @@ func (p *Pool) Validate() error {
 	}
 	if len(p.APIKey) > MaxPoolAPIKey {
 		return Invalidf("api_key", "must be at most %d bytes", MaxPoolAPIKey)
+	}
+	return p.validateWorkload()
+}
+
+// validateWorkload checks the workload and its fields: a vLLM pool needs
+// a model, a port in 1–65535 (not 22, the instances' SSH) and a
+// max_model_len of 0 (vLLM's default) to MaxModelLen; an agent pool sets
+// none of them.
+func (p *Pool) validateWorkload() error {
+	switch p.Workload {
+	case WorkloadAgent:
+		switch {
+		case p.Model != "":
+			return Invalidf("model", "is for a vllm workload, not %q", p.Workload)
+		case p.MaxModelLen != 0:
+			return Invalidf("max_model_len", "is for a vllm workload, not %q", p.Workload)
+		case p.Port != 0:
+			return Invalidf("port", "is for a vllm workload, not %q", p.Workload)
+		}
+	case WorkloadVLLM:
+		switch {
+		case strings.TrimSpace(p.Model) == "":
+			return Invalidf("model", "is required for a vllm workload: the model to serve, e.g. Qwen/Qwen2.5-0.5B-Instruct")
+		case strings.ContainsAny(p.Model, " \t\n'\"\\$`"):
+			return Invalidf("model", "%q: must be a model id or path, without spaces, quotes or $", p.Model)
+		case len(p.Model) > 256:
+			return Invalidf("model", "must be at most 256 bytes")
+		case p.MaxModelLen < 0 || p.MaxModelLen > MaxModelLen:
+			return Invalidf("max_model_len", "must be between 0 (vLLM's default) and %d tokens, not %d", MaxModelLen, p.MaxModelLen)
+		case p.Port < 1 || p.Port > 65535 || p.Port == 22:
+			return Invalidf("port", "must be between 1 and 65535 and not 22 (SSH), not %d", p.Port)
+		}
+	default:
+		return Invalidf("workload", "%q: must be %q or %q", p.Workload, WorkloadAgent, WorkloadVLLM)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package berth
 
 import (
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -45,4 +46,17 @@ func Count[N ~int | ~float64](n N, noun string) string {
 		return "1 " + noun
 	}
 	return strconv.FormatFloat(float64(n), 'g', -1, 64) + " " + noun + "s"
+}
+
+// ansiEscape matches ANSI escape sequences: CSI (colours, cursor moves),
+// OSC (titles, links) and two-byte escapes.
+var ansiEscape = regexp.MustCompile(`\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])`)
+
+// StripANSI returns s without ANSI escape sequences (the colours of a
+// program's log, as vLLM writes it).
+func StripANSI(s string) string {
+	if !strings.Contains(s, "\x1b") {
+		return s
+	}
+	return ansiEscape.ReplaceAllString(s, "")
 }

@@ -57,3 +57,17 @@ func TestCount(t *testing.T) {
 		}
 	}
 }
+
+func TestStripANSI(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain": "plain",
+		"\x1b[1;36m(APIServer pid=1)\x1b[0;0m INFO": "(APIServer pid=1) INFO",
+		"\x1b[2K\x1b[1Gbar":                         "bar",
+		"\x1b]0;title\x07text":                      "text",
+		"\x1b]8;;http://x\x1b\\link":                "link",
+	} {
+		if got := StripANSI(in); got != want {
+			t.Errorf("StripANSI(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -558,18 +557,6 @@ func shortDuration(d time.Duration) string {
 	return s
 }
 
-// ansiEscape matches ANSI escape sequences: CSI (colours, cursor moves),
-// OSC (titles, links) and two-byte escapes.
-var ansiEscape = regexp.MustCompile(`\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])`)
-
-// stripANSI returns s without ANSI escape sequences.
-func stripANSI(s string) string {
-	if !strings.Contains(s, "\x1b") {
-		return s
-	}
-	return ansiEscape.ReplaceAllString(s, "")
-}
-
 // maxLogLine is the longest log line kept whole; a longer one is matched
 // in pieces of this size.
 const maxLogLine = 64 << 10
@@ -623,7 +610,7 @@ func (t *logTail) read(line func(string)) {
 // flush passes the line read so far, if any, to line.
 func (t *logTail) flush(line func(string)) {
 	if len(t.partial) > 0 {
-		line(stripANSI(string(t.partial)))
+		line(berth.StripANSI(string(t.partial)))
 	}
 	t.partial = t.partial[:0]
 }

@@ -341,21 +341,6 @@ func TestProberRejectsBadConfig(t *testing.T) {
 	}
 }
 
-func TestProberStripsANSI(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]string{
-		"plain": "plain",
-		"\x1b[1;36m(APIServer pid=1)\x1b[0;0m INFO": "(APIServer pid=1) INFO",
-		"\x1b[2K\x1b[1Gbar":                         "bar",
-		"\x1b]0;title\x07text":                      "text",
-		"\x1b]8;;http://x\x1b\\link":                "link",
-	} {
-		if got := stripANSI(in); got != want {
-			t.Errorf("stripANSI(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestReadinessFakeVLLM runs the Prober against the fake vLLM server as a
 // real child process writing its output to a log file.
 func TestReadinessFakeVLLM(t *testing.T) {

@@ -233,6 +233,12 @@ func poolFields(pl *berth.Pool) map[string]string {
 	if len(pl.Queues) > 0 {
 		f["queues"] = strings.Join(pl.Queues, ",")
 	}
+	if pl.Workload == berth.WorkloadVLLM {
+		f["workload"], f["model"], f["port"] = pl.Workload, pl.Model, strconv.Itoa(pl.Port)
+		if pl.MaxModelLen > 0 {
+			f["max_model_len"] = strconv.Itoa(pl.MaxModelLen)
+		}
+	}
 	return f
 }
 

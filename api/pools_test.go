@@ -135,6 +135,11 @@ func TestPoolValidation(t *testing.T) {
 		{"p", "api_key", func(b map[string]any) { delete(b, "api_key") }},
 		{"p", "api_key", func(b map[string]any) { b["api_key"] = strings.Repeat("k", berth.MaxPoolAPIKey+1) }},
 		{"p", "sealed_api_key", func(b map[string]any) { b["sealed_api_key"] = "AAAA" }},
+		{"p", "workload", func(b map[string]any) { b["workload"] = "triton" }},
+		{"p", "model", func(b map[string]any) { b["workload"] = "vllm" }},
+		{"p", "model", func(b map[string]any) { b["model"] = "Qwen/Qwen2.5-0.5B-Instruct" }},
+		{"p", "port", func(b map[string]any) { b["workload"], b["model"], b["port"] = "vllm", "m", 22 }},
+		{"p", "max_model_len", func(b map[string]any) { b["workload"], b["model"], b["max_model_len"] = "vllm", "m", -5 }},
 	} {
 		b := goodPool("vast-secret-key")
 		if tc.edit != nil {
@@ -150,6 +155,35 @@ func TestPoolValidation(t *testing.T) {
 	}
 	if log := s.auditLog(); bytes.Contains(log, []byte("pool.set")) {
 		t.Errorf("bad input audited as a change:\n%s", log)
+	}
+}
+
+// A vLLM pool's workload fields are stored, answered with the port
+// defaulted, and audited; an agent pool answers workload agent.
+func TestPoolVLLMWorkload(t *testing.T) {
+	t.Parallel()
+	s := startPoolServer(t)
+	b := goodPool("vast-secret-key")
+	b["workload"], b["model"], b["max_model_len"] = "vllm", "Qwen/Qwen2.5-0.5B-Instruct", 4096
+	if status, _, data := s.do("PUT", "/api/v1/pools/llm", body(t, b)); status != http.StatusOK {
+		t.Fatalf("PUT a vllm pool: %d %s", status, data)
+	}
+	if status, _, data := s.do("PUT", "/api/v1/pools/agents", body(t, goodPool("vast-secret-key"))); status != http.StatusOK {
+		t.Fatalf("PUT an agent pool: %d %s", status, data)
+	}
+	var list berth.PoolList
+	if status, _, data := s.do("GET", "/api/v1/pools", ""); status != http.StatusOK || json.Unmarshal(data, &list) != nil || len(list.Pools) != 2 {
+		t.Fatalf("GET pools: %d %s", status, data)
+	}
+	agents, llm := list.Pools[0], list.Pools[1]
+	if llm.Workload != berth.WorkloadVLLM || llm.Model != "Qwen/Qwen2.5-0.5B-Instruct" || llm.MaxModelLen != 4096 || llm.Port != berth.DefaultVLLMPort {
+		t.Errorf("the vllm pool answered %+v; want its workload, model, max model len and port 8000", llm.Pool)
+	}
+	if agents.Workload != berth.WorkloadAgent || agents.Model != "" || agents.Port != 0 {
+		t.Errorf("the agent pool answered %+v; want workload agent and no model or port", agents.Pool)
+	}
+	if log := s.auditLog(); !bytes.Contains(log, []byte(`"model":"Qwen/Qwen2.5-0.5B-Instruct"`)) || !bytes.Contains(log, []byte(`"workload":"vllm"`)) {
+		t.Errorf("audit log lacks the vllm pool's workload:\n%s", log)
 	}
 }
 

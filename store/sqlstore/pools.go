@@ -28,9 +28,9 @@ func (c *CloudPools) sql(query string) string { return c.r.dialect.rewrite(query
 
 const (
 	poolColumns = `name, provider, gpu_type, gpus, max_instances, max_price, idle_timeout, strictness, image, url,
-		queues, labels, preserve_on_failure, sealed_api_key, created_at, updated_at`
+		queues, labels, preserve_on_failure, sealed_api_key, created_at, updated_at, workload, model, max_model_len, port`
 	instanceColumns = `id, pool, provider_id, offer_id, machine_id, gpu_name, gpus, price_per_h, phase, failure, last_error,
-		worker_host, ssh_addr, timeline, probes, created_at, ready_at, idle_since, ended_at`
+		worker_host, ssh_addr, timeline, probes, created_at, ready_at, idle_since, ended_at, endpoint`
 	hostColumns = `provider, machine_id, gpu_name, driver, successes, failures, last_seen, last_failure,
 		quarantined_until, blocked`
 )
@@ -42,13 +42,15 @@ const (
 		gpus = excluded.gpus, max_instances = excluded.max_instances, max_price = excluded.max_price,
 		idle_timeout = excluded.idle_timeout, strictness = excluded.strictness, image = excluded.image, url = excluded.url,
 		queues = excluded.queues, labels = excluded.labels, preserve_on_failure = excluded.preserve_on_failure,
-		sealed_api_key = excluded.sealed_api_key, created_at = excluded.created_at, updated_at = excluded.updated_at`
+		sealed_api_key = excluded.sealed_api_key, created_at = excluded.created_at, updated_at = excluded.updated_at,
+		workload = excluded.workload, model = excluded.model, max_model_len = excluded.max_model_len, port = excluded.port`
 	instanceUpsert = ` ON CONFLICT (id) DO UPDATE SET pool = excluded.pool, provider_id = excluded.provider_id,
 		offer_id = excluded.offer_id, machine_id = excluded.machine_id, gpu_name = excluded.gpu_name, gpus = excluded.gpus,
 		price_per_h = excluded.price_per_h, phase = excluded.phase, failure = excluded.failure,
 		last_error = excluded.last_error, worker_host = excluded.worker_host, ssh_addr = excluded.ssh_addr,
 		timeline = excluded.timeline, probes = excluded.probes, created_at = excluded.created_at,
-		ready_at = excluded.ready_at, idle_since = excluded.idle_since, ended_at = excluded.ended_at`
+		ready_at = excluded.ready_at, idle_since = excluded.idle_since, ended_at = excluded.ended_at,
+		endpoint = excluded.endpoint`
 	hostUpsert = ` ON CONFLICT (provider, machine_id) DO UPDATE SET gpu_name = excluded.gpu_name, driver = excluded.driver,
 		successes = excluded.successes, failures = excluded.failures, last_seen = excluded.last_seen,
 		last_failure = excluded.last_failure, quarantined_until = excluded.quarantined_until, blocked = excluded.blocked`
@@ -86,9 +88,10 @@ func (c *CloudPools) PutPool(ctx context.Context, p *berth.Pool) error {
 	if err != nil {
 		return fmt.Errorf("put pool %s: labels: %w", p.Name, err)
 	}
-	if _, err := c.exec(ctx, c.sql(`INSERT INTO pools (`+poolColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`+poolUpsert),
+	if _, err := c.exec(ctx, c.sql(`INSERT INTO pools (`+poolColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`+poolUpsert),
 		p.Name, p.Provider, p.GPUType, p.GPUs, p.MaxInstances, p.MaxPrice, int64(p.IdleTimeout), string(p.Strictness),
-		p.Image, p.URL, queues, labels, p.PreserveOnFailure, p.SealedAPIKey, nanos(p.CreatedAt), nanos(p.UpdatedAt)); err != nil {
+		p.Image, p.URL, queues, labels, p.PreserveOnFailure, p.SealedAPIKey, nanos(p.CreatedAt), nanos(p.UpdatedAt),
+		p.Workload, p.Model, p.MaxModelLen, p.Port); err != nil {
 		return fmt.Errorf("put pool %s: %w", p.Name, err)
 	}
 	return nil
@@ -112,7 +115,8 @@ func scanPool(row scanner) (*berth.Pool, error) {
 		created, updated int64
 	)
 	if err := row.Scan(&p.Name, &p.Provider, &p.GPUType, &p.GPUs, &p.MaxInstances, &p.MaxPrice, &idle, &strictness,
-		&p.Image, &p.URL, &queues, &labels, &p.PreserveOnFailure, &p.SealedAPIKey, &created, &updated); err != nil {
+		&p.Image, &p.URL, &queues, &labels, &p.PreserveOnFailure, &p.SealedAPIKey, &created, &updated,
+		&p.Workload, &p.Model, &p.MaxModelLen, &p.Port); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(queues), &p.Queues); err != nil {
@@ -160,10 +164,10 @@ func (c *CloudPools) PutInstance(ctx context.Context, i *berth.Instance) error {
 		return fmt.Errorf("put instance %s: probes: %w", i.ID, err)
 	}
 	if _, err := c.exec(ctx, c.sql(`INSERT INTO instances (`+instanceColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`+instanceUpsert),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`+instanceUpsert),
 		i.ID, i.Pool, i.ProviderID, i.OfferID, i.MachineID, i.GPUName, i.GPUs, i.PricePerH, string(i.Phase), i.Failure,
 		i.LastError, i.WorkerHost, i.SSHAddr, timeline, probes, nanos(i.CreatedAt), nanos(i.ReadyAt), nanos(i.IdleSince),
-		nanos(i.EndedAt)); err != nil {
+		nanos(i.EndedAt), i.Endpoint); err != nil {
 		return fmt.Errorf("put instance %s: %w", i.ID, err)
 	}
 	return nil
@@ -209,7 +213,8 @@ func scanInstance(row scanner) (*berth.Instance, error) {
 		created, ready, idle, end int64
 	)
 	if err := row.Scan(&i.ID, &i.Pool, &i.ProviderID, &i.OfferID, &i.MachineID, &i.GPUName, &i.GPUs, &i.PricePerH, &phase,
-		&i.Failure, &i.LastError, &i.WorkerHost, &i.SSHAddr, &timeline, &probes, &created, &ready, &idle, &end); err != nil {
+		&i.Failure, &i.LastError, &i.WorkerHost, &i.SSHAddr, &timeline, &probes, &created, &ready, &idle, &end,
+		&i.Endpoint); err != nil {
 		return nil, err
 	}
 	if err := json.Unmarshal([]byte(timeline), &i.Timeline); err != nil {

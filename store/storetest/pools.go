@@ -26,6 +26,7 @@ func fullPool(name string) *berth.Pool {
 		Image: "vastai/base:cuda-12.4", URL: "http://127.0.0.1:8099/api/v0", Queues: []string{"train", "ünï"},
 		Labels: map[string]string{"cloud": "vast", "tier": "spot"}, PreserveOnFailure: true,
 		SealedAPIKey: []byte{0, 1, 2, 0xfe, 0xff}, CreatedAt: base, UpdatedAt: base.Add(time.Minute),
+		Workload: berth.WorkloadVLLM, Model: "Qwen/Qwen2.5-0.5B-Instruct", MaxModelLen: 4096, Port: 8001,
 	}
 }
 
@@ -54,6 +55,7 @@ func testPools(t *testing.T, s store.Store) {
 	keyed.Queues, keyed.Labels, keyed.SealedAPIKey = nil, nil, nil
 	keyed.GPUs, keyed.MaxInstances, keyed.IdleTimeout, keyed.PreserveOnFailure = 1, 0, 0, false
 	keyed.Image, keyed.URL, keyed.UpdatedAt = "", "", base.Add(time.Hour)
+	keyed.Workload, keyed.Model, keyed.MaxModelLen, keyed.Port = berth.WorkloadAgent, "", 0, 0
 	if err := s.PutPool(ctx, &keyed); err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +86,7 @@ func fullInstance(id, pool string, created time.Time) *berth.Instance {
 	return &berth.Instance{
 		ID: id, Pool: pool, ProviderID: 1<<40 + 7, OfferID: 9876543, MachineID: 42, GPUName: "RTX 4090", GPUs: 2,
 		PricePerH: 0.4123, Phase: berth.InstanceReady, Failure: berth.FailureWarmup, LastError: "ssh: handshake failed — ünï",
-		WorkerHost: "vast-" + id, SSHAddr: "127.0.0.1:41022",
+		WorkerHost: "vast-" + id, SSHAddr: "127.0.0.1:41022", Endpoint: "127.0.0.1:41800",
 		Timeline: []berth.PhaseChange{
 			{Phase: berth.InstanceCreating, At: created},
 			{Phase: berth.InstanceCreated, At: created.Add(2 * time.Second), Reason: "contract 1099511627783"},
