@@ -118,7 +118,10 @@ type ProviderInstance struct {
 	SSHHost        string // proxy SSH
 	SSHPort        int
 	DirectSSHPort  int // ports["22/tcp"][0].HostPort, 0 until running
-	GPUName        string
-	NumGPUs        int
-	PricePerHour   float64
+	// Ports maps the container's TCP ports to the public ports they are
+	// reached on at PublicIP (ports["8000/tcp"][0].HostPort), once running.
+	Ports        map[int]int
+	GPUName      string
+	NumGPUs      int
+	PricePerHour float64
 }

@@ -419,9 +419,18 @@ func (j *instanceJSON) provider() *cloud.ProviderInstance {
 	if j.DPHTotal != nil {
 		pi.PricePerHour = *j.DPHTotal
 	}
-	if m := j.Ports["22/tcp"]; len(m) > 0 {
-		pi.DirectSSHPort = int(m[0].HostPort)
+	for spec, m := range j.Ports {
+		port, ok := strings.CutSuffix(spec, "/tcp")
+		n, err := strconv.Atoi(port)
+		if !ok || err != nil || len(m) == 0 || m[0].HostPort == 0 {
+			continue
+		}
+		if pi.Ports == nil {
+			pi.Ports = map[int]int{}
+		}
+		pi.Ports[n] = int(m[0].HostPort)
 	}
+	pi.DirectSSHPort = pi.Ports[22]
 	return pi
 }
 

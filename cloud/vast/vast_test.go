@@ -265,7 +265,8 @@ func TestShowFollowsTheLifecycle(t *testing.T) {
 	host := &portHost{port: 40022}
 	srv, c := start(t, vasttest.Options{Clock: clock.Now, Stage: 10 * time.Second, Host: host})
 	ctx := context.Background()
-	id, err := c.Create(ctx, vasttest.OfferBase+1003, cloud.CreateRequest{Image: "img", Label: "berth-7", DiskGB: 10})
+	id, err := c.Create(ctx, vasttest.OfferBase+1003, cloud.CreateRequest{Image: "img", Label: "berth-7", DiskGB: 10,
+		Env: map[string]string{"-p 8000:8000": "1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,8 +286,9 @@ func TestShowFollowsTheLifecycle(t *testing.T) {
 	}
 	want := cloud.ProviderInstance{ID: id, MachineID: 1003, Label: "berth-7", ActualStatus: "running", IntendedStatus: "running",
 		CurState: "running", NextState: "running", StatusMsg: "success, running img/ssh", PublicIP: "127.0.0.1",
-		SSHHost: "127.0.0.1", SSHPort: 40022, DirectSSHPort: 40022, GPUName: "RTX 4090", NumGPUs: 1, PricePerHour: 0.4}
-	if *pi != want {
+		SSHHost: "127.0.0.1", SSHPort: 40022, DirectSSHPort: 40022, Ports: map[int]int{22: 40022, 8000: 8000},
+		GPUName: "RTX 4090", NumGPUs: 1, PricePerHour: 0.4}
+	if !reflect.DeepEqual(*pi, want) {
 		t.Errorf("show\n got %+v\nwant %+v", *pi, want)
 	}
 	srv.Close()

@@ -26,11 +26,11 @@ func runInstances(ctx context.Context, m *Main, args []string) error {
 	}
 	return printList(m.Stdout, cf.output, list, func() error {
 		now := time.Now()
-		t := newTable(m.Stdout, "ID", "POOL", "OFFER", "MACHINE", "PHASE", "AGE", "$/h", "SPENT", "LAST-FAILURE")
+		t := newTable(m.Stdout, "ID", "POOL", "OFFER", "MACHINE", "PHASE", "AGE", "$/h", "SPENT", "ENDPOINT", "LAST-FAILURE")
 		for _, in := range list {
 			t.row(in.ID, in.Pool, idOrDash(in.OfferID), idOrDash(in.MachineID), string(in.Phase), ago(in.CreatedAt, now),
 				strconv.FormatFloat(in.PricePerH, 'f', 3, 64), "$"+strconv.FormatFloat(in.Spent(now), 'f', 2, 64),
-				orDash(truncate(failureLine(in), 50)))
+				orDash(in.Endpoint), orDash(truncate(failureLine(in), 50)))
 		}
 		return t.flush()
 	})
@@ -82,6 +82,9 @@ func printInstance(w io.Writer, in *berth.Instance, now time.Time) {
 	}
 	if in.WorkerHost != "" {
 		fmt.Fprintf(w, "Worker:    %s\n", in.WorkerHost)
+	}
+	if in.Endpoint != "" {
+		fmt.Fprintf(w, "Endpoint:  %s\n", in.Endpoint)
 	}
 	fmt.Fprintf(w, "Created:   %s (%s ago)\n", in.CreatedAt.Format(time.RFC3339), ago(in.CreatedAt, now))
 	if !in.ReadyAt.IsZero() {

@@ -51,6 +51,7 @@ var poolFlags = map[string]string{
 	"name": "NAME", "provider": "--provider", "api_key": "--api-key-file", "gpu_type": "--gpu-type", "gpus": "--gpus",
 	"max_instances": "--max-instances", "max_price": "--max-price", "idle_timeout": "--idle-timeout",
 	"strictness": "--strictness", "image": "--image", "url": "--vast-url", "queues": "--queues", "labels": "--labels",
+	"workload": "--workload", "model": "--model", "max_model_len": "--max-model-len", "port": "--port",
 }
 
 // poolFlagError renames the field of err, a pool's, to its flag.
@@ -97,6 +98,10 @@ func runPoolAdd(ctx context.Context, m *Main, args []string) error {
 	queues := fs.String("queues", "", "comma-separated queues its agents serve (default: every queue)")
 	labels := fs.String("labels", "", "comma-separated KEY=VALUE labels its agents carry")
 	fs.BoolVar(&p.PreserveOnFailure, "preserve-on-failure", false, "keep an instance that failed for its host's fault, for inspection (still billed, still capped)")
+	fs.StringVar(&p.Workload, "workload", berth.WorkloadAgent, "what the instances run: agent (berth agent, joining the queue) or vllm (a bare vLLM server of --model)")
+	fs.StringVar(&p.Model, "model", "", "the model a vllm workload serves, a Hugging Face id or path (required with --workload vllm)")
+	fs.IntVar(&p.MaxModelLen, "max-model-len", 0, "a vllm workload's context length in tokens (default: vLLM's, from the model)")
+	fs.IntVar(&p.Port, "port", 0, "the port a vllm workload's server listens on (default 8000)")
 	name, err := parseOneArg(fs, cf, args, "NAME", "give exactly one pool NAME, e.g. berth pool add rent --api-key-file ~/.vast_key --gpu-type \"RTX 4090\" --max-instances 4 --max-price 0.60/h")
 	if err != nil {
 		return err
@@ -119,6 +124,7 @@ func runPoolAdd(ctx context.Context, m *Main, args []string) error {
 			return berth.Invalidf("--api-key-file", "%s is empty: it should hold the provider account's API key", *keyFile)
 		}
 	}
+	p.SetDefaults()
 	if err := p.Validate(); err != nil {
 		return poolFlagError(err)
 	}
@@ -131,6 +137,9 @@ func runPoolAdd(ctx context.Context, m *Main, args []string) error {
 	}
 	fmt.Fprintf(m.Stdout, "pool %s: %s %d× %s, up to %d instances and %s, idle timeout %s, %s\n", info.Name, info.Provider,
 		info.GPUs, info.GPUType, info.MaxInstances, formatPrice(info.MaxPrice), time.Duration(info.IdleTimeout), info.Strictness)
+	if info.Workload == berth.WorkloadVLLM {
+		fmt.Fprintf(m.Stdout, "  each instance a bare vLLM node: vllm serve %s on port %d%s\n", info.Model, info.Port, maxModelLenNote(info.MaxModelLen))
+	}
 	return nil
 }
 
@@ -167,22 +176,34 @@ func runPools(ctx context.Context, m *Main, args []string) error {
 	return printList(m.Stdout, cf.output, list, func() error { return poolsTable(m.Stdout, list, false) })
 }
 
-// poolsTable writes the table of berth pools: INSTANCES is ready/starting,
-// SPEND/h what the live instances cost an hour, CAP the most instances and
-// dollars an hour; wide adds the offers' GPUs, the idle timeout, the
-// strictness and the queues.
+// maxModelLenNote says a vLLM pool's max_model_len, when it sets one.
+func maxModelLenNote(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", max model len %d", n)
+}
+
+// poolsTable writes the table of berth pools: WORKLOAD is agent or vllm,
+// INSTANCES ready/starting, SPEND/h what the live instances cost an hour,
+// CAP the most instances and dollars an hour; wide adds the offers' GPUs,
+// the idle timeout, the strictness, the queues and a vLLM pool's
+// MODEL:PORT.
 func poolsTable(w io.Writer, list []*berth.PoolInfo, wide bool) error {
-	head := []string{"NAME", "PROVIDER", "INSTANCES", "SPEND/h", "CAP"}
+	head := []string{"NAME", "PROVIDER", "WORKLOAD", "INSTANCES", "SPEND/h", "CAP"}
 	if wide {
-		head = append(head, "GPUS", "IDLE-TIMEOUT", "STRICTNESS", "QUEUES")
+		head = append(head, "GPUS", "IDLE-TIMEOUT", "STRICTNESS", "QUEUES", "MODEL")
 	}
 	t := newTable(w, head...)
 	for _, p := range list {
-		row := []string{p.Name, p.Provider, fmt.Sprintf("%d/%d", p.Ready, p.Starting), "$" + strconv.FormatFloat(p.SpendPerH, 'f', 2, 64),
+		row := []string{p.Name, p.Provider, orDash(p.Workload), fmt.Sprintf("%d/%d", p.Ready, p.Starting), "$" + strconv.FormatFloat(p.SpendPerH, 'f', 2, 64),
 			fmt.Sprintf("%d×$%s", p.MaxInstances, formatPrice(p.MaxPrice))}
 		if wide {
 			row = append(row, fmt.Sprintf("%d×%s", p.GPUs, strings.ReplaceAll(p.GPUType, " ", "_")), time.Duration(p.IdleTimeout).String(),
-				string(p.Strictness), orDash(strings.Join(p.Queues, ",")))
+				string(p.Strictness), orDash(strings.Join(p.Queues, ",")), "-")
+			if p.Workload == berth.WorkloadVLLM {
+				row[len(row)-1] = p.Model + ":" + strconv.Itoa(p.Port)
+			}
 		}
 		t.row(row...)
 	}

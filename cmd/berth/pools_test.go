@@ -82,6 +82,11 @@ func TestPoolAddListRm(t *testing.T) {
 		{add("--vast-url", "ftp://127.0.0.1/"), "--vast-url"},
 		{add("--queues", "train,Bad Queue"), "--queues"},
 		{add("--labels", "cloud"), "--labels"},
+		{add("--workload", "triton"), "--workload"},
+		{add("--workload", "vllm"), "--model"},
+		{add("--model", "Qwen/Qwen2.5-0.5B-Instruct"), "--model"},
+		{add("--workload", "vllm", "--model", "m", "--port", "22"), "--port"},
+		{add("--workload", "vllm", "--model", "m", "--max-model-len", "-1"), "--max-model-len"},
 		{add("--api-key-file", filepath.Join(dir, "none")), "--api-key-file"},
 		{add("--api-key-file", keyFile(t, " \n")), "--api-key-file"},
 		{[]string{"pool", "add", "rent", "--gpu-type", "RTX 4090", "--max-instances", "4", "--max-price", "0.60/h"}, "--api-key-file"},
@@ -102,12 +107,12 @@ func TestPoolAddListRm(t *testing.T) {
 	}
 	code, out, errOut = c.run("pools")
 	rows := fields(out)
-	if code != 0 || len(rows) != 2 || strings.Join(rows[0], " ") != "NAME PROVIDER INSTANCES SPEND/h CAP" ||
-		strings.Join(rows[1], " ") != "rent vast 1/1 $0.55 4×$0.60/h" {
+	if code != 0 || len(rows) != 2 || strings.Join(rows[0], " ") != "NAME PROVIDER WORKLOAD INSTANCES SPEND/h CAP" ||
+		strings.Join(rows[1], " ") != "rent vast agent 1/1 $0.55 4×$0.60/h" {
 		t.Errorf("berth pools: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = c.run("pools", "-o", "wide")
-	if rows = fields(out); code != 0 || len(rows) != 2 || strings.Join(rows[1][5:], " ") != "1×RTX_4090 10m0s balanced train,eval" {
+	if rows = fields(out); code != 0 || len(rows) != 2 || strings.Join(rows[1][6:], " ") != "1×RTX_4090 10m0s balanced train,eval -" {
 		t.Errorf("berth pools -o wide: exit %d\n%s", code, out)
 	}
 	code, out, _ = c.run("pools", "-o", "json")
@@ -117,6 +122,22 @@ func TestPoolAddListRm(t *testing.T) {
 	list := listJSON[berth.PoolInfo](c, "pools", "-o", "json")
 	if len(list) != 1 || list[0].MaxPrice != 0.6 || list[0].Labels["cloud"] != "vast" || list[0].Ready != 1 || list[0].Starting != 1 {
 		t.Errorf("pools -o json = %+v", list[0])
+	}
+
+	// A vLLM pool: its workload in the table, its model and port in the
+	// wide one.
+	code, out, errOut = c.run("pool", "add", "llm", "--api-key-file", key, "--gpu-type", "RTX 4090", "--max-instances", "1",
+		"--max-price", "0.60/h", "--workload", "vllm", "--model", "Qwen/Qwen2.5-0.5B-Instruct", "--max-model-len", "4096")
+	if code != 0 || !strings.HasSuffix(out, "  each instance a bare vLLM node: vllm serve Qwen/Qwen2.5-0.5B-Instruct on port 8000, max model len 4096\n") {
+		t.Fatalf("pool add --workload vllm: exit %d, %q, %q", code, out, errOut)
+	}
+	code, out, _ = c.run("pools", "-o", "wide")
+	if rows = fields(out); code != 0 || len(rows) != 3 || strings.Join(rows[1][:3], " ") != "llm vast vllm" ||
+		rows[1][len(rows[1])-1] != "Qwen/Qwen2.5-0.5B-Instruct:8000" {
+		t.Errorf("berth pools -o wide with a vllm pool: exit %d\n%s", code, out)
+	}
+	if code, out, errOut = c.run("pool", "rm", "llm"); code != 0 {
+		t.Fatalf("pool rm llm: exit %d, %q, %q", code, out, errOut)
 	}
 
 	// A change without --api-key-file keeps the key.
@@ -160,6 +181,7 @@ func TestInstancesAndHostsCommands(t *testing.T) {
 					Output: "root@127.0.0.1: Permission denied (publickey).", Class: berth.FailureInfraFatal, At: created.Add(30 * time.Second)},
 			}},
 		{ID: "i-ready", Pool: "b", OfferID: 502, MachineID: 1002, Phase: berth.InstanceReady, PricePerH: 0.25, CreatedAt: now.Add(-time.Hour),
+			Endpoint: "127.0.0.1:41800",
 			Probes: []berth.Probe{{Phase: berth.InstanceGPUChecked, Command: "nvidia-smi -L", ExitCode: &exit0, Output: "GPU 0: RTX 4090\n", At: now}}},
 	}, []*berth.HostRecord{
 		{Provider: "vast", MachineID: 1001, GPUName: "RTX 4090", Failures: map[string]int{berth.FailureInfraFatal: 1},
@@ -170,9 +192,9 @@ func TestInstancesAndHostsCommands(t *testing.T) {
 
 	code, out, errOut := c.run("instances")
 	rows := fields(out)
-	if code != 0 || len(rows) != 3 || strings.Join(rows[0], " ") != "ID POOL OFFER MACHINE PHASE AGE $/h SPENT LAST-FAILURE" ||
-		strings.Join(rows[1][:8], " ") != "i-failed a 501 1001 destroyed 2h 0.500 $0.50" || rows[1][8] != "infra_fatal:" ||
-		strings.Join(rows[2], " ") != "i-ready b 502 1002 ready 1h 0.250 $0.25 -" {
+	if code != 0 || len(rows) != 3 || strings.Join(rows[0], " ") != "ID POOL OFFER MACHINE PHASE AGE $/h SPENT ENDPOINT LAST-FAILURE" ||
+		strings.Join(rows[1][:9], " ") != "i-failed a 501 1001 destroyed 2h 0.500 $0.50 -" || rows[1][9] != "infra_fatal:" ||
+		strings.Join(rows[2], " ") != "i-ready b 502 1002 ready 1h 0.250 $0.25 127.0.0.1:41800 -" {
 		t.Errorf("berth instances: exit %d\n%s%s", code, out, errOut)
 	}
 	if list := listJSON[berth.Instance](c, "instances", "--pool", "b", "-o", "json"); len(list) != 1 || list[0].ID != "i-ready" {

@@ -4,6 +4,16 @@
 // and serves GET /health and GET /v1/models. Flags make it stall, crash
 // with CUDA out of memory, list the wrong model id, or have /health fail
 // after it is ready.
+//
+// Called as vLLM's own command line (as the fake marketplace's machines
+// run it for a bare vLLM node),
+//
+//	fakevllm serve MODEL --port P [--host H] [--served-model-name NAME] [--max-model-len N] [--tensor-parallel-size N]
+//
+// it prints the markers over a warm-up of FAKEVLLM_WARMUP (default 1s),
+// listens on loopback whatever --host says (the fake machine is this one),
+// and serves NAME (default MODEL); with FAKEVLLM_OOM set it prints its
+// first markers and then crashes with CUDA out of memory.
 package main
 
 import (
@@ -39,6 +49,9 @@ var markers = []string{
 const bound = 2 // markers printed after binding
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == "serve" {
+		os.Args = serveArgs(os.Args[2], os.Args[3:])
+	}
 	host := flag.String("host", "127.0.0.1", "address to listen on")
 	port := flag.Int("port", 8000, "port to listen on")
 	model := flag.String("model", "Qwen/Qwen2-VL-7B-Instruct", "the model served")
@@ -131,4 +144,38 @@ func main() {
 	err = http.Serve(l, mux)
 	fmt.Fprintln(os.Stderr, "ERROR", strings.TrimSpace(err.Error()))
 	os.Exit(1)
+}
+
+// serveArgs turns vLLM's command line, vllm serve MODEL [flags], into
+// fakevllm's flags: the flags fakevllm shares with vLLM are kept
+// (--served-model-name is --serve-id), those it has no use for
+// (--max-model-len, --tensor-parallel-size) dropped, and the markers
+// printed over FAKEVLLM_WARMUP; FAKEVLLM_OOM crashes it.
+func serveArgs(model string, rest []string) []string {
+	warmup := os.Getenv("FAKEVLLM_WARMUP")
+	if warmup == "" {
+		warmup = "1s"
+	}
+	args := []string{os.Args[0], "--model", model, "--markers", "--warmup", warmup}
+	if os.Getenv("FAKEVLLM_OOM") != "" {
+		args = append(args, "--crash-after", "300ms")
+	}
+	for i := 0; i < len(rest); i++ {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(rest[i], "-"), "=")
+		if !hasValue && i+1 < len(rest) {
+			i++
+			value = rest[i]
+		}
+		switch name {
+		case "port":
+			args = append(args, "--port", value)
+		case "served-model-name":
+			args = append(args, "--serve-id", value)
+		case "host", "max-model-len", "tensor-parallel-size": // loopback; nothing to size
+		default:
+			fmt.Fprintf(os.Stderr, "fakevllm serve: unknown argument %q\n", rest[i])
+			os.Exit(2)
+		}
+	}
+	return args
 }

@@ -1,10 +1,12 @@
 // Command fakevast serves a fake Vast.ai API (package vasttest) on a
 // loopback address, for demos and end-to-end tests:
 //
-//	go run ./cloud/vast/fakevast --listen 127.0.0.1:PORT [--machines N] [--fault MACHINE=KIND]... [--stage D] [--key KEY]
+//	go run ./cloud/vast/fakevast --listen 127.0.0.1:PORT [--machines N] [--fault MACHINE=KIND]... [--stage D] [--key KEY] [--vllm PATH]
 //
 // Machines are 1001, 1002, … offered at rising prices; KIND is one of
-// ssh-key, cdi, no-libcuda, stall, vanish, refused. Point a pool at
+// ssh-key, cdi, no-libcuda, stall, vanish, refused, oom. --vllm installs
+// an executable (a build of agent/testdata/fakevllm) as vllm on every
+// machine, for a pool of bare vLLM nodes. Point a pool at
 // http://127.0.0.1:PORT/api/v0 (--vast-url) with the key it prints.
 //
 // Its running instances are real machines (vasttest.SSHHost): a real
@@ -23,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,6 +69,7 @@ type config struct {
 	listen  string
 	dir     string // "": a temporary directory
 	noHosts bool
+	vllm    string // "": no vllm on the machines
 	opts    vasttest.Options
 }
 
@@ -82,7 +86,8 @@ func options(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.dir, "dir", "", "where the instances' machines live (default: a temporary directory, removed at exit)")
 	fs.BoolVar(&c.noHosts, "no-hosts", false, "serve the API only: running instances have no sshd (SSH port 0)")
 	f := faults{}
-	fs.Var(f, "fault", "MACHINE=KIND: a machine's fault (repeatable); KIND one of ssh-key, cdi, no-libcuda, stall, vanish, refused")
+	fs.Var(f, "fault", "MACHINE=KIND: a machine's fault (repeatable); KIND one of ssh-key, cdi, no-libcuda, stall, vanish, refused, oom")
+	fs.StringVar(&c.vllm, "vllm", "", "an executable to install as vllm on every machine (a build of agent/testdata/fakevllm)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -99,6 +104,18 @@ func options(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("--key: must not be empty")
 	case c.noHosts && c.dir != "":
 		return nil, errors.New("--dir: there are no machines with --no-hosts")
+	case c.noHosts && c.vllm != "":
+		return nil, errors.New("--vllm: there are no machines with --no-hosts")
+	}
+	if c.vllm != "" {
+		abs, err := filepath.Abs(c.vllm)
+		if err != nil {
+			return nil, fmt.Errorf("--vllm: %w", err)
+		}
+		if fi, err := os.Stat(abs); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("--vllm: %s is not an executable file", c.vllm)
+		}
+		c.vllm = abs
 	}
 	if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		return nil, fmt.Errorf("--listen: %w", err)
@@ -137,7 +154,11 @@ func run(args []string, stderr io.Writer) error {
 			}
 			defer os.RemoveAll(c.dir)
 		}
-		host, err := vasttest.NewSSHHost(c.dir, vasttest.WithGPUs(func(int64) vasttest.HostGPUs { return gpus(c.opts.GPUName) }))
+		opts := []vasttest.SSHHostOption{vasttest.WithGPUs(func(int64) vasttest.HostGPUs { return gpus(c.opts.GPUName) })}
+		if c.vllm != "" {
+			opts = append(opts, vasttest.WithCommand("vllm", c.vllm))
+		}
+		host, err := vasttest.NewSSHHost(c.dir, opts...)
 		if err != nil {
 			return fmt.Errorf("--dir: %w", err)
 		}

@@ -14,6 +14,9 @@ func TestOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if oom, err := options([]string{"--listen", "127.0.0.1:0", "--fault", "1002=oom"}, io.Discard); err != nil || oom.opts.Faults[1002] != vasttest.FaultOOM {
+		t.Errorf("--fault 1002=oom: %+v, %v", oom, err)
+	}
 	if c.listen != "127.0.0.1:0" || c.noHosts || c.opts.Machines != 3 || len(c.opts.Faults) != 2 || c.opts.Faults[1001] != vasttest.FaultCDI || c.opts.Faults[1003] != vasttest.FaultSSHKey {
 		t.Errorf("options: %+v", c)
 	}
@@ -31,6 +34,8 @@ func TestOptions(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--stage", "-1s"}, "--stage"},
 		{[]string{"--listen", "127.0.0.1:0", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--listen", "127.0.0.1:0", "--no-hosts", "--dir", "/tmp/x"}, "--dir"},
+		{[]string{"--listen", "127.0.0.1:0", "--vllm", "/nonexistent/vllm"}, "--vllm"},
+		{[]string{"--listen", "127.0.0.1:0", "--vllm", "."}, "--vllm"},
 	} {
 		if _, err := options(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want one saying %q", tc.args, err, tc.want)

@@ -22,7 +22,7 @@ type Host interface {
 }
 
 // Fault is what goes wrong on one machine. The fake server acts on cdi,
-// vanish and refused itself; ssh-key, no-libcuda and stall are the Host's
+// vanish and refused itself; ssh-key, no-libcuda, stall and oom are the Host's
 // to act on (the server passes them through).
 type Fault string
 
@@ -45,10 +45,14 @@ const (
 	// FaultRefused: a create is refused (400) yet makes a contract,
 	// stopped and billed until destroyed, as a bid created stopped is.
 	FaultRefused Fault = "refused"
+	// FaultOOM: the machine's GPU is too small for the workload: its
+	// onstart runs with FAKEVLLM_OOM=1, which makes the fake vLLM server
+	// crash with CUDA out of memory during its warm-up.
+	FaultOOM Fault = "oom"
 )
 
 // Faults lists every fault but FaultNone.
-var Faults = []Fault{FaultSSHKey, FaultCDI, FaultNoLibcuda, FaultStall, FaultVanish, FaultRefused}
+var Faults = []Fault{FaultSSHKey, FaultCDI, FaultNoLibcuda, FaultStall, FaultVanish, FaultRefused, FaultOOM}
 
 // ParseFault returns the fault named s, or an error listing the known ones.
 func ParseFault(s string) (Fault, error) {

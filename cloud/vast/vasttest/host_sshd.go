@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -50,6 +51,19 @@ func WithGPUs(gpus func(machine int64) HostGPUs) SSHHostOption {
 	return func(h *SSHHost) { h.gpus = gpus }
 }
 
+// WithCommand installs the executable at path on every machine, as name
+// in the bin directory first on its PATH: the programs an image would
+// have, such as a fake vllm (agent/testdata/fakevllm) for a bare vLLM
+// node.
+func WithCommand(name, path string) SSHHostOption {
+	return func(h *SSHHost) {
+		if h.commands == nil {
+			h.commands = map[string]string{}
+		}
+		h.commands[name] = path
+	}
+}
+
 // SSHHost is the Host whose instances are real: each Start brings up a
 // directory dir/ID with its own host key, authorized_keys, sshd_config and
 // a real OpenSSH sshd (-D, as a child) on a free loopback port; a bin
@@ -59,9 +73,11 @@ func WithGPUs(gpus func(machine int64) HostGPUs) SSHHostOption {
 // libcuda.so.1; and the create request's onstart run with sh -c, in the
 // instance directory, in a process group of its own, with the request's
 // environment (docker flags, the keys starting with "-", left out), its
-// output in onstart.log. SSH sessions have the instance directory as
-// HOME, as a container has a home of its own: the test machine's
-// dotfiles (a ~/.bashrc that waits on a lock) play no part.
+// output in onstart.log. SSH sessions and the onstart have the instance
+// directory as HOME, as a container has a home of its own (root's): the
+// test machine's dotfiles (a ~/.bashrc that waits on a lock) play no
+// part, and what the onstart writes under $HOME a session reads there.
+// WithCommand adds programs to the bin directory (a fake vllm).
 //
 // The GPU sanity probe that holds both here and on a real host asks the
 // dynamic linker's cache for libcuda, by name, over SSH:
@@ -79,7 +95,9 @@ func WithGPUs(gpus func(machine int64) HostGPUs) SSHHostOption {
 // probe above fails; nvidia-smi still answers, as a driver without its
 // container libraries does); stall boots the machine (sshd answers, the
 // GPUs and libcuda look right) but never runs its onstart, so the agent
-// never joins and warm-up stalls until its budget ends. Other faults are
+// never joins and warm-up stalls until its budget ends; oom runs the
+// onstart with FAKEVLLM_OOM=1 (a fake vllm crashes with CUDA out of
+// memory). Other faults are
 // the server's: the machine comes up as without one.
 //
 // Stop SIGKILLs the instance as destroying its container would: onstart's
@@ -90,10 +108,11 @@ func WithGPUs(gpus func(machine int64) HostGPUs) SSHHostOption {
 // each until its sshd accepts connections. Starting needs ssh-keygen and
 // SSHD; as root, sshd also needs /run/sshd, which NewSSHHost makes.
 type SSHHost struct {
-	dir   string
-	gpus  func(machine int64) HostGPUs
-	mu    sync.Mutex
-	insts map[int64]*instance
+	dir      string
+	gpus     func(machine int64) HostGPUs
+	commands map[string]string // name on the machines' PATH → the executable
+	mu       sync.Mutex
+	insts    map[int64]*instance
 }
 
 // instance is one running machine.
@@ -131,7 +150,7 @@ func (h *SSHHost) Start(id int64, machine int64, fault Fault, keys []string, env
 		return 0, fmt.Errorf("ssh host: instance %d is already started", id)
 	}
 	in := &instance{dir: filepath.Join(h.dir, strconv.FormatInt(id, 10))}
-	port, err := in.start(machine, fault, keys, env, onstart, h.gpus(machine))
+	port, err := in.start(machine, fault, keys, env, onstart, h.gpus(machine), h.commands)
 	if err != nil {
 		return 0, fmt.Errorf("ssh host: instance %d: %w", id, errors.Join(err, in.stop()))
 	}
@@ -171,7 +190,8 @@ func (h *SSHHost) Close() error {
 
 // start lays out the instance's directory and starts its sshd and, unless
 // the fault is a stall, its onstart. It returns sshd's port.
-func (in *instance) start(machine int64, fault Fault, keys []string, env map[string]string, onstart string, gpus HostGPUs) (int, error) {
+func (in *instance) start(machine int64, fault Fault, keys []string, env map[string]string, onstart string, gpus HostGPUs,
+	commands map[string]string) (int, error) {
 	if err := os.RemoveAll(in.dir); err != nil { // a machine starts afresh
 		return 0, err
 	}
@@ -206,6 +226,15 @@ func (in *instance) start(machine int64, fault Fault, keys []string, env map[str
 		if err := os.WriteFile(filepath.Join(in.dir, f.name), []byte(f.text), f.mode); err != nil {
 			return 0, err
 		}
+	}
+	for name, exe := range commands {
+		if err := os.Symlink(exe, filepath.Join(bin, name)); err != nil {
+			return 0, err
+		}
+	}
+	if fault == FaultOOM {
+		env = maps.Clone(env)
+		env["FAKEVLLM_OOM"] = "1"
 	}
 	path := bin + ":" + sshdPath
 	if p := os.Getenv("PATH"); p != "" {
@@ -280,7 +309,7 @@ func (in *instance) runOnstart(onstart string, env map[string]string, path, mark
 	defer log.Close()
 	cmd := exec.Command("/bin/sh", "-c", onstart)
 	cmd.Dir = in.dir
-	cmd.Env = append(os.Environ(), "PATH="+path)
+	cmd.Env = append(os.Environ(), "PATH="+path, "HOME="+in.dir)
 	for k, v := range env {
 		if k != "" && !strings.HasPrefix(k, "-") && !strings.Contains(k, "=") {
 			cmd.Env = append(cmd.Env, k+"="+v)

@@ -739,6 +739,23 @@ func (s *Server) startHost(in *rental) {
 	in.SSHPort = port
 }
 
+// exposed returns the container ports a create's docker flags expose
+// ("-p 8000:8000"), in order. The machine is this one, on loopback: each
+// is reached on its own number.
+func exposed(env map[string]string) []string {
+	var ports []string
+	for k := range env {
+		if spec, ok := strings.CutPrefix(k, "-p "); ok {
+			_, container, _ := strings.Cut(strings.TrimSpace(spec), ":")
+			if n, err := strconv.Atoi(strings.TrimSuffix(container, "/tcp")); err == nil && n > 0 {
+				ports = append(ports, strconv.Itoa(n))
+			}
+		}
+	}
+	slices.Sort(ports)
+	return ports
+}
+
 // stopHost stops in's machine on the Host, if it was started.
 func (s *Server) stopHost(in *rental) {
 	if in.started && s.opts.Host != nil {
@@ -775,6 +792,9 @@ func (s *Server) view(in *rental) map[string]any {
 		ports := map[string]any{}
 		if in.SSHPort > 0 {
 			ports["22/tcp"] = []map[string]string{{"HostIp": "0.0.0.0", "HostPort": strconv.Itoa(in.SSHPort)}}
+		}
+		for _, port := range exposed(in.Payload.Env) {
+			ports[port+"/tcp"] = []map[string]string{{"HostIp": "0.0.0.0", "HostPort": port}}
 		}
 		v["ports"] = ports
 		in.shownRunning = true
