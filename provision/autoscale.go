@@ -91,6 +91,12 @@ func Worker(p *berth.Pool) *scheduler.Worker {
 	return w
 }
 
+// runsJobs reports whether p's instances run jobs: their agents join the
+// queue. A vLLM pool's nodes run none: the autoscaler neither rents them
+// for waiting jobs nor gives them back for idleness, and admission does
+// not count them (they are rented and given back by hand).
+func runsJobs(p *berth.Pool) bool { return p.Workload != berth.WorkloadVLLM }
+
 // rentsFor reports whether pools rent for jobs asking r with c: they ask
 // for GPUs and are pinned to no host.
 func rentsFor(r *berth.Resources, c *berth.Constraints) bool { return r.GPUs >= 1 && c.Host == "" }
@@ -146,9 +152,13 @@ func starting(inst *berth.Instance) bool {
 // are live, or, when MaxPrice is set, the live instances leave no
 // headroom under it or less than the cheapest of them costs (Capped
 // says which). It gives back the ready instances idle past IdleTimeout
-// (0: never).
+// (0: never). A pool whose instances run no jobs (runsJobs: a vLLM pool)
+// decides nothing.
 func Decide(p *berth.Pool, demand []controller.Demand, instances []*berth.Instance, idle map[string]time.Time, now time.Time) Decision {
 	var d Decision
+	if !runsJobs(p) {
+		return d
+	}
 	idleTimeout := time.Duration(p.IdleTimeout)
 	live, spend, cheapest, start, ready, unstored := 0, 0.0, 0.0, 0, 0, false
 	for _, inst := range instances {
@@ -316,6 +326,9 @@ func (a *Autoscaler) Load(ctx context.Context) ([]*berth.Pool, error) {
 	}
 	var ws []*scheduler.Worker
 	for _, p := range pools {
+		if !runsJobs(p) {
+			continue
+		}
 		w := Worker(p)
 		for range max(p.MaxInstances, 1) {
 			ws = append(ws, w)

@@ -33,7 +33,7 @@ func (p *Provisioner) drive(ctx context.Context, pool *berth.Pool, inst *berth.I
 		case berth.InstanceSSH:
 			err = d.wait(ctx, p.Budgets.GPU, berth.InstanceGPUChecked, d.gpuSane)
 		case berth.InstanceGPUChecked:
-			err = d.wait(ctx, p.Budgets.Ready, berth.InstanceReady, d.registered)
+			err = d.wait(ctx, p.Budgets.Ready, berth.InstanceReady, d.workloadReady())
 		case berth.InstanceReady:
 			return p.record(ctx, pool, inst, "")
 		default:
@@ -56,6 +56,7 @@ type driver struct {
 	inst *berth.Instance
 	r    *redact.Redactor
 	ssh  *ssh.Client // from the ssh phase on
+	vllm *vllmWatch  // a vLLM node's log as read so far
 }
 
 // closeSSH closes the SSH connection, if any.
@@ -293,7 +294,16 @@ func (p *Provisioner) gpuCheck() string {
 	return DefaultGPUCheck
 }
 
-// registered is the ready phase's check: the agent registered with the
+// workloadReady is the ready phase's check: a vLLM node's server serves
+// its model (vllmServing); any other instance's agent registered.
+func (d *driver) workloadReady() check {
+	if d.pool.Workload == berth.WorkloadVLLM {
+		return d.vllmServing
+	}
+	return d.registered
+}
+
+// registered is the agent's ready phase's check: the agent registered with the
 // server. An instance that vanishes or goes offline meanwhile is
 // infra-fatal.
 func (d *driver) registered(ctx context.Context) (bool, string, string, error) {

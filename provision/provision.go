@@ -455,6 +455,9 @@ func (p *Provisioner) createOn(ctx context.Context, pool *berth.Pool, o cloud.Of
 	id := p.ids.New(now)
 	inst := &berth.Instance{ID: id, Pool: pool.Name, OfferID: o.ID, MachineID: o.MachineID, GPUName: o.GPUName,
 		GPUs: o.NumGPUs, PricePerH: o.PricePerHour, WorkerHost: Label(id), CreatedAt: now}
+	if pool.Workload == berth.WorkloadVLLM {
+		inst.WorkerHost = "" // no agent: no worker
+	}
 	req := cloud.CreateRequest{Image: pool.Image}
 	if p.Request != nil {
 		req = p.Request(pool, inst)

@@ -41,14 +41,14 @@ type rig struct {
 	data string
 }
 
-func newRig(t *testing.T, machines int, faults map[int64]vasttest.Fault) *rig {
+func newRig(t *testing.T, machines int, faults map[int64]vasttest.Fault, opts ...vasttest.SSHHostOption) *rig {
 	t.Helper()
 	if _, err := os.Stat(vasttest.SSHD); err != nil {
 		t.Skipf("needs OpenSSH's sshd at %s (apt-get install openssh-server; .ci/run installs it): %v", vasttest.SSHD, err)
 	}
 	ctx := context.Background()
 	r := &rig{clk: fakeclock.New(time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)), reg: &testRegistry{dir: t.TempDir()}, data: t.TempDir()}
-	host, err := vasttest.NewSSHHost(t.TempDir())
+	host, err := vasttest.NewSSHHost(t.TempDir(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

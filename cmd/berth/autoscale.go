@@ -132,8 +132,18 @@ const instanceDiskGB = 32
 // (BERTH_TOKEN, set in the onstart: an env value may not exceed 256
 // characters at Vast, and a token does). Without a credential (its issue
 // failed, and is logged) the agent cannot join and the instance fails its
-// readiness.
+// readiness. An instance of a vLLM pool is a bare vLLM node instead: the
+// pool's image (provision.DefaultVLLMImage when it has none), its port
+// exposed, and an onstart that runs vllm serve (provision.VLLMOnstart);
+// it gets no credential.
 func (f *poolFleet) request(pool *berth.Pool, inst *berth.Instance) cloud.CreateRequest {
+	if pool.Workload == berth.WorkloadVLLM {
+		image := pool.Image
+		if image == "" {
+			image = provision.DefaultVLLMImage
+		}
+		return cloud.CreateRequest{Image: image, DiskGB: instanceDiskGB, Env: provision.VLLMEnv(pool), Onstart: provision.VLLMOnstart(pool)}
+	}
 	args := []string{"agent", "--host", shellQuote(inst.WorkerHost)}
 	if len(pool.Queues) > 0 {
 		args = append(args, "--queues", shellQuote(strings.Join(pool.Queues, ",")))

@@ -14,6 +14,7 @@ import (
 	"github.com/berth-dev/berth/cloud"
 	"github.com/berth-dev/berth/cloud/vast"
 	"github.com/berth-dev/berth/cloud/vast/vasttest"
+	"github.com/berth-dev/berth/provision"
 	"github.com/berth-dev/berth/sqlite"
 )
 
@@ -47,6 +48,24 @@ func TestPoolInstanceRequest(t *testing.T) {
 	}
 	if len(token) < 100 || !bound {
 		t.Fatalf("no agent credential bound to rent-i1 (onstart %q, tokens %+v)", req.Onstart, rs.Tokens.List())
+	}
+}
+
+// An instance of a vLLM pool is a bare vLLM node: vLLM's image, its port
+// exposed, an onstart that runs vllm serve into its log, and no agent
+// credential.
+func TestPoolVLLMInstanceRequest(t *testing.T) {
+	t.Parallel()
+	issued := 0
+	f := &poolFleet{credential: func(context.Context, string) (string, error) { issued++; return "tok", nil }, log: slog.New(slog.DiscardHandler)}
+	pool := &berth.Pool{Name: "llm", GPUs: 2, Workload: berth.WorkloadVLLM, Model: "Qwen/Qwen2.5-0.5B-Instruct", MaxModelLen: 4096, Port: 8001}
+	req := f.request(pool, &berth.Instance{ID: "i1", Pool: "llm"})
+	const command = "exec vllm serve Qwen/Qwen2.5-0.5B-Instruct --port 8001 --host 0.0.0.0 --served-model-name Qwen/Qwen2.5-0.5B-Instruct " +
+		"--tensor-parallel-size 2 --max-model-len 4096 >>vllm.log 2>&1"
+	if !strings.Contains(req.Onstart, command+"\n") || req.Image != provision.DefaultVLLMImage || req.Env["-p 8001:8001"] != "1" ||
+		len(req.Env) != 1 || req.DiskGB != instanceDiskGB || issued != 0 || strings.Contains(req.Onstart, "BERTH_TOKEN") {
+		t.Fatalf("request = %+v (%d credentials issued); want vLLM's image, port 8001 exposed, an onstart running %q, no credential",
+			req, issued, command)
 	}
 }
 

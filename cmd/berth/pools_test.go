@@ -182,7 +182,7 @@ func TestInstancesAndHostsCommands(t *testing.T) {
 			}},
 		{ID: "i-ready", Pool: "b", OfferID: 502, MachineID: 1002, Phase: berth.InstanceReady, PricePerH: 0.25, CreatedAt: now.Add(-time.Hour),
 			Endpoint: "127.0.0.1:41800",
-			Probes: []berth.Probe{{Phase: berth.InstanceGPUChecked, Command: "nvidia-smi -L", ExitCode: &exit0, Output: "GPU 0: RTX 4090\n", At: now}}},
+			Probes:   []berth.Probe{{Phase: berth.InstanceGPUChecked, Command: "nvidia-smi -L", ExitCode: &exit0, Output: "GPU 0: RTX 4090\n", At: now}}},
 	}, []*berth.HostRecord{
 		{Provider: "vast", MachineID: 1001, GPUName: "RTX 4090", Failures: map[string]int{berth.FailureInfraFatal: 1},
 			LastSeen: now, LastFailure: "Permission denied (publickey)", QuarantinedUntil: now.Add(24 * time.Hour)},
