@@ -133,7 +133,7 @@ func TestVLLMWatchScan(t *testing.T) {
 	}
 	for line, want := range map[string]string{
 		"\x1b[1;31m(EngineCore_0 pid=9)\x1b[0m ERROR vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue": berth.FailureWorkloadFatal,
-		"(VllmWorker rank=0 pid=7) /usr/bin/ld: cannot find -lcuda: No such file or directory":                                berth.FailureInfraFatal,
+		"(VllmWorker rank=0 pid=7) /usr/bin/ld: cannot find -lcuda: No such file or directory":                                   berth.FailureInfraFatal,
 		noVLLM: berth.FailureWorkloadFatal,
 	} {
 		_, fatal, class := newVLLMWatch().scan(line + "\n")
