@@ -104,6 +104,9 @@ func TestDecide(t *testing.T) {
 		{name: "an idle instance given back is no supply", demand: one,
 			instances: []*berth.Instance{inst("i1", berth.InstanceReady, 0.4, "h1")}, idle: map[string]time.Time{"h1": t0.Add(-time.Hour)},
 			destroy: []string{"i1"}, rent: 1, wanted: 1},
+		{name: "a vLLM pool rents nothing for jobs and gives nothing back for idleness",
+			pool: func(p *berth.Pool) { p.Workload, p.Model, p.Port = berth.WorkloadVLLM, "m", 8000 }, demand: burst,
+			instances: []*berth.Instance{inst("i1", berth.InstanceReady, 0.4, "")}, idle: map[string]time.Time{"": t0.Add(-24 * time.Hour)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,9 +150,12 @@ func (s staticPools) Instances(context.Context, store.InstanceFilter) ([]*berth.
 }
 
 // Reach yields each pool's machine once per instance it may have, for a
-// job asking for GPUs and pinned to no host, and nothing otherwise.
+// job asking for GPUs and pinned to no host, and nothing otherwise. A
+// vLLM pool's nodes run no jobs: it yields none.
 func TestReach(t *testing.T) {
-	a := New(Config{Pools: staticPools{pool4090()}})
+	llm := pool4090()
+	llm.Name, llm.Workload, llm.Model, llm.Port = "llm", berth.WorkloadVLLM, "m", 8000
+	a := New(Config{Pools: staticPools{pool4090(), llm}})
 	gpu := berth.DefaultJobSpec()
 	gpu.Resources.GPUs = 1
 	count := func(spec berth.JobSpec) (n int, model string) {
