@@ -36,16 +36,16 @@ type fakeVast struct {
 }
 
 // newFakeVast serves a fake marketplace with opts (Host set to real
-// machines) until the test ends; the test is skipped only when sshd is
+// machines, with hostOpts) until the test ends; the test is skipped only when sshd is
 // not installed. Start it before the cluster, so that the cluster's
 // server is stopped before the machines are.
-func newFakeVast(t *testing.T, opts vasttest.Options) *fakeVast {
+func newFakeVast(t *testing.T, opts vasttest.Options, hostOpts ...vasttest.SSHHostOption) *fakeVast {
 	t.Helper()
 	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
 		t.Skip("/usr/sbin/sshd is not installed (openssh-server): the fake marketplace's machines need it")
 	}
 	pathOnce.Do(func() { os.Setenv("PATH", filepath.Dir(berthBin)+string(os.PathListSeparator)+os.Getenv("PATH")) })
-	host, err := vasttest.NewSSHHost(t.TempDir())
+	host, err := vasttest.NewSSHHost(t.TempDir(), hostOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"net"
+	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -248,5 +251,64 @@ func TestPoolJobNotLostToAFailedMachine(t *testing.T) {
 	d := cl.awaitState(job.ID, 90*time.Second, berth.JobSucceeded, berth.JobFailed)
 	if d.State != berth.JobSucceeded {
 		t.Fatalf("job %s (retries 0): %s\ninstances: %s", job.ID, dump(d), dump(cl.instances("keys")))
+	}
+}
+
+// TestPoolVLLMNodeProvision: berth provision on a vLLM pool rents a bare
+// vLLM node — its onstart runs vllm serve (the fake vLLM server on the
+// machines' PATH) — and prints its timeline through the server's startup
+// markers to ready, with the endpoint at which the model is served; berth
+// instances lists it ready with that endpoint, berth pools shows the
+// workload, and the node answers there.
+func TestPoolVLLMNodeProvision(t *testing.T) {
+	t.Parallel()
+	fv := newFakeVast(t, vasttest.Options{Machines: 2}, vasttest.WithCommand("vllm", fakeVLLM(t)))
+	cl := newCluster(t, poolServerFlags...)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	l.Close()
+	const model = "Qwen/Qwen2.5-0.5B-Instruct"
+	cl.addPool(fv, "llm", "--max-instances", "1", "--max-price", "1/h", "--workload", "vllm", "--model", model, "--port", port)
+
+	out, errOut, err := runCLI(t, "", "", "--server", cl.url, "provision", "--pool", "llm")
+	endpoint := "127.0.0.1:" + port
+	for _, want := range []string{"gpu_ok", "startup markers; last", "vllm serves " + model + " at http://" + endpoint,
+		"Phase:     ready\n", "Endpoint:  " + endpoint + "\n"} {
+		if exitCode(err) != 0 || !strings.Contains(out, want) {
+			t.Fatalf("berth provision --pool llm: exit %d, lacks %q\nstdout: %s\nstderr: %s", exitCode(err), want, out, errOut)
+		}
+	}
+	ins := cl.instances("llm")
+	if len(ins) != 1 || ins[0].Phase != berth.InstanceReady || ins[0].Endpoint != endpoint || ins[0].WorkerHost != "" {
+		t.Fatalf("instances: %s\nwant one ready at %s, with no worker", dump(ins), endpoint)
+	}
+	fields := func(out string) (rows [][]string) {
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			rows = append(rows, strings.Fields(l))
+		}
+		return rows
+	}
+	rows := fields(mustCLI(t, "", "", "--server", cl.url, "instances", "--pool", "llm"))
+	if len(rows) != 2 || rows[0][8] != "ENDPOINT" || rows[1][4] != "ready" || rows[1][8] != endpoint {
+		t.Errorf("berth instances: %q; want the node ready at %s", rows, endpoint)
+	}
+	if rows = fields(mustCLI(t, "", "", "--server", cl.url, "pools")); len(rows) != 2 || strings.Join(rows[1][:4], " ") != "llm vast vllm 1/0" {
+		t.Errorf("berth pools: %q; want llm, a vllm pool with one instance ready", rows)
+	}
+	resp, err := http.Get("http://" + endpoint + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) != 1 || list.Data[0].ID != model {
+		t.Errorf("GET %s/v1/models: %+v, %v; want %s served", endpoint, list, err, model)
 	}
 }
