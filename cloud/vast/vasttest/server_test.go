@@ -242,6 +242,35 @@ func TestVanish(t *testing.T) {
 	}
 }
 
+// TestOutage: while the API is out every call, of any endpoint, is
+// answered with the outage's status (or its connection dropped) and
+// changes nothing; once it ends the instances are as they were.
+func TestOutage(t *testing.T) {
+	t.Parallel()
+	a := serve(t, vasttest.Options{})
+	id := a.create(1001, body)
+	a.srv.Outage(http.StatusServiceUnavailable)
+	for _, c := range []struct{ method, path string }{{"GET", "/instances/"}, {"GET", "/instances/" + itoa(id) + "/"},
+		{"DELETE", "/instances/" + itoa(id) + "/"}, {"PUT", "/asks/" + itoa(vasttest.OfferBase+1002) + "/"}, {"POST", "/bundles/"}} {
+		if status, resp := a.do(c.method, c.path, body); status != http.StatusServiceUnavailable || !strings.Contains(resp, "503") {
+			t.Errorf("%s %s during the outage: %d %s, want 503", c.method, c.path, status, resp)
+		}
+	}
+	a.srv.Outage(vasttest.OutageDrop)
+	req, _ := http.NewRequest("GET", a.url+"/instances/", nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Errorf("a dropped call was answered %d, want its connection closed", resp.StatusCode)
+	}
+	a.srv.Outage(0)
+	if live := a.srv.Live(); len(live) != 1 || live[0].ID != id || len(a.srv.Calls()) != 1 {
+		t.Errorf("after the outage: live %+v, calls %+v; want the one instance, only its create recorded", live, a.srv.Calls())
+	}
+	if ids := a.listed(); !slices.Equal(ids, []float64{float64(id)}) {
+		t.Errorf("listed %v after the outage, want %d", ids, id)
+	}
+}
+
 func TestRefusedCreatesAreRecorded(t *testing.T) {
 	t.Parallel()
 	a := serve(t, vasttest.Options{})
