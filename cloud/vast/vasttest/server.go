@@ -196,6 +196,7 @@ type Server struct {
 	limits map[Endpoint]int
 	n429   int
 	outage int // the status every call is answered with (OutageDrop: none); 0: no outage
+	nOut   int // calls an outage answered
 	calls  []Call
 	search [][]byte
 }
@@ -280,6 +281,14 @@ func (s *Server) Outage(status int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.outage = status
+}
+
+// OutageCalls returns how many calls outages have answered (or dropped)
+// so far, so that a test can wait for a client to have met one.
+func (s *Server) OutageCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nOut
 }
 
 // Calls returns every create and destroy the server was sent, in order.
@@ -368,6 +377,8 @@ func (s *Server) route(pattern string, e Endpoint, h func(*exchange)) {
 		outage := s.outage
 		if outage == 0 {
 			s.serve(e, h, x)
+		} else {
+			s.nOut++
 		}
 		s.mu.Unlock()
 		switch {

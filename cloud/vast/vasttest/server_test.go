@@ -257,12 +257,15 @@ func TestOutage(t *testing.T) {
 		}
 	}
 	a.srv.Outage(vasttest.OutageDrop)
-	req, _ := http.NewRequest("GET", a.url+"/instances/", nil)
+	req, _ := http.NewRequest("POST", a.url+"/bundles/", nil) // not retried by the client, as a GET would be
 	if resp, err := http.DefaultClient.Do(req); err == nil {
 		resp.Body.Close()
 		t.Errorf("a dropped call was answered %d, want its connection closed", resp.StatusCode)
 	}
 	a.srv.Outage(0)
+	if n := a.srv.OutageCalls(); n != 6 {
+		t.Errorf("OutageCalls = %d, want the 6 calls made during the outages", n)
+	}
 	if live := a.srv.Live(); len(live) != 1 || live[0].ID != id || len(a.srv.Calls()) != 1 {
 		t.Errorf("after the outage: live %+v, calls %+v; want the one instance, only its create recorded", live, a.srv.Calls())
 	}
