@@ -116,6 +116,11 @@ type Instance struct {
 	ReadyAt    time.Time     `json:"ready_at,omitzero"`
 	IdleSince  time.Time     `json:"idle_since,omitzero"`
 	EndedAt    time.Time     `json:"ended_at,omitzero"` // destroyed or failed
+
+	// HostKey is the SSH host key the instance showed at its first
+	// connection (authorized_keys format), pinned: a later connection
+	// showing another key is refused, across restarts too.
+	HostKey string `json:"host_key,omitempty"`
 }
 
 // Live reports whether the instance may still be billed: it is not

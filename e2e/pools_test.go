@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -310,5 +311,102 @@ func TestPoolVLLMNodeProvision(t *testing.T) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) != 1 || list.Data[0].ID != model {
 		t.Errorf("GET %s/v1/models: %+v, %v; want %s served", endpoint, list, err, model)
+	}
+}
+
+// TestPoolInstanceVanishedWhileReadied: the cheapest machine's instance
+// disappears from the marketplace as soon as it has been seen running,
+// while it is still being readied. It is ended as vanished (destroyed,
+// infra-fatal, its machine quarantined) within seconds, not when a
+// phase's budget runs out; the next machine is rented; and the job,
+// which allows no retry, succeeds there — an attempt its agent may have
+// taken on the vanished machine is lost without spending a retry.
+func TestPoolInstanceVanishedWhileReadied(t *testing.T) {
+	t.Parallel()
+	fv := newFakeVast(t, vasttest.Options{Machines: 2, Faults: map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultVanish}})
+	cl := newCluster(t, poolServerFlags...)
+	cl.addPool(fv, "spot", "--max-instances", "1", "--max-price", "1/h", "--idle-timeout", "10m")
+	req := gpuJob("exec sleep 1")
+	req.Retries = 0
+	job := cl.submitRenting(req)[0]
+
+	d := cl.awaitState(job.ID, 90*time.Second, berth.JobSucceeded, berth.JobFailed)
+	ins := cl.instances("spot")
+	if len(ins) != 2 {
+		t.Fatalf("instances: %s\nwant the vanished one and the next", dump(ins))
+	}
+	gone, next := ins[0], ins[1]
+	if gone.MachineID != vasttest.FirstMachine || gone.Phase != berth.InstanceDestroyed || gone.Failure != berth.FailureInfraFatal ||
+		!strings.Contains(gone.LastError, "vanished") {
+		t.Errorf("first instance: %s\nwant it destroyed, infra-fatal, vanished", dump(gone))
+	}
+	if took := gone.EndedAt.Sub(gone.CreatedAt); took > 30*time.Second {
+		t.Errorf("the vanished instance ended %v after its create, want within seconds (budgets are minutes)", took)
+	}
+	last := d.AttemptList[len(d.AttemptList)-1]
+	if d.State != berth.JobSucceeded || next.MachineID != vasttest.FirstMachine+1 || last.Host != next.WorkerHost {
+		t.Fatalf("job %s (retries 0): %s\nwant it succeeded on the next machine's instance %s", job.ID, dump(d), next.ID)
+	}
+	for _, a := range d.AttemptList[:len(d.AttemptList)-1] {
+		if a.State != berth.AttemptLost || a.Host != gone.WorkerHost {
+			t.Errorf("attempt %s on %s: %s, want only lost attempts on the vanished instance before the last", a.ID, a.Host, a.State)
+		}
+	}
+	var hosts []berth.HostRecord
+	if err := json.Unmarshal([]byte(mustCLI(t, "", "", "--server", cl.url, "hosts", "list", "-o", "json")), &hosts); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		if h.MachineID == vasttest.FirstMachine && (h.Failures[berth.FailureInfraFatal] != 1 || h.QuarantinedUntil.IsZero()) {
+			t.Errorf("host %d: %+v, want one infra-fatal failure, quarantined", h.MachineID, h)
+		}
+	}
+}
+
+// TestPoolAPIOutageBlamesNoHost: while a job runs on a rented instance,
+// the marketplace's API answers 503, then drops its connections, for
+// several of the server's comparisons of its instances with the listing.
+// Nothing is taken for vanished: the instance stays ready, its job runs
+// on to success in its one attempt, and its machine's record counts no
+// failure.
+func TestPoolAPIOutageBlamesNoHost(t *testing.T) {
+	t.Parallel()
+	fv := newFakeVast(t, vasttest.Options{Machines: 2})
+	cl := newCluster(t, poolServerFlags...)
+	cl.addPool(fv, "steady", "--max-instances", "1", "--max-price", "1/h", "--idle-timeout", "10m")
+	done := filepath.Join(t.TempDir(), "done")
+	req := gpuJob("while [ ! -e " + done + " ]; do sleep 0.1; done")
+	req.Retries = 0
+	job := cl.submitRenting(req)[0]
+	cl.awaitState(job.ID, 90*time.Second, berth.JobRunning)
+	inst := cl.awaitInstance("steady", 30*time.Second, "the instance ready", func(in *berth.Instance) bool {
+		return in.Phase == berth.InstanceReady
+	})
+
+	for _, status := range []int{http.StatusServiceUnavailable, vasttest.OutageDrop} {
+		fv.Outage(status)
+		seen := fv.OutageCalls()
+		// The server reconciles every 300ms: wait for several of its looks
+		// to have met the outage.
+		cl.eventually(30*time.Second, "the server's reconciliations meeting the outage", func() bool { return fv.OutageCalls() >= seen+4 })
+	}
+	fv.Outage(0)
+	if err := os.WriteFile(done, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := cl.awaitState(job.ID, 60*time.Second, berth.JobSucceeded, berth.JobFailed)
+	if d.State != berth.JobSucceeded || len(d.AttemptList) != 1 || d.AttemptList[0].Host != inst.WorkerHost {
+		t.Errorf("job %s: %s\nwant it succeeded in its one attempt on %s", job.ID, dump(d), inst.WorkerHost)
+	}
+	ins := cl.instances("steady")
+	if len(ins) != 1 || ins[0].Phase != berth.InstanceReady || ins[0].Failure != "" || len(fv.Live()) != 1 {
+		t.Errorf("instances: %s; live %+v\nwant the one instance ready, untouched", dump(ins), fv.Live())
+	}
+	var hosts []berth.HostRecord
+	if err := json.Unmarshal([]byte(mustCLI(t, "", "", "--server", cl.url, "hosts", "list", "-o", "json")), &hosts); err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) != 1 || hosts[0].Successes != 1 || len(hosts[0].Failures) != 0 || !hosts[0].QuarantinedUntil.IsZero() {
+		t.Errorf("host records %+v, want the machine's success alone", hosts)
 	}
 }

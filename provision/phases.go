@@ -17,9 +17,10 @@ import (
 )
 
 // drive takes inst from its phase to ready, phase by phase. A failure is
-// acted on by its class (failed) and returned as a *Failure; an error of
-// ctx or of the store is returned as it is, the instance left where it
-// stands for a later Provision to resume.
+// acted on by its class (failed; vanished for an instance the provider
+// no longer has) and returned as a *Failure; an error of ctx or of the
+// store is returned as it is, the instance left where it stands for a
+// later Provision to resume.
 func (p *Provisioner) drive(ctx context.Context, pool *berth.Pool, inst *berth.Instance) error {
 	d := &driver{p: p, pool: pool, inst: inst, r: p.redactor(pool)}
 	defer d.closeSSH()
@@ -40,7 +41,14 @@ func (p *Provisioner) drive(ctx context.Context, pool *berth.Pool, inst *berth.I
 			return fmt.Errorf("provision: instance %s is %s, not on its way to ready", inst.ID, inst.Phase)
 		}
 		var f *Failure
-		if errors.As(err, &f) {
+		switch {
+		case errors.As(err, &f) && f.Vanished:
+			d.closeSSH()
+			if err := p.lost(ctx, pool, inst, f.Reason); err != nil {
+				return err
+			}
+			return f
+		case errors.As(err, &f):
 			return d.failed(ctx, f)
 		}
 		if err != nil {
@@ -68,18 +76,22 @@ func (d *driver) closeSSH() {
 }
 
 // A check is one poll of a phase: done, or the class of why not (and
-// why); err is an error that ends the drive as it is (the store's).
+// why); err is an error that ends the drive as it is (the store's), or a
+// vanished instance's *Failure. FailureUnknown is a poll that learnt
+// nothing of the machine (the provider's API failed).
 type check func(ctx context.Context) (done bool, class, why string, err error)
 
 // wait polls c every Poll until it is done (then inst moves to next), a
 // poll says infra-fatal or workload-fatal (a *Failure at once), or the
 // phase's budget, counted from when inst entered its phase, runs out:
 // for the infrastructure's phases that is infra-fatal (the machine did
-// not come up in time), for the agent's warm-up it is FailureWarmup.
+// not come up in time), for the agent's warm-up it is FailureWarmup, and
+// when the last poll learnt nothing (the provider's API was failing) it
+// is FailureUnknown, which blames no machine.
 func (d *driver) wait(ctx context.Context, budget time.Duration, next berth.InstancePhase, c check) error {
 	deadline := entered(d.inst).Add(budget)
 	for {
-		n := len(d.inst.Probes)
+		n, pinned := len(d.inst.Probes), d.inst.HostKey
 		done, class, why, err := c(ctx)
 		if err == nil {
 			err = ctx.Err() // a check cut short tells nothing
@@ -90,7 +102,7 @@ func (d *driver) wait(ctx context.Context, budget time.Duration, next berth.Inst
 		if done {
 			return d.p.phase(ctx, d.inst, next, why)
 		}
-		if len(d.inst.Probes) != n {
+		if len(d.inst.Probes) != n || d.inst.HostKey != pinned {
 			if err := d.p.Store.PutInstance(ctx, d.inst); err != nil {
 				return fmt.Errorf("provision: writing instance %s: %w", d.inst.ID, err)
 			}
@@ -100,7 +112,10 @@ func (d *driver) wait(ctx context.Context, budget time.Duration, next berth.Inst
 		}
 		if !d.p.Now().Before(deadline) {
 			out := berth.FailureInfraFatal
-			if next == berth.InstanceReady {
+			switch {
+			case class == berth.FailureUnknown:
+				out = berth.FailureUnknown
+			case next == berth.InstanceReady:
 				out = berth.FailureWarmup
 			}
 			return fail(out, "not %s within %v: %s", next, budget, why)
@@ -119,7 +134,8 @@ func entered(inst *berth.Instance) time.Time {
 	return inst.CreatedAt
 }
 
-// failed acts on f: the machine's record counts it; an infra-fatal
+// failed acts on f: the machine's record counts it (but for
+// FailureUnknown, which says nothing of the machine); an infra-fatal
 // failure destroys the instance unless the pool preserves failed ones
 // (then it stays failed, for inspection); any other class destroys it
 // too (nothing runs on it), without blaming the machine. Gone is told,
@@ -128,8 +144,10 @@ func (d *driver) failed(ctx context.Context, f *Failure) error {
 	d.closeSSH()
 	inst := d.inst
 	inst.LastError = f.Reason
-	if err := d.p.record(ctx, d.pool, inst, f.Class); err != nil {
-		return err
+	if f.Class != berth.FailureUnknown {
+		if err := d.p.record(ctx, d.pool, inst, f.Class); err != nil {
+			return err
+		}
 	}
 	var err error
 	if f.Class == berth.FailureInfraFatal && d.pool.PreserveOnFailure {
@@ -148,19 +166,21 @@ func (d *driver) failed(ctx context.Context, f *Failure) error {
 }
 
 // show is one look at the instance at the provider: done when its
-// container runs; an instance gone, offline or unknown, or a status_msg
-// with a fatal signature, is fatal.
-func (d *driver) show(ctx context.Context) (pi *cloud.ProviderInstance, class, why string) {
+// container runs; an instance offline or unknown, or a status_msg with a
+// fatal signature, is fatal; one gone is the error vanished returns. An
+// error of the provider's API is FailureUnknown (pi nil): it says
+// nothing of the machine.
+func (d *driver) show(ctx context.Context) (pi *cloud.ProviderInstance, class, why string, err error) {
 	inst := d.inst
-	cmd := fmt.Sprintf("show instance %d", inst.ProviderID)
-	pi, err := d.p.Provider.Show(ctx, inst.ProviderID)
+	cmd := showCommand(inst)
+	pi, err = d.p.Provider.Show(ctx, inst.ProviderID)
 	if errors.Is(err, cloud.ErrGone) {
-		why = "the instance vanished from the provider"
-		d.p.probe(inst, d.r, cmd, nil, why, berth.FailureInfraFatal)
-		return nil, berth.FailureInfraFatal, why
+		return nil, "", "", d.vanished(cmd)
 	}
 	if err != nil {
-		return nil, berth.FailureUnknown, err.Error()
+		why = "the provider's API failed: " + err.Error()
+		d.p.probe(inst, d.r, cmd, nil, why, berth.FailureUnknown)
+		return nil, berth.FailureUnknown, why, nil
 	}
 	out := fmt.Sprintf("actual_status=%s status_msg=%s", orNone(pi.ActualStatus), pi.StatusMsg)
 	class = cloud.Classify(cloud.WhereStatusMsg, pi.StatusMsg)
@@ -174,9 +194,39 @@ func (d *driver) show(ctx context.Context) (pi *cloud.ProviderInstance, class, w
 		class = ""
 	}
 	d.p.probe(inst, d.r, cmd, nil, out, class)
-	return pi, class, out
+	return pi, class, out, nil
 }
 
+// showCommand is the probe command of a look at inst at its provider.
+func showCommand(inst *berth.Instance) string {
+	return fmt.Sprintf("show instance %d", inst.ProviderID)
+}
+
+// vanished records that the provider no longer has the instance (seen
+// by cmd) and returns the *Failure that ends its drive (Provisioner.lost).
+func (d *driver) vanished(cmd string) *Failure {
+	inst := d.inst
+	why := fmt.Sprintf("contract %d vanished from %s while %s", inst.ProviderID, d.p.Provider.Name(), inst.Phase)
+	d.p.probe(inst, d.r, cmd, nil, why, berth.FailureInfraFatal)
+	return &Failure{Class: berth.FailureInfraFatal, Reason: why, Vanished: true}
+}
+
+// notYet ends a poll of a phase that does not look at the provider
+// itself (SSH, the GPU check) and is not done: when the machine did not
+// answer (class FailureWarmup), the provider is asked whether the
+// instance still exists, so that one vanished meanwhile ends the drive
+// at once rather than when the phase's budget runs out. An error of the
+// provider's API says nothing: the poll stands.
+func (d *driver) notYet(ctx context.Context, class, why string) (bool, string, string, error) {
+	if class != berth.FailureWarmup {
+		return false, class, why, nil
+	}
+	_, err := d.p.Provider.Show(ctx, d.inst.ProviderID)
+	if errors.Is(err, cloud.ErrGone) {
+		return false, "", "", d.vanished(showCommand(d.inst))
+	}
+	return false, class, why, nil
+}
 func orNone(s string) string {
 	if s == "" {
 		return "(none)"
@@ -186,9 +236,9 @@ func orNone(s string) string {
 
 // running is the container phase's check.
 func (d *driver) running(ctx context.Context) (bool, string, string, error) {
-	pi, class, why := d.show(ctx)
-	if pi == nil || class != "" {
-		return false, class, why, nil
+	pi, class, why, err := d.show(ctx)
+	if err != nil || pi == nil || class != "" {
+		return false, class, why, err
 	}
 	addr := sshAddr(pi)
 	if addr == "" {
@@ -216,7 +266,7 @@ func sshAddr(pi *cloud.ProviderInstance) string {
 func (d *driver) connect(ctx context.Context) (bool, string, string) {
 	inst := d.inst
 	if d.ssh == nil {
-		c, err := d.p.dial(ctx, inst.ID, inst.SSHAddr)
+		c, err := d.p.dial(ctx, inst, inst.SSHAddr)
 		if err != nil {
 			class := classifySSH(err)
 			d.p.probe(inst, d.r, "ssh "+d.p.SSHUser+"@"+inst.SSHAddr, nil, err.Error(), class)
@@ -254,7 +304,7 @@ func containsLine(out, line string) bool {
 func (d *driver) sshReachable(ctx context.Context) (bool, string, string, error) {
 	ok, class, why := d.connect(ctx)
 	if !ok {
-		return false, class, why, nil
+		return d.notYet(ctx, class, why)
 	}
 	d.p.probe(d.inst, d.r, EchoProbe, new(int), echoMarker, "")
 	return true, "", "SSH reachable at " + d.inst.SSHAddr, nil
@@ -265,14 +315,14 @@ func (d *driver) sshReachable(ctx context.Context) (bool, string, string, error)
 func (d *driver) gpuSane(ctx context.Context) (bool, string, string, error) {
 	ok, class, why := d.connect(ctx)
 	if !ok {
-		return false, class, why, nil
+		return d.notYet(ctx, class, why)
 	}
 	code, out, err := run(ctx, d.ssh, d.p.gpuCheck(), d.p.DialTimeout)
 	if err != nil {
 		why := "the GPU check: " + err.Error()
 		d.p.probe(d.inst, d.r, d.p.gpuCheck(), nil, why, berth.FailureWarmup)
 		d.closeSSH()
-		return false, berth.FailureWarmup, why, nil
+		return d.notYet(ctx, berth.FailureWarmup, why)
 	}
 	if code == 0 {
 		d.p.probe(d.inst, d.r, d.p.gpuCheck(), &code, out, "")
@@ -305,14 +355,14 @@ func (d *driver) workloadReady() check {
 
 // registered is the agent's ready phase's check: the agent registered with the
 // server. An instance that vanishes or goes offline meanwhile is
-// infra-fatal.
+// infra-fatal; an error of the provider's API leaves the wait a warm-up.
 func (d *driver) registered(ctx context.Context) (bool, string, string, error) {
 	if d.p.Registry == nil || d.p.Registry.Registered(d.inst.WorkerHost) {
 		return true, "", "agent " + d.inst.WorkerHost + " registered", nil
 	}
-	pi, class, why := d.show(ctx)
-	if pi == nil || class != "" && class != berth.FailureWarmup {
-		return false, class, why, nil
+	_, class, why, err := d.show(ctx)
+	if err != nil || class == berth.FailureInfraFatal || class == berth.FailureWorkloadFatal {
+		return false, class, why, err
 	}
 	return false, berth.FailureWarmup, "agent " + d.inst.WorkerHost + " not registered yet", nil
 }

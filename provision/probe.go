@@ -39,27 +39,28 @@ const MaxProbeOutput = 4 << 10
 // instance at first sight.
 var errHostKeyChanged = errors.New("ssh: the host key changed since first seen")
 
-// hostKeyCallback accepts the key of instance id on first sight, pins
-// it, and refuses any other key for that instance afterwards.
-func (p *Provisioner) hostKeyCallback(id string) ssh.HostKeyCallback {
+// hostKeyCallback accepts the host key of inst on first sight and pins
+// it on inst (HostKey, which the caller writes to the store with the
+// instance's next write, so that the pin outlives a restart), and
+// refuses any other key for inst afterwards. It is called on the
+// goroutine that drives inst.
+func hostKeyCallback(inst *berth.Instance) ssh.HostKeyCallback {
 	return func(_ string, _ net.Addr, key ssh.PublicKey) error {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		pinned, ok := p.pins[id]
-		if !ok {
-			p.pins[id] = key.Marshal()
-			return nil
-		}
-		if !bytes.Equal(pinned, key.Marshal()) {
+		shown := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
+		switch inst.HostKey {
+		case "":
+			inst.HostKey = shown
+		case shown:
+		default:
 			return errHostKeyChanged
 		}
 		return nil
 	}
 }
 
-// dial connects to an instance's SSH server at addr and authenticates as
+// dial connects to inst's SSH server at addr and authenticates as
 // p.SSHUser with p.Signer, within p.DialTimeout.
-func (p *Provisioner) dial(ctx context.Context, id, addr string) (*ssh.Client, error) {
+func (p *Provisioner) dial(ctx context.Context, inst *berth.Instance, addr string) (*ssh.Client, error) {
 	d := net.Dialer{Timeout: p.DialTimeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -69,7 +70,7 @@ func (p *Provisioner) dial(ctx context.Context, id, addr string) (*ssh.Client, e
 	cfg := &ssh.ClientConfig{
 		User:            p.SSHUser,
 		Auth:            []ssh.AuthMethod{ssh.PublicKeys(p.Signer)},
-		HostKeyCallback: p.hostKeyCallback(id),
+		HostKeyCallback: hostKeyCallback(inst),
 		Timeout:         p.DialTimeout,
 	}
 	c, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)

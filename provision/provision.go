@@ -106,11 +106,10 @@ type Provisioner struct {
 	once     sync.Once
 	ids      berth.IDGen
 	mu       sync.Mutex
-	pins     map[string][]byte // instance id → its SSH host key, pinned at first sight
-	creating map[int64]bool    // offers with a create in flight
-	driving  map[string]bool   // instances a Provision of this process is taking through its phases
-	drivers  map[int64]string  // machine id → the driver version its offers said, for its host record
-	hostsMu  sync.Mutex        // serialises read-modify-write of host records
+	creating map[int64]bool   // offers with a create in flight
+	driving  map[string]bool  // instances a Provision of this process is taking through its phases
+	drivers  map[int64]string // machine id → the driver version its offers said, for its host record
+	hostsMu  sync.Mutex       // serialises read-modify-write of host records
 }
 
 // init fills in defaults, once.
@@ -138,7 +137,7 @@ func (p *Provisioner) init() {
 		if p.Log == nil {
 			p.Log = slog.New(slog.DiscardHandler)
 		}
-		p.pins, p.creating, p.driving, p.drivers = map[string][]byte{}, map[int64]bool{}, map[string]bool{}, map[int64]string{}
+		p.creating, p.driving, p.drivers = map[int64]bool{}, map[string]bool{}, map[int64]string{}
 	})
 }
 
@@ -162,10 +161,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // Failure is the error of an instance that did not become ready: its
-// class (berth.Failure*) and why.
+// class (berth.Failure*) and why. Vanished says the provider no longer
+// has the instance (spot loss, host offline): it is infra-fatal.
 type Failure struct {
-	Class  string
-	Reason string
+	Class    string
+	Reason   string
+	Vanished bool
 }
 
 func (f *Failure) Error() string { return f.Class + ": " + f.Reason }
@@ -179,8 +180,12 @@ func fail(class, format string, args ...any) *Failure {
 // resumes an instance of the pool that is part way (a restart
 // mid-provisioning), else rents the best offer. An infra-fatal failure
 // destroys the instance (unless pool.PreserveOnFailure), quarantines its
-// machine and tries the next offer, up to MaxOffers; any other failure
-// ends Provision with the instance and a *Failure.
+// machine and tries the next offer, up to MaxOffers; so does an instance
+// that vanishes from the provider part way, noticed at the next poll of
+// any phase (recorded destroyed: nothing is left to give back). Any
+// other failure ends Provision with the instance and a *Failure; an
+// outage of the provider's API is FailureUnknown once a phase's budget
+// runs out, and blames no machine.
 //
 // When ctx ends part way, the instance is left where it stands for a
 // later Provision to resume (a server stopping).

@@ -524,8 +524,6 @@ func TestProvisionPreserveOnFailureKeepsTheFailedInstance(t *testing.T) {
 
 func TestHostKeyPinnedAtFirstSight(t *testing.T) {
 	t.Parallel()
-	p := &Provisioner{}
-	p.init()
 	key := func() ssh.PublicKey {
 		_, priv, err := ed25519.GenerateKey(rand.Reader)
 		if err != nil {
@@ -538,9 +536,13 @@ func TestHostKeyPinnedAtFirstSight(t *testing.T) {
 		return s.PublicKey()
 	}
 	a, b := key(), key()
-	cb := p.hostKeyCallback("i1")
+	i1, i2 := &berth.Instance{ID: "i1"}, &berth.Instance{ID: "i2"}
+	cb := hostKeyCallback(i1)
 	if err := cb("h", nil, a); err != nil {
 		t.Fatalf("first sight: %v", err)
+	}
+	if want := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(a))); i1.HostKey != want {
+		t.Errorf("pinned %q, want %q on the instance", i1.HostKey, want)
 	}
 	if err := cb("h", nil, a); err != nil {
 		t.Errorf("the pinned key again: %v", err)
@@ -548,8 +550,14 @@ func TestHostKeyPinnedAtFirstSight(t *testing.T) {
 	if err := cb("h", nil, b); !errors.Is(err, errHostKeyChanged) || classifySSH(err) != berth.FailureInfraFatal {
 		t.Errorf("another key: %v, want errHostKeyChanged, infra-fatal", err)
 	}
-	if err := p.hostKeyCallback("i2")(("h"), nil, b); err != nil {
+	if err := hostKeyCallback(i2)("h", nil, b); err != nil {
 		t.Errorf("another instance's first key: %v", err)
+	}
+	// The pin is the instance's: a callback made afresh (a restarted
+	// server, the record read back) refuses another key all the same.
+	again := *i1
+	if err := hostKeyCallback(&again)("h", nil, b); !errors.Is(err, errHostKeyChanged) {
+		t.Errorf("another key after a restart: %v, want errHostKeyChanged", err)
 	}
 }
 

@@ -11,14 +11,14 @@ import (
 // Reconcile compares the live instance records of pool with the
 // provider's listing of Berth's instances on the pool's account (the
 // Provisioner's): one the provider no longer has (spot loss, host
-// offline) is written destroyed, with why, its machine's record counts an
-// infra-fatal failure, and Gone is told, so that the work of its agent
-// goes back to the queue. Records still creating (no contract yet) and
-// those a Provision is driving are left to Provision, which sees a
-// vanished instance itself. An instance being given back whose destroy
-// did not go through (failed, in a pool that does not preserve failed
-// instances, or draining) is destroyed again. It returns the instances
-// it found gone.
+// offline) is ended as lost says. A listing that fails (the provider's
+// API down) is returned as an error and changes nothing: no instance is
+// taken for vanished, no machine blamed. Records still creating (no
+// contract yet) and those a Provision is driving are left to Provision,
+// which sees a vanished instance itself, at its next poll. An instance
+// being given back whose destroy did not go through (failed, in a pool
+// that does not preserve failed instances, or draining) is destroyed
+// again. It returns the instances it found gone.
 func (p *Provisioner) Reconcile(ctx context.Context, pool *berth.Pool) ([]*berth.Instance, error) {
 	p.init()
 	live, err := p.Store.Instances(ctx, store.InstanceFilter{Pool: pool.Name, Live: true})
@@ -48,20 +48,33 @@ func (p *Provisioner) Reconcile(ctx context.Context, pool *berth.Pool) ([]*berth
 			continue
 		}
 		why := fmt.Sprintf("contract %d vanished from %s's listing while %s", inst.ProviderID, p.Provider.Name(), inst.Phase)
-		inst.LastError = why
-		if err := p.end(ctx, inst, berth.InstanceDestroyed, berth.FailureInfraFatal, why); err != nil {
+		if err := p.lost(ctx, pool, inst, why); err != nil {
 			return gone, err
-		}
-		if err := p.record(ctx, pool, inst, berth.FailureInfraFatal); err != nil {
-			return gone, err
-		}
-		p.Log.Warn("provision: instance vanished", "instance", inst.ID, "machine", inst.MachineID, "host", inst.WorkerHost)
-		if p.Gone != nil {
-			p.Gone(inst)
 		}
 		gone = append(gone, inst)
 	}
 	return gone, nil
+}
+
+// lost ends inst, which its provider no longer has (spot loss, host
+// offline), seen by Reconcile or by a readiness phase: it is written
+// destroyed, infra-fatal, with why (there is nothing left to destroy or
+// to preserve); its machine's record counts an infra-fatal failure (a
+// vanish is the host's infrastructure failing); and Gone is told, so that
+// the work of its agent goes back to the queue without spending a retry.
+func (p *Provisioner) lost(ctx context.Context, pool *berth.Pool, inst *berth.Instance, why string) error {
+	inst.LastError = why
+	if err := p.end(ctx, inst, berth.InstanceDestroyed, berth.FailureInfraFatal, why); err != nil {
+		return err
+	}
+	if err := p.record(ctx, pool, inst, berth.FailureInfraFatal); err != nil {
+		return err
+	}
+	p.Log.Warn("provision: instance vanished", "instance", inst.ID, "machine", inst.MachineID, "host", inst.WorkerHost, "why", why)
+	if p.Gone != nil {
+		p.Gone(inst)
+	}
+	return nil
 }
 
 // giveBack reports whether inst, of pool, is on its way out: draining,

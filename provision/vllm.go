@@ -145,7 +145,7 @@ func (w *vllmWatch) summary() string {
 // /v1/models, which must list the pool's model. Until then a new marker
 // is progress (warm-up), none is unknown: both wait within the phase's
 // budget. An instance that vanishes or goes offline meanwhile is
-// infra-fatal. Once it serves, inst's Endpoint is its public address for
+// infra-fatal (vanished: the *Failure show returns). Once it serves, inst's Endpoint is its public address for
 // the port, when the provider maps one.
 func (d *driver) vllmServing(ctx context.Context) (bool, string, string, error) {
 	ok, class, why := d.connect(ctx)
@@ -187,9 +187,9 @@ func (d *driver) vllmServing(ctx context.Context) (bool, string, string, error) 
 		listed, served := servedModels(out, d.pool.Model)
 		if served {
 			d.p.probe(d.inst, d.r, probe, &code, out, "")
-			pi, class, why := d.show(ctx)
-			if pi == nil || class != "" && class != berth.FailureWarmup {
-				return false, class, why, nil
+			pi, class, why, err := d.show(ctx)
+			if err != nil || pi == nil || class != "" && class != berth.FailureWarmup {
+				return false, class, why, err
 			}
 			d.inst.Endpoint = endpoint(pi, d.pool.Port)
 			where := "its port " + strconv.Itoa(d.pool.Port) + " reached over SSH only (the provider maps no public port)"
@@ -202,9 +202,9 @@ func (d *driver) vllmServing(ctx context.Context) (bool, string, string, error) 
 		logClass = berth.FailureWarmup
 		why = fmt.Sprintf("/v1/models lists %s, not %q", listed, d.pool.Model)
 	}
-	pi, class, swhy := d.show(ctx)
-	if pi == nil || class != "" && class != berth.FailureWarmup {
-		return false, class, swhy, nil
+	_, class, swhy, err := d.show(ctx)
+	if err != nil || class == berth.FailureInfraFatal || class == berth.FailureWorkloadFatal {
+		return false, class, swhy, err
 	}
 	if why == "" {
 		why = "vllm not serving yet: " + w.summary()

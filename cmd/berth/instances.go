@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/berth-dev/berth"
 )
@@ -102,8 +103,9 @@ func printInstance(w io.Writer, in *berth.Instance, now time.Time) {
 }
 
 // timelineLines are in's phase changes from the tl-th and probes from the
-// pr-th, in time order, each as its line (a probe's output on further
-// lines).
+// pr-th, in time order, each as its line: a probe's command, when it has
+// several lines (the GPU check), goes on further lines indented under its
+// first, and its output on further lines after it.
 func timelineLines(in *berth.Instance, tl, pr int) []string {
 	type entry struct {
 		at    time.Time
@@ -123,7 +125,9 @@ func timelineLines(in *berth.Instance, tl, pr int) []string {
 		if p.Class != "" {
 			verdict = p.Class
 		}
-		text := fmt.Sprintf("  %s    probe %s: %s (%s, %s)\n", offset(p.At, in.CreatedAt), p.Phase, p.Command, exit, verdict)
+		head := fmt.Sprintf("  %s    probe %s: ", offset(p.At, in.CreatedAt), p.Phase)
+		cmd := strings.Split(strings.TrimRight(p.Command, "\n"), "\n")
+		text := head + strings.Join(cmd, "\n"+strings.Repeat(" ", utf8.RuneCountInString(head))) + fmt.Sprintf(" (%s, %s)\n", exit, verdict)
 		for _, l := range strings.Split(strings.TrimRight(p.Output, "\n"), "\n") {
 			if l != "" {
 				text += fmt.Sprintf("               | %s\n", l)
@@ -197,7 +201,7 @@ func runHostsList(ctx context.Context, m *Main, args []string) error {
 		now := time.Now()
 		t := newTable(m.Stdout, "MACHINE", "GPU", "OK", "FAILURES", "LAST-SEEN", "STATE", "LAST-FAILURE")
 		for _, h := range list {
-			t.row(strconv.FormatInt(h.MachineID, 10), orDash(strings.ReplaceAll(h.GPUName, " ", "_")), strconv.Itoa(h.Successes),
+			t.row(strconv.FormatInt(h.MachineID, 10), orDash(h.GPUName), strconv.Itoa(h.Successes),
 				orDash(failureCounts(h.Failures)), ago(h.LastSeen, now), hostState(h, now), orDash(truncate(h.LastFailure, 50)))
 		}
 		return t.flush()

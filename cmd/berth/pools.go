@@ -199,7 +199,7 @@ func poolsTable(w io.Writer, list []*berth.PoolInfo, wide bool) error {
 		row := []string{p.Name, p.Provider, orDash(p.Workload), fmt.Sprintf("%d/%d", p.Ready, p.Starting), "$" + strconv.FormatFloat(p.SpendPerH, 'f', 2, 64),
 			fmt.Sprintf("%d×$%s", p.MaxInstances, formatPrice(p.MaxPrice))}
 		if wide {
-			row = append(row, fmt.Sprintf("%d×%s", p.GPUs, strings.ReplaceAll(p.GPUType, " ", "_")), time.Duration(p.IdleTimeout).String(),
+			row = append(row, fmt.Sprintf("%d× %s", p.GPUs, p.GPUType), time.Duration(p.IdleTimeout).String(),
 				string(p.Strictness), orDash(strings.Join(p.Queues, ",")), "-")
 			if p.Workload == berth.WorkloadVLLM {
 				row[len(row)-1] = p.Model + ":" + strconv.Itoa(p.Port)

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,7 +113,7 @@ func TestPoolAddListRm(t *testing.T) {
 		t.Errorf("berth pools: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, _ = c.run("pools", "-o", "wide")
-	if rows = fields(out); code != 0 || len(rows) != 2 || strings.Join(rows[1][6:], " ") != "1×RTX_4090 10m0s balanced train,eval -" {
+	if rows = fields(out); code != 0 || len(rows) != 2 || strings.Join(rows[1][6:], " ") != "1× RTX 4090 10m0s balanced train,eval -" {
 		t.Errorf("berth pools -o wide: exit %d\n%s", code, out)
 	}
 	code, out, _ = c.run("pools", "-o", "json")
@@ -182,7 +183,8 @@ func TestInstancesAndHostsCommands(t *testing.T) {
 			}},
 		{ID: "i-ready", Pool: "b", OfferID: 502, MachineID: 1002, Phase: berth.InstanceReady, PricePerH: 0.25, CreatedAt: now.Add(-time.Hour),
 			Endpoint: "127.0.0.1:41800",
-			Probes:   []berth.Probe{{Phase: berth.InstanceGPUChecked, Command: "nvidia-smi -L", ExitCode: &exit0, Output: "GPU 0: RTX 4090\n", At: now}}},
+			Probes: []berth.Probe{{Phase: berth.InstanceGPUChecked, Command: "set -euo pipefail\nnvidia-smi -L\n", ExitCode: &exit0,
+				Output: "GPU 0: RTX 4090\n", At: now}}},
 	}, []*berth.HostRecord{
 		{Provider: "vast", MachineID: 1001, GPUName: "RTX 4090", Failures: map[string]int{berth.FailureInfraFatal: 1},
 			LastSeen: now, LastFailure: "Permission denied (publickey)", QuarantinedUntil: now.Add(24 * time.Hour)},
@@ -222,6 +224,17 @@ func TestInstancesAndHostsCommands(t *testing.T) {
 	if in := runJSON[berth.Instance](c, "instance", "i-ready", "-o", "json"); in.Probes[0].Output != "GPU 0: RTX 4090\n" {
 		t.Errorf("instance -o json = %+v", in)
 	}
+	// A command of several lines goes on indented under its first.
+	code, out, errOut = c.run("instance", "i-ready")
+	lines := strings.Split(out, "\n")
+	i := slices.IndexFunc(lines, func(l string) bool {
+		return strings.HasSuffix(l, "probe "+string(berth.InstanceGPUChecked)+": set -euo pipefail")
+	})
+	if code != 0 || i < 0 || i+2 >= len(lines) ||
+		lines[i+1] != strings.Repeat(" ", strings.Index(lines[i], "set -euo"))+"nvidia-smi -L (exit 0, ok)" ||
+		!strings.HasSuffix(lines[i+2], "| GPU 0: RTX 4090") {
+		t.Errorf("berth instance i-ready: exit %d, want the probe's second command line under its first, then its output:\n%s%s", code, out, errOut)
+	}
 	if code, _, errOut = c.run("instance", "i-none"); code != exitUsage || !strings.Contains(errOut, "not_found") {
 		t.Errorf("instance of an unknown id: exit %d, %q", code, errOut)
 	}
@@ -229,8 +242,9 @@ func TestInstancesAndHostsCommands(t *testing.T) {
 	code, out, errOut = c.run("hosts", "list")
 	rows = fields(out)
 	if code != 0 || len(rows) != 3 || strings.Join(rows[0], " ") != "MACHINE GPU OK FAILURES LAST-SEEN STATE LAST-FAILURE" ||
-		strings.Join(rows[1][:4], " ") != "1001 RTX_4090 0 infra_fatal=1" || !strings.HasPrefix(rows[1][5], "quarantined(2") ||
-		strings.Join(rows[2][:4], " ") != "1002 RTX_4090 2 -" || strings.Join(rows[2][5:], " ") != "ok -" {
+		strings.Join(rows[1][:5], " ") != "1001 RTX 4090 0 infra_fatal=1" || !strings.HasPrefix(rows[1][6], "quarantined(2") ||
+		strings.Join(rows[2][:5], " ") != "1002 RTX 4090 2 -" || strings.Join(rows[2][6:], " ") != "ok -" ||
+		!strings.Contains(out, "\n1001     RTX 4090  0 ") {
 		t.Errorf("berth hosts list: exit %d\n%s%s", code, out, errOut)
 	}
 	for _, tc := range []struct {

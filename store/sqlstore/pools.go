@@ -30,7 +30,7 @@ const (
 	poolColumns = `name, provider, gpu_type, gpus, max_instances, max_price, idle_timeout, strictness, image, url,
 		queues, labels, preserve_on_failure, sealed_api_key, created_at, updated_at, workload, model, max_model_len, port`
 	instanceColumns = `id, pool, provider_id, offer_id, machine_id, gpu_name, gpus, price_per_h, phase, failure, last_error,
-		worker_host, ssh_addr, timeline, probes, created_at, ready_at, idle_since, ended_at, endpoint`
+		worker_host, ssh_addr, timeline, probes, created_at, ready_at, idle_since, ended_at, host_key, endpoint`
 	hostColumns = `provider, machine_id, gpu_name, driver, successes, failures, last_seen, last_failure,
 		quarantined_until, blocked`
 )
@@ -50,7 +50,7 @@ const (
 		last_error = excluded.last_error, worker_host = excluded.worker_host, ssh_addr = excluded.ssh_addr,
 		timeline = excluded.timeline, probes = excluded.probes, created_at = excluded.created_at,
 		ready_at = excluded.ready_at, idle_since = excluded.idle_since, ended_at = excluded.ended_at,
-		endpoint = excluded.endpoint`
+		host_key = excluded.host_key, endpoint = excluded.endpoint`
 	hostUpsert = ` ON CONFLICT (provider, machine_id) DO UPDATE SET gpu_name = excluded.gpu_name, driver = excluded.driver,
 		successes = excluded.successes, failures = excluded.failures, last_seen = excluded.last_seen,
 		last_failure = excluded.last_failure, quarantined_until = excluded.quarantined_until, blocked = excluded.blocked`
@@ -164,10 +164,10 @@ func (c *CloudPools) PutInstance(ctx context.Context, i *berth.Instance) error {
 		return fmt.Errorf("put instance %s: probes: %w", i.ID, err)
 	}
 	if _, err := c.exec(ctx, c.sql(`INSERT INTO instances (`+instanceColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`+instanceUpsert),
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`+instanceUpsert),
 		i.ID, i.Pool, i.ProviderID, i.OfferID, i.MachineID, i.GPUName, i.GPUs, i.PricePerH, string(i.Phase), i.Failure,
 		i.LastError, i.WorkerHost, i.SSHAddr, timeline, probes, nanos(i.CreatedAt), nanos(i.ReadyAt), nanos(i.IdleSince),
-		nanos(i.EndedAt), i.Endpoint); err != nil {
+		nanos(i.EndedAt), i.HostKey, i.Endpoint); err != nil {
 		return fmt.Errorf("put instance %s: %w", i.ID, err)
 	}
 	return nil
@@ -213,7 +213,7 @@ func scanInstance(row scanner) (*berth.Instance, error) {
 		created, ready, idle, end int64
 	)
 	if err := row.Scan(&i.ID, &i.Pool, &i.ProviderID, &i.OfferID, &i.MachineID, &i.GPUName, &i.GPUs, &i.PricePerH, &phase,
-		&i.Failure, &i.LastError, &i.WorkerHost, &i.SSHAddr, &timeline, &probes, &created, &ready, &idle, &end,
+		&i.Failure, &i.LastError, &i.WorkerHost, &i.SSHAddr, &timeline, &probes, &created, &ready, &idle, &end, &i.HostKey,
 		&i.Endpoint); err != nil {
 		return nil, err
 	}

@@ -20,6 +20,10 @@ func exerciseDurable(t *testing.T, d Driver) {
 		t.Parallel()
 		testReopen(t, reopener(t, d.Open))
 	})
+	t.Run("ReopenKeepsInstances", func(t *testing.T) {
+		t.Parallel()
+		testReopenKeepsInstances(t, reopener(t, d.Open))
+	})
 	t.Run("KeepsNewestEvents", func(t *testing.T) {
 		t.Parallel()
 		testKeptEvents(t, reopener(t, d.Open), d.StoredEvents)

@@ -87,6 +87,7 @@ func fullInstance(id, pool string, created time.Time) *berth.Instance {
 		ID: id, Pool: pool, ProviderID: 1<<40 + 7, OfferID: 9876543, MachineID: 42, GPUName: "RTX 4090", GPUs: 2,
 		PricePerH: 0.4123, Phase: berth.InstanceReady, Failure: berth.FailureWarmup, LastError: "ssh: handshake failed — ünï",
 		WorkerHost: "vast-" + id, SSHAddr: "127.0.0.1:41022", Endpoint: "127.0.0.1:41800",
+		HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
 		Timeline: []berth.PhaseChange{
 			{Phase: berth.InstanceCreating, At: created},
 			{Phase: berth.InstanceCreated, At: created.Add(2 * time.Second), Reason: "contract 1099511627783"},
@@ -251,4 +252,38 @@ func testHosts(t *testing.T, s store.Store) {
 	}
 	got, _ = s.Hosts(ctx, "other")
 	checkEqual(t, "another provider's hosts after DeleteHosts(vast)", got, []*berth.HostRecord{elsewhere})
+}
+
+// testReopenKeepsInstances checks that an instance's record, its pinned
+// SSH host key included, is the same after the store is closed and
+// reopened (a server restart), and that a pin written after the reopen
+// is kept over another.
+func testReopenKeepsInstances(t *testing.T, reopen func() (store.Store, string)) {
+	ctx := context.Background()
+	s, _ := reopen()
+	in := fullInstance("i-1", "p", base)
+	bare := &berth.Instance{ID: "i-2", Pool: "p", Phase: berth.InstanceRunning, CreatedAt: base.Add(time.Second)}
+	for _, i := range []*berth.Instance{in, bare} {
+		if err := s.PutInstance(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ = reopen()
+	all, err := s.Instances(ctx, store.InstanceFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEqual(t, "Instances after a reopen, the host key pinned", all, []*berth.Instance{fullInstance("i-1", "p", base), bare})
+
+	pinned := *bare
+	pinned.Phase, pinned.HostKey = berth.InstanceSSH, "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTY="
+	if err := s.PutInstance(ctx, &pinned); err != nil {
+		t.Fatal(err)
+	}
+	s, _ = reopen()
+	got, err := s.Instance(ctx, "i-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEqual(t, "an instance pinned after a reopen, after another", got, &pinned)
 }

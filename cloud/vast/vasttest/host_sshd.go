@@ -233,7 +233,10 @@ func (in *instance) start(machine int64, fault Fault, keys []string, env map[str
 		}
 	}
 	if fault == FaultOOM {
-		env = maps.Clone(env)
+		env = maps.Clone(env) // nil for none
+		if env == nil {
+			env = map[string]string{}
+		}
 		env["FAKEVLLM_OOM"] = "1"
 	}
 	path := bin + ":" + sshdPath

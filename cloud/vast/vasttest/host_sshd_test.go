@@ -400,3 +400,32 @@ func TestSSHHostTwoHostsAtOnce(t *testing.T) {
 		t.Errorf("the other host's machine went down with it: %v: %s", err, stderr)
 	}
 }
+
+// TestSSHHostCommandsHomeAndOOM checks that a command given WithCommand
+// is on the machine's PATH for its onstart, that the onstart and an SSH
+// session share the machine's HOME, and that an oom machine's onstart has
+// FAKEVLLM_OOM set.
+func TestSSHHostCommandsHomeAndOOM(t *testing.T) {
+	needSSHD(t)
+	hello := filepath.Join(t.TempDir(), "hello")
+	if err := os.WriteFile(hello, []byte("#!/bin/sh\necho \"hello ${FAKEVLLM_OOM:-none}\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := newHost(t, vasttest.WithCommand("hello", hello))
+	key, pub := clientKey(t)
+	for i, tc := range []struct {
+		fault vasttest.Fault
+		want  string
+	}{{vasttest.FaultNone, "hello none"}, {vasttest.FaultOOM, "hello 1"}} {
+		fifo, read := readFIFO(t)
+		port, err := h.Start(int64(20+i), 1001, tc.fault, []string{pub}, nil, `hello > "$HOME/said" && echo "$HOME" > `+fifo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		home := read()
+		out, stderr, err := runSSH(t, key, port, `echo "$HOME"; cat "$HOME/said"`)
+		if err != nil || out != home+"\n"+tc.want+"\n" {
+			t.Errorf("%s machine: onstart's HOME %q; over SSH %q (%v: %s), want the same HOME and %q", tc.fault, home, out, err, stderr, tc.want)
+		}
+	}
+}

@@ -195,6 +195,8 @@ type Server struct {
 	keys   []string
 	limits map[Endpoint]int
 	n429   int
+	outage int // the status every call is answered with (OutageDrop: none); 0: no outage
+	nOut   int // calls an outage answered
 	calls  []Call
 	search [][]byte
 }
@@ -264,6 +266,29 @@ func (s *Server) Throttle(e Endpoint, n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.limits[e] += n
+}
+
+// OutageDrop, given to Outage, makes every call's connection close
+// without an answer (the client sees EOF or a reset, as when the API is
+// unreachable).
+const OutageDrop = -1
+
+// Outage makes the API answer every call, whatever its endpoint or key,
+// with status (a 5xx: the provider's API is down), or close the
+// connection unanswered (OutageDrop), until Outage(0) ends it. A call
+// during an outage changes nothing and is not recorded.
+func (s *Server) Outage(status int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outage = status
+}
+
+// OutageCalls returns how many calls outages have answered (or dropped)
+// so far, so that a test can wait for a client to have met one.
+func (s *Server) OutageCalls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nOut
 }
 
 // Calls returns every create and destroy the server was sent, in order.
@@ -349,8 +374,22 @@ func (s *Server) route(pattern string, e Endpoint, h func(*exchange)) {
 		body, _ := io.ReadAll(r.Body)
 		x := &exchange{r: r, body: body}
 		s.mu.Lock()
-		s.serve(e, h, x)
+		outage := s.outage
+		if outage == 0 {
+			s.serve(e, h, x)
+		} else {
+			s.nOut++
+		}
 		s.mu.Unlock()
+		switch {
+		case outage == OutageDrop:
+			panic(http.ErrAbortHandler) // net/http closes the connection unanswered
+		case outage != 0:
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(outage)
+			io.WriteString(w, "<html><body><h1>"+strconv.Itoa(outage)+" "+http.StatusText(outage)+"</h1></body></html>")
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if text, ok := x.resp.(string); ok {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -172,7 +172,7 @@ func TestLifecycleOnTheClockAndTheHost(t *testing.T) {
 	}
 	in := a.show(id)
 	ports, _ := json.Marshal(in["ports"])
-	if string(ports) != `{"22/tcp":[{"HostIp":"0.0.0.0","HostPort":"31002"}]}` {
+	if string(ports) != `{"22/tcp":[{"HostIp":"0.0.0.0","HostPort":"31002"}],"8000/tcp":[{"HostIp":"0.0.0.0","HostPort":"8000"}]}` {
 		t.Errorf("ports %s", ports)
 	}
 	want := start{id: id, machine: 1002, fault: vasttest.FaultStall, keys: []string{"ssh-ed25519 AAAA berth"},
@@ -239,6 +239,38 @@ func TestVanish(t *testing.T) {
 	}
 	if status, resp := a.do("DELETE", "/instances/"+itoa(gone)+"/", ""); status != 404 || !strings.Contains(resp, `"not_found"`) {
 		t.Errorf("destroy of a vanished instance: %d %s", status, resp)
+	}
+}
+
+// TestOutage: while the API is out every call, of any endpoint, is
+// answered with the outage's status (or its connection dropped) and
+// changes nothing; once it ends the instances are as they were.
+func TestOutage(t *testing.T) {
+	t.Parallel()
+	a := serve(t, vasttest.Options{})
+	id := a.create(1001, body)
+	a.srv.Outage(http.StatusServiceUnavailable)
+	for _, c := range []struct{ method, path string }{{"GET", "/instances/"}, {"GET", "/instances/" + itoa(id) + "/"},
+		{"DELETE", "/instances/" + itoa(id) + "/"}, {"PUT", "/asks/" + itoa(vasttest.OfferBase+1002) + "/"}, {"POST", "/bundles/"}} {
+		if status, resp := a.do(c.method, c.path, body); status != http.StatusServiceUnavailable || !strings.Contains(resp, "503") {
+			t.Errorf("%s %s during the outage: %d %s, want 503", c.method, c.path, status, resp)
+		}
+	}
+	a.srv.Outage(vasttest.OutageDrop)
+	req, _ := http.NewRequest("POST", a.url+"/bundles/", nil) // not retried by the client, as a GET would be
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Errorf("a dropped call was answered %d, want its connection closed", resp.StatusCode)
+	}
+	a.srv.Outage(0)
+	if n := a.srv.OutageCalls(); n != 6 {
+		t.Errorf("OutageCalls = %d, want the 6 calls made during the outages", n)
+	}
+	if live := a.srv.Live(); len(live) != 1 || live[0].ID != id || len(a.srv.Calls()) != 1 {
+		t.Errorf("after the outage: live %+v, calls %+v; want the one instance, only its create recorded", live, a.srv.Calls())
+	}
+	if ids := a.listed(); !slices.Equal(ids, []float64{float64(id)}) {
+		t.Errorf("listed %v after the outage, want %d", ids, id)
 	}
 }
 
