@@ -28,6 +28,13 @@ type Provisioner interface {
 	Provision(ctx context.Context, pool *berth.Pool) (*berth.Instance, error)
 }
 
+// Releaser gives a rented instance back: destroyed at its provider,
+// recorded destroyed with reason, its machine not blamed; package
+// provision's Provisioner (through the server's fleet) is one.
+type Releaser interface {
+	Destroy(ctx context.Context, inst *berth.Instance, reason string) error
+}
+
 // PoolKeys seals a pool's provider API key for the store; auth.Vault is
 // one (its OpenPoolKey opens it again for the provisioner).
 type PoolKeys interface {
@@ -41,6 +48,8 @@ type Pools struct {
 	// Provisioner runs POST /api/v1/pools/{name}/provision; nil: it
 	// answers 503.
 	Provisioner Provisioner
+	// Releaser runs DELETE /api/v1/instances/{id}; nil: it answers 503.
+	Releaser Releaser
 	// Now is the clock the pools' updated_at is stamped with; time.Now
 	// when nil.
 	Now func() time.Time
@@ -73,6 +82,7 @@ func (s *Server) poolRoutes() {
 	ops("POST /api/v1/pools/{name}/provision", s.provision)
 	ops("GET /api/v1/instances", s.listInstances)
 	ops("GET /api/v1/instances/{id}", s.getInstance)
+	ops("DELETE /api/v1/instances/{id}", s.deleteInstance)
 	ops("GET /api/v1/hosts", s.listHosts)
 	ops("DELETE /api/v1/hosts", s.clearHosts)
 	ops("POST /api/v1/hosts/{machine}/block", s.blockHost(true))
@@ -346,6 +356,46 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) {
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) {
 	in, err := s.Pools.Store.Instance(r.Context(), r.PathValue("id"))
 	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, in)
+}
+
+// givenBackByHand is the reason an instance given back through DELETE
+// /api/v1/instances/{id} is recorded with.
+const givenBackByHand = "given back by hand"
+
+// deleteInstance answers DELETE /api/v1/instances/{id}: it gives a ready
+// (or failed and preserved) instance back — a bare vLLM node, which
+// nothing gives back otherwise — and answers 200 with it, destroyed;
+// audited (instance.destroyed). One destroyed already is answered as it
+// is; one part way to ready is 409 (its provisioning ends it); unknown:
+// 404; a server that rents no instances: 503.
+func (s *Server) deleteInstance(w http.ResponseWriter, r *http.Request) {
+	if s.Pools.Releaser == nil {
+		writeError(w, r, berth.Errorf(berth.ECodeUnavailable, "no provisioner: this server does not rent instances"))
+		return
+	}
+	in, err := s.Pools.Store.Instance(r.Context(), r.PathValue("id"))
+	if err != nil {
+		writeError(w, r, err)
+		return
+	}
+	switch {
+	case !in.Live():
+		writeJSON(w, http.StatusOK, in)
+		return
+	case in.Starting():
+		writeError(w, r, berth.Errorf(berth.ECodeConflict, "instance %s is being provisioned (%s): give it back once it is ready or has failed", in.ID, in.Phase))
+		return
+	}
+	if err := s.sec.record(r, "instance.destroyed", "instance/"+in.ID, map[string]string{"pool": in.Pool,
+		"contract": strconv.FormatInt(in.ProviderID, 10), "phase": string(in.Phase)}); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	if err := s.Pools.Releaser.Destroy(r.Context(), in, givenBackByHand); err != nil {
 		writeError(w, r, err)
 		return
 	}

@@ -440,6 +440,60 @@ func TestInstancesAndHosts(t *testing.T) {
 	}
 }
 
+// releaseFunc is a Releaser that gives inst back by calling f.
+type releaseFunc func(ctx context.Context, inst *berth.Instance, reason string) error
+
+func (f releaseFunc) Destroy(ctx context.Context, inst *berth.Instance, reason string) error {
+	return f(ctx, inst, reason)
+}
+
+// DELETE /api/v1/instances/{id} gives a ready instance back through the
+// Releaser, audited; it leaves one part way to ready to its provisioning
+// and answers one destroyed already as it is.
+func TestDeleteInstance(t *testing.T) {
+	t.Parallel()
+	s := startPoolServer(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	for _, in := range []*berth.Instance{
+		{ID: "i-node", Pool: "llm", ProviderID: 77, Phase: berth.InstanceReady, Endpoint: "127.0.0.1:8000", CreatedAt: now},
+		{ID: "i-boot", Pool: "llm", ProviderID: 78, Phase: berth.InstanceSSH, CreatedAt: now},
+		{ID: "i-gone", Pool: "llm", ProviderID: 79, Phase: berth.InstanceDestroyed, CreatedAt: now, EndedAt: now},
+	} {
+		if err := s.st.PutInstance(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if status, _, data := s.do("DELETE", "/api/v1/instances/i-node", ""); status != http.StatusServiceUnavailable {
+		t.Errorf("DELETE without a releaser: %d %s, want 503", status, data)
+	}
+	var released []string
+	s.pools.Releaser = releaseFunc(func(ctx context.Context, inst *berth.Instance, reason string) error {
+		released = append(released, inst.ID+": "+reason)
+		inst.Phase, inst.EndedAt = berth.InstanceDestroyed, now
+		return s.st.PutInstance(ctx, inst)
+	})
+	for _, tc := range []struct {
+		id     string
+		status int
+	}{{"nope", http.StatusNotFound}, {"i-boot", http.StatusConflict}, {"i-gone", http.StatusOK}} {
+		if status, _, data := s.do("DELETE", "/api/v1/instances/"+tc.id, ""); status != tc.status {
+			t.Errorf("DELETE %s: %d %s, want %d", tc.id, status, data, tc.status)
+		}
+	}
+	status, _, data := s.do("DELETE", "/api/v1/instances/i-node", "")
+	var in berth.Instance
+	if status != http.StatusOK || json.Unmarshal(data, &in) != nil || in.Phase != berth.InstanceDestroyed {
+		t.Fatalf("DELETE a ready instance: %d %s, want 200 and it destroyed", status, data)
+	}
+	if len(released) != 1 || released[0] != "i-node: given back by hand" {
+		t.Errorf("released %q, want i-node alone, given back by hand", released)
+	}
+	if log := s.auditLog(); bytes.Count(log, []byte(`"instance.destroyed"`)) != 1 || !bytes.Contains(log, []byte("instance/i-node")) {
+		t.Errorf("audit log: want one instance.destroyed of i-node:\n%s", log)
+	}
+}
+
 func TestProvisionEndpoint(t *testing.T) {
 	t.Parallel()
 	s := startPoolServer(t)

@@ -99,6 +99,17 @@ func (c *Client) Instance(ctx context.Context, id string) (*berth.Instance, erro
 	return &out, nil
 }
 
+// DestroyInstance gives instance id back (DELETE /api/v1/instances/{id}):
+// destroyed at its provider, its machine not blamed; it returns the
+// instance as recorded then.
+func (c *Client) DestroyInstance(ctx context.Context, id string) (*berth.Instance, error) {
+	var out berth.Instance
+	if err := c.do(ctx, http.MethodDelete, "/api/v1/instances/"+url.PathEscape(id), nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Hosts lists provider's host records by machine id (GET
 // /api/v1/hosts?provider=).
 func (c *Client) Hosts(ctx context.Context, provider string) ([]*berth.HostRecord, error) {

@@ -16,7 +16,6 @@ const (
 	WhereStatusMsg = "status_msg"    // the provider's status_msg (docker errors)
 	WhereSSH       = "ssh"           // an SSH probe's error
 	WhereGPU       = "gpu"           // the GPU sanity probe's output (nvidia-smi, the libcuda check)
-	WhereWarmup    = "warmup"        // the workload's warm-up log (vLLM, Triton)
 	WhereProbe     = "probe"         // an HTTP readiness probe's error or status
 )
 
@@ -28,8 +27,9 @@ type signature struct {
 	class  string
 }
 
-// signatures is the table of docs/pools.md ("Failure classes"), first
-// match wins: infra-fatal lines come before the warm-up ones they would
+// signatures is the table of docs/pools.md ("Failure classes") but its
+// warm-up log rows, which are the vllm service template's fatal patterns
+// (package service, read by provision for a vLLM node); first match wins: infra-fatal lines come before the warm-up ones they would
 // otherwise overlap ("ssh: handshake failed: ssh: unable to
 // authenticate" is a refused key, not a daemon still starting).
 var signatures = []signature{
@@ -49,10 +49,8 @@ var signatures = []signature{
 	{[]string{WhereGPU}, []string{"gpu has fallen off the bus"}, berth.FailureInfraFatal},
 	{[]string{WhereGPU}, []string{"nvidia-smi: command not found"}, berth.FailureInfraFatal},
 	{[]string{WhereGPU}, []string{"nvidia-smi: not found"}, berth.FailureInfraFatal},
-	{[]string{WhereGPU, WhereWarmup}, []string{"cannot find -lcuda"}, berth.FailureInfraFatal},
-	{[]string{WhereGPU, WhereWarmup}, []string{"libcuda.so cannot found"}, berth.FailureInfraFatal},
-	{[]string{WhereWarmup}, []string{"cuda out of memory"}, berth.FailureWorkloadFatal},
-	{[]string{WhereWarmup}, []string{"enginedeaderror"}, berth.FailureWorkloadFatal},
+	{[]string{WhereGPU}, []string{"cannot find -lcuda"}, berth.FailureInfraFatal},
+	{[]string{WhereGPU}, []string{"libcuda.so cannot found"}, berth.FailureInfraFatal},
 
 	{[]string{WhereSSH}, []string{"permission denied"}, berth.FailureInfraFatal},
 	{[]string{WhereSSH}, []string{"unable to authenticate"}, berth.FailureInfraFatal},

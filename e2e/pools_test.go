@@ -260,7 +260,8 @@ func TestPoolJobNotLostToAFailedMachine(t *testing.T) {
 // machines' PATH) — and prints its timeline through the server's startup
 // markers to ready, with the endpoint at which the model is served; berth
 // instances lists it ready with that endpoint, berth pools shows the
-// workload, and the node answers there.
+// workload, and the node answers there; berth instance rm gives it back
+// without blaming its machine.
 func TestPoolVLLMNodeProvision(t *testing.T) {
 	t.Parallel()
 	fv := newFakeVast(t, vasttest.Options{Machines: 2}, vasttest.WithCommand("vllm", fakeVLLM(t)))
@@ -311,6 +312,21 @@ func TestPoolVLLMNodeProvision(t *testing.T) {
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || len(list.Data) != 1 || list.Data[0].ID != model {
 		t.Errorf("GET %s/v1/models: %+v, %v; want %s served", endpoint, list, err, model)
+	}
+
+	// Nothing gives a node back but its operator: berth instance rm.
+	if out := mustCLI(t, "", "", "--server", cl.url, "instance", "rm", ins[0].ID); out != "instance "+ins[0].ID+" destroyed\n" {
+		t.Errorf("berth instance rm: %q", out)
+	}
+	if live := fv.Live(); len(live) != 0 {
+		t.Errorf("live at the marketplace after berth instance rm: %+v", live)
+	}
+	var hosts []berth.HostRecord
+	if err := json.Unmarshal([]byte(mustCLI(t, "", "", "--server", cl.url, "hosts", "list", "-o", "json")), &hosts); err != nil {
+		t.Fatal(err)
+	}
+	if len(hosts) != 1 || hosts[0].Successes != 1 || len(hosts[0].Failures) != 0 || !hosts[0].QuarantinedUntil.IsZero() {
+		t.Errorf("host records %+v, want the machine's success alone: giving a node back blames no one", hosts)
 	}
 }
 

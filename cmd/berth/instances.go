@@ -46,7 +46,10 @@ func idOrDash(id int64) string {
 }
 
 func runInstance(ctx context.Context, m *Main, args []string) error {
-	fs := m.flagSet("instance", "[flags] ID")
+	if rest := args[len(m.globals):]; len(rest) > 0 && rest[0] == "rm" {
+		return runInstanceRm(ctx, m, m.withGlobals(rest[1:]))
+	}
+	fs := m.flagSet("instance", "[flags] ID | rm ID")
 	cf := m.addClientFlags(fs, true)
 	id, err := parseOneArg(fs, cf, args, "id", "give exactly one instance ID (berth instances lists them)")
 	if err != nil {
@@ -269,5 +272,23 @@ func runHostsClear(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	fmt.Fprintf(m.Stdout, "%d host records of %s cleared\n", n, *provider)
+	return nil
+}
+
+// runInstanceRm gives a ready instance back (a bare vLLM node, which
+// nothing else gives back): destroyed at the marketplace, its machine not
+// blamed.
+func runInstanceRm(ctx context.Context, m *Main, args []string) error {
+	fs := m.flagSet("instance rm", "[flags] ID")
+	cf := m.addClientFlags(fs, false)
+	id, err := parseOneArg(fs, cf, args, "id", "give exactly one instance ID (berth instances lists them)")
+	if err != nil {
+		return err
+	}
+	in, err := m.client(cf).DestroyInstance(ctx, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "instance %s %s\n", in.ID, in.Phase)
 	return nil
 }

@@ -99,7 +99,7 @@ var commands = map[string]command{
 	"pool":      {"add or remove a cloud pool: GPUs rented from Vast.ai when jobs wait (add, rm)", runPool},
 	"pools":     {"list cloud pools: their instances, spend and caps", runPools},
 	"instances": {"list the instances cloud pools rented: phase, price, spend, last failure", runInstances},
-	"instance":  {"show a rented instance: its phase timeline and each readiness probe", runInstance},
+	"instance":  {"show a rented instance: its phase timeline and each readiness probe; rm ID gives one back", runInstance},
 	"hosts":     {"list, block, unblock or clear the marketplace machines' records (list, block, unblock, clear)", runHosts},
 	"provision": {"rent one instance for a pool through every readiness phase; exit 0 if ready", runProvision},
 	"webhook":   {"subscribe URLs to events; see deliveries, redeliver (add, list, rm, deliveries, redeliver)", runWebhook},

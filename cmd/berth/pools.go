@@ -27,6 +27,7 @@ what no local worker has, within its caps, and gives them back when idle
                  [--provider vast] [--gpus 1] [--idle-timeout 10m] [--strictness balanced]
                  [--image IMAGE] [--vast-url URL] [--queues q1,q2] [--labels k=v,...]
                  [--preserve-on-failure]
+                 [--workload agent|vllm --model MODEL [--max-model-len N] [--port 8000]]
   berth pool rm NAME [--force]
   berth pools [-o wide|json|yaml]
   berth provision --pool NAME        rent one instance through every phase, print its timeline

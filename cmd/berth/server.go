@@ -379,7 +379,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	apiSec := sec.api(rs.Tokens, vault)
 	apiServer := api.New(ctl, rs.store, apiSec, cfg.Log)
 	apiServer.Webhooks = rs.webhooks
-	apiServer.Pools = &api.Pools{Store: rs.store, Keys: vault, Provisioner: byHand{fleet}}
+	apiServer.Pools = &api.Pools{Store: rs.store, Keys: vault, Provisioner: byHand{fleet}, Releaser: fleet}
 	apiServer.PeerStatuses, apiServer.PeerLogs = rs.federation, rs.federation
 	// The dashboard, at /; its sampler runs until Close.
 	rs.dashboard = web.New(web.Config{Ctl: ctl, Store: rs.store, CheckToken: apiSec.Ingress.CheckToken, PeerStatuses: rs.federation,
