@@ -210,7 +210,9 @@ func TestInstancesAndHostsCommands(t *testing.T) {
 	// A command of several lines goes on indented under its first.
 	code, out, errOut = c.run("instance", "i-ready")
 	lines := strings.Split(out, "\n")
-	i := slices.IndexFunc(lines, func(l string) bool { return strings.HasSuffix(l, "probe "+string(berth.InstanceGPUChecked)+": set -euo pipefail") })
+	i := slices.IndexFunc(lines, func(l string) bool {
+		return strings.HasSuffix(l, "probe "+string(berth.InstanceGPUChecked)+": set -euo pipefail")
+	})
 	if code != 0 || i < 0 || i+2 >= len(lines) ||
 		lines[i+1] != strings.Repeat(" ", strings.Index(lines[i], "set -euo"))+"nvidia-smi -L (exit 0, ok)" ||
 		!strings.HasSuffix(lines[i+2], "| GPU 0: RTX 4090") ||
