@@ -227,6 +227,7 @@ func (d *driver) notYet(ctx context.Context, class, why string) (bool, string, s
 	}
 	return false, class, why, nil
 }
+
 func orNone(s string) string {
 	if s == "" {
 		return "(none)"

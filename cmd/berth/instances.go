@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/berth-dev/berth"
+	"golang.org/x/crypto/ssh"
 )
 
 func runInstances(ctx context.Context, m *Main, args []string) error {
@@ -66,7 +67,8 @@ func runInstance(ctx context.Context, m *Main, args []string) error {
 	return nil
 }
 
-// printInstance writes instance in: its fields, then its phase timeline
+// printInstance writes instance in: its fields (its pinned SSH host key
+// by fingerprint), then its phase timeline
 // and, in time order among it, each probe with its command, exit code and
 // output.
 func printInstance(w io.Writer, in *berth.Instance, now time.Time) {
@@ -83,6 +85,9 @@ func printInstance(w io.Writer, in *berth.Instance, now time.Time) {
 	fmt.Fprintf(w, "Price:     $%s, spent $%s\n", formatPrice(in.PricePerH), strconv.FormatFloat(in.Spent(now), 'f', 2, 64))
 	if in.SSHAddr != "" {
 		fmt.Fprintf(w, "SSH:       %s\n", in.SSHAddr)
+	}
+	if in.HostKey != "" {
+		fmt.Fprintf(w, "Host key:  %s (pinned)\n", hostKeyFingerprint(in.HostKey))
 	}
 	if in.WorkerHost != "" {
 		fmt.Fprintf(w, "Worker:    %s\n", in.WorkerHost)
@@ -103,6 +108,17 @@ func printInstance(w io.Writer, in *berth.Instance, now time.Time) {
 			fmt.Fprint(w, l)
 		}
 	}
+}
+
+// hostKeyFingerprint writes an SSH host key (authorized_keys format) as
+// ssh-keygen -l does: its SHA256 fingerprint and its type; a key it cannot
+// read, as it is.
+func hostKeyFingerprint(key string) string {
+	pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(key))
+	if err != nil {
+		return key
+	}
+	return ssh.FingerprintSHA256(pub) + " " + pub.Type()
 }
 
 // timelineLines are in's phase changes from the tl-th and probes from the

@@ -163,6 +163,10 @@ func TestPoolAddListRm(t *testing.T) {
 	}
 }
 
+// hostKeySHA256 is the fingerprint of the host key of the test's
+// instance, as ssh-keygen -l prints it (computed with ssh-keygen).
+const hostKeySHA256 = "+DiY3wvvV6TuJJhbpZisF/zLDA0zPMSvHdkr4UvCOqU"
+
 func TestInstancesAndHostsCommands(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -183,6 +187,7 @@ func TestInstancesAndHostsCommands(t *testing.T) {
 			}},
 		{ID: "i-ready", Pool: "b", OfferID: 502, MachineID: 1002, Phase: berth.InstanceReady, PricePerH: 0.25, CreatedAt: now.Add(-time.Hour),
 			Endpoint: "127.0.0.1:41800",
+			HostKey:  "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl",
 			Probes: []berth.Probe{{Phase: berth.InstanceGPUChecked, Command: "set -euo pipefail\nnvidia-smi -L\n", ExitCode: &exit0,
 				Output: "GPU 0: RTX 4090\n", At: now}}},
 	}, []*berth.HostRecord{
@@ -232,7 +237,8 @@ func TestInstancesAndHostsCommands(t *testing.T) {
 	})
 	if code != 0 || i < 0 || i+2 >= len(lines) ||
 		lines[i+1] != strings.Repeat(" ", strings.Index(lines[i], "set -euo"))+"nvidia-smi -L (exit 0, ok)" ||
-		!strings.HasSuffix(lines[i+2], "| GPU 0: RTX 4090") {
+		!strings.HasSuffix(lines[i+2], "| GPU 0: RTX 4090") ||
+		!strings.Contains(out, "\nHost key:  SHA256:"+hostKeySHA256+" ssh-ed25519 (pinned)\n") {
 		t.Errorf("berth instance i-ready: exit %d, want the probe's second command line under its first, then its output:\n%s%s", code, out, errOut)
 	}
 	if code, _, errOut = c.run("instance", "i-none"); code != exitUsage || !strings.Contains(errOut, "not_found") {
