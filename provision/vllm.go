@@ -148,8 +148,7 @@ func (w *vllmWatch) summary() string {
 // infra-fatal (vanished: the *Failure show returns). Once it serves, inst's Endpoint is its public address for
 // the port, when the provider maps one.
 func (d *driver) vllmServing(ctx context.Context) (bool, string, string, error) {
-	ok, class, why := d.connect(ctx)
-	if !ok {
+	if ok, class, why := d.connect(ctx); !ok {
 		return false, class, why, nil
 	}
 	if d.vllm == nil {
@@ -174,6 +173,7 @@ func (d *driver) vllmServing(ctx context.Context) (bool, string, string, error) 
 	}
 	d.p.probe(d.inst, d.r, vllmLogProbe, &code, w.summary(), logClass)
 
+	why := "vllm not serving yet: " + w.summary()
 	probe := modelsProbe(d.pool.Port)
 	code, out, err = run(ctx, d.ssh, probe, d.p.DialTimeout)
 	switch {
@@ -205,9 +205,6 @@ func (d *driver) vllmServing(ctx context.Context) (bool, string, string, error) 
 	_, class, swhy, err := d.show(ctx)
 	if err != nil || class == berth.FailureInfraFatal || class == berth.FailureWorkloadFatal {
 		return false, class, swhy, err
-	}
-	if why == "" {
-		why = "vllm not serving yet: " + w.summary()
 	}
 	return false, logClass, why, nil
 }

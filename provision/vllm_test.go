@@ -142,3 +142,27 @@ func TestVLLMWatchScan(t *testing.T) {
 		}
 	}
 }
+
+// A node is ready when /v1/models lists the pool's model by id, not on any
+// answer; its endpoint is the public port mapped to its own.
+func TestServedModelsAndEndpoint(t *testing.T) {
+	t.Parallel()
+	for out, want := range map[string]string{
+		`{"object":"list","data":[{"id":"Qwen/Qwen2.5-0.5B-Instruct","object":"model"}]}`: "",
+		`{"object":"list","data":[{"id":"other"},{"id":"qwen"}]}`:                         `["other", "qwen"]`,
+		`{"detail":"Not Found"}`:   `[]`,
+		`<html>bad gateway</html>`: "no model list",
+	} {
+		listed, served := servedModels(out, "Qwen/Qwen2.5-0.5B-Instruct")
+		if served != (want == "") || !strings.HasPrefix(listed, want) {
+			t.Errorf("servedModels(%s) = %q, %v; want %q", out, listed, served, want)
+		}
+	}
+	pi := &cloud.ProviderInstance{PublicIP: "203.0.113.7", Ports: map[int]int{22: 40022, 8000: 41234}}
+	if got := endpoint(pi, 8000); got != "203.0.113.7:41234" {
+		t.Errorf("endpoint = %q, want the public port mapped to 8000", got)
+	}
+	if got := endpoint(pi, 8001); got != "" {
+		t.Errorf("endpoint of an unmapped port = %q, want none", got)
+	}
+}
