@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -373,6 +374,13 @@ func byID(hooks []*berth.Webhook) map[string]*berth.Webhook {
 	return m
 }
 
+// sortedHooks returns hooks' webhooks by id.
+func sortedHooks(hooks map[string]*berth.Webhook) []*berth.Webhook {
+	list := slices.Collect(maps.Values(hooks))
+	slices.SortFunc(list, func(a, b *berth.Webhook) int { return strings.Compare(a.ID, b.ID) })
+	return list
+}
+
 // cachedWebhooks returns the webhooks, read from the store when the cache
 // was invalidated.
 func (d *Dispatcher) cachedWebhooks(ctx context.Context) (map[string]*berth.Webhook, error) {
@@ -403,16 +411,41 @@ func (d *Dispatcher) recordLoop(ctx context.Context, after uint64) {
 		if err != nil {
 			return // stopped
 		}
-		if missed > 0 {
-			d.cfg.Log.Error("webhooks: events missed (the dispatcher fell behind the event ring)", "missed", missed, "after", after)
-		}
 		if len(events) == 0 {
 			continue
+		}
+		if missed > 0 {
+			d.skipped(after+1, missed)
 		}
 		if !d.record(ctx, events) {
 			return
 		}
 		after = events[len(events)-1].Seq
+	}
+}
+
+// skipped reports the missed events first, first+1, … (missed of them),
+// which left the event ring before they were read: the events are not
+// kept anywhere the dispatcher can read them again (the store keeps them
+// only when it is shared, and then only the newest store.KeptEvents),
+// so their deliveries are lost. With no webhook there was nothing to
+// deliver and nothing is reported; otherwise one error per webhook names
+// it and the events it may have matched.
+func (d *Dispatcher) skipped(first, missed uint64) {
+	last := first + missed - 1
+	hooks, err := d.cachedWebhooks(d.ctx)
+	if err != nil {
+		d.cfg.Log.Error("webhooks: events missed (the dispatcher fell behind the event ring); their deliveries were skipped",
+			"first_seq", first, "last_seq", last, "missed", missed, "err", err)
+		return
+	}
+	for _, w := range sortedHooks(hooks) {
+		events := "all"
+		if len(w.Events) > 0 {
+			events = strings.Join(w.Events, ",")
+		}
+		d.cfg.Log.Error("webhooks: deliveries skipped: the dispatcher fell behind the event ring",
+			"webhook", w.ID, "events", events, "first_seq", first, "last_seq", last, "missed", missed)
 	}
 }
 
@@ -469,11 +502,7 @@ func (d *Dispatcher) deliveriesOf(events []berth.Event, hooks map[string]*berth.
 	if len(hooks) == 0 {
 		return nil
 	}
-	list := make([]*berth.Webhook, 0, len(hooks))
-	for _, w := range hooks {
-		list = append(list, w)
-	}
-	slices.SortFunc(list, func(a, b *berth.Webhook) int { return strings.Compare(a.ID, b.ID) })
+	list := sortedHooks(hooks)
 	now := d.cfg.Now().UTC()
 	var ds []*berth.Delivery
 	for _, e := range events {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -611,4 +613,109 @@ func TestDispatcherDoesNotFollowRedirects(t *testing.T) {
 		t.Errorf("redirected delivery = %+v", dl)
 	}
 	target.stillHits(t, 0)
+}
+
+// readsPast is an event stream that tells, on reached, when its reader
+// asks for the events after seq at or beyond the stream's mark: it has
+// then handled every event up to the mark.
+type readsPast struct {
+	*controller.Bus
+	mark    uint64
+	reached chan struct{}
+	once    sync.Once
+}
+
+func (r *readsPast) Read(ctx context.Context, after uint64) ([]berth.Event, uint64, error) {
+	if after >= r.mark {
+		r.once.Do(func() { close(r.reached) })
+	}
+	return r.Bus.Read(ctx, after)
+}
+
+// overflow publishes n job events at once on a bus of ring events, more
+// than it keeps, to a dispatcher logging as JSON into logs, and returns
+// the dispatcher once it has read them all.
+func overflow(t *testing.T, ring, n int, before func(*webhook.Dispatcher)) (*webhook.Dispatcher, *logBuffer) {
+	t.Helper()
+	logs := &logBuffer{}
+	events := &readsPast{Bus: controller.NewBus(ring), mark: uint64(n), reached: make(chan struct{})}
+	d := startDispatcher(t, openStore(t, filepath.Join(t.TempDir(), "berth.db")), events, fakeclock.New(t0),
+		func(c *webhook.DispatcherConfig) { c.Log = slog.New(slog.NewJSONHandler(logs, nil)) })
+	if before != nil {
+		before(d)
+	}
+	batch := make([]berth.Event, n)
+	for i := range batch {
+		batch[i] = berth.Event{Seq: uint64(i + 1), Time: t0, Type: berth.EventJobSubmitted, JobID: "j" + strconv.Itoa(i+1)}
+	}
+	events.Publish(batch...)
+	select {
+	case <-events.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the dispatcher did not read past event %d", n)
+	}
+	return d, logs
+}
+
+// TestDispatcherWithoutWebhooksIgnoresOverflow publishes more events at
+// once than the ring keeps, with no webhook: nothing was owed, so nothing
+// is logged.
+func TestDispatcherWithoutWebhooksIgnoresOverflow(t *testing.T) {
+	t.Parallel()
+	_, logs := overflow(t, 8, 20, nil)
+	if out := logs.String(); out != "" {
+		t.Errorf("log = %q, want nothing", out)
+	}
+}
+
+// TestDispatcherNamesSkippedDeliveries publishes 20 events at once on a
+// ring of 8, with two webhooks: the 8 events kept are delivered, and the
+// 12 that left the ring are reported once per webhook, naming it, its
+// event types, and the events' numbers and count.
+func TestDispatcherNamesSkippedDeliveries(t *testing.T) {
+	t.Parallel()
+	rcv := newHookReceiver(t, failFirst(0))
+	var hooks []*berth.Webhook
+	d, logs := overflow(t, 8, 20, func(d *webhook.Dispatcher) {
+		hooks = append(hooks, create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{"job."}}),
+			create(t, d, berth.WebhookRequest{URL: rcv.url}))
+	})
+	for _, w := range hooks {
+		ds, err := d.Deliveries(context.Background(), w.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []uint64
+		for _, dl := range ds {
+			seqs = append(seqs, dl.EventSeq)
+		}
+		slices.Sort(seqs)
+		if want := []uint64{13, 14, 15, 16, 17, 18, 19, 20}; !slices.Equal(seqs, want) {
+			t.Errorf("webhook %s: deliveries of events %v, want %v (those the ring kept)", w.ID, seqs, want)
+		}
+	}
+	want := map[string]string{hooks[0].ID: "job.", hooks[1].ID: "all"}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("log = %q, want one line per webhook", lines)
+	}
+	for _, line := range lines {
+		var rec struct {
+			Level, Msg, Webhook, Events string
+			FirstSeq                    uint64 `json:"first_seq"`
+			LastSeq                     uint64 `json:"last_seq"`
+			Missed                      uint64
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec.Level != "ERROR" || !strings.Contains(rec.Msg, "deliveries skipped") || rec.FirstSeq != 1 || rec.LastSeq != 12 ||
+			rec.Missed != 12 || want[rec.Webhook] != rec.Events {
+			t.Errorf("log line %q: want an error naming a webhook, its events, events 1 to 12 and 12 missed", line)
+		}
+		delete(want, rec.Webhook)
+	}
+	if len(want) != 0 {
+		t.Errorf("webhooks not named in the log: %v", want)
+	}
 }
