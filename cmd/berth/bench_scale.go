@@ -27,8 +27,8 @@ import (
 
 // benchScaleUsage is what berth bench -h says of --scale.
 const benchScaleUsage = `--scale measures how Berth behaves with a backlog: for each of
---scale-backlogs it starts a berth server process on a fresh SQLite store in a
-temporary directory, with --agents local agents serving queue default, parks
+--scale-backlogs it starts a berth server process (without a rate limit) on a
+fresh SQLite store in a temporary directory, with --agents local agents serving queue default, parks
 that many jobs (submitted through the API as arrays of 100,000) in queue
 parked, which no worker serves, and measures in queue default: the throughput
 of a --scale-array array of true jobs, the submit → done latency of --latency
@@ -298,7 +298,9 @@ const scaleServerStart = 10 * time.Minute
 
 // start starts the server process and returns once /healthz answers ok.
 func (s *scaleServer) start(ctx context.Context) error {
-	s.cmd = exec.Command(s.exe, "server", "--data-dir", filepath.Join(s.dir, "server"), "--listen", s.addr)
+	// No rate limit: the bench is one client making many requests, as
+	// berth bench's own server has none.
+	s.cmd = exec.Command(s.exe, "server", "--data-dir", filepath.Join(s.dir, "server"), "--listen", s.addr, "--rate-limit", "0")
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start berth server: %w", err)
