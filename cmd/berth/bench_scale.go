@@ -28,15 +28,16 @@ import (
 // benchScaleUsage is what berth bench -h says of --scale.
 const benchScaleUsage = `--scale measures how Berth behaves with a backlog: for each of
 --scale-backlogs it starts a berth server process (without a rate limit) on a
-fresh SQLite store in a temporary directory, with --agents local agents serving queue default, parks
-that many jobs (submitted through the API as arrays of 100,000) in queue
-parked, which no worker serves, and measures in queue default: the throughput
-of a --scale-array array of true jobs, the submit → done latency of --latency
-jobs run one at a time, the mean scheduler pass (berth_scheduler_pass_seconds)
-over both, the time GET /metrics takes, the server's RSS (VmRSS) and RSS per
-parked job, and a restart: kill -9 of the server, then a new one on the same
-store, timed until /healthz answers and until a new job has run. The other
-figures' flags (--jobs, --noop-jobs, --bare, --store) do not apply.`
+fresh SQLite store in a temporary directory, with --agents local agents
+serving queue default, parks that many jobs (submitted through the API as
+arrays of 100,000) in queue parked, which no worker serves, and measures in
+queue default: the throughput of a --scale-array array of true jobs, the
+submit → done latency of --latency jobs run one at a time, the mean scheduler
+pass (berth_scheduler_pass_seconds) over both, the time GET /metrics takes,
+the server's RSS (VmRSS) and RSS per parked job, and a restart: kill -9 of
+the server, then a new one on the same store, timed until /healthz answers
+and until a new job has run. The other figures' flags (--jobs, --noop-jobs,
+--bare, --store) do not apply.`
 
 // scaleBacklogQueue is the queue the backlog is parked in: no agent of the
 // bench serves it.
