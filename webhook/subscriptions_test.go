@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -625,20 +626,26 @@ type readsPast struct {
 	once    sync.Once
 }
 
-func (r *readsPast) Read(ctx context.Context, after uint64) ([]berth.Event, uint64, error) {
+func (r *readsPast) ReadCounting(ctx context.Context, after uint64) ([]berth.Event, uint64, map[string]uint64, error) {
 	if after >= r.mark {
 		r.once.Do(func() { close(r.reached) })
 	}
-	return r.Bus.Read(ctx, after)
+	return r.Bus.ReadCounting(ctx, after)
 }
 
 // overflow publishes n job events at once on a bus of ring events, more
 // than it keeps, to a dispatcher logging as JSON into logs, and returns
-// the dispatcher once it has read them all.
+// the dispatcher once it has read them all. The events before them, of
+// another type, are published before the dispatcher starts, and those
+// with an even seq are job.succeeded, the rest job.submitted.
 func overflow(t *testing.T, ring, n int, before func(*webhook.Dispatcher)) (*webhook.Dispatcher, *logBuffer) {
 	t.Helper()
 	logs := &logBuffer{}
-	events := &readsPast{Bus: controller.NewBus(ring), mark: uint64(n), reached: make(chan struct{})}
+	const earlier = 5
+	events := &readsPast{Bus: controller.NewBus(ring), mark: uint64(earlier + n), reached: make(chan struct{})}
+	for seq := range uint64(earlier) {
+		events.Publish(berth.Event{Seq: seq + 1, Time: t0, Type: berth.EventJobFailed, JobID: "before"})
+	}
 	d := startDispatcher(t, openStore(t, filepath.Join(t.TempDir(), "berth.db")), events, fakeclock.New(t0),
 		func(c *webhook.DispatcherConfig) { c.Log = slog.New(slog.NewJSONHandler(logs, nil)) })
 	if before != nil {
@@ -646,7 +653,11 @@ func overflow(t *testing.T, ring, n int, before func(*webhook.Dispatcher)) (*web
 	}
 	batch := make([]berth.Event, n)
 	for i := range batch {
-		batch[i] = berth.Event{Seq: uint64(i + 1), Time: t0, Type: berth.EventJobSubmitted, JobID: "j" + strconv.Itoa(i+1)}
+		seq := uint64(earlier + i + 1)
+		batch[i] = berth.Event{Seq: seq, Time: t0, Type: berth.EventJobSubmitted, JobID: "j" + strconv.Itoa(i+1)}
+		if seq%2 == 0 {
+			batch[i].Type = berth.EventJobSucceeded
+		}
 	}
 	events.Publish(batch...)
 	select {
@@ -669,18 +680,26 @@ func TestDispatcherWithoutWebhooksIgnoresOverflow(t *testing.T) {
 }
 
 // TestDispatcherNamesSkippedDeliveries publishes 20 events at once on a
-// ring of 8, with two webhooks: the 8 events kept are delivered, and the
-// 12 that left the ring are reported once per webhook, naming it, its
-// event types, and the events' numbers and count.
+// ring of 8, after 5 of another type, with four webhooks: the 8 events
+// kept are delivered, and of the 12 (seq 6 to 17) that left the ring,
+// each webhook they concern is told how many of its deliveries were
+// skipped and of which types; one that subscribes to none of them is not.
 func TestDispatcherNamesSkippedDeliveries(t *testing.T) {
 	t.Parallel()
 	rcv := newHookReceiver(t, failFirst(0))
-	var hooks []*berth.Webhook
+	var all, succeeded, jobs, workers *berth.Webhook
 	d, logs := overflow(t, 8, 20, func(d *webhook.Dispatcher) {
-		hooks = append(hooks, create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{"job."}}),
-			create(t, d, berth.WebhookRequest{URL: rcv.url}))
+		all = create(t, d, berth.WebhookRequest{URL: rcv.url})
+		succeeded = create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{berth.EventJobSucceeded, berth.EventJobFailed}})
+		jobs = create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{"job."}})
+		workers = create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{"worker."}})
 	})
-	for _, w := range hooks {
+	for w, want := range map[*berth.Webhook][]uint64{
+		all:       {18, 19, 20, 21, 22, 23, 24, 25},
+		succeeded: {18, 20, 22, 24},
+		jobs:      {18, 19, 20, 21, 22, 23, 24, 25},
+		workers:   nil,
+	} {
 		ds, err := d.Deliveries(context.Background(), w.ID, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -690,28 +709,35 @@ func TestDispatcherNamesSkippedDeliveries(t *testing.T) {
 			seqs = append(seqs, dl.EventSeq)
 		}
 		slices.Sort(seqs)
-		if want := []uint64{13, 14, 15, 16, 17, 18, 19, 20}; !slices.Equal(seqs, want) {
-			t.Errorf("webhook %s: deliveries of events %v, want %v (those the ring kept)", w.ID, seqs, want)
+		if !slices.Equal(seqs, want) {
+			t.Errorf("webhook %v: deliveries of events %v, want %v (those the ring kept)", w.Events, seqs, want)
 		}
 	}
-	want := map[string]string{hooks[0].ID: "job.", hooks[1].ID: "all"}
+	// Seq 6 to 17: 6 job.submitted (odd), 6 job.succeeded (even); the
+	// 5 job.failed before them were published before the dispatcher
+	// started, so none of them is owed.
+	want := map[string]string{
+		all.ID:       "12 job.submitted=6,job.succeeded=6",
+		succeeded.ID: "6 job.succeeded=6",
+		jobs.ID:      "12 job.submitted=6,job.succeeded=6",
+	}
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	if len(lines) != len(want) {
-		t.Fatalf("log = %q, want one line per webhook", lines)
+		t.Fatalf("log = %q, want one line per webhook concerned", lines)
 	}
 	for _, line := range lines {
 		var rec struct {
-			Level, Msg, Webhook, Events string
-			FirstSeq                    uint64 `json:"first_seq"`
-			LastSeq                     uint64 `json:"last_seq"`
-			Missed                      uint64
+			Level, Msg, Webhook, Types string
+			Deliveries                 uint64
+			FirstSeq                   uint64 `json:"first_seq"`
+			LastSeq                    uint64 `json:"last_seq"`
 		}
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
-		if rec.Level != "ERROR" || !strings.Contains(rec.Msg, "deliveries skipped") || rec.FirstSeq != 1 || rec.LastSeq != 12 ||
-			rec.Missed != 12 || want[rec.Webhook] != rec.Events {
-			t.Errorf("log line %q: want an error naming a webhook, its events, events 1 to 12 and 12 missed", line)
+		got := fmt.Sprintf("%d %s", rec.Deliveries, rec.Types)
+		if rec.Level != "ERROR" || !strings.Contains(rec.Msg, "deliveries skipped") || rec.FirstSeq != 6 || rec.LastSeq != 17 || want[rec.Webhook] != got {
+			t.Errorf("log line %q: want an error naming webhook %s, %q, events 6 to 17", line, rec.Webhook, want[rec.Webhook])
 		}
 		delete(want, rec.Webhook)
 	}
