@@ -60,15 +60,14 @@ type Bus struct {
 	ring   []berth.Event
 	next   uint64 // seq of the next event
 	notify chan struct{}
-	// published and evicted count, by type, the events published and
-	// those that have left the ring since the bus was made.
-	published, evicted map[string]uint64
+	// evicted counts, by type, the events that have left the ring since
+	// the bus was made.
+	evicted map[string]uint64
 }
 
 // NewBus returns a bus remembering the last size events.
 func NewBus(size int) *Bus {
-	return &Bus{ring: make([]berth.Event, size), next: 1, notify: make(chan struct{}),
-		published: map[string]uint64{}, evicted: map[string]uint64{}}
+	return &Bus{ring: make([]berth.Event, size), next: 1, notify: make(chan struct{}), evicted: map[string]uint64{}}
 }
 
 // Publish appends events, numbered in order after those already
@@ -85,7 +84,6 @@ func (b *Bus) Publish(events ...berth.Event) {
 			b.evicted[slot.Type]++
 		}
 		*slot = e
-		b.published[e.Type]++
 		b.next = e.Seq + 1
 	}
 	close(b.notify)
@@ -105,7 +103,19 @@ func (b *Bus) Last() uint64 {
 func (b *Bus) Counts() (uint64, map[string]uint64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.next - 1, maps.Clone(b.published)
+	published := maps.Clone(b.evicted)
+	for s := b.oldest(); s < b.next; s++ {
+		if e := &b.ring[s%uint64(len(b.ring))]; e.Seq == s { // not a slot left empty by a numbering that began after 1
+			published[e.Type]++
+		}
+	}
+	return b.next - 1, published
+}
+
+// oldest returns the seq of the oldest event the ring keeps (b.next when
+// none). b.mu held.
+func (b *Bus) oldest() uint64 {
+	return b.next - min(b.next-1, uint64(len(b.ring)))
 }
 
 // Read waits until there are events after seq and returns them, with the
@@ -132,7 +142,7 @@ func (b *Bus) read(ctx context.Context, after uint64, counting bool) ([]berth.Ev
 			first := after + 1
 			var missed uint64
 			var evicted map[string]uint64
-			if oldest := b.next - min(b.next-1, uint64(len(b.ring))); first < oldest {
+			if oldest := b.oldest(); first < oldest {
 				missed, first = oldest-first, oldest
 				if counting {
 					evicted = maps.Clone(b.evicted)
