@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"maps"
 	"sync"
 
 	"github.com/berth-dev/berth"
@@ -52,17 +53,21 @@ func (c *Controller) loadEvents(events []*berth.Event) {
 }
 
 // Bus keeps the most recent events in a ring and wakes readers when more
-// arrive. A reader that falls a whole ring behind is told how many it missed.
+// arrive. A reader that falls a whole ring behind is told how many it
+// missed and, if it asks (ReadCounting), of which types.
 type Bus struct {
 	mu     sync.Mutex
 	ring   []berth.Event
 	next   uint64 // seq of the next event
 	notify chan struct{}
+	// evicted counts, by type, the events that have left the ring since
+	// the bus was made.
+	evicted map[string]uint64
 }
 
 // NewBus returns a bus remembering the last size events.
 func NewBus(size int) *Bus {
-	return &Bus{ring: make([]berth.Event, size), next: 1, notify: make(chan struct{})}
+	return &Bus{ring: make([]berth.Event, size), next: 1, notify: make(chan struct{}), evicted: map[string]uint64{}}
 }
 
 // Publish appends events, numbered in order after those already
@@ -74,7 +79,11 @@ func (b *Bus) Publish(events ...berth.Event) {
 	}
 	b.mu.Lock()
 	for _, e := range events {
-		b.ring[e.Seq%uint64(len(b.ring))] = e
+		slot := &b.ring[e.Seq%uint64(len(b.ring))]
+		if slot.Seq != 0 {
+			b.evicted[slot.Type]++
+		}
+		*slot = e
 		b.next = e.Seq + 1
 	}
 	close(b.notify)
@@ -89,31 +98,69 @@ func (b *Bus) Last() uint64 {
 	return b.next - 1
 }
 
+// Counts returns the seq of the newest event (0 when none) and how many
+// events of each type had been published on the bus up to it.
+func (b *Bus) Counts() (uint64, map[string]uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	published := maps.Clone(b.evicted)
+	for s := b.oldest(); s < b.next; s++ {
+		if e := &b.ring[s%uint64(len(b.ring))]; e.Seq == s { // not a slot left empty by a numbering that began after 1
+			published[e.Type]++
+		}
+	}
+	return b.next - 1, published
+}
+
+// oldest returns the seq of the oldest event the ring keeps (b.next when
+// none). b.mu held.
+func (b *Bus) oldest() uint64 {
+	return b.next - min(b.next-1, uint64(len(b.ring)))
+}
+
 // Read waits until there are events after seq and returns them, with the
 // number of events that had already left the ring. It returns ctx's error
 // when ctx ends first.
 func (b *Bus) Read(ctx context.Context, after uint64) ([]berth.Event, uint64, error) {
+	events, missed, _, err := b.read(ctx, after, false)
+	return events, missed, err
+}
+
+// ReadCounting is Read that also returns, when events were missed, how
+// many events of each type had left the ring by then, counted like
+// Counts: a reader that knows how many of each type there were up to seq
+// after (from Counts, then from what it read) knows how many of each type
+// it missed.
+func (b *Bus) ReadCounting(ctx context.Context, after uint64) ([]berth.Event, uint64, map[string]uint64, error) {
+	return b.read(ctx, after, true)
+}
+
+func (b *Bus) read(ctx context.Context, after uint64, counting bool) ([]berth.Event, uint64, map[string]uint64, error) {
 	for {
 		b.mu.Lock()
 		if after+1 < b.next {
 			first := after + 1
 			var missed uint64
-			if oldest := b.next - min(b.next-1, uint64(len(b.ring))); first < oldest {
+			var evicted map[string]uint64
+			if oldest := b.oldest(); first < oldest {
 				missed, first = oldest-first, oldest
+				if counting {
+					evicted = maps.Clone(b.evicted)
+				}
 			}
 			out := make([]berth.Event, 0, b.next-first)
 			for s := first; s < b.next; s++ {
 				out = append(out, b.ring[s%uint64(len(b.ring))])
 			}
 			b.mu.Unlock()
-			return out, missed, nil
+			return out, missed, evicted, nil
 		}
 		ch := b.notify
 		b.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, 0, ctx.Err()
+			return nil, 0, nil, ctx.Err()
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -64,12 +65,14 @@ type Store = store.WebhookStore
 
 // Events is the stream a Dispatcher reads; *controller.Bus is one.
 type Events interface {
-	// Last returns the seq of the newest event, 0 when none.
-	Last() uint64
-	// Read waits until there are events after seq and returns them, with
-	// how many were missed (no longer kept); it returns ctx's error when
-	// ctx ends first.
-	Read(ctx context.Context, after uint64) ([]berth.Event, uint64, error)
+	// Counts returns the seq of the newest event, 0 when none, and how
+	// many events of each type had been published up to it.
+	Counts() (uint64, map[string]uint64)
+	// ReadCounting waits until there are events after seq and returns
+	// them, with how many were missed (no longer kept) and, when some
+	// were, how many events of each type were no longer kept, counted
+	// like Counts; it returns ctx's error when ctx ends first.
+	ReadCounting(ctx context.Context, after uint64) ([]berth.Event, uint64, map[string]uint64, error)
 }
 
 // DispatcherConfig configures a Dispatcher. Store and Events are
@@ -183,9 +186,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	d.ctx, d.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	var readCtx context.Context
 	readCtx, d.cancelRead = context.WithCancel(d.ctx)
-	after := d.cfg.Events.Last()
+	after, seen := d.cfg.Events.Counts()
 	d.loops.Add(2)
-	go d.recordLoop(readCtx, after)
+	go d.recordLoop(readCtx, after, seen)
 	go d.deliverLoop()
 	return nil
 }
@@ -373,6 +376,13 @@ func byID(hooks []*berth.Webhook) map[string]*berth.Webhook {
 	return m
 }
 
+// sortedHooks returns hooks' webhooks by id.
+func sortedHooks(hooks map[string]*berth.Webhook) []*berth.Webhook {
+	list := slices.Collect(maps.Values(hooks))
+	slices.SortFunc(list, func(a, b *berth.Webhook) int { return strings.Compare(a.ID, b.ID) })
+	return list
+}
+
 // cachedWebhooks returns the webhooks, read from the store when the cache
 // was invalidated.
 func (d *Dispatcher) cachedWebhooks(ctx context.Context) (map[string]*berth.Webhook, error) {
@@ -395,24 +405,67 @@ func (d *Dispatcher) cachedWebhooks(ctx context.Context) (map[string]*berth.Webh
 
 // recordLoop records a delivery of each event after after for each
 // webhook it matches, until ctx ends; then it records those already
-// published and returns.
-func (d *Dispatcher) recordLoop(ctx context.Context, after uint64) {
+// published and returns. seen counts, by type, the events up to after.
+func (d *Dispatcher) recordLoop(ctx context.Context, after uint64, seen map[string]uint64) {
 	defer d.loops.Done()
 	for {
-		events, missed, err := d.cfg.Events.Read(ctx, after)
+		events, missed, evicted, err := d.cfg.Events.ReadCounting(ctx, after)
 		if err != nil {
 			return // stopped
 		}
-		if missed > 0 {
-			d.cfg.Log.Error("webhooks: events missed (the dispatcher fell behind the event ring)", "missed", missed, "after", after)
-		}
 		if len(events) == 0 {
 			continue
+		}
+		if missed > 0 {
+			skipped := map[string]uint64{}
+			for typ, n := range evicted {
+				if n > seen[typ] {
+					skipped[typ] = n - seen[typ]
+				}
+			}
+			d.skipped(after+1, missed, skipped)
+			seen = evicted
+		}
+		for _, e := range events {
+			seen[e.Type]++
 		}
 		if !d.record(ctx, events) {
 			return
 		}
 		after = events[len(events)-1].Seq
+	}
+}
+
+// skipped reports the missed events first, first+1, … (missed of them,
+// skipped of each type), which left the event ring before they were
+// read: the events are not kept anywhere the dispatcher can read them
+// again (the store keeps them only when it is shared, and then only the
+// newest store.KeptEvents), so their deliveries are lost. Each webhook
+// that subscribes to some of them gets one error naming it, how many of
+// its deliveries were skipped, of which types, and the events' range; a
+// webhook they do not concern, or no webhook, gets none.
+func (d *Dispatcher) skipped(first, missed uint64, skipped map[string]uint64) {
+	last := first + missed - 1
+	hooks, err := d.cachedWebhooks(d.ctx)
+	if err != nil {
+		d.cfg.Log.Error("webhooks: events missed (the dispatcher fell behind the event ring); their deliveries were skipped",
+			"first_seq", first, "last_seq", last, "missed", missed, "err", err)
+		return
+	}
+	types := slices.Sorted(maps.Keys(skipped))
+	for _, w := range sortedHooks(hooks) {
+		var n uint64
+		var of []string
+		for _, typ := range types {
+			if w.Matches(typ) {
+				n += skipped[typ]
+				of = append(of, fmt.Sprintf("%s=%d", typ, skipped[typ]))
+			}
+		}
+		if n > 0 {
+			d.cfg.Log.Error("webhooks: deliveries skipped: the dispatcher fell behind the event ring",
+				"webhook", w.ID, "deliveries", n, "types", strings.Join(of, ","), "first_seq", first, "last_seq", last)
+		}
 	}
 }
 
@@ -469,11 +522,7 @@ func (d *Dispatcher) deliveriesOf(events []berth.Event, hooks map[string]*berth.
 	if len(hooks) == 0 {
 		return nil
 	}
-	list := make([]*berth.Webhook, 0, len(hooks))
-	for _, w := range hooks {
-		list = append(list, w)
-	}
-	slices.SortFunc(list, func(a, b *berth.Webhook) int { return strings.Compare(a.ID, b.ID) })
+	list := sortedHooks(hooks)
 	now := d.cfg.Now().UTC()
 	var ds []*berth.Delivery
 	for _, e := range events {

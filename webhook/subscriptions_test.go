@@ -3,11 +3,14 @@ package webhook_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -611,4 +614,134 @@ func TestDispatcherDoesNotFollowRedirects(t *testing.T) {
 		t.Errorf("redirected delivery = %+v", dl)
 	}
 	target.stillHits(t, 0)
+}
+
+// readsPast is an event stream that tells, on reached, when its reader
+// asks for the events after seq at or beyond the stream's mark: it has
+// then handled every event up to the mark.
+type readsPast struct {
+	*controller.Bus
+	mark    uint64
+	reached chan struct{}
+	once    sync.Once
+}
+
+func (r *readsPast) ReadCounting(ctx context.Context, after uint64) ([]berth.Event, uint64, map[string]uint64, error) {
+	if after >= r.mark {
+		r.once.Do(func() { close(r.reached) })
+	}
+	return r.Bus.ReadCounting(ctx, after)
+}
+
+// overflow publishes n job events at once on a bus of ring events, more
+// than it keeps, to a dispatcher logging as JSON into logs, and returns
+// the dispatcher once it has read them all. The events before them, of
+// another type, are published before the dispatcher starts, and those
+// with an even seq are job.succeeded, the rest job.submitted.
+func overflow(t *testing.T, ring, n int, before func(*webhook.Dispatcher)) (*webhook.Dispatcher, *logBuffer) {
+	t.Helper()
+	logs := &logBuffer{}
+	const earlier = 5
+	events := &readsPast{Bus: controller.NewBus(ring), mark: uint64(earlier + n), reached: make(chan struct{})}
+	for seq := range uint64(earlier) {
+		events.Publish(berth.Event{Seq: seq + 1, Time: t0, Type: berth.EventJobFailed, JobID: "before"})
+	}
+	d := startDispatcher(t, openStore(t, filepath.Join(t.TempDir(), "berth.db")), events, fakeclock.New(t0),
+		func(c *webhook.DispatcherConfig) { c.Log = slog.New(slog.NewJSONHandler(logs, nil)) })
+	if before != nil {
+		before(d)
+	}
+	batch := make([]berth.Event, n)
+	for i := range batch {
+		seq := uint64(earlier + i + 1)
+		batch[i] = berth.Event{Seq: seq, Time: t0, Type: berth.EventJobSubmitted, JobID: "j" + strconv.Itoa(i+1)}
+		if seq%2 == 0 {
+			batch[i].Type = berth.EventJobSucceeded
+		}
+	}
+	events.Publish(batch...)
+	select {
+	case <-events.reached:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the dispatcher did not read past event %d", n)
+	}
+	return d, logs
+}
+
+// TestDispatcherWithoutWebhooksIgnoresOverflow publishes more events at
+// once than the ring keeps, with no webhook: nothing was owed, so nothing
+// is logged.
+func TestDispatcherWithoutWebhooksIgnoresOverflow(t *testing.T) {
+	t.Parallel()
+	_, logs := overflow(t, 8, 20, nil)
+	if out := logs.String(); out != "" {
+		t.Errorf("log = %q, want nothing", out)
+	}
+}
+
+// TestDispatcherNamesSkippedDeliveries publishes 20 events at once on a
+// ring of 8, after 5 of another type, with four webhooks: the 8 events
+// kept are delivered, and of the 12 (seq 6 to 17) that left the ring,
+// each webhook they concern is told how many of its deliveries were
+// skipped and of which types; one that subscribes to none of them is not.
+func TestDispatcherNamesSkippedDeliveries(t *testing.T) {
+	t.Parallel()
+	rcv := newHookReceiver(t, failFirst(0))
+	var all, succeeded, jobs, workers *berth.Webhook
+	d, logs := overflow(t, 8, 20, func(d *webhook.Dispatcher) {
+		all = create(t, d, berth.WebhookRequest{URL: rcv.url})
+		succeeded = create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{berth.EventJobSucceeded, berth.EventJobFailed}})
+		jobs = create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{"job."}})
+		workers = create(t, d, berth.WebhookRequest{URL: rcv.url, Events: []string{"worker."}})
+	})
+	for w, want := range map[*berth.Webhook][]uint64{
+		all:       {18, 19, 20, 21, 22, 23, 24, 25},
+		succeeded: {18, 20, 22, 24},
+		jobs:      {18, 19, 20, 21, 22, 23, 24, 25},
+		workers:   nil,
+	} {
+		ds, err := d.Deliveries(context.Background(), w.ID, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []uint64
+		for _, dl := range ds {
+			seqs = append(seqs, dl.EventSeq)
+		}
+		slices.Sort(seqs)
+		if !slices.Equal(seqs, want) {
+			t.Errorf("webhook %v: deliveries of events %v, want %v (those the ring kept)", w.Events, seqs, want)
+		}
+	}
+	// Seq 6 to 17: 6 job.submitted (odd), 6 job.succeeded (even); the
+	// 5 job.failed before them were published before the dispatcher
+	// started, so none of them is owed.
+	want := map[string]string{
+		all.ID:       "12 job.submitted=6,job.succeeded=6",
+		succeeded.ID: "6 job.succeeded=6",
+		jobs.ID:      "12 job.submitted=6,job.succeeded=6",
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("log = %q, want one line per webhook concerned", lines)
+	}
+	for _, line := range lines {
+		var rec struct {
+			Level, Msg, Webhook, Types string
+			Deliveries                 uint64
+			FirstSeq                   uint64 `json:"first_seq"`
+			LastSeq                    uint64 `json:"last_seq"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		got := fmt.Sprintf("%d %s", rec.Deliveries, rec.Types)
+		if rec.Level != "ERROR" || !strings.Contains(rec.Msg, "deliveries skipped") || rec.FirstSeq != 6 || rec.LastSeq != 17 || want[rec.Webhook] != got {
+			t.Errorf("log line %q: want an error naming webhook %s, %q, events 6 to 17", line, rec.Webhook, want[rec.Webhook])
+		}
+		delete(want, rec.Webhook)
+	}
+	if len(want) != 0 {
+		t.Errorf("webhooks not named in the log: %v", want)
+	}
 }

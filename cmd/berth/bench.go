@@ -43,7 +43,7 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	if len(args) > 0 && args[0] == "federation" {
 		return runBenchFederation(ctx, m, args[1:])
 	}
-	fs := m.flagSet("bench", "[scheduler|federation] [flags]")
+	fs := m.flagSet("bench", "[scheduler|federation] [flags]\n\n"+benchScaleUsage)
 	jobs := fs.Int("jobs", 10000, "trivial jobs (true) submitted as one array per throughput run")
 	noopJobs := fs.Int("noop-jobs", 50000, "jobs for the no-op executor run")
 	agents := fs.Int("agents", 2, "local agents")
@@ -53,6 +53,7 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	output := fs.String("o", "table", "output: table or json")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	storeURL := fs.String("store", "", "store to run on: a postgres:// URL of an empty database (default: a fresh SQLite file)")
+	scale := addScaleFlags(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -72,6 +73,9 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	case *output != "table" && *output != "json":
 		return berth.Invalidf("-o", "must be table or json")
 	}
+	if scale.on {
+		return runBenchScale(ctx, m, scale, benchScaleSetup{agents: *agents, slots: *slots, samples: *samples, store: *storeURL, output: *output})
+	}
 	stop, err := startCPUProfile(*profile)
 	if err != nil {
 		return err
@@ -81,11 +85,11 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	if *jobs > 0 || *samples > 0 {
 		err := withBenchCluster(ctx, *storeURL, *agents, *slots, agent.ProcessExecutor{}, func(c *client.Client, dir string) error {
 			if *samples > 0 {
-				p50, p99, err := benchLatency(ctx, c, *samples, dir)
+				started, _, err := benchLatency(ctx, c, *samples, dir)
 				if err != nil {
 					return err
 				}
-				res.LatencySamples, res.StartP50Ms, res.StartP99Ms = *samples, p50, p99
+				res.LatencySamples, res.StartP50Ms, res.StartP99Ms = *samples, percentile(started, 0.50), percentile(started, 0.99)
 			}
 			if *jobs > 0 {
 				rate, err := benchThroughput(ctx, c, *jobs, dir)
@@ -206,30 +210,38 @@ func benchThroughput(ctx context.Context, c *client.Client, n int, dir string) (
 	return float64(n) / elapsed.Seconds(), nil
 }
 
-// benchLatency submits jobs one at a time on an idle cluster and returns the
-// p50 and p99 of submit → process started in milliseconds.
-func benchLatency(ctx context.Context, c *client.Client, n int, dir string) (float64, float64, error) {
-	lat := make([]float64, 0, n)
+// benchLatency submits jobs one at a time and returns, sorted, in
+// milliseconds, the time from each submit to its process starting and to
+// the wait for it returning succeeded.
+func benchLatency(ctx context.Context, c *client.Client, n int, dir string) (started, done []float64, err error) {
+	started, done = make([]float64, 0, n), make([]float64, 0, n)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	for i := 0; i < n; i++ {
 		start := time.Now()
 		ids, err := c.SubmitIDs(ctx, trueJob(dir))
 		if err != nil {
-			return 0, 0, err
+			return nil, nil, err
 		}
-		if _, err := c.Wait(ctx, ids, false, 0); err != nil {
-			return 0, 0, err
+		res, err := c.Wait(ctx, ids, false, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		done = append(done, ms(time.Since(start)))
+		if len(res.Failures) > 0 {
+			return nil, nil, fmt.Errorf("latency job %s did not succeed", ids[0])
 		}
 		d, err := c.Job(ctx, ids[0])
 		if err != nil {
-			return 0, 0, err
+			return nil, nil, err
 		}
 		if len(d.AttemptList) == 0 || d.AttemptList[0].StartedAt.IsZero() {
-			return 0, 0, fmt.Errorf("job %s has no started attempt", d.ID)
+			return nil, nil, fmt.Errorf("job %s has no started attempt", d.ID)
 		}
-		lat = append(lat, float64(d.AttemptList[0].StartedAt.Sub(start))/float64(time.Millisecond))
+		started = append(started, ms(d.AttemptList[0].StartedAt.Sub(start)))
 	}
-	sort.Float64s(lat)
-	return percentile(lat, 0.50), percentile(lat, 0.99), nil
+	sort.Float64s(started)
+	sort.Float64s(done)
+	return started, done, nil
 }
 
 // benchBareStarts starts n true processes, at most parallel at once, as

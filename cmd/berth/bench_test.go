@@ -88,3 +88,58 @@ func TestBenchFederationReportsEveryFigure(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchScaleReportsEveryFigure runs a small berth bench --scale: for
+// each backlog a berth server process (this test binary, run as berth),
+// two agents, real true processes, a kill -9 and a restart. Every figure
+// of every row must be measured and consistent; how fast they are is for
+// docs/performance.md, not a test. Not parallel: the server processes run
+// this binary as berth through the environment.
+func TestBenchScaleReportsEveryFigure(t *testing.T) {
+	t.Setenv(asBerthEnv, "1")
+	c := &cli{t: t}
+	res := runJSON[ScaleBenchResult](c, "bench", "--scale", "--scale-backlogs", "0,2000", "--scale-array", "40",
+		"--latency", "5", "--slots", "4", "-o", "json")
+	if res.Agents != 2 || res.Slots != 4 || res.ArrayJobs != 40 || res.LatencySamples != 5 || res.CPUs < 1 || len(res.Rows) != 2 {
+		t.Fatalf("bench describes its run as %+v", res)
+	}
+	for i, r := range res.Rows {
+		if want := []int{0, 2000}[i]; r.Backlog != want {
+			t.Errorf("row %d: backlog %d, want %d", i, r.Backlog, want)
+		}
+		if r.ArrayJobsPerSec <= 0 || r.DoneP50Ms <= 0 || r.DoneP99Ms < r.DoneP50Ms || r.StartP50Ms <= 0 ||
+			r.StartP99Ms < r.StartP50Ms || r.StartP50Ms > r.DoneP50Ms {
+			t.Errorf("backlog %d: %v jobs/s, done p50 %v p99 %v ms, started p50 %v p99 %v ms",
+				r.Backlog, r.ArrayJobsPerSec, r.DoneP50Ms, r.DoneP99Ms, r.StartP50Ms, r.StartP99Ms)
+		}
+		if r.Passes < 1 || r.PassMs <= 0 || r.MetricsMs <= 0 {
+			t.Errorf("backlog %d: %d passes of %v ms on average, /metrics in %v ms", r.Backlog, r.Passes, r.PassMs, r.MetricsMs)
+		}
+		if r.RSSBytes < 1<<20 || (r.Backlog > 0) != (r.RSSPerQueuedJob > 0) ||
+			(r.Backlog > 0 && r.RSSPerQueuedJob != float64(r.RSSBytes)/float64(r.Backlog)) {
+			t.Errorf("backlog %d: RSS %d bytes, %v per queued job", r.Backlog, r.RSSBytes, r.RSSPerQueuedJob)
+		}
+		if (r.Backlog > 0) != (r.SeedSeconds > 0) {
+			t.Errorf("backlog %d seeded in %v s", r.Backlog, r.SeedSeconds)
+		}
+		if r.RestartHealthzSeconds <= 0 || r.RestartJobSeconds < r.RestartHealthzSeconds {
+			t.Errorf("backlog %d: restart → /healthz %v s, → a job run %v s", r.Backlog, r.RestartHealthzSeconds, r.RestartJobSeconds)
+		}
+	}
+
+	code, out, errOut := c.run("bench", "--scale", "--scale-backlogs", "0", "--scale-array", "4", "--latency", "1")
+	for _, col := range []string{"BACKLOG", "SEEDED IN", "ARRAY JOBS/S", "DONE P50", "DONE P99", "STARTED P99", "PASS (MEAN)",
+		"/METRICS", "RSS", "RSS/QUEUED JOB", "RESTART→HEALTHZ", "RESTART→JOB"} {
+		if code != 0 || !strings.Contains(out, col) {
+			t.Errorf("bench --scale as a table: exit %d, %q, %q; want column %s", code, out, errOut, col)
+		}
+	}
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 4 || !strings.HasPrefix(lines[3], "0 ") {
+		t.Errorf("bench --scale as a table: %q; want the run described, the header and the row of backlog 0", out)
+	}
+
+	code, out, errOut = c.run("bench", "--scale", "--scale-backlogs", "0,x")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, `--scale-backlogs: "x" is not a count`) {
+		t.Errorf("bench --scale --scale-backlogs 0,x: exit %d, %q, %q", code, out, errOut)
+	}
+}

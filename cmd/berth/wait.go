@@ -19,11 +19,14 @@ Waits until the jobs have ended: exit 0 when every one succeeded, 1 when any
 failed or was cancelled, 124 when --timeout ran out. --all waits for the batch
 jobs active now (your own, unless your role reads every user's jobs), not for
 services: they run until stopped, so a service is waited for only by id, and
---all says how many it left out. It rides out a server restart or failover
-(see --server): when no server answers it says so and asks again, 1 s apart
-and doubling to 5 s; it gives up after 2 minutes without an answer (or at
---timeout), with one line and exit 124 too, the jobs perhaps still running. A
-refusal (an unknown id, a bad token) ends it at once.`
+--all says how many it left out. --all says how many jobs it waited for and
+counts only those: jobs that had already ended when it was called are not
+counted ("waited for 968 batch jobs active at the call: 968 succeeded"). It
+rides out a server restart or failover (see --server): when no server answers
+it says so and asks again, 1 s apart and doubling to 5 s; it gives up after 2
+minutes without an answer (or at --timeout), with one line and exit 124 too,
+the jobs perhaps still running. A refusal (an unknown id, a bad token) ends
+it at once.`
 
 func runWait(ctx context.Context, m *Main, args []string) error {
 	fs := m.flagSet("wait", waitUsage)
@@ -85,7 +88,9 @@ func (m *Main) waitFor(ctx context.Context, c *client.Client, ids []string, all 
 }
 
 // waitSummary is the line berth wait prints for people, such as
-// "9 succeeded, 1 failed".
+// "9 succeeded, 1 failed"; with all it begins with how many jobs were
+// waited for, those active at the call, which the counts add up to:
+// "waited for 10 batch jobs active at the call: 9 succeeded, 1 failed".
 func waitSummary(res *berth.WaitResult, all bool) string {
 	var parts []string
 	for _, st := range []berth.JobState{berth.JobSucceeded, berth.JobFailed, berth.JobCancelled} {
@@ -106,7 +111,15 @@ func waitSummary(res *berth.WaitResult, all bool) string {
 	if res.Services > 0 {
 		parts = append(parts, berth.Count(res.Services, "service")+" not waited for")
 	}
-	return strings.Join(parts, ", ")
+	line := strings.Join(parts, ", ")
+	if all && res.Total > 0 {
+		noun := "jobs"
+		if res.Total == 1 {
+			noun = "job"
+		}
+		line = fmt.Sprintf("waited for %d batch %s active at the call: %s", res.Total, noun, line)
+	}
+	return line
 }
 
 // retryingClient returns the client of cf's server for a command that

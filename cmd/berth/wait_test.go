@@ -159,7 +159,8 @@ func TestWaitAllSaysItLeavesServicesOut(t *testing.T) {
 	}
 	_, out, _ := c.run("submit", "--", "sleep", "1000")
 	batch := strings.TrimSpace(out)
-	if code, out, _ := c.run("wait", "--all", "--timeout", "50ms"); code != exitTimeout || out != "1 still active, 1 service not waited for\n" {
+	if code, out, _ := c.run("wait", "--all", "--timeout", "50ms"); code != exitTimeout ||
+		out != "waited for 1 batch job active at the call: 1 still active, 1 service not waited for\n" {
 		t.Errorf("wait --all with the batch job pending: exit %d, %q; want %d and the service left out", code, out, exitTimeout)
 	}
 	if code, _, errOut := c.run("cancel", batch); code != 0 {
@@ -167,5 +168,51 @@ func TestWaitAllSaysItLeavesServicesOut(t *testing.T) {
 	}
 	if code, out, errOut := c.run("wait", "--all", "--timeout", "10s"); code != 0 || out != "no batch jobs to wait for, 1 service not waited for\n" {
 		t.Errorf("wait --all with only a service active: exit %d, %q, %q; want 0 and the service left out", code, out, errOut)
+	}
+}
+
+// TestWaitAllSaysHowManyJobsItWaitedFor: berth wait --all counts the
+// batch jobs active at the call and says how many they were; a job that
+// had ended before is not among them.
+func TestWaitAllSaysHowManyJobsItWaitedFor(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	var ids []string
+	for range 3 {
+		code, out, errOut := c.run("submit", "--", "sleep", "1000")
+		if code != 0 {
+			t.Fatalf("submit: exit %d, %q, %q", code, out, errOut)
+		}
+		ids = append(ids, strings.TrimSpace(out))
+	}
+	if code, _, errOut := c.run("cancel", ids[0]); code != 0 {
+		t.Fatalf("cancel: exit %d: %s", code, errOut)
+	}
+	want := "waited for 2 batch jobs active at the call: 2 still active\n"
+	if code, out, _ := c.run("wait", "--all", "--timeout", "50ms"); code != exitTimeout || out != want {
+		t.Errorf("wait --all with 2 of 3 jobs active: exit %d, %q; want %d, %q", code, out, exitTimeout, want)
+	}
+
+	// The counts of the jobs that ended while it waited add up to the
+	// number it waited for.
+	for _, tc := range []struct {
+		res  berth.WaitResult
+		want string
+	}{
+		{berth.WaitResult{Done: true, Total: 968, Counts: map[berth.JobState]int{berth.JobSucceeded: 968}},
+			"waited for 968 batch jobs active at the call: 968 succeeded"},
+		{berth.WaitResult{Done: true, Total: 1, Counts: map[berth.JobState]int{berth.JobFailed: 1}, Services: 2},
+			"waited for 1 batch job active at the call: 1 failed, 2 services not waited for"},
+		{berth.WaitResult{Total: 10, Counts: map[berth.JobState]int{berth.JobSucceeded: 6, berth.JobCancelled: 1}, Pending: 3},
+			"waited for 10 batch jobs active at the call: 6 succeeded, 1 cancelled, 3 still active"},
+	} {
+		if got := waitSummary(&tc.res, true); got != tc.want {
+			t.Errorf("summary of %+v = %q, want %q", tc.res, got, tc.want)
+		}
+	}
+	// Waiting for named jobs says what they did, as before.
+	res := berth.WaitResult{Done: true, Total: 2, Counts: map[berth.JobState]int{berth.JobSucceeded: 2}}
+	if got := waitSummary(&res, false); got != "2 succeeded" {
+		t.Errorf("summary of a wait for ids = %q, want %q", got, "2 succeeded")
 	}
 }
