@@ -176,14 +176,17 @@ type benchServer struct {
 }
 
 // startBenchServer starts this binary as berth server on loopback with a
-// fresh SQLite store in dir, pinned to cpus with taskset when cpus is set,
+// fresh SQLite store in dir and no rate limit (every simulated agent is
+// the one loopback identity, where real agents each have their own
+// credential and so their own limit), pinned to cpus with taskset when cpus is set,
 // and waits until it serves.
 func startBenchServer(ctx context.Context, dir string, heartbeat time.Duration, cpus string) (*benchServer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this binary to start the server: %w", err)
 	}
-	argv := []string{exe, "server", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "server"), "--heartbeat", heartbeat.String()}
+	argv := []string{exe, "server", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "server"), "--heartbeat", heartbeat.String(),
+		"--rate-limit", "0"}
 	if cpus != "" {
 		argv = append([]string{"taskset", "-c", cpus}, argv...)
 	}
