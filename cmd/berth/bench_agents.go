@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,7 +34,9 @@ import (
 // window after every agent registered.
 type AgentsBenchResult struct {
 	Agents int `json:"agents"`
-	CPUs   int `json:"cpus"`
+	// CPUs is how many CPUs the bench process (the agents) may use; the
+	// server shares them unless pinned elsewhere.
+	CPUs int `json:"cpus"`
 	// ServerCPUs is the CPU list the server was pinned to (taskset -c);
 	// "" when it was not.
 	ServerCPUs  string  `json:"server_cpus,omitempty"`
@@ -64,6 +67,11 @@ type AgentsBenchResult struct {
 	ServerCPUCores           float64 `json:"server_cpu_cores,omitempty"`
 	ServerCoresPer1000Agents float64 `json:"server_cores_per_1000_agents,omitempty"`
 	ServerRSSMiB             float64 `json:"server_rss_mib,omitempty"`
+	// PassesPerSec and PassMeanMs are the server's scheduling passes over
+	// the window (berth_scheduler_pass_seconds in its /metrics): what a
+	// job costs it grows with the workers every pass looks at.
+	PassesPerSec float64 `json:"passes_per_sec"`
+	PassMeanMs   float64 `json:"pass_mean_ms"`
 	// BenchCPUCores is this process's (the simulated agents') CPU over the
 	// window: on one machine it shares the CPUs with the server.
 	BenchCPUCores float64 `json:"bench_cpu_cores"`
@@ -139,8 +147,8 @@ func printAgentsBench(m *Main, res *AgentsBenchResult, rate float64, server stri
 			where += ", pinned to CPUs " + res.ServerCPUs
 		}
 	}
-	fmt.Fprintf(m.Stdout, "berth bench agents: %d simulated agents, heartbeat %s, %g jobs/s, against %s; %d CPUs shared by agents and server\n",
-		res.Agents, time.Duration(res.HeartbeatMs*float64(time.Millisecond)), rate, where, res.CPUs)
+	fmt.Fprintf(m.Stdout, "berth bench agents: %d simulated agents on %d CPUs, heartbeat %s, %g jobs/s, against %s\n",
+		res.Agents, res.CPUs, time.Duration(res.HeartbeatMs*float64(time.Millisecond)), rate, where)
 	fmt.Fprintf(m.Stdout, "  registered: %d of %d in %.1f s; the server lists %d workers ready or busy; %d sessions dropped\n",
 		res.Registered, res.Agents, res.RegisterSeconds, res.ServerWorkers, res.Disconnected)
 	fmt.Fprintf(m.Stdout, "  steady state over %.1f s:\n", res.WindowSeconds)
@@ -148,6 +156,7 @@ func printAgentsBench(m *Main, res *AgentsBenchResult, rate float64, server stri
 		fmt.Fprintf(m.Stdout, "    server CPU: %.3f cores = %.3f cores per 1,000 agents; RSS %.0f MiB\n",
 			res.ServerCPUCores, res.ServerCoresPer1000Agents, res.ServerRSSMiB)
 	}
+	fmt.Fprintf(m.Stdout, "    scheduling passes: %.1f/s, %.2f ms each on average\n", res.PassesPerSec, res.PassMeanMs)
 	fmt.Fprintf(m.Stdout, "    heartbeats: %d sent, %d acknowledged; send → ack p50 %.2f ms, p99 %.2f ms\n",
 		res.HeartbeatsSent, res.HeartbeatsAcked, res.HeartbeatP50Ms, res.HeartbeatP99Ms)
 	fmt.Fprintf(m.Stdout, "    jobs: %d submitted, %d completed = %.1f jobs/s\n", res.JobsSubmitted, res.JobsCompleted, res.JobsPerSec)
@@ -343,6 +352,10 @@ func benchAgents(ctx context.Context, url string, pid, n, slots int, window time
 	if err != nil {
 		return nil, err
 	}
+	passes0, err := passMetrics(ctx, url)
+	if err != nil {
+		return nil, err
+	}
 	var ru0 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	t0 := time.Now()
@@ -355,6 +368,14 @@ func benchAgents(ctx context.Context, url string, pid, n, slots int, window time
 	cpu1, err := processCPU(pid)
 	if err != nil {
 		return nil, err
+	}
+	passes1, err := passMetrics(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if n := passes1.count - passes0.count; n > 0 {
+		res.PassesPerSec = n / elapsed.Seconds()
+		res.PassMeanMs = (passes1.seconds - passes0.seconds) * 1000 / n
 	}
 	var ru1 syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
@@ -411,6 +432,44 @@ func trickleJobs(ctx context.Context, c *client.Client, rate float64, st *agents
 			submitted.Add(1)
 		}
 	}
+}
+
+// passTotals are the server's scheduling passes so far: how many, and
+// their seconds in all.
+type passTotals struct{ count, seconds float64 }
+
+// passMetrics reads the server's pass totals from its /metrics.
+func passMetrics(ctx context.Context, url string) (passTotals, error) {
+	var t passTotals
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return t, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return t, fmt.Errorf("server metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return t, fmt.Errorf("server metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, _ := strings.Cut(sc.Text(), " ")
+		var into *float64
+		switch name {
+		case "berth_scheduler_pass_seconds_count":
+			into = &t.count
+		case "berth_scheduler_pass_seconds_sum":
+			into = &t.seconds
+		default:
+			continue
+		}
+		if *into, err = strconv.ParseFloat(value, 64); err != nil {
+			return t, fmt.Errorf("server metrics: %s: %w", name, err)
+		}
+	}
+	return t, sc.Err()
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
