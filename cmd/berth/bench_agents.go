@@ -280,6 +280,11 @@ func (st *agentsBenchStats) ackedHeartbeat(d time.Duration) {
 	st.mu.Unlock()
 }
 
+// registerParallel is how many simulated agents dial and register at once:
+// enough that the server, not the bench, sets the pace, as when every
+// agent of a cluster reconnects after a server's restart.
+const registerParallel = 256
+
 // benchAgents connects n simulated agents to the server at url, then
 // submits jobs at rate and measures one window of steady state; pid, when
 // not 0, is the server's process, whose CPU and RSS it reads.
@@ -290,9 +295,9 @@ func benchAgents(ctx context.Context, url string, pid, n, slots int, window time
 	var wg sync.WaitGroup
 	defer func() { stop(); wg.Wait() }()
 
-	// Register every agent, a few dials at a time.
+	// Register every agent, up to registerParallel dials at a time.
 	start := time.Now()
-	sem := make(chan struct{}, 64)
+	sem := make(chan struct{}, registerParallel)
 	errs := make(chan error, 1)
 	var interval atomic.Int64
 	for i := range n {
