@@ -183,8 +183,7 @@ func (c *Controller) handle(s *session, typ string, msg any) {
 	case *wire.ServiceStatus:
 		c.onServiceStatus(s, m)
 	case *wire.ReadyForWork:
-		s.worker.asked = true
-		c.dirty = true
+		c.readyForWork(s)
 	case *wire.JobAccepted:
 		c.onAccepted(s, m)
 	case *wire.Log:
@@ -259,6 +258,20 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 			c.sendCancel(as, why)
 		}
 	}
+	c.dirty = c.dirty || c.queue.Len() > 0 // new capacity places only what is queued
+}
+
+// readyForWork answers a worker that asks for work: a pass gives it work
+// or answers no_work. With nothing queued a pass could place nothing, so
+// the answer is no_work at once and no pass runs for it: a pass costs
+// time in proportion to the workers, and thousands of agents registering
+// at once (a server's restart) would otherwise run one after another.
+func (c *Controller) readyForWork(s *session) {
+	if c.queue.Len() == 0 {
+		c.sendAfterCommit(s, wire.TypeNoWork, &wire.NoWork{})
+		return
+	}
+	s.worker.asked = true
 	c.dirty = true
 }
 

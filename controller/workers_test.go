@@ -116,3 +116,43 @@ func TestWorkerIsBusyWhileFull(t *testing.T) {
 		t.Errorf("with a GPU and slots free: %s, want ready", st)
 	}
 }
+
+// TestAWorkerReadyWithNothingQueuedRunsNoPass checks that agents
+// registering and asking for work while nothing is queued are answered
+// no_work without a scheduling pass (a pass costs time in proportion to the
+// workers; thousands registering at once would run thousands), and that
+// work queued later, or queued when a worker registers, is still placed.
+func TestAWorkerReadyWithNothingQueuedRunsNoPass(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	passes := 0
+	pass := h.pass
+	h.pass = func() { passes++; pass() }
+	reg := func(id string) *wire.Register {
+		return &wire.Register{Version: wire.Version, WorkerID: id, Host: id, CPUs: 4, Memory: 8 << 30, Slots: 1}
+	}
+	s1 := h.agent(reg("w1"))
+	h.from(s1, wire.TypeReadyForWork, &wire.ReadyForWork{})
+	if passes != 0 {
+		t.Errorf("%d passes for a worker registering and asking for work with nothing queued; want 0", passes)
+	}
+	h.lastSent(s1, wire.TypeNoWork)
+
+	first := h.submit(nil, "true")
+	if passes != 1 {
+		t.Errorf("%d passes after a submit; want 1", passes)
+	}
+	if a := h.lastSent(s1, wire.TypeJobAssign).(*wire.JobAssign); a.JobID != first.ID {
+		t.Errorf("w1 was assigned job %s, want %s", a.JobID, first.ID)
+	}
+	second := h.submit(nil, "true") // w1's one slot is taken: it waits
+	s2 := h.agent(reg("w2"))
+	if a := h.lastSent(s2, wire.TypeJobAssign).(*wire.JobAssign); a.JobID != second.ID {
+		t.Errorf("w2, registering while job %s waited, was assigned %s", second.ID, a.JobID)
+	}
+	passesBefore := passes
+	h.from(s2, wire.TypeReadyForWork, &wire.ReadyForWork{}) // nothing queued any more
+	if passes != passesBefore {
+		t.Errorf("a pass ran for ready_for_work with nothing queued")
+	}
+}

@@ -43,7 +43,10 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	if len(args) > 0 && args[0] == "federation" {
 		return runBenchFederation(ctx, m, args[1:])
 	}
-	fs := m.flagSet("bench", "[scheduler|federation] [flags]\n\n"+benchScaleUsage)
+	if len(args) > 0 && args[0] == "agents" {
+		return runBenchAgents(ctx, m, args[1:])
+	}
+	fs := m.flagSet("bench", "[scheduler|federation|agents] [flags]\n\n"+benchScaleUsage)
 	jobs := fs.Int("jobs", 10000, "trivial jobs (true) submitted as one array per throughput run")
 	noopJobs := fs.Int("noop-jobs", 50000, "jobs for the no-op executor run")
 	agents := fs.Int("agents", 2, "local agents")

@@ -143,3 +143,63 @@ func TestBenchScaleReportsEveryFigure(t *testing.T) {
 		t.Errorf("bench --scale --scale-backlogs 0,x: exit %d, %q, %q", code, out, errOut)
 	}
 }
+
+// TestBenchAgentsReportsEveryFigure runs a small berth bench agents: a
+// berth server process (this test binary, run as berth) and 50 simulated
+// agents heartbeating every 200 ms with a trickle of jobs. Every agent
+// must register and stay connected, heartbeats and jobs be counted, and
+// the server's CPU and RSS be read; how fast is for docs/performance.md.
+// Not parallel: the server is this binary, which runs as berth only with
+// asBerthEnv set in its environment.
+func TestBenchAgentsReportsEveryFigure(t *testing.T) {
+	t.Setenv(asBerthEnv, "1")
+	c := &cli{t: t}
+	const agents = 50
+	res := runJSON[AgentsBenchResult](c, "bench", "agents", "--agents", "50", "--duration", "2s", "--heartbeat", "200ms",
+		"--jobs-per-sec", "20", "-o", "json")
+	if res.Agents != agents || res.CPUs < 1 || res.HeartbeatMs != 200 || res.WindowSeconds < 2 {
+		t.Errorf("bench describes its run as %+v", res)
+	}
+	if res.Registered != agents || res.ServerWorkers != agents || res.Disconnected != 0 {
+		t.Errorf("%d agents registered, the server lists %d ready, %d dropped; want %d, %d, 0",
+			res.Registered, res.ServerWorkers, res.Disconnected, agents, agents)
+	}
+	// Each agent sends about ten heartbeats in the window; an ack in it may
+	// answer one sent just before it, and the last of each may be answered
+	// just after.
+	if res.HeartbeatsSent < agents || res.HeartbeatsAcked < res.HeartbeatsSent-agents || res.HeartbeatsAcked > res.HeartbeatsSent+agents {
+		t.Errorf("heartbeats: %d sent, %d acknowledged", res.HeartbeatsSent, res.HeartbeatsAcked)
+	}
+	if res.HeartbeatP50Ms <= 0 || res.HeartbeatP99Ms < res.HeartbeatP50Ms {
+		t.Errorf("heartbeat latency: p50 %v ms, p99 %v ms", res.HeartbeatP50Ms, res.HeartbeatP99Ms)
+	}
+	// Every job's submit and its result dirty the queue.
+	if res.JobsSubmitted == 0 || res.JobsCompleted == 0 || res.JobsPerSec <= 0 || res.PassesPerSec <= 0 || res.PassMeanMs <= 0 {
+		t.Errorf("jobs: %d submitted, %d completed, %v/s, %v passes/s of %v ms; want all measured",
+			res.JobsSubmitted, res.JobsCompleted, res.JobsPerSec, res.PassesPerSec, res.PassMeanMs)
+	}
+	if res.ServerCPUCores <= 0 || res.ServerRSSMiB <= 0 || res.ServerCoresPer1000Agents != res.ServerCPUCores*1000/agents {
+		t.Errorf("server: %v cores (%v per 1,000 agents), %v MiB", res.ServerCPUCores, res.ServerCoresPer1000Agents, res.ServerRSSMiB)
+	}
+}
+
+func TestBenchAgentsBadFlags(t *testing.T) {
+	t.Parallel()
+	c := &cli{t: t}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--agents", "0"}, "--agents: must be between 1 and 1000000"},
+		{[]string{"--duration", "0s"}, "--duration: must be positive"},
+		{[]string{"--jobs-per-sec", "-1"}, "--jobs-per-sec: must be between 0"},
+		{[]string{"--server-pid", "1"}, "--server-pid: needs --server"},
+		{[]string{"--server", "http://127.0.0.1:1", "--server-cpus", "0"}, "--server-cpus: pins only the server the bench starts"},
+		{[]string{"--agents", "100000000"}, "--agents: must be between 1 and 1000000"},
+	} {
+		code, out, errOut := c.run(append([]string{"bench", "agents"}, tc.args...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("bench agents %s: exit %d, stdout %q, stderr %q; want 2 and one line with %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
