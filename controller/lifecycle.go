@@ -144,8 +144,8 @@ func errIllegal(what, id string, from, to any) error {
 	return berth.Errorf(berth.ECodeInternal, "illegal transition of %s %s: %v → %v", what, id, from, to)
 }
 
-// transitionJob moves js to state to: it counts the job in its new state,
-// writes its row and emits ev (its job, state and time filled in). An
+// transitionJob moves js to state to: it counts the job in its new state
+// (and in its queue's backlog, or out of it), writes its row and emits ev (its job, state and time filled in). An
 // active job may move to any state but running, which only a pending job
 // moves to; an ended job moves no more. An illegal move changes nothing
 // and returns an ECodeInternal error.
@@ -154,7 +154,7 @@ func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Even
 	if err := checkJobMove(j, to); err != nil {
 		return err
 	}
-	from := j.State
+	from, was := j.State, js.waiting()
 	l.stats.jobs[from]--
 	l.stats.jobs[to]++
 	switch {
@@ -164,6 +164,7 @@ func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Even
 		l.stats.totals.JobsRequeued++
 	}
 	j.State = to
+	l.stats.counted(js, was)
 	l.writeJob(js)
 	ev.JobID, ev.Name, ev.State = j.ID, j.Name, to
 	l.emit(ev)
@@ -275,6 +276,7 @@ func (l *lifecycle) createJobs(req *berth.SubmitRequest, be Backend, actor strin
 		b.Jobs[i], out[i] = &stored, &reply
 		js := &jobState{job: j, backend: be}
 		l.jobs[j.ID] = js
+		l.stats.counted(js, false)
 		l.adopt(js)
 		l.enqueue(js)
 		if key.key != "" {

@@ -307,6 +307,7 @@ func (c *Controller) rebuild(a *store.Active) {
 	}
 	var queued []*jobState
 	for _, js := range c.jobs {
+		c.stats.counted(js, false) // its cluster is known: loadFederation ran
 		if !js.placed() {
 			queued = append(queued, js)
 			continue
