@@ -14,10 +14,10 @@ import (
 // TestBacklogsAgreeWithARecount: through random sequences of
 // submissions (arrays share a submission time), placements, starts,
 // ends that retry, fail, succeed or are lost, cancels, backoffs running
-// out, handoffs to a federation peer, runs there and reroutes back, the
-// backlog kept as jobs move (depth and oldest submission by queue) and
-// the job counters are, after every step, what a walk of every job
-// counts.
+// out, services restarted, handoffs to a federation peer, runs there and
+// reroutes back, the backlog kept as jobs move (depth and oldest
+// submission by queue), the job counters and the index of service jobs
+// are, after every step, what a walk of every job counts.
 func TestBacklogsAgreeWithARecount(t *testing.T) {
 	t.Parallel()
 	for seed := range uint64(24) {
@@ -65,6 +65,9 @@ func randomStep(t *testing.T, h *harness, rng *rand.Rand, queues []string) strin
 		spec.Command, spec.Queue, spec.Retries = []string{"true"}, queues[rng.IntN(len(queues))], rng.IntN(3)
 		spec.Priority, spec.Preemptible = rng.IntN(100), rng.IntN(2) == 0
 		req := &berth.SubmitRequest{JobSpec: spec, Array: rng.IntN(4)}
+		if rng.IntN(4) == 0 {
+			req.Kind, req.Name, req.Array = berth.KindService, "svc", 0
+		}
 		if err := req.Validate(); err != nil {
 			t.Fatal(err)
 		}
@@ -142,9 +145,15 @@ func randomStep(t *testing.T, h *harness, rng *rand.Rand, queues []string) strin
 // jobs move, and says where the two differ.
 func checkBacklogs(l *lifecycle) error {
 	depth, oldest, states := map[string]int{}, map[string]time.Time{}, map[berth.JobState]int{}
+	services := 0
 	for _, js := range l.jobs {
 		j := js.job
 		states[j.State]++
+		if j.Kind == berth.KindService {
+			if services++; l.services[j.ID] != js {
+				return fmt.Errorf("service job %s is not among the services", j.ID)
+			}
+		}
 		if j.State != berth.JobPending || j.Cluster != "" {
 			continue
 		}
@@ -152,6 +161,9 @@ func checkBacklogs(l *lifecycle) error {
 		if t, ok := oldest[j.Queue]; !ok || j.CreatedAt.Before(t) {
 			oldest[j.Queue] = j.CreatedAt
 		}
+	}
+	if len(l.services) != services {
+		return fmt.Errorf("%d services kept, a recount finds %d", len(l.services), services)
 	}
 	if len(l.stats.backlogs) != len(depth) {
 		return fmt.Errorf("backlogs of %d queues, a recount finds %d: %v", len(l.stats.backlogs), len(depth), depth)
