@@ -97,8 +97,9 @@ func (s *stats) loadCounts(counts map[berth.JobState]int) {
 	}
 }
 
-// backlog is the jobs pending in one queue: how many, and when each was
-// submitted, for the oldest.
+// backlog is the jobs pending in one queue: how many, and in which second
+// each was submitted, for the oldest: seconds, so that it holds one time
+// for the jobs of each second however many there are.
 type backlog struct {
 	n       int
 	created submitTimes
@@ -124,19 +125,19 @@ func (s *stats) counted(js *jobState, was bool) {
 			s.backlogs[j.Queue] = b
 		}
 		b.n++
-		b.created.add(j.CreatedAt.UnixNano())
+		b.created.add(j.CreatedAt.Unix())
 		return
 	}
 	b.n--
-	b.created.remove(j.CreatedAt.UnixNano())
+	b.created.remove(j.CreatedAt.Unix())
 	if b.n == 0 {
 		delete(s.backlogs, j.Queue)
 	}
 }
 
-// submitTimes is a multiset of submission times in unix nanoseconds: it
-// adds and removes one in O(log k), k the distinct times held (the jobs
-// of an array share one), and reads the least in O(1). It is a min-heap
+// submitTimes is a multiset of submission times in unix seconds: it adds
+// and removes one in O(log k), k the distinct times held, and reads the
+// least in O(1). It is a min-heap
 // of the distinct times (container/heap) that keeps the index of each.
 type submitTimes struct {
 	items []timeCount
@@ -176,7 +177,7 @@ func (s *submitTimes) least() (time.Time, bool) {
 	if len(s.items) == 0 {
 		return time.Time{}, false
 	}
-	return time.Unix(0, s.items[0].t).UTC(), true
+	return time.Unix(s.items[0].t, 0).UTC(), true
 }
 
 // Len is heap.Interface's, for container/heap only.
@@ -218,7 +219,8 @@ type Metrics struct {
 	// (workers holding none are absent).
 	GPUsInUse map[string]int
 	// OldestPending is, by queue, when its oldest pending job was
-	// submitted (the dashboard's longest wait).
+	// submitted, to the second below (the dashboard's longest wait, which
+	// it shows in seconds).
 	OldestPending map[string]time.Time
 	PlaceLatency  Histogram
 	StartLatency  Histogram
