@@ -147,10 +147,11 @@ func errIllegal(what, id string, from, to any) error {
 }
 
 // transitionJob moves js to state to: it counts the job in its new state
-// (and in its queue's backlog, or out of it), writes its row and emits ev (its job, state and time filled in). An
-// active job may move to any state but running, which only a pending job
-// moves to; an ended job moves no more. An illegal move changes nothing
-// and returns an ECodeInternal error.
+// (and in its queue's backlog, or out of it), writes its row and emits ev
+// (its job, state and time filled in). An active job may move to any
+// state but running, which only a pending job moves to; an ended job
+// moves no more. An illegal move changes nothing and returns an
+// ECodeInternal error.
 func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Event) error {
 	j := js.job
 	if err := checkJobMove(j, to); err != nil {
