@@ -228,41 +228,61 @@ type Metrics struct {
 	Totals        Totals
 }
 
-// Metrics returns the current counters. It runs on the loop, in time
-// proportional to the queues and workers, never to the jobs: the backlog
-// of each queue is kept as jobs move.
+// Metrics returns the counters as the loop last published them
+// (publishMetrics), without waiting for the loop: it publishes them in
+// every pass of the loop that changed something, before its changes are
+// made durable, so a change a caller was told of is in them. The value is
+// shared: callers only read it.
 func (c *Controller) Metrics(ctx context.Context) (*Metrics, error) {
+	select {
+	case <-c.failed:
+		return nil, c.storeFailedError()
+	case <-c.stop:
+		return nil, errStopped
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	default:
+	}
+	m := c.metrics.Load()
+	if m == nil {
+		return nil, berth.Errorf(berth.ECodeUnavailable, "the controller has not started")
+	}
+	return m, nil
+}
+
+// publishMetrics makes the counters what Metrics returns, in time
+// proportional to the queues and the workers, never to the jobs: the
+// backlog of each queue is kept as jobs move. Loop only.
+func (c *Controller) publishMetrics() {
 	m := &Metrics{QueueDepth: map[string]int{}, Jobs: map[berth.JobState]int{}, Workers: map[berth.WorkerState]int{},
 		GPUsInUse: map[string]int{}, OldestPending: map[string]time.Time{}}
-	err := c.do(ctx, func() {
-		m.QueueDepth[berth.DefaultQueue] = 0 // a gauge at 0, not missing, while no job waits
-		for _, ws := range c.workers {
-			for _, q := range ws.w.Queues {
-				m.QueueDepth[q] = 0
-			}
+	m.QueueDepth[berth.DefaultQueue] = 0 // a gauge at 0, not missing, while no job waits
+	for _, ws := range c.workers {
+		for _, q := range ws.w.Queues {
+			m.QueueDepth[q] = 0
 		}
-		for q, b := range c.stats.backlogs {
-			m.QueueDepth[q] = b.n
-			if t, ok := b.created.least(); ok {
-				m.OldestPending[q] = t
-			}
+	}
+	for q, b := range c.stats.backlogs {
+		m.QueueDepth[q] = b.n
+		if t, ok := b.created.least(); ok {
+			m.OldestPending[q] = t
 		}
-		for st, n := range c.stats.jobs {
-			m.Jobs[st] = n
+	}
+	for st, n := range c.stats.jobs {
+		m.Jobs[st] = n
+	}
+	for _, ws := range c.workers {
+		m.Workers[c.observedState(ws)]++
+		if !ws.sched.Off {
+			m.CapacityGPUs += len(ws.w.GPUs) - len(ws.faulty)
 		}
-		for _, ws := range c.workers {
-			m.Workers[c.observedState(ws)]++
-			if !ws.sched.Off {
-				m.CapacityGPUs += len(ws.w.GPUs) - len(ws.faulty)
-			}
-			if n := ws.w.GPUsInUse; n > 0 {
-				m.GPUsInUse[ws.w.ID] = n
-			}
+		if n := ws.w.GPUsInUse; n > 0 {
+			m.GPUsInUse[ws.w.ID] = n
 		}
-		m.PlaceLatency = c.stats.placed.snapshot()
-		m.StartLatency = c.stats.started.snapshot()
-		m.PassLength = c.stats.passes.snapshot()
-		m.Totals = c.stats.totals.clone()
-	})
-	return m, err
+	}
+	m.PlaceLatency = c.stats.placed.snapshot()
+	m.StartLatency = c.stats.started.snapshot()
+	m.PassLength = c.stats.passes.snapshot()
+	m.Totals = c.stats.totals.clone()
+	c.metrics.Store(m)
 }

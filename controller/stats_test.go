@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -37,6 +38,50 @@ func TestBacklogsAgreeWithARecount(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMetricsAnswerWhileTheLoopIsBusy: Metrics reads what the loop
+// published and does not wait for it (here held by a closure that has not
+// returned), and a change the caller was told of (a submission, then its
+// cancel) is in what it reads next.
+func TestMetricsAnswerWhileTheLoopIsBusy(t *testing.T) {
+	t.Parallel()
+	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC))
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Queue = berth.Argv{"true"}, "parked"
+	jobs, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec, Array: 3, HoldUntilFits: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Metrics(t.Context())
+	if err != nil || m.QueueDepth["parked"] != 3 || m.Jobs[berth.JobPending] != 3 || !m.OldestPending["parked"].Equal(jobs[0].CreatedAt) {
+		t.Fatalf("after submitting 3: %+v, %v; want 3 pending in parked since %v", m, err, jobs[0].CreatedAt)
+	}
+	if _, err := c.Cancel(t.Context(), jobs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	if err := c.post(t.Context(), func() { close(held); <-release }); err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	<-held
+	got := make(chan *Metrics, 1)
+	go func() {
+		m, err := c.Metrics(t.Context())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- m
+	}()
+	select {
+	case m = <-got:
+	case <-time.After(30 * time.Second): // a watchdog: Metrics returns at once, or waits for the loop for ever
+		t.Fatal("Metrics waits for the loop")
+	}
+	if m == nil || m.QueueDepth["parked"] != 2 || m.Jobs[berth.JobCancelled] != 1 || m.Totals.JobsSubmitted != 3 {
+		t.Fatalf("while the loop is held, after a cancel: %+v; want 2 pending, 1 cancelled, 3 submitted", m)
 	}
 }
 
