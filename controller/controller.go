@@ -251,6 +251,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		return fmt.Errorf("load state: %w", err)
 	}
 	c.rebuild(active)
+	c.publishMetrics() // before the loop runs: Metrics answers from the start
 	c.committer.Start()
 	go c.loop()
 	pollCtx, cancel := context.WithCancel(context.Background())
@@ -311,7 +312,6 @@ func (c *Controller) post(ctx context.Context, fn func()) error {
 
 func (c *Controller) loop() {
 	defer close(c.done)
-	c.publishMetrics()
 	tick := time.NewTicker(c.cfg.Housekeeping)
 	defer tick.Stop()
 	for {

@@ -14,9 +14,20 @@ import (
 var backlogs = []int{0, 100_000, 1_000_000}
 
 // parked returns a running controller with no store holding n pending
-// jobs in a queue no worker serves, made in arrays of 10,000, and their
-// ids; the benchmark stops it.
+// jobs in a queue no worker serves (backlogged), and their ids; the
+// benchmark stops it.
 func parked(b *testing.B, n int) (*Controller, []string) {
+	c, ids := backlogged(n)
+	c.publishMetrics() // as Start does
+	go c.loop()
+	b.Cleanup(func() { close(c.stop); <-c.done })
+	return c, ids
+}
+
+// backlogged returns a controller with no store, not started, holding n
+// pending jobs in a queue no worker serves, made in arrays of 10,000, and
+// their ids.
+func backlogged(n int) (*Controller, []string) {
 	c := New(Config{})
 	spec := berth.DefaultJobSpec()
 	spec.Command, spec.Queue = []string{"true"}, "parked"
@@ -28,8 +39,6 @@ func parked(b *testing.B, n int) (*Controller, []string) {
 		c.fx.take() // no store: the rows are dropped
 	}
 	c.dirty = false
-	go c.loop()
-	b.Cleanup(func() { close(c.stop); <-c.done })
 	return c, ids
 }
 
@@ -48,6 +57,23 @@ func BenchmarkMetrics(b *testing.B) {
 				if m.QueueDepth["parked"] != n {
 					b.Fatalf("depth %d, want %d", m.QueueDepth["parked"], n)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkPublishMetrics times what the loop pays for Metrics: making
+// the counters it returns, in each pass of the loop that changed
+// something, on a controller holding a backlog (backlogged).
+func BenchmarkPublishMetrics(b *testing.B) {
+	for _, n := range backlogs {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			c, _ := backlogged(n)
+			for b.Loop() {
+				c.publishMetrics()
+			}
+			if m := c.metrics.Load(); m.QueueDepth["parked"] != n {
+				b.Fatalf("depth %d, want %d", m.QueueDepth["parked"], n)
 			}
 		})
 	}
