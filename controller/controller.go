@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -164,6 +165,8 @@ type Controller struct {
 
 	logMu     sync.Mutex
 	logNotify chan struct{}
+
+	metrics atomic.Pointer[Metrics] // what Metrics returns, published by the loop
 }
 
 // newCommitter returns the store's committer, which, when cfg.Audit is
@@ -248,6 +251,7 @@ func (c *Controller) Start(ctx context.Context) error {
 		return fmt.Errorf("load state: %w", err)
 	}
 	c.rebuild(active)
+	c.publishMetrics() // before the loop runs: Metrics answers from the start
 	c.committer.Start()
 	go c.loop()
 	pollCtx, cancel := context.WithCancel(context.Background())
@@ -331,8 +335,12 @@ func (c *Controller) loop() {
 		case <-c.failed:
 			return
 		}
-		if c.dirty {
+		passed := c.dirty
+		if passed {
 			c.runPass()
+		}
+		if passed || c.fx.batch != nil || len(c.fx.after) > 0 {
+			c.publishMetrics() // before the changes are durable, and so before anyone is told of them
 		}
 		c.flush()
 	}

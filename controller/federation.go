@@ -146,10 +146,18 @@ func (c *Controller) handOff(js *jobState, peer string, pinned bool, now time.Ti
 		c.origin.handles = map[string][]*berth.Handoff{}
 	}
 	c.origin.handles[j.ID] = append(c.origin.handles[j.ID], h)
-	j.Cluster = peer
+	c.setCluster(js, peer)
 	j.Reason = "handing off to peer " + peer
 	c.writeHandle(h, now)
 	c.kick(peer)
+}
+
+// setCluster sets the peer js is handed to ("": none, it is here), and
+// counts it in or out of its queue's backlog. Loop only.
+func (l *lifecycle) setCluster(js *jobState, peer string) {
+	was := js.waiting()
+	js.job.Cluster = peer
+	l.stats.counted(js, was)
 }
 
 // kick tells the federation manager, once what the loop wrote so far is
@@ -471,7 +479,7 @@ func (c *Controller) reroute(js *jobState, lost *berth.Handoff, why string, now 
 	if lost.Pinned {
 		peer = lost.Peer
 	}
-	j.Cluster = ""
+	c.setCluster(js, "")
 	var pl placement
 	if peer == "" {
 		pl, _, _ = c.route(&j.JobSpec, true) // no pin: never refused

@@ -22,6 +22,7 @@ import (
 // publish, wake a waiter) is an effect or one of its hooks. Loop only.
 type lifecycle struct {
 	jobs     map[string]*jobState
+	services map[string]*jobState            // the service jobs of jobs, by id: Services walks no other
 	children map[string]map[string]*jobState // parent id → its active children, by id
 	attempts map[string]*attemptState
 	workers  map[string]*workerState
@@ -73,6 +74,7 @@ type hooks struct {
 func newLifecycle(cfg *Config) lifecycle {
 	return lifecycle{
 		jobs:        map[string]*jobState{},
+		services:    map[string]*jobState{},
 		children:    map[string]map[string]*jobState{},
 		attempts:    map[string]*attemptState{},
 		workers:     map[string]*workerState{},
@@ -144,17 +146,18 @@ func errIllegal(what, id string, from, to any) error {
 	return berth.Errorf(berth.ECodeInternal, "illegal transition of %s %s: %v → %v", what, id, from, to)
 }
 
-// transitionJob moves js to state to: it counts the job in its new state,
-// writes its row and emits ev (its job, state and time filled in). An
-// active job may move to any state but running, which only a pending job
-// moves to; an ended job moves no more. An illegal move changes nothing
-// and returns an ECodeInternal error.
+// transitionJob moves js to state to: it counts the job in its new state
+// (and in its queue's backlog, or out of it), writes its row and emits ev
+// (its job, state and time filled in). An active job may move to any
+// state but running, which only a pending job moves to; an ended job
+// moves no more. An illegal move changes nothing and returns an
+// ECodeInternal error.
 func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Event) error {
 	j := js.job
 	if err := checkJobMove(j, to); err != nil {
 		return err
 	}
-	from := j.State
+	from, was := j.State, js.waiting()
 	l.stats.jobs[from]--
 	l.stats.jobs[to]++
 	switch {
@@ -164,6 +167,7 @@ func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Even
 		l.stats.totals.JobsRequeued++
 	}
 	j.State = to
+	l.stats.counted(js, was)
 	l.writeJob(js)
 	ev.JobID, ev.Name, ev.State = j.ID, j.Name, to
 	l.emit(ev)
@@ -274,7 +278,8 @@ func (l *lifecycle) createJobs(req *berth.SubmitRequest, be Backend, actor strin
 		stored, reply := *j, *j
 		b.Jobs[i], out[i] = &stored, &reply
 		js := &jobState{job: j, backend: be}
-		l.jobs[j.ID] = js
+		l.addJob(js)
+		l.stats.counted(js, false)
 		l.adopt(js)
 		l.enqueue(js)
 		if key.key != "" {
@@ -291,6 +296,14 @@ func (l *lifecycle) createJobs(req *berth.SubmitRequest, be Backend, actor strin
 	l.emit(events...)
 	l.dirty = true
 	return out
+}
+
+// addJob adds js, created or loaded, to the active jobs.
+func (l *lifecycle) addJob(js *jobState) {
+	l.jobs[js.job.ID] = js
+	if js.job.Kind == berth.KindService {
+		l.services[js.job.ID] = js
+	}
 }
 
 // markRunning records that an attempt's process started.
@@ -554,6 +567,7 @@ func (l *lifecycle) finishJob(js *jobState, st berth.JobState, code *int, reason
 	}
 	j.ExitCode, j.Reason, j.FinishedAt = code, reason, now
 	delete(l.jobs, j.ID)
+	delete(l.services, j.ID)
 	l.orphan(j, st, now) // its children's ends come first, as they always did
 	l.hooks.jobEnded(j.ID, st)
 	_ = l.transitionJob(js, st, berth.Event{Time: now, Type: "job." + string(st), Reason: reason, ExitCode: code}) // checked above

@@ -109,11 +109,8 @@ func serviceModel(j *berth.Job) string {
 func (c *Controller) Services(ctx context.Context) ([]*berth.Service, error) {
 	var out []*berth.Service
 	err := c.do(ctx, func() {
-		for _, js := range c.jobs {
+		for _, js := range c.services {
 			j := js.job
-			if j.Kind != berth.KindService {
-				continue
-			}
 			svc := &berth.Service{Job: *j}
 			js.active(func(as *attemptState) {
 				if as.a.TaskIndex == 0 {

@@ -271,7 +271,7 @@ func (c *Controller) rebuild(a *store.Active) {
 	}
 	for _, j := range a.Jobs {
 		js := &jobState{job: j, backend: c.pool} // the one backend: submit refuses others
-		c.jobs[j.ID] = js
+		c.addJob(js)
 		if j.IdempotencyKey != "" {
 			k := idemKeyOf(&j.JobSpec)
 			c.idem[k] = append(c.idem[k], j.ID)
@@ -307,6 +307,7 @@ func (c *Controller) rebuild(a *store.Active) {
 	}
 	var queued []*jobState
 	for _, js := range c.jobs {
+		c.stats.counted(js, false) // its cluster is known: loadFederation ran
 		if !js.placed() {
 			queued = append(queued, js)
 			continue
