@@ -129,7 +129,7 @@ var selectEvents = `SELECT ` + EventColumns + ` FROM events ORDER BY seq DESC LI
 func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 	a := &store.Active{LogSizes: map[string]int64{}, Counts: map[berth.JobState]int{}}
 	var err error
-	if a.Jobs, err = collect(ctx, r, scanJob, selectJobs+` WHERE state IN ('pending', 'running') ORDER BY id`); err != nil {
+	if a.Jobs, err = r.activeJobs(ctx); err != nil {
 		return nil, fmt.Errorf("load jobs: %w", err)
 	}
 	if a.Attempts, err = collect(ctx, r, scanAttempt, selectAttempts+` WHERE state IN ('assigned', 'running') ORDER BY id`); err != nil {
@@ -176,6 +176,40 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 	return a, nil
 }
 
+// activeJobs returns the pending and running jobs, by id. Each state is
+// one walk of the jobs_state index in id order (state IN (…) ORDER BY id
+// would sort every row first), and the jobs of an array share one decoded
+// spec.
+func (r *Reader) activeJobs(ctx context.Context) ([]*berth.Job, error) {
+	specs := specCache{}
+	scan := func(row scanner) (*berth.Job, error) { return scanJobSharing(row, specs) }
+	pending, err := collect(ctx, r, scan, selectJobs+` WHERE state = 'pending' ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	running, err := collect(ctx, r, scan, selectJobs+` WHERE state = 'running' ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	return mergeByID(pending, running), nil
+}
+
+// mergeByID merges two lists of jobs each in id order into one.
+func mergeByID(a, b []*berth.Job) []*berth.Job {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]*berth.Job, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].ID < b[0].ID {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
 // Job returns one job, or an ECodeNotFound error.
 func (r *Reader) Job(ctx context.Context, id string) (*berth.Job, error) {
 	a := args{d: &r.dialect}
@@ -219,7 +253,8 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 	if f.Limit > 0 {
 		q += " LIMIT " + a.add(f.Limit)
 	}
-	jobs, err := collect(ctx, r, scanJob, q, a.list...)
+	specs := specCache{}
+	jobs, err := collect(ctx, r, func(row scanner) (*berth.Job, error) { return scanJobSharing(row, specs) }, q, a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
