@@ -265,20 +265,27 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n int) ([]*berth
 }
 
 // rangeBounds returns the ids that split the n jobs in state st into
-// ranges of about n/ranges jobs, in order: ranges-1 ids, or none when
-// ranges < 2. One walk of the jobs_state index finds them.
+// ranges of about n/ranges jobs, in order: ranges-1 ids at most, none when
+// ranges < 2. Each is found from the last by a walk of the jobs_state
+// index that skips a range's jobs, so that all of them walk it once.
 func (r *Reader) rangeBounds(ctx context.Context, st berth.JobState, n, ranges int) ([]string, error) {
-	if ranges < 2 {
-		return nil, nil
+	step := (n + max(ranges, 1) - 1) / max(ranges, 1)
+	var bounds []string
+	for last := ""; len(bounds) < ranges-1; {
+		a := args{d: &r.dialect}
+		q := `SELECT id FROM jobs WHERE state = ` + a.add(string(st)) + ` AND id >= ` + a.add(last) +
+			` ORDER BY id LIMIT 1 OFFSET ` + a.add(step)
+		ids, err := collect(ctx, r, func(row scanner) (id string, err error) { return id, row.Scan(&id) }, q, a.list...)
+		if err != nil {
+			return nil, fmt.Errorf("split %s jobs: %w", st, err)
+		}
+		if len(ids) == 0 {
+			break // fewer jobs than n now
+		}
+		last = ids[0]
+		bounds = append(bounds, last)
 	}
-	a := args{d: &r.dialect}
-	q := `SELECT id FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS n FROM jobs WHERE state = ` + a.add(string(st)) +
-		`) AS ranked WHERE n % ` + a.add((n+ranges-1)/ranges) + ` = 0 ORDER BY id`
-	bounds, err := collect(ctx, r, func(row scanner) (id string, err error) { return id, row.Scan(&id) }, q, a.list...)
-	if err != nil {
-		return nil, fmt.Errorf("split %s jobs: %w", st, err)
-	}
-	return bounds[:min(len(bounds), ranges-1)], nil
+	return bounds, nil
 }
 
 // mergeByID merges two lists of jobs each in id order into one.
