@@ -3,7 +3,6 @@ package controller
 import (
 	"cmp"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -269,15 +268,18 @@ func (c *Controller) rebuild(a *store.Active) {
 		ws.lastSeen = now.UnixNano()
 		c.addWorker(ws)
 	}
-	for _, j := range a.Jobs {
+	loaded := make([]*jobState, len(a.Jobs)) // in id order, as a.Jobs
+	c.jobs = make(map[string]*jobState, len(a.Jobs))
+	for i, j := range a.Jobs {
 		js := &jobState{job: j, backend: c.pool} // the one backend: submit refuses others
+		loaded[i] = js
 		c.addJob(js)
 		if j.IdempotencyKey != "" {
 			k := idemKeyOf(&j.JobSpec)
 			c.idem[k] = append(c.idem[k], j.ID)
 		}
 	}
-	for _, js := range c.jobs { // once every parent is in
+	for _, js := range loaded { // once every parent is in
 		c.adopt(js)
 	}
 	c.loadFederation(&a.Federation)
@@ -305,11 +307,10 @@ func (c *Controller) rebuild(a *store.Active) {
 			ws.w.State = berth.WorkerDisconnected
 		}
 	}
-	var queued []*jobState
-	for _, js := range c.jobs {
+	for _, js := range loaded { // in id order: the queue's FIFO order
 		c.stats.counted(js, false) // its cluster is known: loadFederation ran
 		if !js.placed() {
-			queued = append(queued, js)
+			c.enqueue(js)
 			continue
 		}
 		if js.job.State == berth.JobPending {
@@ -321,10 +322,6 @@ func (c *Controller) rebuild(a *store.Active) {
 			js.failure = &memberEnd{state: berth.AttemptLost, reason: "another member of the gang ended while the server restarted"}
 			js.active(func(as *attemptState) { as.run.Stopping = true })
 		}
-	}
-	sort.Slice(queued, func(i, k int) bool { return queued[i].job.ID < queued[k].job.ID })
-	for _, js := range queued {
-		c.enqueue(js)
 	}
 	c.loadQuotas(a.Quotas)
 	c.loadPeers(a.Federation.Peers)

@@ -127,7 +127,7 @@ type JobFilter struct {
 
 // Active is what the controller rebuilds its memory from at start.
 type Active struct {
-	Jobs     []*berth.Job     // pending and running jobs
+	Jobs     []*berth.Job     // pending and running jobs, by id
 	Attempts []*berth.Attempt // assigned and running attempts
 	Workers  []*berth.Worker
 	Quotas   []*berth.QuotaRule     // every quota rule, by id

@@ -2,12 +2,15 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store"
@@ -125,29 +128,85 @@ const (
 // walk back from the end of the primary key.
 var selectEvents = `SELECT ` + EventColumns + ` FROM events ORDER BY seq DESC LIMIT ` + strconv.Itoa(store.KeptEvents)
 
-// LoadActive returns what the controller rebuilds its memory from.
+// LoadActive returns what the controller rebuilds its memory from. Its
+// reads run at once, and the pending jobs, when many, in ranges of ids
+// at once (jobsIn): at a million pending jobs the load is most of a
+// restart.
 func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 	a := &store.Active{LogSizes: map[string]int64{}, Counts: map[berth.JobState]int{}}
-	var err error
-	if a.Jobs, err = collect(ctx, r, scanJob, selectJobs+` WHERE state IN ('pending', 'running') ORDER BY id`); err != nil {
-		return nil, fmt.Errorf("load jobs: %w", err)
+	var pending, running []*berth.Job
+	err := parallel(
+		func() error {
+			if err := r.countJobs(ctx, a.Counts); err != nil {
+				return err
+			}
+			var err error
+			pending, err = r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending])
+			return err
+		},
+		func() (err error) {
+			running, err = r.jobsIn(ctx, berth.JobRunning, 0)
+			return err
+		},
+		func() (err error) {
+			if a.Events, err = collect(ctx, r, scanEvent, selectEvents); err != nil {
+				return fmt.Errorf("load events: %w", err)
+			}
+			slices.Reverse(a.Events)
+			return nil
+		},
+		func() error { return r.loadRest(ctx, a) },
+	)
+	if err != nil {
+		return nil, err
 	}
+	a.Jobs = mergeByID(pending, running)
+	return a, nil
+}
+
+// parallel runs fns at once and returns their errors, joined.
+func parallel(fns ...func() error) error {
+	errs := make([]error, len(fns))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		wg.Go(func() { errs[i] = fn() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// countJobs sets counts to the number of jobs in each state.
+func (r *Reader) countJobs(ctx context.Context, counts map[berth.JobState]int) error {
+	err := r.each(ctx, `SELECT state, COUNT(*) FROM jobs GROUP BY state`, nil, func(row scanner) error {
+		var st string
+		var n int
+		err := row.Scan(&st, &n)
+		counts[berth.JobState(st)] = n
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("count jobs: %w", err)
+	}
+	return nil
+}
+
+// loadRest reads the rest of what LoadActive returns: active attempts
+// and their log sizes, workers, quota rules, worker controls and the
+// federation's state.
+func (r *Reader) loadRest(ctx context.Context, a *store.Active) error {
+	var err error
 	if a.Attempts, err = collect(ctx, r, scanAttempt, selectAttempts+` WHERE state IN ('assigned', 'running') ORDER BY id`); err != nil {
-		return nil, fmt.Errorf("load attempts: %w", err)
+		return fmt.Errorf("load attempts: %w", err)
 	}
 	if a.Workers, err = r.Workers(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	if a.Quotas, err = r.Quotas(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	if a.Controls, err = r.WorkerControls(ctx); err != nil {
-		return nil, err
+		return err
 	}
-	if a.Events, err = collect(ctx, r, scanEvent, selectEvents); err != nil {
-		return nil, fmt.Errorf("load events: %w", err)
-	}
-	slices.Reverse(a.Events)
 	err = r.each(ctx, `SELECT l.attempt_id, MAX(l.off + length(l.data)) FROM logs l
 		JOIN attempts a ON a.id = l.attempt_id WHERE a.state IN ('assigned', 'running') GROUP BY l.attempt_id`, nil,
 		func(row scanner) error {
@@ -158,22 +217,91 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 			return err
 		})
 	if err != nil {
-		return nil, fmt.Errorf("load log sizes: %w", err)
+		return fmt.Errorf("load log sizes: %w", err)
 	}
-	err = r.each(ctx, `SELECT state, COUNT(*) FROM jobs GROUP BY state`, nil, func(row scanner) error {
-		var st string
-		var n int
-		err := row.Scan(&st, &n)
-		a.Counts[berth.JobState(st)] = n
-		return err
-	})
+	a.Federation, err = r.federationState(ctx)
+	return err
+}
+
+// Ranges of the load: a state's jobs are read by up to loadRanges
+// queries at once, each of jobsPerRange jobs at least.
+const (
+	loadRanges   = 8
+	jobsPerRange = 10_000
+)
+
+// jobsIn returns the jobs in state st, by id; n is about how many there
+// are (0 when not known), which splits them into ranges of ids read at
+// once. Each read walks the jobs_state index in id order (a list of
+// states with ORDER BY id would sort every row first), and the jobs of an
+// array share one decoded spec (per range).
+func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n int) ([]*berth.Job, error) {
+	bounds, err := r.rangeBounds(ctx, st, n, min(loadRanges, runtime.GOMAXPROCS(0), n/jobsPerRange))
 	if err != nil {
-		return nil, fmt.Errorf("count jobs: %w", err)
-	}
-	if a.Federation, err = r.federationState(ctx); err != nil {
 		return nil, err
 	}
-	return a, nil
+	parts := make([][]*berth.Job, len(bounds)+1)
+	reads := make([]func() error, len(parts))
+	for i := range parts {
+		a := args{d: &r.dialect}
+		q := selectJobs + ` WHERE state = ` + a.add(string(st))
+		if i > 0 {
+			q += ` AND id >= ` + a.add(bounds[i-1])
+		}
+		if i < len(bounds) {
+			q += ` AND id < ` + a.add(bounds[i])
+		}
+		q += ` ORDER BY id`
+		reads[i] = func() (err error) {
+			specs := specCache{}
+			parts[i], err = collect(ctx, r, func(row scanner) (*berth.Job, error) { return scanJobSharing(row, specs) }, q, a.list...)
+			return err
+		}
+	}
+	if err := parallel(reads...); err != nil {
+		return nil, fmt.Errorf("load %s jobs: %w", st, err)
+	}
+	return slices.Concat(parts...), nil
+}
+
+// rangeBounds returns the ids that split the n jobs in state st into
+// ranges of about n/ranges jobs, in order: ranges-1 ids at most, none when
+// ranges < 2. Each is found from the last by a walk of the jobs_state
+// index that skips a range's jobs, so that all of them walk it once.
+func (r *Reader) rangeBounds(ctx context.Context, st berth.JobState, n, ranges int) ([]string, error) {
+	step := (n + max(ranges, 1) - 1) / max(ranges, 1)
+	var bounds []string
+	for last := ""; len(bounds) < ranges-1; {
+		a := args{d: &r.dialect}
+		q := `SELECT id FROM jobs WHERE state = ` + a.add(string(st)) + ` AND id >= ` + a.add(last) +
+			` ORDER BY id LIMIT 1 OFFSET ` + a.add(step)
+		ids, err := collect(ctx, r, func(row scanner) (id string, err error) { return id, row.Scan(&id) }, q, a.list...)
+		if err != nil {
+			return nil, fmt.Errorf("split %s jobs: %w", st, err)
+		}
+		if len(ids) == 0 {
+			break // fewer jobs than n now
+		}
+		last = ids[0]
+		bounds = append(bounds, last)
+	}
+	return bounds, nil
+}
+
+// mergeByID merges two lists of jobs each in id order into one.
+func mergeByID(a, b []*berth.Job) []*berth.Job {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]*berth.Job, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].ID < b[0].ID {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // Job returns one job, or an ECodeNotFound error.
@@ -219,7 +347,8 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 	if f.Limit > 0 {
 		q += " LIMIT " + a.add(f.Limit)
 	}
-	jobs, err := collect(ctx, r, scanJob, q, a.list...)
+	specs := specCache{}
+	jobs, err := collect(ctx, r, func(row scanner) (*berth.Job, error) { return scanJobSharing(row, specs) }, q, a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}

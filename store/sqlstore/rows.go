@@ -202,6 +202,18 @@ func intPtr(n sql.NullInt64) *int {
 type scanner interface{ Scan(dest ...any) error }
 
 func scanJob(row scanner) (*berth.Job, error) {
+	return scanJobSharing(row, nil)
+}
+
+// specCache holds the specs decoded while reading many jobs, by their
+// stored JSON: the jobs of an array store one spec, decoded once and
+// shared, as the jobs a submission creates share their spec's command,
+// environment and labels.
+type specCache map[string]*berth.JobSpec
+
+// scanJobSharing reads a job's row; with specs, a spec read before is
+// not decoded again, and the job shares its slices and maps.
+func scanJobSharing(row scanner, specs specCache) (*berth.Job, error) {
 	var (
 		j                          berth.Job
 		user, state                string
@@ -215,8 +227,16 @@ func scanJob(row scanner) (*berth.Job, error) {
 		return nil, err
 	}
 	id, queue := j.ID, j.Queue
-	if err := json.Unmarshal(spec, &j.JobSpec); err != nil {
-		return nil, fmt.Errorf("decode job %s: %w", id, err)
+	if shared := specs[string(spec)]; shared != nil {
+		j.JobSpec = *shared
+	} else {
+		if err := json.Unmarshal(spec, &j.JobSpec); err != nil {
+			return nil, fmt.Errorf("decode job %s: %w", id, err)
+		}
+		if specs != nil {
+			decoded := j.JobSpec
+			specs[string(spec)] = &decoded
+		}
 	}
 	j.ID, j.Queue, j.User, j.IdempotencyKey, j.Parent = id, queue, user, key.String, parent.String
 	j.ArrayIndex, j.State, j.ExitCode = intPtr(arrayIndex), berth.JobState(state), intPtr(exitCode)

@@ -22,6 +22,7 @@ func lifecycleTests() []test {
 	tests := []test{
 		{"LoadActiveEmpty", testLoadActiveEmpty},
 		{"LoadActive", testLoadActive},
+		{"LoadActiveManyPending", testLoadActiveManyPending},
 		{"ConcurrentWritesAndReads", testConcurrent},
 		{"AuditHead", testAuditHead},
 	}
@@ -43,6 +44,59 @@ func testLoadActiveEmpty(t *testing.T, s store.Store) {
 	}
 	for id, n := range a.LogSizes {
 		t.Errorf("LogSizes[%s] = %d in an empty store", id, n)
+	}
+}
+
+// testLoadActiveManyPending loads enough pending jobs for the drivers to
+// read them in ranges at once, arrays of one spec among jobs of their
+// own, with running and ended jobs between them: every active job comes
+// back once, in id order, with its own spec.
+func testLoadActiveManyPending(t *testing.T, s store.Store) {
+	const n = 30_011
+	var ids idSource
+	var want []*berth.Job
+	counts := map[berth.JobState]int{}
+	b := &store.Batch{}
+	for i := range n {
+		st := berth.JobPending
+		switch i % 997 {
+		case 5:
+			st = berth.JobRunning
+		case 6:
+			st = berth.JobSucceeded
+		}
+		j := newJob(ids.next(), "gpu", "alice", st)
+		j.ArrayIndex = intPtr(i)
+		if i%1000 == 7 { // a job of its own amid an array
+			j.Command = berth.Argv{"echo", fmt.Sprint(i)}
+		} else if i >= n/2 { // the second array
+			j.Queue, j.Command = "cpu", berth.Argv{"sleep", "1"}
+		}
+		counts[st]++
+		if !st.Terminal() {
+			want = append(want, cloneJob(j))
+		}
+		b.Jobs = append(b.Jobs, j)
+		if len(b.Jobs) == 5000 || i == n-1 {
+			write(t, s, b)
+			b = &store.Batch{}
+		}
+	}
+	a := loadActive(t, s)
+	if !slices.Equal(jobIDs(a.Jobs), jobIDs(want)) {
+		t.Fatalf("LoadActive: %d jobs, want the %d active ones in id order", len(a.Jobs), len(want))
+	}
+	for i, j := range a.Jobs {
+		w := want[i]
+		if j.State != w.State || j.Queue != w.Queue || !slices.Equal(j.Command, w.Command) || *j.ArrayIndex != *w.ArrayIndex {
+			t.Fatalf("loaded job %d = %s %s %v #%d, want %s %s %v #%d", i, j.State, j.Queue, j.Command, *j.ArrayIndex,
+				w.State, w.Queue, w.Command, *w.ArrayIndex)
+		}
+	}
+	for _, st := range []berth.JobState{berth.JobPending, berth.JobRunning, berth.JobSucceeded} {
+		if a.Counts[st] != counts[st] {
+			t.Errorf("Counts[%s] = %d, want %d", st, a.Counts[st], counts[st])
+		}
 	}
 }
 
