@@ -198,36 +198,72 @@ func (s *Store) Close() error {
 // update of a job that does not exist fails the whole batch. Strings are
 // stored as valid UTF-8 without NUL bytes, which PostgreSQL's text cannot
 // hold: invalid bytes and NULs become U+FFFD.
+//
+// With b.BeforeCommit (the audit log's append and fsync), the batch's
+// statements run in an open transaction while it finishes, and the audit
+// head and the commit follow it: the two wait for each other only at the
+// end. Without it the batch is one round trip, committed by its Sync.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
-	var head *store.AuditHead
-	if b.BeforeCommit != nil { // before the pipeline, which ends in the commit
-		var err error
-		if head, err = b.BeforeCommit(); err != nil {
-			return err
-		}
-	}
 	stmts, err := planBatch(b.Deduplicated())
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
+	if b.BeforeCommit == nil || len(stmts) == 0 {
+		if b.BeforeCommit != nil {
+			head, err := b.BeforeCommit()
+			if err != nil {
+				return err
+			}
+			if head != nil {
+				stmts = append(stmts, statement{what: "audit head", query: auditHeadQuery, args: []any{int64(head.Seq), head.Hash}})
+			}
+		}
+		if len(stmts) == 0 {
+			return nil
+		}
+		return send(ctx, s.writer, stmts)
+	}
+	tx, err := s.writer.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("write: begin: %w", err)
+	}
+	defer tx.Rollback(context.Background()) // after the commit, a no-op
+	if err := send(ctx, tx, stmts); err != nil {
+		return err
+	}
+	head, err := b.BeforeCommit()
+	if err != nil {
+		return err
+	}
 	if head != nil {
-		stmts = append(stmts, statement{what: "audit head", query: auditHeadQuery, args: []any{int64(head.Seq), head.Hash}})
+		if _, err := tx.Exec(ctx, auditHeadQuery, int64(head.Seq), head.Hash); err != nil {
+			return fmt.Errorf("write: audit head: %w", err)
+		}
 	}
-	if len(stmts) == 0 {
-		return nil
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("write: commit: %w", err)
 	}
+	return nil
+}
+
+// send runs stmts in one round trip (a pipeline): outside a transaction,
+// as one implicit transaction that its Sync commits.
+func send(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, stmts []statement) error {
 	batch := &pgx.Batch{}
 	for _, st := range stmts {
 		batch.Queue(st.query, st.args...)
 	}
-	results := s.writer.SendBatch(ctx, batch)
+	results := db.SendBatch(ctx, batch)
 	for _, st := range stmts {
 		if _, err := results.Exec(); err != nil {
 			results.Close()
 			return fmt.Errorf("write: %s: %w", st.what, err)
 		}
 	}
-	// Close reads up to the end of the pipeline: the commit.
+	// Close reads up to the end of the pipeline: outside a transaction,
+	// the commit.
 	if err := results.Close(); err != nil {
 		return fmt.Errorf("write: commit: %w", err)
 	}
