@@ -1,8 +1,8 @@
 // Package postgres is the Store for teams that outgrow one machine: PostgreSQL through
 // a pgx connection pool. Every Write is one implicit transaction sent in
 // one round trip (a pipeline of one set-based statement per list of the
-// batch, and one that deletes the events the batch's push out of those
-// kept), committed with synchronous_commit on before Write returns.
+// batch, the events as one row, and one that deletes the events the
+// batch's push out of those kept), committed with synchronous_commit on before Write returns.
 // Migrations are applied on Open under an advisory lock, so several
 // servers may start at once. Other programs sharing the database may write
 // worker_controls with plain SQL; WatchControls tells Berth when they do.
@@ -11,6 +11,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/store/sqlstore"
 )
@@ -44,6 +46,7 @@ type Store struct {
 	*sqlstore.Pruner        // on pool
 
 	pool   *pgxpool.Pool
+	writer *pgxpool.Pool   // one connection, Write's (see openWriter)
 	config *pgx.ConnConfig // of pool's connections, for the watchers' own
 
 	stop     context.Context // ends when the store closes
@@ -78,7 +81,12 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open postgres %s: %w", where, err)
 	}
-	s := &Store{pool: pool, config: config.ConnConfig}
+	writer, err := openWriter(ctx, config)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open postgres %s: %w", where, err)
+	}
+	s := &Store{pool: pool, writer: writer, config: config.ConnConfig}
 	s.stop, s.cancel = context.WithCancel(context.Background())
 	s.Reader = sqlstore.NewReader(s.query, sqlstore.Dialect{
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
@@ -91,6 +99,24 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	s.CloudPools = sqlstore.NewCloudPools(s.Reader, s.exec)
 	s.Pruner = sqlstore.NewPruner(s.Reader, s.execTx)
 	return s, nil
+}
+
+// openWriter returns the pool of one connection that Write uses. Its
+// plans are generic (plan_cache_mode): a batch's updates join their arrays
+// to a table by primary key, and a custom plan, which knows how long the
+// arrays are but not that the batch's rows are few of the table's,
+// hashes the whole table for a batch of a thousand rows and more (a scan
+// of every job for each group commit, on each of the first five writes of
+// a connection, before PostgreSQL settles on the generic plan). The
+// generic plan looks each row up by its key whatever the table's size.
+// One connection also keeps the statements prepared once.
+func openWriter(ctx context.Context, config *pgxpool.Config) (*pgxpool.Pool, error) {
+	wc := config.Copy()
+	wc.MaxConns, wc.MinConns = 1, 0
+	if _, ok := wc.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
+		wc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
+	return pgxpool.NewWithConfig(ctx, wc)
 }
 
 // redacted returns the URL raw without its password, or a placeholder if it is
@@ -163,6 +189,7 @@ func (s *Store) execTx(ctx context.Context, stmts []sqlstore.Statement) ([]int64
 func (s *Store) Close() error {
 	s.cancel()
 	s.watchers.Wait()
+	s.writer.Close()
 	s.pool.Close()
 	return nil
 }
@@ -171,36 +198,72 @@ func (s *Store) Close() error {
 // update of a job that does not exist fails the whole batch. Strings are
 // stored as valid UTF-8 without NUL bytes, which PostgreSQL's text cannot
 // hold: invalid bytes and NULs become U+FFFD.
+//
+// With b.BeforeCommit (the audit log's append and fsync), the batch's
+// statements run in an open transaction while it finishes, and the audit
+// head and the commit follow it: the two wait for each other only at the
+// end. Without it the batch is one round trip, committed by its Sync.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
-	var head *store.AuditHead
-	if b.BeforeCommit != nil { // before the pipeline, which ends in the commit
-		var err error
-		if head, err = b.BeforeCommit(); err != nil {
-			return err
-		}
-	}
 	stmts, err := planBatch(b.Deduplicated())
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
+	if b.BeforeCommit == nil || len(stmts) == 0 {
+		if b.BeforeCommit != nil {
+			head, err := b.BeforeCommit()
+			if err != nil {
+				return err
+			}
+			if head != nil {
+				stmts = append(stmts, statement{what: "audit head", query: auditHeadQuery, args: []any{int64(head.Seq), head.Hash}})
+			}
+		}
+		if len(stmts) == 0 {
+			return nil
+		}
+		return send(ctx, s.writer, stmts)
+	}
+	tx, err := s.writer.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("write: begin: %w", err)
+	}
+	defer tx.Rollback(context.Background()) // after the commit, a no-op
+	if err := send(ctx, tx, stmts); err != nil {
+		return err
+	}
+	head, err := b.BeforeCommit()
+	if err != nil {
+		return err
+	}
 	if head != nil {
-		stmts = append(stmts, statement{what: "audit head", query: auditHeadQuery, args: []any{int64(head.Seq), head.Hash}})
+		if _, err := tx.Exec(ctx, auditHeadQuery, int64(head.Seq), head.Hash); err != nil {
+			return fmt.Errorf("write: audit head: %w", err)
+		}
 	}
-	if len(stmts) == 0 {
-		return nil
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("write: commit: %w", err)
 	}
+	return nil
+}
+
+// send runs stmts in one round trip (a pipeline): outside a transaction,
+// as one implicit transaction that its Sync commits.
+func send(ctx context.Context, db interface {
+	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+}, stmts []statement) error {
 	batch := &pgx.Batch{}
 	for _, st := range stmts {
 		batch.Queue(st.query, st.args...)
 	}
-	results := s.pool.SendBatch(ctx, batch)
+	results := db.SendBatch(ctx, batch)
 	for _, st := range stmts {
 		if _, err := results.Exec(); err != nil {
 			results.Close()
 			return fmt.Errorf("write: %s: %w", st.what, err)
 		}
 	}
-	// Close reads up to the end of the pipeline: the commit.
+	// Close reads up to the end of the pipeline: outside a transaction,
+	// the commit.
 	if err := results.Close(); err != nil {
 		return fmt.Errorf("write: commit: %w", err)
 	}
@@ -229,7 +292,6 @@ var (
 	quotaTypes   = []string{"text", "text", "text", "integer", "integer", "double precision", "bigint"}
 	controlTypes = []string{"text", "text", "text", "text", "text", "bigint", "timestamptz"}
 	logTypes     = []string{"text", "bigint", "bytea", "text"}
-	eventTypes   = []string{"bigint", "json"}
 	peerTypes    = []string{"text", "text", "text", "bytea", "bigint", "bigint", "bigint", "bigint"}
 	handoffTypes = []string{"text", "integer", "text", "text", "text", "text", "text", "boolean", "integer", "integer", "text",
 		"bigint", "bigint", "text", "bigint", "text", "boolean"}
@@ -242,10 +304,12 @@ var (
 
 // step is how a step of sqlstore.Steps is written: query, which takes one
 // array per column and writes every row of the step's list at once, with
-// the rows row returns (sqlstore's Row when nil).
+// the rows row returns (sqlstore's Row when nil); or, where args is set,
+// query with the arguments args returns for the whole list.
 type step struct {
 	query string
 	row   func(b *store.Batch, i int) ([]any, error)
+	args  func(b *store.Batch) ([]any, error)
 }
 
 // steps holds the statement of each step.
@@ -266,7 +330,7 @@ var steps = [sqlstore.StepCount]step{
 	sqlstore.SetProgress: {query: `UPDATE attempts SET progress = v.progress FROM unnest($1::text[], $2::text[]) AS v (progress, id)
 		WHERE attempts.id = v.id`},
 	sqlstore.AppendLogs:   {query: `INSERT INTO logs (` + sqlstore.LogColumns + `) ` + unnest(logTypes)},
-	sqlstore.InsertEvents: {query: `INSERT INTO events (` + sqlstore.EventColumns + `) ` + unnest(eventTypes)},
+	sqlstore.InsertEvents: {query: `INSERT INTO event_batches (seq, seqs, body) VALUES ($1, $2, $3)`, args: eventBatch},
 	sqlstore.UpsertPeers:  {query: `INSERT INTO peers (` + sqlstore.PeerColumns + `) ` + unnest(peerTypes) + sqlstore.PeerUpsert},
 	sqlstore.DeletePeers:  {query: `DELETE FROM peers WHERE name = ANY($1::text[])`},
 	sqlstore.UpsertHandoffs: {query: `INSERT INTO handoffs (` + sqlstore.HandoffColumns + `) ` + unnest(handoffTypes) +
@@ -281,6 +345,36 @@ var steps = [sqlstore.StepCount]step{
 	sqlstore.SetJobClusters: {query: `UPDATE jobs SET spec = jsonb_set(jobs.spec::jsonb, '{cluster}', to_jsonb(v.cluster))::json
 		FROM unnest($1::text[], $2::text[]) AS v (cluster, id) WHERE jobs.id = v.id`},
 }
+
+// eventBatch returns the row of event_batches that holds b's events: the
+// newest seq, every seq, and the events as one JSON array in the same
+// order.
+func eventBatch(b *store.Batch) ([]any, error) {
+	body, err := json.Marshal(b.Events)
+	if err != nil {
+		return nil, fmt.Errorf("encode events: %w", err)
+	}
+	seqs := make([]int64, len(b.Events))
+	for i, e := range b.Events {
+		seqs[i] = int64(e.Seq)
+	}
+	return []any{int64(newestSeq(b.Events)), seqs, body}, nil
+}
+
+// newestSeq returns the highest seq of events, 0 for none.
+func newestSeq(events []*berth.Event) uint64 {
+	var newest uint64
+	for _, e := range events {
+		newest = max(newest, e.Seq)
+	}
+	return newest
+}
+
+// pruneEvents deletes the rows of event_batches whose events are all
+// older than the newest store.KeptEvents: those whose newest seq is at
+// most $1, the batch's newest less store.KeptEvents. The events view
+// leaves out the older events of the rows kept.
+const pruneEvents = `DELETE FROM event_batches WHERE seq <= $1`
 
 // controlRow returns worker control i's row, in ControlColumns order, then
 // its time in unix nanoseconds and as a timestamptz (NULL for the zero
@@ -313,6 +407,14 @@ func planBatch(b *store.Batch) ([]statement, error) {
 		if n == 0 {
 			continue
 		}
+		if steps[i].args != nil {
+			args, err := steps[i].args(b)
+			if err != nil {
+				return nil, err
+			}
+			stmts = append(stmts, statement{what: sqlstore.Steps[i].What, query: steps[i].query, args: args})
+			continue
+		}
 		row := steps[i].row
 		if row == nil {
 			row = sqlstore.Steps[i].Row
@@ -323,8 +425,8 @@ func planBatch(b *store.Batch) ([]statement, error) {
 		}
 		stmts = append(stmts, statement{what: sqlstore.Steps[i].What, query: steps[i].query, args: args})
 	}
-	if query, args, ok := sqlstore.PruneEvents(b.Events); ok {
-		stmts = append(stmts, statement{what: "prune events", query: query, args: args})
+	if newest := newestSeq(b.Events); newest > store.KeptEvents {
+		stmts = append(stmts, statement{what: "prune events", query: pruneEvents, args: []any{int64(newest - store.KeptEvents)}})
 	}
 	return stmts, nil
 }

@@ -85,20 +85,29 @@ func TestConformance(t *testing.T) {
 // knownVersion returns the version of the last migration in migrations/.
 func knownVersion(t *testing.T) int {
 	t.Helper()
+	return slices.Max(migrationVersions(t))
+}
+
+// migrationVersions returns the versions of the migrations in
+// migrations/, in order. Numbers may be skipped: a branch takes the number
+// its migration is to have once the branches before it are merged.
+func migrationVersions(t *testing.T) []int {
+	t.Helper()
 	entries, err := os.ReadDir("migrations")
 	if err != nil {
 		t.Fatal(err)
 	}
-	known := 0
+	var versions []int
 	for _, e := range entries {
 		prefix, _, _ := strings.Cut(e.Name(), "_")
 		v, err := strconv.Atoi(prefix)
 		if err != nil {
 			t.Fatalf("migration %s: name does not start with a number", e.Name())
 		}
-		known = max(known, v)
+		versions = append(versions, v)
 	}
-	return known
+	slices.Sort(versions)
+	return versions
 }
 
 // appliedVersions returns the rows of schema_migrations.
@@ -136,11 +145,7 @@ func TestConcurrentOpenMigratesOnce(t *testing.T) {
 		}
 		defer stores[i].Close()
 	}
-	var want []int
-	for v := 1; v <= knownVersion(t); v++ {
-		want = append(want, v)
-	}
-	if got := appliedVersions(t, connect(t, url)); !slices.Equal(got, want) {
+	if got, want := appliedVersions(t, connect(t, url)), migrationVersions(t); !slices.Equal(got, want) {
 		t.Fatalf("schema_migrations = %v, want %v, each once", got, want)
 	}
 	// Each store works on the one schema.
@@ -492,5 +497,44 @@ func TestAssignedAttemptsMigration(t *testing.T) {
 	}
 	if want := []int{1, 1, 1, 0, 1}; !slices.Equal(got, want) {
 		t.Errorf("attempts of the jobs after migration 0010 = %v, want %v", got, want)
+	}
+}
+
+// TestEventBatchesMigration runs migration 0018 on an events table as an
+// earlier Berth wrote it, a row an event: the events load as before,
+// through the view that replaces the table, and later writes go on after
+// them.
+func TestEventBatchesMigration(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, conn := openWithConn(t)
+	migration, err := os.ReadFile("migrations/0018_event_batches.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = conn.Exec(ctx, `DROP VIEW events; DROP TABLE event_batches;
+		CREATE TABLE events (seq bigint PRIMARY KEY, body json NOT NULL);
+		INSERT INTO events (seq, body) VALUES
+			(7, '{"seq":7,"time":"2026-11-26T06:00:00Z","type":"job.submitted","job_id":"j-1"}'),
+			(8, '{"seq":8,"time":"2026-11-26T06:00:01Z","type":"job.failed","job_id":"j-1","reason":"nul \u0000"}')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, string(migration)); err != nil {
+		t.Fatalf("migration 0018: %v", err)
+	}
+	at := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	later := &berth.Event{Seq: 9, Time: at.Add(2 * time.Second), Type: "job.submitted", JobID: "j-2"}
+	if err := s.Write(ctx, &store.Batch{Events: []*berth.Event{later}}); err != nil {
+		t.Fatal(err)
+	}
+	active, err := s.LoadActive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*berth.Event{{Seq: 7, Time: at, Type: "job.submitted", JobID: "j-1"},
+		{Seq: 8, Time: at.Add(time.Second), Type: "job.failed", JobID: "j-1", Reason: "nul \x00"}, later}
+	if !reflect.DeepEqual(active.Events, want) {
+		t.Errorf("events after migration 0018 = %+v, want %+v", active.Events, want)
 	}
 }

@@ -1,0 +1,70 @@
+package postgres
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/postgres/pgtest"
+	"github.com/berth-dev/berth/store"
+	"github.com/berth-dev/berth/store/sqlstore"
+)
+
+// TestWriterLooksRowsUpByKey checks the plan of the update of a batch's
+// jobs on Write's connection: with most of the table in the batch, each
+// row is still looked up by its primary key, not found by hashing every
+// job (which a custom plan, knowing the arrays' length, would do).
+func TestWriterLooksRowsUpByKey(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 3000
+	var gen berth.IDGen
+	now := time.Now()
+	b := &store.Batch{}
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = gen.New(now)
+		b.Jobs = append(b.Jobs, &berth.Job{ID: ids[i], JobSpec: berth.JobSpec{Queue: "default", Command: berth.Argv{"true"}},
+			State: berth.JobPending, CreatedAt: now})
+	}
+	if err := s.Write(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.writer.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(t.Context(), `ANALYZE jobs`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Conn().Prepare(t.Context(), "update_jobs", steps[sqlstore.UpdateJobs].query); err != nil {
+		t.Fatal(err)
+	}
+	fill := func(v string) string { return "'{" + strings.Repeat(v+",", n-1) + v + "}'" }
+	explain := `EXPLAIN EXECUTE update_jobs('{` + strings.Join(ids, ",") + `}', ` + fill("succeeded") + `, ` + fill(`""`) + `, ` +
+		fill("0") + `, ` + fill("1") + `, ` + fill("0") + `, ` + fill("0") + `)`
+	rows, err := conn.Query(t.Context(), explain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if p := plan.String(); strings.Contains(p, "Seq Scan on jobs") || !strings.Contains(p, "Index Scan using jobs_pkey") {
+		t.Fatalf("the update of %d of %d jobs does not look each up by key:\n%s", n, n, p)
+	}
+}
