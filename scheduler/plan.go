@@ -134,6 +134,9 @@ type Plan struct {
 	Reservations  []Reservation
 	QuotaExceeded []QuotaExceeded
 	Examined      int // pending tasks looked at
+	// Skipped counts the pending tasks left out because an earlier pass
+	// found that none could run on these workers (see RunPass).
+	Skipped int
 }
 
 // Reason codes of a pending task.
@@ -161,6 +164,17 @@ type Reason struct {
 // may preempt lower-priority preemptible attempts or, once it has waited
 // Config.ReserveAfter, reserve workers. RunPass records on each task it
 // examines why it is still pending; it changes nothing else of q or s.
+//
+// A pass costs time in proportion to the tasks that may run, not to the
+// backlog: a (queue, user) list whose every task a pass found could never
+// run on its workers (no worker serves the queue, has the GPU type, …,
+// or those that do are off), with no quota rule applying to it, is left
+// out of later passes, unexamined, for as long as its tasks' shapes get
+// the same reasons from the snapshot's workers: a worker joining, leaving
+// or turning a queue on or off, a quota rule or a task of a new shape
+// makes the next pass walk it again. Such tasks take nothing from other
+// tasks (no preemption, reservation or quota use), so leaving them out
+// changes no placement, and their reasons stay those a walk would give.
 func RunPass(q *Queue, s *Snapshot) Plan {
 	q.pass++
 	p := newPass(q, s)
@@ -171,7 +185,11 @@ func RunPass(q *Queue, s *Snapshot) Plan {
 	if q.cfg.FairShare > 0 {
 		penalty = p.fairPenalty
 	}
-	m := q.merger(s.Now, penalty)
+	var skip func(*list) bool
+	if !q.cfg.HeadOfLine { // a blocked task there blocks its queue
+		skip = p.skipBlocked
+	}
+	m := q.merger(s.Now, penalty, skip)
 	for t := m.next(); t != nil; t = m.next() {
 		if p.open == 0 && !p.canPreempt() {
 			break
@@ -179,7 +197,55 @@ func RunPass(q *Queue, s *Snapshot) Plan {
 		p.plan.Examined++
 		p.consider(t)
 	}
+	if skip != nil {
+		for _, l := range m.walked {
+			p.markBlocked(l)
+		}
+	}
 	return p.plan
+}
+
+// skipBlocked reports whether the pass may leave l out: an earlier pass
+// walked it and found every task blocked by a static reason, and each
+// shape in it has that reason still, with no quota rule applying. Tasks
+// pushed since get their shape's reason. A list it does not skip is
+// walked, and blocked again only if that walk finds so.
+func (p *pass) skipBlocked(l *list) bool {
+	if l.blocked && p.quotaFree(l) {
+		for _, c := range l.shapes {
+			if c.reason.Code == "" || p.staticFor(c.rep) != c.reason {
+				l.blocked = false
+				return false
+			}
+		}
+		for _, t := range l.fresh[l.reasoned:] {
+			if !t.removed {
+				t.Reason, t.reasonPass = l.shapes[t.shape].reason, p.q.pass
+			}
+		}
+		l.reasoned = len(l.fresh)
+		l.skipped = p.q.pass
+		p.plan.Skipped += l.live
+		return true
+	}
+	l.blocked = false
+	return false
+}
+
+// markBlocked records, for l, whose every task this pass examined, whether
+// all of them are blocked by a static reason and no quota rule applies.
+func (p *pass) markBlocked(l *list) {
+	if !p.quotaFree(l) {
+		return
+	}
+	for sh, c := range l.shapes {
+		r, ok := p.statics[sh]
+		if !ok || r.Code == "" {
+			return
+		}
+		c.reason = r
+	}
+	l.blocked, l.blockedAt = true, p.q.pass
 }
 
 // consider tries to place t, and otherwise records why it waits and tries
@@ -261,13 +327,14 @@ func (p *pass) place(t *Task) bool {
 }
 
 // Reasons returns why each of ts is pending: what the last pass that
-// examined it found, or, if the last pass stopped before it (the cluster
-// was full), what ExplainAll finds now.
+// examined it found (or that left its list out as blocked, with the
+// reason it was left out for), or, if the last pass stopped before it
+// (the cluster was full), what ExplainAll finds now.
 func (q *Queue) Reasons(ts []*Task, s *Snapshot) []Reason {
 	out := make([]Reason, len(ts))
 	var unexamined []*Task
 	for i, t := range ts {
-		if t.reasonPass == q.pass && t.Reason.Code != "" {
+		if t.Reason.Code != "" && (t.reasonPass == q.pass || t.queued && t.list.skipped == q.pass && t.reasonPass >= t.list.blockedAt) {
 			out[i] = t.Reason
 		} else {
 			unexamined = append(unexamined, t)

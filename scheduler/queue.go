@@ -53,7 +53,8 @@ type Task struct {
 	Constraints berth.Constraints
 
 	// Reason is why the task was still pending after the last pass that
-	// examined it; RunPass sets it. Queue.Reason tells whether it is fresh.
+	// examined it, or that left its list out as blocked; RunPass sets it.
+	// Queue.Reasons says what holds now.
 	Reason Reason
 
 	key        float64 // priority − submitted × rate, in hours
@@ -114,6 +115,45 @@ type list struct {
 	fresh   []*Task // pushed since the last settle
 	removed int
 	live    int
+
+	// shapes counts the queued tasks of each shape, with one of them
+	// (rep, perhaps removed since) to judge the shape by.
+	shapes    map[*shape]*shapeCount
+	templated int // queued tasks that name a template (quota rules may apply)
+	// blocked is set by a pass that walked every task of the list and
+	// found none could run on its workers whatever else ran (each shape
+	// has a static reason, recorded in shapes), with no quota rule that
+	// applies. A later pass that finds the same reasons leaves the list
+	// out (skipped is its number); fresh[:reasoned] have their reasons.
+	blocked   bool
+	blockedAt uint64 // the pass that set blocked
+	skipped   uint64
+	reasoned  int
+}
+
+// shapeCount is the queued tasks of one shape in a list.
+type shapeCount struct {
+	n      int
+	rep    *Task
+	reason Reason // static reason, as of the pass that set list.blocked
+}
+
+// count adds delta to the tasks of t's shape (and template) in l.
+func (l *list) count(t *Task, delta int) {
+	if t.Template != "" {
+		l.templated += delta
+	}
+	c := l.shapes[t.shape]
+	if c == nil {
+		if l.shapes == nil {
+			l.shapes = map[*shape]*shapeCount{}
+		}
+		c = &shapeCount{rep: t}
+		l.shapes[t.shape] = c
+	}
+	if c.n += delta; c.n == 0 {
+		delete(l.shapes, t.shape)
+	}
 }
 
 // Queue holds pending tasks. It is not safe for concurrent use; the
@@ -158,6 +198,7 @@ func (q *Queue) Push(t *Task) {
 	key := float64(t.Priority) - hours(aged)*q.cfg.AgingRate
 	l.live++
 	q.live++
+	l.count(t, 1)
 	if t.list == l && t.removed {
 		// Removed but still held by l (a requeue): restore it in place
 		// when its place is unchanged, else drop the old copy first, so
@@ -183,6 +224,7 @@ func (q *Queue) Remove(t *Task) {
 	t.queued, t.removed = false, true
 	t.list.live--
 	t.list.removed++
+	t.list.count(t, -1)
 	q.live--
 	if t.list.live == 0 {
 		delete(q.lists, t.list.key)
@@ -229,7 +271,7 @@ func (l *list) compact() {
 		clear(list[len(kept):])
 		return kept
 	}
-	l.sorted, l.fresh, l.removed = drop(l.sorted), drop(l.fresh), 0
+	l.sorted, l.fresh, l.removed, l.reasoned = drop(l.sorted), drop(l.fresh), 0, 0
 	l.index()
 }
 
@@ -262,7 +304,7 @@ func (l *list) settle() {
 		l.sorted = append(merged, fresh[j:]...)
 	}
 	clear(l.fresh)
-	l.fresh = l.fresh[:0]
+	l.fresh, l.reasoned = l.fresh[:0], 0
 }
 
 // index rebuilds subs.
@@ -340,9 +382,12 @@ type merger struct {
 	heap    []*cursor
 	penalty func(listKey) float64 // fair-share points taken from a list
 	last    *cursor               // yielded the last task; pushed back at the next call
+	walked  []*list               // lists whose every task was yielded
 }
 
-func (q *Queue) merger(now time.Time, penalty func(listKey) float64) *merger {
+// merger returns a merger over every list at now, but those skip (if not
+// nil) leaves out.
+func (q *Queue) merger(now time.Time, penalty func(listKey) float64, skip func(*list) bool) *merger {
 	m := &merger{penalty: penalty, heap: make([]*cursor, 0, len(q.lists))}
 	keys := make([]listKey, 0, len(q.lists))
 	for k := range q.lists {
@@ -356,7 +401,11 @@ func (q *Queue) merger(now time.Time, penalty func(listKey) float64) *merger {
 		return keys[i].user < keys[j].user
 	})
 	for _, k := range keys {
-		c := q.newCursor(q.lists[k], now)
+		l := q.lists[k]
+		if skip != nil && skip(l) {
+			continue
+		}
+		c := q.newCursor(l, now)
 		if c.head() != nil {
 			m.push(c)
 		}
@@ -429,6 +478,8 @@ func (m *merger) next() *Task {
 		m.last = nil
 		if c.head() != nil {
 			m.push(c)
+		} else {
+			m.walked = append(m.walked, c.l)
 		}
 	}
 	c := m.pop()
@@ -444,7 +495,7 @@ func (m *merger) next() *Task {
 // Ordered calls fn for each queued task in effective-priority order at now
 // (without fair share), until fn returns false.
 func (q *Queue) Ordered(now time.Time, fn func(*Task) bool) {
-	m := q.merger(now, nil)
+	m := q.merger(now, nil, nil)
 	for t := m.next(); t != nil; t = m.next() {
 		if !fn(t) {
 			return
