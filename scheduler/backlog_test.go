@@ -199,3 +199,229 @@ func TestBacklogPassMatchesAFullWalk(t *testing.T) {
 		t.Fatal("no pass left a list out: the test does not exercise skipping")
 	}
 }
+
+// agingRun replays a stream in queue "default" on 2 workers of 8 GPUs that
+// are off for the first 30 minutes: every minute two 1-GPU jobs of
+// priority 100 arrive and each runs 10 minutes once placed (more than the
+// workers can take, so a backlog builds), behind job "low" of priority 0,
+// submitted first by the same user. blocked tasks that can never run (queue "parked", which
+// no worker serves, and a GPU type no worker has in "default") are queued
+// besides, older and of priority 1000. It returns when "low" started (zero
+// if not within 6 hours) and the most tasks a pass examined after the
+// first pass with the workers on (which walks every task once).
+func agingRun(t *testing.T, cfg Config, blocked int) (time.Time, int) {
+	t.Helper()
+	q := NewQueue(cfg)
+	for i := range blocked {
+		tk := &Task{JobID: fmt.Sprint("b", i), Queue: "parked", User: "hoarder", Priority: 1000,
+			Submitted: t0.Add(-2 * time.Hour), Seq: uint64(i)}
+		if i%2 == 1 {
+			tk.Queue, tk.Resources = "default", berth.Resources{GPUs: 1, GPUType: "B200"}
+		}
+		q.Push(tk)
+	}
+	seq := uint64(blocked)
+	low := &Task{JobID: "low", Queue: "default", User: "stream", Submitted: t0, Seq: seq, Resources: berth.Resources{GPUs: 1}}
+	q.Push(low)
+	ws := h100s(2)
+	for _, w := range ws {
+		w.Queues = []string{"default"}
+	}
+	maxExamined := 0
+	for now := t0; now.Before(t0.Add(6 * time.Hour)); now = now.Add(time.Minute) {
+		for range 2 {
+			seq++
+			q.Push(&Task{JobID: fmt.Sprint("s", seq), Queue: "default", User: "stream", Priority: 100, Submitted: now,
+				Seq: seq, Resources: berth.Resources{GPUs: 1}})
+		}
+		for _, w := range ws {
+			w.Off = now.Before(t0.Add(30 * time.Minute))
+			running := w.Running[:0]
+			for _, r := range w.Running {
+				if now.Before(r.Started.Add(r.MaxRuntime)) {
+					running = append(running, r)
+				} else {
+					w.GPUUsed[r.GPUs[0]] = false
+					w.FreeSlots++
+				}
+			}
+			w.Running = running
+		}
+		plan := RunPass(q, &Snapshot{Now: now, Workers: ws})
+		if now.After(t0.Add(30 * time.Minute)) {
+			maxExamined = max(maxExamined, plan.Examined)
+		}
+		for _, a := range plan.Assignments {
+			for _, w := range ws {
+				if w.ID == a.WorkerID {
+					r := run(w, a.Task.JobID, a.Task.Priority, now, a.GPUs...)
+					r.User, r.MaxRuntime = a.Task.User, 10*time.Minute
+				}
+			}
+			q.Remove(a.Task)
+			if a.Task == low {
+				return now, maxExamined
+			}
+		}
+	}
+	return time.Time{}, maxExamined
+}
+
+// TestBacklogStillStartsWithinTheAgingBound checks that a low-priority job
+// behind a stream of higher-priority ones starts within the aging bound
+// once capacity appears, when a large backlog that cannot run is queued
+// besides (and left out of the passes): at the same time as with no
+// backlog, and at most one job's run time (10 minutes, when a GPU frees)
+// after the starvation boost puts it ahead of every unboosted job, while
+// with no aging it starves. Its user is the stream's, so that fair share
+// does not let it in earlier.
+func TestBacklogStillStartsWithinTheAgingBound(t *testing.T) {
+	t.Parallel()
+	alone, _ := agingRun(t, DefaultConfig(), 0)
+	started, examined := agingRun(t, DefaultConfig(), 20_000)
+	t.Logf("low started %s after submission; passes examined at most %d tasks", started.Sub(t0), examined)
+	bound := t0.Add(DefaultConfig().StarvationAfter + 10*time.Minute)
+	if started.IsZero() || started.After(bound) {
+		t.Fatalf("low started at %v, want by %v", started, bound)
+	}
+	if !started.Equal(alone) {
+		t.Fatalf("low started at %v behind the backlog, %v without it", started, alone)
+	}
+	if examined >= 20_000 {
+		t.Fatalf("a pass examined %d tasks: the blocked backlog was walked", examined)
+	}
+	if greedy, _ := agingRun(t, Config{}, 20_000); !greedy.IsZero() {
+		t.Fatalf("without aging low started at %v; want it starved (the bound comes from aging)", greedy)
+	}
+}
+
+// TestBlockedTasksAreReexamined leaves tasks out of passes while what
+// blocks them holds, and checks that they are examined again, and placed,
+// once it changes: a worker joins, turns on or turns their queue on, GPUs
+// free up, a quota rule changes, a reservation ends. Meanwhile their
+// pending reasons stay those a walk gives.
+func TestBlockedTasksAreReexamined(t *testing.T) {
+	t.Parallel()
+	type setup struct {
+		tasks  []*Task
+		ws     []*Worker
+		quotas []berth.QuotaRule
+	}
+	tasks := func(n int, queue, gpuType string, ngpu int) []*Task {
+		out := make([]*Task, n)
+		for i := range out {
+			out[i] = &Task{JobID: fmt.Sprint(queue, i), Queue: queue, User: "alice", Submitted: t0, Seq: uint64(i),
+				Resources: berth.Resources{GPUs: ngpu, GPUType: gpuType}}
+		}
+		return out
+	}
+	serving := func(id string, queues ...string) *Worker {
+		w := newWorker(id, gpus(8, "H100", 80<<30))
+		w.Queues = queues
+		return w
+	}
+	cases := []struct {
+		name    string
+		before  func() setup
+		skipped bool // the passes before the change leave the tasks out
+		reason  string
+		change  func(*setup)
+	}{
+		{"a worker joins", func() setup {
+			return setup{tasks: tasks(50, "parked", "", 0), ws: []*Worker{serving("w0", "default")}}
+		}, true, `no worker serves queue "parked"`, func(s *setup) {
+			s.ws = append(s.ws, serving("w1", "parked"))
+		}},
+		{"a worker turns on", func() setup {
+			w := serving("w1")
+			w.GPUs[0].Model, w.Off = "B200", true
+			return setup{tasks: tasks(50, "default", "B200", 1), ws: []*Worker{serving("w0"), w}}
+		}, true, "the workers that fit are off or disconnected (0 of 1 on)", func(s *setup) {
+			s.ws[1].Off = false
+		}},
+		{"a queue turns on", func() setup {
+			w := serving("w1", "parked")
+			w.OffQueues = []string{"parked"}
+			return setup{tasks: tasks(50, "parked", "", 0), ws: []*Worker{serving("w0", "default"), w}}
+		}, true, "the workers that fit are off or disconnected (0 of 1 on)", func(s *setup) {
+			s.ws[1].OffQueues = nil
+		}},
+		{"GPUs free up", func() setup {
+			w := serving("w0")
+			run(w, "busy", 0, t0, 0, 1, 2, 3)
+			return setup{tasks: tasks(5, "default", "", 8), ws: []*Worker{w}}
+		}, false, "waiting for free resources", func(s *setup) {
+			s.ws = []*Worker{serving("w0")}
+		}},
+		{"a quota rule is raised", func() setup {
+			return setup{tasks: tasks(5, "default", "", 1), ws: []*Worker{serving("w0")},
+				quotas: []berth.QuotaRule{{Scope: berth.QuotaUser, Name: "alice", MaxGPUs: 0, MaxJobs: berth.NoLimit}}}
+		}, false, "over quota user:alice: gpus<=0, 0 in use, 1 requested", func(s *setup) {
+			s.quotas[0].MaxGPUs = 8
+		}},
+		{"a quota rule applies", func() setup {
+			return setup{tasks: tasks(5, "parked", "", 1), ws: []*Worker{serving("w0", "default")}}
+		}, true, `no worker serves queue "parked"`, func(s *setup) {
+			// Now over quota: the tasks are walked and say so (before
+			// the worker that serves them joins, below).
+			s.quotas = []berth.QuotaRule{{Scope: berth.QuotaQueue, Name: "parked", MaxGPUs: 0, MaxJobs: berth.NoLimit}}
+		}},
+		{"a reservation ends", func() setup {
+			w := serving("w0")
+			run(w, "busy", 0, t0, 0, 1, 2, 3).MaxRuntime = time.Hour
+			big := &Task{JobID: "big", Queue: "default", User: "bob", Submitted: t0.Add(-time.Hour),
+				Resources: berth.Resources{GPUs: 8}}
+			return setup{tasks: append(tasks(3, "default", "", 4), big), ws: []*Worker{w}}
+		}, false, "the resources it fits are reserved for job big", func(s *setup) {
+			s.tasks = s.tasks[:len(s.tasks)-1] // big is cancelled
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := tc.before()
+			q := NewQueue(DefaultConfig())
+			for _, tk := range st.tasks {
+				q.Push(tk)
+			}
+			waiting := st.tasks[0] // the first of the blocked tasks in order
+			for pass := range 3 {
+				s := &Snapshot{Now: t0, Workers: st.ws, Quotas: st.quotas}
+				plan := RunPass(q, s)
+				if len(plan.Assignments) > 0 && plan.Assignments[0].Task == waiting {
+					t.Fatalf("pass %d placed %s before the change", pass, waiting.JobID)
+				}
+				if left := plan.Skipped > 0; pass > 0 && left != tc.skipped {
+					t.Fatalf("pass %d: %d tasks skipped, %d examined; want skipped %v", pass, plan.Skipped, plan.Examined, tc.skipped)
+				}
+				if r := q.Reasons([]*Task{waiting}, s)[0]; r.Message != tc.reason || waiting.Reason != r {
+					t.Fatalf("pass %d: %s pending for %+v (Reason %+v), want %q", pass, waiting.JobID, r, waiting.Reason, tc.reason)
+				}
+			}
+			tc.change(&st)
+			q = requeue(q, st.tasks)
+			if tc.name == "a quota rule applies" {
+				s := &Snapshot{Now: t0, Workers: st.ws, Quotas: st.quotas}
+				if plan := RunPass(q, s); plan.Skipped != 0 || waiting.Reason.Code != ReasonQuota {
+					t.Fatalf("with a rule on its queue: %d skipped, %s pending for %+v; want it walked, over quota", plan.Skipped, waiting.JobID, waiting.Reason)
+				}
+				st.quotas, st.ws = nil, append(st.ws, serving("w1", "parked"))
+			}
+			plan := RunPass(q, &Snapshot{Now: t0, Workers: st.ws, Quotas: st.quotas})
+			if len(placements(plan)[waiting.JobID]) == 0 {
+				t.Fatalf("after the change: %s not placed (%+v); plan %s", waiting.JobID, waiting.Reason, describe(plan))
+			}
+		})
+	}
+}
+
+// requeue drops from q the tasks not in keep (a cancelled job) and returns q.
+func requeue(q *Queue, keep []*Task) *Queue {
+	q.Ordered(t0, func(tk *Task) bool {
+		if !slices.Contains(keep, tk) {
+			q.Remove(tk)
+		}
+		return true
+	})
+	return q
+}
