@@ -205,45 +205,87 @@ func RunPass(q *Queue, s *Snapshot) Plan {
 	return p.plan
 }
 
-// skipBlocked reports whether the pass may leave l out: an earlier pass
-// walked it and found every task blocked by a static reason, and each
-// shape in it has that reason still, with no quota rule applying. Tasks
-// pushed since get their shape's reason. A list it does not skip is
-// walked, and blocked again only if that walk finds so.
+// skipBlocked reports whether the pass may leave l out: l is blocked now
+// (blockedNow) by what an earlier pass that walked it found. Tasks pushed
+// since get their shape's reason (and, if over quota, an entry in
+// Plan.QuotaExceeded, as a walk would give them). A list it does not skip
+// is walked, and blocked again (markBlocked) only if that walk examines
+// every task of it.
 func (p *pass) skipBlocked(l *list) bool {
-	if l.blocked && p.quotaFree(l) {
-		for _, c := range l.shapes {
-			if c.reason.Code == "" || p.staticFor(c.rep) != c.reason {
-				l.blocked = false
-				return false
-			}
-		}
-		for _, t := range l.fresh[l.reasoned:] {
-			if !t.removed {
-				t.Reason, t.reasonPass = l.shapes[t.shape].reason, p.q.pass
-			}
-		}
-		l.reasoned = len(l.fresh)
-		l.skipped = p.q.pass
-		p.plan.Skipped += l.live
-		return true
+	if !p.blockedNow(l) {
+		l.blocked, l.unreasoned = false, nil
+		return false
 	}
-	l.blocked = false
-	return false
+	l.checked = p.q.pass
+	if !l.blocked {
+		return false
+	}
+	for _, c := range l.shapes {
+		if c.key.Code == "" || c.key != c.now {
+			l.blocked, l.unreasoned = false, nil
+			return false
+		}
+	}
+	for _, t := range l.unreasoned {
+		if t.removed {
+			continue
+		}
+		c := l.shapes[t.shape]
+		if c.qe != nil && t.Reason.Code != ReasonQuota {
+			qe := *c.qe
+			qe.JobID, qe.User = t.JobID, t.User
+			p.plan.QuotaExceeded = append(p.plan.QuotaExceeded, qe)
+		}
+		t.Reason, t.reasonPass = c.now, p.q.pass
+	}
+	l.unreasoned = nil
+	l.skipped = p.q.pass
+	p.plan.Skipped += l.live
+	return true
 }
 
-// markBlocked records, for l, whose every task this pass examined, whether
-// all of them are blocked by a static reason and no quota rule applies.
+// blockedNow reports whether, before the pass places anything, no task of
+// l can run whatever the pass does: no quota rule applies to l and every
+// shape of it has a static reason, or every shape is over a quota rule
+// already (use only grows within a pass, so it stays over; the reason's
+// message counts the use at the start of the pass). Template rules are
+// per task, not per shape: a list with tasks that name a template, where
+// such rules exist, is never blocked by quota. It sets each shape's now
+// and qe.
+func (p *pass) blockedNow(l *list) bool {
+	free := p.quotaFree(l)
+	if !free && l.templated > 0 && p.templates {
+		return false
+	}
+	for _, c := range l.shapes {
+		if free {
+			r := p.staticFor(c.rep)
+			if r.Code == "" {
+				return false
+			}
+			c.now, c.qe = r, nil
+			continue
+		}
+		rep := *c.rep
+		rep.Template = "" // no template rule applies to l's tasks
+		qe := p.overQuota(&rep)
+		if qe == nil {
+			return false
+		}
+		r := Reason{ReasonQuota, p.quotaMessage(qe)}
+		c.now, c.qe = r, qe
+	}
+	return true
+}
+
+// markBlocked records l as blocked if this pass, which examined every task
+// of it, found it blocked before placing anything.
 func (p *pass) markBlocked(l *list) {
-	if !p.quotaFree(l) {
+	if l.checked != p.q.pass {
 		return
 	}
-	for sh, c := range l.shapes {
-		r, ok := p.statics[sh]
-		if !ok || r.Code == "" {
-			return
-		}
-		c.reason = r
+	for _, c := range l.shapes {
+		c.key = c.now
 	}
 	l.blocked, l.blockedAt = true, p.q.pass
 }
@@ -334,8 +376,10 @@ func (q *Queue) Reasons(ts []*Task, s *Snapshot) []Reason {
 	out := make([]Reason, len(ts))
 	var unexamined []*Task
 	for i, t := range ts {
-		if t.Reason.Code != "" && (t.reasonPass == q.pass || t.queued && t.list.skipped == q.pass && t.reasonPass >= t.list.blockedAt) {
+		if t.Reason.Code != "" && t.reasonPass == q.pass {
 			out[i] = t.Reason
+		} else if l := t.list; t.queued && l.blocked && l.skipped == q.pass && t.reasonPass >= l.blockedAt {
+			out[i] = l.shapes[t.shape].now
 		} else {
 			unexamined = append(unexamined, t)
 		}

@@ -120,22 +120,30 @@ type list struct {
 	// (rep, perhaps removed since) to judge the shape by.
 	shapes    map[*shape]*shapeCount
 	templated int // queued tasks that name a template (quota rules may apply)
-	// blocked is set by a pass that walked every task of the list and
-	// found none could run on its workers whatever else ran (each shape
-	// has a static reason, recorded in shapes), with no quota rule that
-	// applies. A later pass that finds the same reasons leaves the list
-	// out (skipped is its number); fresh[:reasoned] have their reasons.
-	blocked   bool
-	blockedAt uint64 // the pass that set blocked
-	skipped   uint64
-	reasoned  int
+	// blocked is set by a pass that walked every task of the list after
+	// finding, before it placed anything, that none could run whatever
+	// the pass did: each shape had a static reason and no quota rule
+	// applied, or each was over a quota rule already (see
+	// pass.blockedNow; each shape's key records which). A later pass that
+	// finds the same keys leaves the list out (skipped is its number)
+	// and gives its reasons to the tasks pushed since (unreasoned).
+	blocked    bool
+	blockedAt  uint64 // the pass that set blocked
+	checked    uint64 // the last pass that found the list blocked before placing anything
+	skipped    uint64
+	unreasoned []*Task
 }
 
 // shapeCount is the queued tasks of one shape in a list.
 type shapeCount struct {
-	n      int
-	rep    *Task
-	reason Reason // static reason, as of the pass that set list.blocked
+	n   int
+	rep *Task
+	// key is the shape's reason, static or quota, before the pass that
+	// set list.blocked placed anything; now is the same as of the last
+	// pass that checked (at its start), and qe how the shape was over
+	// quota then, if it was.
+	key, now Reason
+	qe       *QuotaExceeded
 }
 
 // count adds delta to the tasks of t's shape (and template) in l.
@@ -199,6 +207,9 @@ func (q *Queue) Push(t *Task) {
 	l.live++
 	q.live++
 	l.count(t, 1)
+	if l.blocked { // passes that leave l out give t its reason
+		l.unreasoned = append(l.unreasoned, t)
+	}
 	if t.list == l && t.removed {
 		// Removed but still held by l (a requeue): restore it in place
 		// when its place is unchanged, else drop the old copy first, so
@@ -271,7 +282,7 @@ func (l *list) compact() {
 		clear(list[len(kept):])
 		return kept
 	}
-	l.sorted, l.fresh, l.removed, l.reasoned = drop(l.sorted), drop(l.fresh), 0, 0
+	l.sorted, l.fresh, l.removed = drop(l.sorted), drop(l.fresh), 0
 	l.index()
 }
 
@@ -304,7 +315,7 @@ func (l *list) settle() {
 		l.sorted = append(merged, fresh[j:]...)
 	}
 	clear(l.fresh)
-	l.fresh, l.reasoned = l.fresh[:0], 0
+	l.fresh = l.fresh[:0]
 }
 
 // index rebuilds subs.
