@@ -166,15 +166,17 @@ type Reason struct {
 // examines why it is still pending; it changes nothing else of q or s.
 //
 // A pass costs time in proportion to the tasks that may run, not to the
-// backlog: a (queue, user) list whose every task a pass found could never
-// run on its workers (no worker serves the queue, has the GPU type, …,
-// or those that do are off), with no quota rule applying to it, is left
-// out of later passes, unexamined, for as long as its tasks' shapes get
-// the same reasons from the snapshot's workers: a worker joining, leaving
-// or turning a queue on or off, a quota rule or a task of a new shape
-// makes the next pass walk it again. Such tasks take nothing from other
-// tasks (no preemption, reservation or quota use), so leaving them out
-// changes no placement, and their reasons stay those a walk would give.
+// backlog: a (queue, user) list whose every task could not run whatever
+// the pass did, as a pass that walked it found, is left out of later
+// passes, unexamined, for as long as each of its shapes gets the same
+// reason at the start of the pass: a static one (no worker serves the
+// queue, has the GPU type, …, or those that do are off) with no quota
+// rule applying, or being over the same quota rule with the same use. A
+// worker joining, leaving or turning a queue on or off, quota use or
+// rules changing, or a task of a new shape makes the next pass walk it
+// again. Such tasks take nothing from other tasks (no preemption,
+// reservation or quota use), so leaving them out changes no placement,
+// and their reasons stay those a walk would give.
 func RunPass(q *Queue, s *Snapshot) Plan {
 	q.pass++
 	p := newPass(q, s)
