@@ -14,8 +14,9 @@ import (
 // backlogQueue returns a queue of blocked tasks that no pass can place:
 // parked in queue "parked", which no worker serves, and, in queue
 // "default", asking for a GPU type no worker has, half and half, from 4
-// users, plus ready tasks in "default" that fit the workers of s.
-func backlogQueue(blocked, ready int, now time.Time) (*Queue, *Snapshot) {
+// users (with mixed, the latter from the ready tasks' user), plus ready
+// tasks in "default" that fit the workers of s.
+func backlogQueue(blocked, ready int, mixed bool, now time.Time) (*Queue, *Snapshot) {
 	s := &Snapshot{Now: now}
 	for i := range 2 {
 		w := newWorker(fmt.Sprint("w", i), gpus(8, "H100", 80<<30))
@@ -28,6 +29,9 @@ func backlogQueue(blocked, ready int, now time.Time) (*Queue, *Snapshot) {
 			Submitted: now.Add(-time.Duration(i%3600) * time.Second), Seq: uint64(i)}
 		if i%2 == 1 {
 			t.Queue, t.Resources = "default", berth.Resources{GPUs: 1, GPUType: "B200"}
+			if mixed {
+				t.User = "runner"
+			}
 		}
 		q.Push(t)
 	}
@@ -41,9 +45,17 @@ func backlogQueue(blocked, ready int, now time.Time) (*Queue, *Snapshot) {
 // BenchmarkPassBacklog is a pass over 2 workers with 1,000 ready tasks and
 // 1,000,000 that cannot run (in a queue no worker serves, or asking for a
 // GPU type none has), after a first pass has examined them all: the steady
-// state of a server with a parked backlog.
+// state of a server with a parked backlog. With mixed=true the tasks
+// asking for the missing GPU type are the ready tasks' user's, in one
+// ordered list with them.
 func BenchmarkPassBacklog(b *testing.B) {
-	q, s := backlogQueue(1_000_000, 1_000, t0)
+	for _, mixed := range []bool{false, true} {
+		b.Run(fmt.Sprint("mixed=", mixed), func(b *testing.B) { benchBacklog(b, mixed) })
+	}
+}
+
+func benchBacklog(b *testing.B, mixed bool) {
+	q, s := backlogQueue(1_000_000, 1_000, mixed, t0)
 	RunPass(q, s)
 	examined := 0
 	for b.Loop() {
@@ -86,8 +98,8 @@ func drawSpecs(rt *rapid.T, now time.Time, first, n int) []*taskSpec {
 }
 
 // drawWorkers draws a cluster in which some queues have no worker, some
-// GPU types none, some workers are off or have a queue turned off, and
-// some GPUs run attempts.
+// GPU types none, some workers are off or have a queue turned off, some
+// GPUs run attempts, and few tasks fit at once.
 func drawWorkers(rt *rapid.T, now time.Time) []*Worker {
 	ws := make([]*Worker, rapid.IntRange(0, 4).Draw(rt, "workers"))
 	for i := range ws {
@@ -106,6 +118,8 @@ func drawWorkers(rt *rapid.T, now time.Time) []*Worker {
 				r.MaxRuntime = time.Duration(rapid.IntRange(0, 2).Draw(rt, "rmax")) * time.Hour
 			}
 		}
+		// Few slots: passes often stop before the end of the queue.
+		w.FreeSlots = rapid.IntRange(0, 3).Draw(rt, "slots")
 		ws[i] = w
 	}
 	return ws
@@ -194,7 +208,11 @@ func TestBacklogPassMatchesAFullWalk(t *testing.T) {
 			// the task in a walk. The code must agree.
 			same := func(a, b Reason) bool { return a == b || a.Code == ReasonQuota && b.Code == ReasonQuota }
 			for i := range got {
-				if !same(got[i], exp[i]) {
+				// A pass that stops before a task (the workers are
+				// full) leaves it to ExplainAll, which does not weigh
+				// quotas; a shape left out as over quota says quota.
+				overQuota := got[i].Code == ReasonQuota && theirs[i].reasonPass != fresh.pass
+				if !same(got[i], exp[i]) && !overQuota {
 					rt.Fatalf("step %d: %s (%+v) pending for %+v, want %+v", step, ids[i], *specs[ids[i]], got[i], exp[i])
 				}
 				// Task.Reason too, where the full walk examined the task.

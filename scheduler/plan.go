@@ -187,7 +187,7 @@ func RunPass(q *Queue, s *Snapshot) Plan {
 	if q.cfg.FairShare > 0 {
 		penalty = p.fairPenalty
 	}
-	var skip func(*list) bool
+	var skip func(*list) (bool, []*shape)
 	if !q.cfg.HeadOfLine { // a blocked task there blocks its queue
 		skip = p.skipBlocked
 	}
@@ -200,96 +200,88 @@ func RunPass(q *Queue, s *Snapshot) Plan {
 		p.consider(t)
 	}
 	if skip != nil {
-		for _, l := range m.walked {
-			p.markBlocked(l)
-		}
+		p.markBlocked()
 	}
 	return p.plan
 }
 
-// skipBlocked reports whether the pass may leave l out: l is blocked now
-// (blockedNow) by what an earlier pass that walked it found. Tasks pushed
-// since get their shape's reason (and, if over quota, an entry in
-// Plan.QuotaExceeded, as a walk would give them). A list it does not skip
-// is walked, and blocked again (markBlocked) only if that walk examines
-// every task of it.
-func (p *pass) skipBlocked(l *list) bool {
-	if !p.blockedNow(l) {
-		l.blocked, l.unreasoned = false, nil
-		return false
-	}
-	l.checked = p.q.pass
-	if !l.blocked {
-		return false
-	}
-	for _, c := range l.shapes {
-		if c.key.Code == "" || c.key != c.now {
-			l.blocked, l.unreasoned = false, nil
-			return false
-		}
-	}
-	for _, t := range l.unreasoned {
-		if t.removed {
+// skipBlocked says which tasks of l the pass may leave out: those of each
+// shape blocked now (blockedNow) by what an earlier pass that examined
+// them all found; all when that is every shape. Tasks pushed since into a
+// shape left out get its reason (and, if over quota, an entry in
+// Plan.QuotaExceeded, as a walk would give them).
+func (p *pass) skipBlocked(l *list) (all bool, shapes []*shape) {
+	pass := p.q.pass
+	free := p.quotaFree(l)
+	all = true
+	for sh, c := range l.shapes {
+		if !p.blockedNow(l, c, free) {
+			c.blocked, all = false, false
 			continue
 		}
+		c.checked = pass
+		if !c.blocked || c.key != c.now {
+			c.blocked, all = false, false
+			continue
+		}
+		c.skipped = pass
+		shapes = append(shapes, sh)
+		p.plan.Skipped += c.n
+	}
+	for _, t := range l.unreasoned {
 		c := l.shapes[t.shape]
+		if t.removed || c.skipped != pass {
+			continue // the pass examines it, or it is gone
+		}
 		if c.qe != nil && t.Reason.Code != ReasonQuota {
 			qe := *c.qe
 			qe.JobID, qe.User = t.JobID, t.User
 			p.plan.QuotaExceeded = append(p.plan.QuotaExceeded, qe)
 		}
-		t.Reason, t.reasonPass = c.now, p.q.pass
+		t.Reason, t.reasonPass = c.now, pass
 	}
 	l.unreasoned = nil
-	l.skipped = p.q.pass
-	p.plan.Skipped += l.live
-	return true
+	return all && len(shapes) > 0, shapes
 }
 
 // blockedNow reports whether, before the pass places anything, no task of
-// l can run whatever the pass does: no quota rule applies to l and every
-// shape of it has a static reason, or every shape is over a quota rule
+// c's shape in l can run whatever the pass does: no quota rule applies to
+// l (free) and the shape has a static reason, or it is over a quota rule
 // already (use only grows within a pass, so it stays over; the reason's
 // message counts the use at the start of the pass). Template rules are
-// per task, not per shape: a list with tasks that name a template, where
-// such rules exist, is never blocked by quota. It sets each shape's now
-// and qe.
-func (p *pass) blockedNow(l *list) bool {
-	free := p.quotaFree(l)
-	if !free && l.templated > 0 && p.templates {
+// per task, not per shape: in a list with tasks that name a template,
+// where such rules exist, no shape is blocked by quota. It sets c.now and
+// c.qe.
+func (p *pass) blockedNow(l *list, c *shapeCount, free bool) bool {
+	if free {
+		r := p.staticFor(c.rep)
+		c.now, c.qe = r, nil
+		return r.Code != ""
+	}
+	if l.templated > 0 && p.templates {
 		return false
 	}
-	for _, c := range l.shapes {
-		if free {
-			r := p.staticFor(c.rep)
-			if r.Code == "" {
-				return false
-			}
-			c.now, c.qe = r, nil
-			continue
-		}
-		rep := *c.rep
-		rep.Template = "" // no template rule applies to l's tasks
-		qe := p.overQuota(&rep)
-		if qe == nil {
-			return false
-		}
-		r := Reason{ReasonQuota, p.quotaMessage(qe)}
-		c.now, c.qe = r, qe
+	rep := *c.rep
+	rep.Template = "" // no template rule applies to l's tasks
+	qe := p.overQuota(&rep)
+	if qe == nil {
+		return false
 	}
+	c.now, c.qe = Reason{ReasonQuota, p.quotaMessage(qe)}, qe
 	return true
 }
 
-// markBlocked records l as blocked if this pass, which examined every task
-// of it, found it blocked before placing anything.
-func (p *pass) markBlocked(l *list) {
-	if l.checked != p.q.pass {
-		return
+// markBlocked blocks each shape of a list that this pass found blocked at
+// its start and whose every task it examined.
+func (p *pass) markBlocked() {
+	pass := p.q.pass
+	for _, l := range p.q.lists {
+		for _, c := range l.shapes {
+			if c.checked == pass && !c.blocked && c.seenPass == pass && c.seen == c.n {
+				c.blocked, c.key, c.blockedAt = true, c.now, pass
+			}
+		}
 	}
-	for _, c := range l.shapes {
-		c.key = c.now
-	}
-	l.blocked, l.blockedAt = true, p.q.pass
 }
 
 // consider tries to place t, and otherwise records why it waits and tries
@@ -297,6 +289,11 @@ func (p *pass) markBlocked(l *list) {
 func (p *pass) consider(t *Task) {
 	q := p.q
 	t.reasonPass = q.pass
+	if c := t.list.shapes[t.shape]; c.seenPass != q.pass {
+		c.seen, c.seenPass = 1, q.pass
+	} else {
+		c.seen++
+	}
 	if head := p.blocked[t.Queue]; head != nil {
 		p.setReason(t, ReasonOrder, fmt.Sprintf("behind job %s, first in queue %s", head.JobID, t.Queue))
 		return
@@ -380,8 +377,8 @@ func (q *Queue) Reasons(ts []*Task, s *Snapshot) []Reason {
 	for i, t := range ts {
 		if t.Reason.Code != "" && t.reasonPass == q.pass {
 			out[i] = t.Reason
-		} else if l := t.list; t.queued && l.blocked && l.skipped == q.pass && t.reasonPass >= l.blockedAt {
-			out[i] = l.shapes[t.shape].now
+		} else if c := t.shapeCount(); c != nil && c.blocked && c.skipped == q.pass && t.reasonPass >= c.blockedAt {
+			out[i] = c.now
 		} else {
 			unexamined = append(unexamined, t)
 		}

@@ -19,6 +19,7 @@ package scheduler
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -68,6 +69,15 @@ type Task struct {
 
 func (t *Task) nodes() int { return max(t.Nodes, 1) }
 
+// shapeCount returns the count of t's shape in its list, or nil when t is
+// not queued.
+func (t *Task) shapeCount() *shapeCount {
+	if !t.queued {
+		return nil
+	}
+	return t.list.shapes[t.shape]
+}
+
 // Config holds the scheduling policy.
 type Config struct {
 	AgingRate       float64       // priority points gained per hour of waiting
@@ -108,11 +118,12 @@ type listKey struct{ queue, user string }
 // list holds one user's tasks of one queue, sorted by key.
 type list struct {
 	key     listKey
-	sorted  []*Task // by key desc, Seq asc; may contain removed tasks
-	subs    []int64 // submission times of sorted, read without touching each task
-	oldest  int64   // no task was submitted before (removals leave it low)
-	newest  int64   // nor after (removals leave it high)
-	fresh   []*Task // pushed since the last settle
+	sorted  []*Task  // by key desc, Seq asc; may contain removed tasks
+	subs    []int64  // submission times of sorted, read without touching each task
+	shps    []*shape // shapes of sorted, likewise
+	oldest  int64    // no task was submitted before (removals leave it low)
+	newest  int64    // nor after (removals leave it high)
+	fresh   []*Task  // pushed since the last settle
 	removed int
 	live    int
 
@@ -120,30 +131,27 @@ type list struct {
 	// (rep, perhaps removed since) to judge the shape by.
 	shapes    map[*shape]*shapeCount
 	templated int // queued tasks that name a template (quota rules may apply)
-	// blocked is set by a pass that walked every task of the list after
-	// finding, before it placed anything, that none could run whatever
-	// the pass did: each shape had a static reason and no quota rule
-	// applied, or each was over a quota rule already (see
-	// pass.blockedNow; each shape's key records which). A later pass that
-	// finds the same keys leaves the list out (skipped is its number)
-	// and gives its reasons to the tasks pushed since (unreasoned).
-	blocked    bool
-	blockedAt  uint64 // the pass that set blocked
-	checked    uint64 // the last pass that found the list blocked before placing anything
-	skipped    uint64
+	// unreasoned are the tasks pushed while their shape was blocked: the
+	// next pass that leaves the shape out gives them its reason.
 	unreasoned []*Task
 }
 
-// shapeCount is the queued tasks of one shape in a list.
+// shapeCount is the queued tasks of one shape in a list, and whether
+// passes may leave them out. A shape is blocked when a pass found, before
+// it placed anything, that none of them could run whatever the pass did
+// (see pass.blockedNow) and examined all of them; key is the reason it
+// found then. A later pass that finds the same reason at its start (now)
+// leaves them out (skipped is its number).
 type shapeCount struct {
-	n   int
-	rep *Task
-	// key is the shape's reason, static or quota, before the pass that
-	// set list.blocked placed anything; now is the same as of the last
-	// pass that checked (at its start), and qe how the shape was over
-	// quota then, if it was.
-	key, now Reason
-	qe       *QuotaExceeded
+	n                  int
+	rep                *Task
+	key, now           Reason
+	qe                 *QuotaExceeded // how the shape was over quota at the last check, if it was
+	blocked            bool
+	blockedAt, checked uint64 // the pass that blocked it; the last that found it blocked at its start
+	skipped            uint64
+	seen               int // its tasks examined by pass seenPass
+	seenPass           uint64
 }
 
 // count adds delta to the tasks of t's shape (and template) in l.
@@ -207,7 +215,7 @@ func (q *Queue) Push(t *Task) {
 	l.live++
 	q.live++
 	l.count(t, 1)
-	if l.blocked { // passes that leave l out give t its reason
+	if l.shapes[t.shape].blocked { // passes that leave its shape out give t its reason
 		l.unreasoned = append(l.unreasoned, t)
 	}
 	if t.list == l && t.removed {
@@ -318,11 +326,12 @@ func (l *list) settle() {
 	l.fresh = l.fresh[:0]
 }
 
-// index rebuilds subs.
+// index rebuilds subs and shps.
 func (l *list) index() {
-	l.subs = l.subs[:0]
+	l.subs, l.shps = l.subs[:0], l.shps[:0]
 	for _, t := range l.sorted {
 		l.subs = append(l.subs, t.submitted)
+		l.shps = append(l.shps, t.shape)
 	}
 }
 
@@ -335,12 +344,15 @@ type cursor struct {
 	now    time.Time
 	cutoff int64 // tasks submitted before are starving
 	s, r   int
-	score  float64 // effective priority of head, less the list's fair-share penalty
+	score  float64  // effective priority of head, less the list's fair-share penalty
+	pass   []*shape // shapes whose tasks it passes over
 }
 
-func (q *Queue) newCursor(l *list, now time.Time) *cursor {
+// newCursor returns a cursor over l at now that passes over the tasks of
+// the shapes in pass.
+func (q *Queue) newCursor(l *list, now time.Time, pass []*shape) *cursor {
 	l.settle()
-	c := &cursor{q: q, l: l, now: now, cutoff: now.Add(-q.cfg.StarvationAfter).UnixNano()}
+	c := &cursor{q: q, l: l, now: now, cutoff: now.Add(-q.cfg.StarvationAfter).UnixNano(), pass: pass}
 	if q.cfg.StarvationAfter <= 0 {
 		c.cutoff = math.MinInt64
 	}
@@ -356,8 +368,9 @@ func (q *Queue) newCursor(l *list, now time.Time) *cursor {
 }
 
 func (c *cursor) skip(i int, starving bool) int {
-	subs := c.l.subs
-	for i < len(subs) && ((subs[i] < c.cutoff) != starving || c.l.sorted[i].removed) {
+	subs, shps := c.l.subs, c.l.shps
+	for i < len(subs) && ((subs[i] < c.cutoff) != starving || len(c.pass) > 0 && slices.Contains(c.pass, shps[i]) ||
+		c.l.sorted[i].removed) {
 		i++
 	}
 	return i
@@ -393,12 +406,12 @@ type merger struct {
 	heap    []*cursor
 	penalty func(listKey) float64 // fair-share points taken from a list
 	last    *cursor               // yielded the last task; pushed back at the next call
-	walked  []*list               // lists whose every task was yielded
 }
 
-// merger returns a merger over every list at now, but those skip (if not
-// nil) leaves out.
-func (q *Queue) merger(now time.Time, penalty func(listKey) float64, skip func(*list) bool) *merger {
+// merger returns a merger over every list at now. skip, if not nil, says
+// which lists to leave out (all) and which shapes' tasks to pass over in
+// the others.
+func (q *Queue) merger(now time.Time, penalty func(listKey) float64, skip func(*list) (all bool, shapes []*shape)) *merger {
 	m := &merger{penalty: penalty, heap: make([]*cursor, 0, len(q.lists))}
 	keys := make([]listKey, 0, len(q.lists))
 	for k := range q.lists {
@@ -413,10 +426,14 @@ func (q *Queue) merger(now time.Time, penalty func(listKey) float64, skip func(*
 	})
 	for _, k := range keys {
 		l := q.lists[k]
-		if skip != nil && skip(l) {
-			continue
+		var pass []*shape
+		if skip != nil {
+			var all bool
+			if all, pass = skip(l); all {
+				continue
+			}
 		}
-		c := q.newCursor(l, now)
+		c := q.newCursor(l, now, pass)
 		if c.head() != nil {
 			m.push(c)
 		}
@@ -489,8 +506,6 @@ func (m *merger) next() *Task {
 		m.last = nil
 		if c.head() != nil {
 			m.push(c)
-		} else {
-			m.walked = append(m.walked, c.l)
 		}
 	}
 	c := m.pop()
