@@ -166,17 +166,19 @@ type Reason struct {
 // examines why it is still pending; it changes nothing else of q or s.
 //
 // A pass costs time in proportion to the tasks that may run, not to the
-// backlog: a (queue, user) list whose every task could not run whatever
-// the pass did, as a pass that walked it found, is left out of later
-// passes, unexamined, for as long as each of its shapes gets the same
-// reason at the start of the pass: a static one (no worker serves the
-// queue, has the GPU type, …, or those that do are off) with no quota
-// rule applying, or being over the same quota rule with the same use. A
-// worker joining, leaving or turning a queue on or off, quota use or
-// rules changing, or a task of a new shape makes the next pass walk it
-// again. Such tasks take nothing from other tasks (no preemption,
-// reservation or quota use), so leaving them out changes no placement,
-// and their reasons stay those a walk would give.
+// backlog. The tasks of one shape in one (queue, user) list that a pass
+// found, before it placed anything, could not run whatever it did, and
+// examined all of, are left out of later passes, unexamined, for as long
+// as the shape gets the same reason at the start of the pass: a static
+// one (no worker serves the queue, has the GPU type, …, or those that do
+// are off) with no quota rule applying to the list, or being over the
+// same quota rule with the same use. A worker joining, leaving or turning
+// a queue on or off, quota use or rules changing makes the next pass
+// examine them again. A list left out whole costs nothing; in one that
+// is walked, the pass steps over them in its shape index. Such tasks take
+// nothing from other tasks (no preemption, reservation or quota use), so
+// leaving them out changes no placement, and their reasons stay those a
+// walk would give (Reasons).
 func RunPass(q *Queue, s *Snapshot) Plan {
 	q.pass++
 	p := newPass(q, s)
@@ -368,7 +370,7 @@ func (p *pass) place(t *Task) bool {
 }
 
 // Reasons returns why each of ts is pending: what the last pass that
-// examined it found (or that left its list out as blocked, with the
+// examined it found (or, if the last pass left it out as blocked, the
 // reason it was left out for), or, if the last pass stopped before it
 // (the cluster was full), what ExplainAll finds now.
 func (q *Queue) Reasons(ts []*Task, s *Snapshot) []Reason {

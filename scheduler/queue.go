@@ -54,7 +54,7 @@ type Task struct {
 	Constraints berth.Constraints
 
 	// Reason is why the task was still pending after the last pass that
-	// examined it, or that left its list out as blocked; RunPass sets it.
+	// examined it, or that left it out as blocked; RunPass sets it.
 	// Queue.Reasons says what holds now.
 	Reason Reason
 
