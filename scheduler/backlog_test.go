@@ -50,15 +50,22 @@ func backlogQueue(blocked, ready int, mixed bool, now time.Time) (*Queue, *Snaps
 // ordered list with them.
 func BenchmarkPassBacklog(b *testing.B) {
 	for _, mixed := range []bool{false, true} {
-		b.Run(fmt.Sprint("mixed=", mixed), func(b *testing.B) { benchBacklog(b, mixed) })
+		for _, push := range []bool{false, true} {
+			b.Run(fmt.Sprint("mixed=", mixed, ",push=", push), func(b *testing.B) { benchBacklog(b, mixed, push) })
+		}
 	}
 }
 
-func benchBacklog(b *testing.B, mixed bool) {
+// benchBacklog runs passes over backlogQueue; with push, one more ready
+// task arrives before each (a server's pass after one submit).
+func benchBacklog(b *testing.B, mixed, push bool) {
 	q, s := backlogQueue(1_000_000, 1_000, mixed, t0)
 	RunPass(q, s)
 	examined := 0
-	for b.Loop() {
+	for i := 0; b.Loop(); i++ {
+		if push {
+			q.Push(&Task{JobID: fmt.Sprint("p", i), Queue: "default", User: "runner", Submitted: t0, Seq: uint64(2_000_000 + i)})
+		}
 		examined += RunPass(q, s).Examined
 	}
 	b.ReportMetric(float64(examined)/float64(b.N), "examined/pass")

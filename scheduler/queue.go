@@ -294,33 +294,33 @@ func (l *list) compact() {
 	l.index()
 }
 
-// settle merges fresh tasks into the sorted list and drops removed ones.
+// settle merges fresh tasks into the sorted list, and drops removed ones
+// once they are over half of it.
 func (l *list) settle() {
-	if l.removed > 0 && (l.removed > len(l.sorted)/2 || len(l.fresh) > 0) {
+	if l.removed > len(l.sorted)/2 {
 		l.compact()
 	}
 	if len(l.fresh) == 0 {
 		return
 	}
-	defer l.index()
 	fresh := l.fresh
 	sort.Slice(fresh, func(i, j int) bool { return before(fresh[i], fresh[j]) })
-	if len(l.sorted) == 0 {
-		l.sorted = append([]*Task(nil), fresh...)
-	} else {
-		merged := make([]*Task, 0, len(l.sorted)+len(fresh))
-		i, j := 0, 0
-		for i < len(l.sorted) && j < len(fresh) {
-			if before(fresh[j], l.sorted[i]) {
-				merged = append(merged, fresh[j])
-				j++
-			} else {
-				merged = append(merged, l.sorted[i])
-				i++
-			}
-		}
-		merged = append(merged, l.sorted[i:]...)
-		l.sorted = append(merged, fresh[j:]...)
+	// Merge in place from the back: each fresh task goes before the
+	// first task of sorted it precedes, found by binary search, so that
+	// the tasks already sorted are moved but not read.
+	n := len(l.sorted)
+	l.sorted = slices.Grow(l.sorted, len(fresh))[:n+len(fresh)]
+	l.subs = slices.Grow(l.subs, len(fresh))[:n+len(fresh)]
+	l.shps = slices.Grow(l.shps, len(fresh))[:n+len(fresh)]
+	i := n
+	for j := len(fresh) - 1; j >= 0; j-- {
+		t := fresh[j]
+		k := sort.Search(i, func(x int) bool { return before(t, l.sorted[x]) })
+		copy(l.sorted[k+j+1:], l.sorted[k:i])
+		copy(l.subs[k+j+1:], l.subs[k:i])
+		copy(l.shps[k+j+1:], l.shps[k:i])
+		l.sorted[k+j], l.subs[k+j], l.shps[k+j] = t, t.submitted, t.shape
+		i = k
 	}
 	clear(l.fresh)
 	l.fresh = l.fresh[:0]
