@@ -117,15 +117,19 @@ type listKey struct{ queue, user string }
 
 // list holds one user's tasks of one queue, sorted by key.
 type list struct {
-	key     listKey
-	sorted  []*Task  // by key desc, Seq asc; may contain removed tasks
-	subs    []int64  // submission times of sorted, read without touching each task
-	shps    []*shape // shapes of sorted, likewise
-	oldest  int64    // no task was submitted before (removals leave it low)
-	newest  int64    // nor after (removals leave it high)
-	fresh   []*Task  // pushed since the last settle
-	removed int
-	live    int
+	key    listKey
+	sorted []*Task  // by key desc, Seq asc; may contain removed tasks
+	subs   []int64  // submission times of sorted, read without touching each task
+	shps   []*shape // shapes of sorted, likewise
+	// sorted[:blockedTo] holds only removed tasks and tasks of the
+	// shapes blockedBy, as the last cursor that passed over those found.
+	blockedTo int
+	blockedBy []*shape
+	oldest    int64   // no task was submitted before (removals leave it low)
+	newest    int64   // nor after (removals leave it high)
+	fresh     []*Task // pushed since the last settle
+	removed   int
+	live      int
 
 	// shapes counts the queued tasks of each shape, with one of them
 	// (rep, perhaps removed since) to judge the shape by.
@@ -225,6 +229,7 @@ func (q *Queue) Push(t *Task) {
 		l.removed--
 		if t.key == key {
 			t.removed, t.queued = false, true
+			l.blockedTo = 0 // t may be in it
 			return
 		}
 		t.removed = true
@@ -322,13 +327,14 @@ func (l *list) settle() {
 		l.sorted[k+j], l.subs[k+j], l.shps[k+j] = t, t.submitted, t.shape
 		i = k
 	}
+	l.blockedTo = min(l.blockedTo, i) // fresh[0] went to i: nothing before it moved
 	clear(l.fresh)
 	l.fresh = l.fresh[:0]
 }
 
 // index rebuilds subs and shps.
 func (l *list) index() {
-	l.subs, l.shps = l.subs[:0], l.shps[:0]
+	l.subs, l.shps, l.blockedTo = l.subs[:0], l.shps[:0], 0
 	for _, t := range l.sorted {
 		l.subs = append(l.subs, t.submitted)
 		l.shps = append(l.shps, t.shape)
@@ -356,13 +362,23 @@ func (q *Queue) newCursor(l *list, now time.Time, pass []*shape) *cursor {
 	if q.cfg.StarvationAfter <= 0 {
 		c.cutoff = math.MinInt64
 	}
+	// Start past the tasks it passes over whatever their kind, resuming
+	// where the last cursor that passed over no more shapes stopped.
+	from := 0
+	if !slices.ContainsFunc(l.blockedBy, func(sh *shape) bool { return !slices.Contains(pass, sh) }) {
+		from = l.blockedTo
+	}
+	for from < len(l.sorted) && (len(pass) > 0 && slices.Contains(pass, l.shps[from]) || l.sorted[from].removed) {
+		from++
+	}
+	l.blockedTo, l.blockedBy = from, slices.Clone(pass)
 	// Scan for the first of each kind only where the list may hold one.
 	c.s, c.r = len(l.sorted), len(l.sorted)
 	if l.oldest < c.cutoff {
-		c.s = c.skip(0, true)
+		c.s = c.skip(from, true)
 	}
 	if l.newest >= c.cutoff {
-		c.r = c.skip(0, false)
+		c.r = c.skip(from, false)
 	}
 	return c
 }
