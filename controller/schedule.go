@@ -57,7 +57,7 @@ func (c *Controller) runPass() {
 	s := c.snapshot()
 	plan := scheduler.RunPass(c.queue, s)
 	c.applyPlan(&plan, s.Now)
-	if plan.Examined > 0 {
+	if plan.Examined+plan.Skipped > 0 {
 		c.reserved = map[string]string{}
 		for _, r := range plan.Reservations {
 			for _, w := range r.Workers {

@@ -9,18 +9,24 @@ import (
 
 // whyNot says why t found no place in this pass.
 func (p *pass) whyNot(t *Task) Reason {
-	r, ok := p.statics[t.shape]
-	if !ok {
-		r = staticReason(p.groups(t), t)
-		p.statics[t.shape] = r
-	}
-	if r.Code != "" {
+	if r := p.staticFor(t); r.Code != "" {
 		return r
 	}
 	if p.sawRes != nil {
 		return Reason{ReasonReserved, fmt.Sprintf("the resources it fits are reserved for job %s", p.sawRes.task.JobID)}
 	}
 	return capacityReason(t)
+}
+
+// staticFor returns the static reason of t's shape on the pass's workers
+// (see staticReason), worked out once a pass.
+func (p *pass) staticFor(t *Task) Reason {
+	r, ok := p.statics[t.shape]
+	if !ok {
+		r = staticReason(p.groups(t), t)
+		p.statics[t.shape] = r
+	}
+	return r
 }
 
 // groups returns the pass's workers as groups: one per class, or one per

@@ -35,6 +35,7 @@ type pass struct {
 	sawRes    *reservation     // a reservation stopped the last find
 
 	rules     map[ruleKey]*ruleUse
+	templates bool // some rule has template scope
 	listRules map[*list][3]*ruleUse
 	quotaMsgs map[QuotaExceeded]string // messages by everything but job and user
 	weights   map[string]float64
@@ -214,6 +215,7 @@ func (p *pass) loadQuotas() {
 	p.weights = map[string]float64{}
 	for _, r := range p.s.Quotas {
 		p.rules[ruleKey{r.Scope, r.Name}] = &ruleUse{rule: r}
+		p.templates = p.templates || r.Scope == berth.QuotaTemplate
 		if r.Scope == berth.QuotaUser && r.Weight > 0 {
 			p.weights[r.Name] = r.Weight
 		}
@@ -248,6 +250,11 @@ func (p *pass) matching(user, queue, template string) [3]*ruleUse {
 		m[2] = p.rules[ruleKey{berth.QuotaTemplate, template}]
 	}
 	return m
+}
+
+// quotaFree reports whether no quota rule applies to any task of l.
+func (p *pass) quotaFree(l *list) bool {
+	return p.rules == nil || (p.matching(l.key.user, l.key.queue, "") == [3]*ruleUse{} && (l.templated == 0 || !p.templates))
 }
 
 // taskRules returns the rules that apply to t.

@@ -134,6 +134,9 @@ type Plan struct {
 	Reservations  []Reservation
 	QuotaExceeded []QuotaExceeded
 	Examined      int // pending tasks looked at
+	// Skipped counts the pending tasks left out because an earlier pass
+	// found that none could run on these workers (see RunPass).
+	Skipped int
 }
 
 // Reason codes of a pending task.
@@ -161,6 +164,21 @@ type Reason struct {
 // may preempt lower-priority preemptible attempts or, once it has waited
 // Config.ReserveAfter, reserve workers. RunPass records on each task it
 // examines why it is still pending; it changes nothing else of q or s.
+//
+// A pass costs time in proportion to the tasks that may run, not to the
+// backlog. The tasks of one shape in one (queue, user) list that a pass
+// found, before it placed anything, could not run whatever it did, and
+// examined all of, are left out of later passes, unexamined, for as long
+// as the shape gets the same reason at the start of the pass: a static
+// one (no worker serves the queue, has the GPU type, …, or those that do
+// are off) with no quota rule applying to the list, or being over the
+// same quota rule with the same use. A worker joining, leaving or turning
+// a queue on or off, quota use or rules changing makes the next pass
+// examine them again. A list left out whole costs nothing; in one that
+// is walked, the pass steps over them in its shape index. Such tasks take
+// nothing from other tasks (no preemption, reservation or quota use), so
+// leaving them out changes no placement, and their reasons stay those a
+// walk would give (Reasons).
 func RunPass(q *Queue, s *Snapshot) Plan {
 	q.pass++
 	p := newPass(q, s)
@@ -171,7 +189,11 @@ func RunPass(q *Queue, s *Snapshot) Plan {
 	if q.cfg.FairShare > 0 {
 		penalty = p.fairPenalty
 	}
-	m := q.merger(s.Now, penalty)
+	var skip func(*list) (bool, []*shape)
+	if !q.cfg.HeadOfLine { // a blocked task there blocks its queue
+		skip = p.skipBlocked
+	}
+	m := q.merger(s.Now, penalty, skip)
 	for t := m.next(); t != nil; t = m.next() {
 		if p.open == 0 && !p.canPreempt() {
 			break
@@ -179,7 +201,89 @@ func RunPass(q *Queue, s *Snapshot) Plan {
 		p.plan.Examined++
 		p.consider(t)
 	}
+	if skip != nil {
+		p.markBlocked()
+	}
 	return p.plan
+}
+
+// skipBlocked says which tasks of l the pass may leave out: those of each
+// shape blocked now (blockedNow) by what an earlier pass that examined
+// them all found; all when that is every shape. Tasks pushed since into a
+// shape left out get its reason (and, if over quota, an entry in
+// Plan.QuotaExceeded, as a walk would give them).
+func (p *pass) skipBlocked(l *list) (all bool, shapes []*shape) {
+	pass := p.q.pass
+	free := p.quotaFree(l)
+	all = true
+	for sh, c := range l.shapes {
+		if !p.blockedNow(l, c, free) {
+			c.blocked, all = false, false
+			continue
+		}
+		c.checked = pass
+		if !c.blocked || c.key != c.now {
+			c.blocked, all = false, false
+			continue
+		}
+		c.skipped = pass
+		shapes = append(shapes, sh)
+		p.plan.Skipped += c.n
+	}
+	for _, t := range l.unreasoned {
+		c := l.shapes[t.shape]
+		if t.removed || c.skipped != pass {
+			continue // the pass examines it, or it is gone
+		}
+		if c.qe != nil && t.Reason.Code != ReasonQuota {
+			qe := *c.qe
+			qe.JobID, qe.User = t.JobID, t.User
+			p.plan.QuotaExceeded = append(p.plan.QuotaExceeded, qe)
+		}
+		t.Reason, t.reasonPass = c.now, pass
+	}
+	l.unreasoned = nil
+	return all && len(shapes) > 0, shapes
+}
+
+// blockedNow reports whether, before the pass places anything, no task of
+// c's shape in l can run whatever the pass does: no quota rule applies to
+// l (free) and the shape has a static reason, or it is over a quota rule
+// already (use only grows within a pass, so it stays over; the reason's
+// message counts the use at the start of the pass). Template rules are
+// per task, not per shape: in a list with tasks that name a template,
+// where such rules exist, no shape is blocked by quota. It sets c.now and
+// c.qe.
+func (p *pass) blockedNow(l *list, c *shapeCount, free bool) bool {
+	if free {
+		r := p.staticFor(c.rep)
+		c.now, c.qe = r, nil
+		return r.Code != ""
+	}
+	if l.templated > 0 && p.templates {
+		return false
+	}
+	rep := *c.rep
+	rep.Template = "" // no template rule applies to l's tasks
+	qe := p.overQuota(&rep)
+	if qe == nil {
+		return false
+	}
+	c.now, c.qe = Reason{ReasonQuota, p.quotaMessage(qe)}, qe
+	return true
+}
+
+// markBlocked blocks each shape of a list that this pass found blocked at
+// its start and whose every task it examined.
+func (p *pass) markBlocked() {
+	pass := p.q.pass
+	for _, l := range p.q.lists {
+		for _, c := range l.shapes {
+			if c.checked == pass && !c.blocked && c.seenPass == pass && c.seen == c.n {
+				c.blocked, c.key, c.blockedAt = true, c.now, pass
+			}
+		}
+	}
 }
 
 // consider tries to place t, and otherwise records why it waits and tries
@@ -187,6 +291,11 @@ func RunPass(q *Queue, s *Snapshot) Plan {
 func (p *pass) consider(t *Task) {
 	q := p.q
 	t.reasonPass = q.pass
+	if c := t.list.shapes[t.shape]; c.seenPass != q.pass {
+		c.seen, c.seenPass = 1, q.pass
+	} else {
+		c.seen++
+	}
 	if head := p.blocked[t.Queue]; head != nil {
 		p.setReason(t, ReasonOrder, fmt.Sprintf("behind job %s, first in queue %s", head.JobID, t.Queue))
 		return
@@ -261,14 +370,17 @@ func (p *pass) place(t *Task) bool {
 }
 
 // Reasons returns why each of ts is pending: what the last pass that
-// examined it found, or, if the last pass stopped before it (the cluster
-// was full), what ExplainAll finds now.
+// examined it found (or, if the last pass left it out as blocked, the
+// reason it was left out for), or, if the last pass stopped before it
+// (the cluster was full), what ExplainAll finds now.
 func (q *Queue) Reasons(ts []*Task, s *Snapshot) []Reason {
 	out := make([]Reason, len(ts))
 	var unexamined []*Task
 	for i, t := range ts {
-		if t.reasonPass == q.pass && t.Reason.Code != "" {
+		if t.Reason.Code != "" && t.reasonPass == q.pass {
 			out[i] = t.Reason
+		} else if c := t.shapeCount(); c != nil && c.blocked && c.skipped == q.pass && t.reasonPass >= c.blockedAt {
+			out[i] = c.now
 		} else {
 			unexamined = append(unexamined, t)
 		}

@@ -19,6 +19,7 @@ package scheduler
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -53,7 +54,8 @@ type Task struct {
 	Constraints berth.Constraints
 
 	// Reason is why the task was still pending after the last pass that
-	// examined it; RunPass sets it. Queue.Reason tells whether it is fresh.
+	// examined it, or that left it out as blocked; RunPass sets it.
+	// Queue.Reasons says what holds now.
 	Reason Reason
 
 	key        float64 // priority − submitted × rate, in hours
@@ -66,6 +68,15 @@ type Task struct {
 }
 
 func (t *Task) nodes() int { return max(t.Nodes, 1) }
+
+// shapeCount returns the count of t's shape in its list, or nil when t is
+// not queued.
+func (t *Task) shapeCount() *shapeCount {
+	if !t.queued {
+		return nil
+	}
+	return t.list.shapes[t.shape]
+}
 
 // Config holds the scheduling policy.
 type Config struct {
@@ -106,14 +117,63 @@ type listKey struct{ queue, user string }
 
 // list holds one user's tasks of one queue, sorted by key.
 type list struct {
-	key     listKey
-	sorted  []*Task // by key desc, Seq asc; may contain removed tasks
-	subs    []int64 // submission times of sorted, read without touching each task
-	oldest  int64   // no task was submitted before (removals leave it low)
-	newest  int64   // nor after (removals leave it high)
-	fresh   []*Task // pushed since the last settle
-	removed int
-	live    int
+	key    listKey
+	sorted []*Task  // by key desc, Seq asc; may contain removed tasks
+	subs   []int64  // submission times of sorted, read without touching each task
+	shps   []*shape // shapes of sorted, likewise
+	// sorted[:blockedTo] holds only removed tasks and tasks of the
+	// shapes blockedBy, as the last cursor that passed over those found.
+	blockedTo int
+	blockedBy []*shape
+	oldest    int64   // no task was submitted before (removals leave it low)
+	newest    int64   // nor after (removals leave it high)
+	fresh     []*Task // pushed since the last settle
+	removed   int
+	live      int
+
+	// shapes counts the queued tasks of each shape, with one of them
+	// (rep, perhaps removed since) to judge the shape by.
+	shapes    map[*shape]*shapeCount
+	templated int // queued tasks that name a template (quota rules may apply)
+	// unreasoned are the tasks pushed while their shape was blocked: the
+	// next pass that leaves the shape out gives them its reason.
+	unreasoned []*Task
+}
+
+// shapeCount is the queued tasks of one shape in a list, and whether
+// passes may leave them out. A shape is blocked when a pass found, before
+// it placed anything, that none of them could run whatever the pass did
+// (see pass.blockedNow) and examined all of them; key is the reason it
+// found then. A later pass that finds the same reason at its start (now)
+// leaves them out (skipped is its number).
+type shapeCount struct {
+	n                  int
+	rep                *Task
+	key, now           Reason
+	qe                 *QuotaExceeded // how the shape was over quota at the last check, if it was
+	blocked            bool
+	blockedAt, checked uint64 // the pass that blocked it; the last that found it blocked at its start
+	skipped            uint64
+	seen               int // its tasks examined by pass seenPass
+	seenPass           uint64
+}
+
+// count adds delta to the tasks of t's shape (and template) in l.
+func (l *list) count(t *Task, delta int) {
+	if t.Template != "" {
+		l.templated += delta
+	}
+	c := l.shapes[t.shape]
+	if c == nil {
+		if l.shapes == nil {
+			l.shapes = map[*shape]*shapeCount{}
+		}
+		c = &shapeCount{rep: t}
+		l.shapes[t.shape] = c
+	}
+	if c.n += delta; c.n == 0 {
+		delete(l.shapes, t.shape)
+	}
 }
 
 // Queue holds pending tasks. It is not safe for concurrent use; the
@@ -158,6 +218,10 @@ func (q *Queue) Push(t *Task) {
 	key := float64(t.Priority) - hours(aged)*q.cfg.AgingRate
 	l.live++
 	q.live++
+	l.count(t, 1)
+	if l.shapes[t.shape].blocked { // passes that leave its shape out give t its reason
+		l.unreasoned = append(l.unreasoned, t)
+	}
 	if t.list == l && t.removed {
 		// Removed but still held by l (a requeue): restore it in place
 		// when its place is unchanged, else drop the old copy first, so
@@ -165,6 +229,7 @@ func (q *Queue) Push(t *Task) {
 		l.removed--
 		if t.key == key {
 			t.removed, t.queued = false, true
+			l.blockedTo = 0 // t may be in it
 			return
 		}
 		t.removed = true
@@ -183,6 +248,7 @@ func (q *Queue) Remove(t *Task) {
 	t.queued, t.removed = false, true
 	t.list.live--
 	t.list.removed++
+	t.list.count(t, -1)
 	q.live--
 	if t.list.live == 0 {
 		delete(q.lists, t.list.key)
@@ -233,43 +299,45 @@ func (l *list) compact() {
 	l.index()
 }
 
-// settle merges fresh tasks into the sorted list and drops removed ones.
+// settle merges fresh tasks into the sorted list, and drops removed ones
+// once they are over half of it.
 func (l *list) settle() {
-	if l.removed > 0 && (l.removed > len(l.sorted)/2 || len(l.fresh) > 0) {
+	if l.removed > len(l.sorted)/2 {
 		l.compact()
 	}
 	if len(l.fresh) == 0 {
 		return
 	}
-	defer l.index()
 	fresh := l.fresh
 	sort.Slice(fresh, func(i, j int) bool { return before(fresh[i], fresh[j]) })
-	if len(l.sorted) == 0 {
-		l.sorted = append([]*Task(nil), fresh...)
-	} else {
-		merged := make([]*Task, 0, len(l.sorted)+len(fresh))
-		i, j := 0, 0
-		for i < len(l.sorted) && j < len(fresh) {
-			if before(fresh[j], l.sorted[i]) {
-				merged = append(merged, fresh[j])
-				j++
-			} else {
-				merged = append(merged, l.sorted[i])
-				i++
-			}
-		}
-		merged = append(merged, l.sorted[i:]...)
-		l.sorted = append(merged, fresh[j:]...)
+	// Merge in place from the back: each fresh task goes before the
+	// first task of sorted it precedes, found by binary search, so that
+	// the tasks already sorted are moved but not read.
+	n := len(l.sorted)
+	l.sorted = slices.Grow(l.sorted, len(fresh))[:n+len(fresh)]
+	l.subs = slices.Grow(l.subs, len(fresh))[:n+len(fresh)]
+	l.shps = slices.Grow(l.shps, len(fresh))[:n+len(fresh)]
+	i := n
+	for j := len(fresh) - 1; j >= 0; j-- {
+		t := fresh[j]
+		k := sort.Search(i, func(x int) bool { return before(t, l.sorted[x]) })
+		copy(l.sorted[k+j+1:], l.sorted[k:i])
+		copy(l.subs[k+j+1:], l.subs[k:i])
+		copy(l.shps[k+j+1:], l.shps[k:i])
+		l.sorted[k+j], l.subs[k+j], l.shps[k+j] = t, t.submitted, t.shape
+		i = k
 	}
+	l.blockedTo = min(l.blockedTo, i) // fresh[0] went to i: nothing before it moved
 	clear(l.fresh)
 	l.fresh = l.fresh[:0]
 }
 
-// index rebuilds subs.
+// index rebuilds subs and shps.
 func (l *list) index() {
-	l.subs = l.subs[:0]
+	l.subs, l.shps, l.blockedTo = l.subs[:0], l.shps[:0], 0
 	for _, t := range l.sorted {
 		l.subs = append(l.subs, t.submitted)
+		l.shps = append(l.shps, t.shape)
 	}
 }
 
@@ -282,29 +350,43 @@ type cursor struct {
 	now    time.Time
 	cutoff int64 // tasks submitted before are starving
 	s, r   int
-	score  float64 // effective priority of head, less the list's fair-share penalty
+	score  float64  // effective priority of head, less the list's fair-share penalty
+	pass   []*shape // shapes whose tasks it passes over
 }
 
-func (q *Queue) newCursor(l *list, now time.Time) *cursor {
+// newCursor returns a cursor over l at now that passes over the tasks of
+// the shapes in pass.
+func (q *Queue) newCursor(l *list, now time.Time, pass []*shape) *cursor {
 	l.settle()
-	c := &cursor{q: q, l: l, now: now, cutoff: now.Add(-q.cfg.StarvationAfter).UnixNano()}
+	c := &cursor{q: q, l: l, now: now, cutoff: now.Add(-q.cfg.StarvationAfter).UnixNano(), pass: pass}
 	if q.cfg.StarvationAfter <= 0 {
 		c.cutoff = math.MinInt64
 	}
+	// Start past the tasks it passes over whatever their kind, resuming
+	// where the last cursor that passed over no more shapes stopped.
+	from := 0
+	if !slices.ContainsFunc(l.blockedBy, func(sh *shape) bool { return !slices.Contains(pass, sh) }) {
+		from = l.blockedTo
+	}
+	for from < len(l.sorted) && (len(pass) > 0 && slices.Contains(pass, l.shps[from]) || l.sorted[from].removed) {
+		from++
+	}
+	l.blockedTo, l.blockedBy = from, slices.Clone(pass)
 	// Scan for the first of each kind only where the list may hold one.
 	c.s, c.r = len(l.sorted), len(l.sorted)
 	if l.oldest < c.cutoff {
-		c.s = c.skip(0, true)
+		c.s = c.skip(from, true)
 	}
 	if l.newest >= c.cutoff {
-		c.r = c.skip(0, false)
+		c.r = c.skip(from, false)
 	}
 	return c
 }
 
 func (c *cursor) skip(i int, starving bool) int {
-	subs := c.l.subs
-	for i < len(subs) && ((subs[i] < c.cutoff) != starving || c.l.sorted[i].removed) {
+	subs, shps := c.l.subs, c.l.shps
+	for i < len(subs) && ((subs[i] < c.cutoff) != starving || len(c.pass) > 0 && slices.Contains(c.pass, shps[i]) ||
+		c.l.sorted[i].removed) {
 		i++
 	}
 	return i
@@ -342,7 +424,10 @@ type merger struct {
 	last    *cursor               // yielded the last task; pushed back at the next call
 }
 
-func (q *Queue) merger(now time.Time, penalty func(listKey) float64) *merger {
+// merger returns a merger over every list at now. skip, if not nil, says
+// which lists to leave out (all) and which shapes' tasks to pass over in
+// the others.
+func (q *Queue) merger(now time.Time, penalty func(listKey) float64, skip func(*list) (all bool, shapes []*shape)) *merger {
 	m := &merger{penalty: penalty, heap: make([]*cursor, 0, len(q.lists))}
 	keys := make([]listKey, 0, len(q.lists))
 	for k := range q.lists {
@@ -356,7 +441,15 @@ func (q *Queue) merger(now time.Time, penalty func(listKey) float64) *merger {
 		return keys[i].user < keys[j].user
 	})
 	for _, k := range keys {
-		c := q.newCursor(q.lists[k], now)
+		l := q.lists[k]
+		var pass []*shape
+		if skip != nil {
+			var all bool
+			if all, pass = skip(l); all {
+				continue
+			}
+		}
+		c := q.newCursor(l, now, pass)
 		if c.head() != nil {
 			m.push(c)
 		}
@@ -444,7 +537,7 @@ func (m *merger) next() *Task {
 // Ordered calls fn for each queued task in effective-priority order at now
 // (without fair share), until fn returns false.
 func (q *Queue) Ordered(now time.Time, fn func(*Task) bool) {
-	m := q.merger(now, nil)
+	m := q.merger(now, nil, nil)
 	for t := m.next(); t != nil; t = m.next() {
 		if !fn(t) {
 			return
