@@ -647,6 +647,53 @@ func TestReconcileDestroysWhatFailedToBeGivenBack(t *testing.T) {
 	}
 }
 
+// failAt is a store whose writes of an instance in phase fail, as if the
+// server had died before them.
+type failAt struct {
+	store.PoolStore
+	phase berth.InstancePhase
+}
+
+func (s *failAt) PutInstance(ctx context.Context, i *berth.Instance) error {
+	if i.Phase == s.phase {
+		return errors.New("the server died")
+	}
+	return s.PoolStore.PutInstance(ctx, i)
+}
+
+// An instance given back whose destroy went through at the provider but
+// whose record was not written destroyed (a crash, or the write still
+// under way when Reconcile lists) is no vanish: Reconcile writes it
+// destroyed, keeps its failure and blames its machine no more.
+func TestReconcileFinishesAGiveBackItFindsUnlisted(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, 2, map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultCDI})
+	r.p.Store = &failAt{PoolStore: r.st, phase: berth.InstanceDestroyed}
+	ctx := context.Background()
+	if _, err := r.p.Provision(ctx, r.pool); err == nil || !strings.Contains(err.Error(), "the server died") {
+		t.Fatalf("Provision = %v, want the write of destroyed to fail", err)
+	}
+	is := r.instances(t)
+	if len(is) != 1 || is[0].Phase != berth.InstanceFailed || len(r.srv.Live()) != 0 {
+		t.Fatalf("instances %+v, live %+v: want one failed record, nothing billed", is, r.srv.Live())
+	}
+	r.p.Store = r.st
+	gone, err := r.p.Reconcile(ctx, r.pool)
+	if err != nil || len(gone) != 0 {
+		t.Fatalf("Reconcile = %v, %v; want nothing gone", gone, err)
+	}
+	stored, err := r.st.Instance(ctx, is[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Phase != berth.InstanceDestroyed || stored.Failure != berth.FailureInfraFatal || strings.Contains(stored.LastError, "vanished") {
+		t.Errorf("after Reconcile: %+v; want destroyed, its CDI failure kept, no vanish", stored)
+	}
+	if h := r.host(t, vasttest.FirstMachine); h == nil || h.Failures[berth.FailureInfraFatal] != 1 {
+		t.Errorf("host record %+v, want the one CDI failure counted, once", h)
+	}
+}
+
 // A provisioning by hand whose caller goes away (Ctrl-C) gives back the
 // instance it was making, whatever phase it had reached: nothing is left
 // billed, and the machine is not blamed.

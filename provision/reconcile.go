@@ -18,7 +18,8 @@ import (
 // which sees a vanished instance itself, at its next poll. An instance
 // being given back whose destroy did not go through (failed, in a pool
 // that does not preserve failed instances, or draining) is destroyed
-// again. It returns the instances it found gone.
+// again, and one no longer listed is written destroyed: its destroy went
+// through, which is no vanish. It returns the instances it found gone.
 func (p *Provisioner) Reconcile(ctx context.Context, pool *berth.Pool) ([]*berth.Instance, error) {
 	p.init()
 	live, err := p.Store.Instances(ctx, store.InstanceFilter{Pool: pool.Name, Live: true})
@@ -45,6 +46,15 @@ func (p *Provisioner) Reconcile(ctx context.Context, pool *berth.Pool) ([]*berth
 			continue
 		}
 		if inst.ProviderID == 0 || inst.Phase == berth.InstanceCreating || have[inst.ProviderID] || p.driven(inst.ID) {
+			continue
+		}
+		if p.giveBack(inst, pool) {
+			// Its destroy went through; the record's last write is under
+			// way, or was lost to a crash. It was given back, not lost:
+			// no machine is blamed and its failure, if any, is kept.
+			if err := p.end(ctx, inst, berth.InstanceDestroyed, "", "given back: no longer listed by "+p.Provider.Name()); err != nil {
+				return gone, err
+			}
 			continue
 		}
 		why := fmt.Sprintf("contract %d vanished from %s's listing while %s", inst.ProviderID, p.Provider.Name(), inst.Phase)
