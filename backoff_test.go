@@ -1,6 +1,8 @@
 package berth
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -25,5 +27,19 @@ func TestDoublingDelay(t *testing.T) {
 		if got := DoublingDelay(tt.n, tt.limit); got != tt.want {
 			t.Errorf("DoublingDelay(%d, %v) = %v, want %v", tt.n, tt.limit, got, tt.want)
 		}
+	}
+}
+
+// TestSleep checks that Sleep returns nil once its wait is over, and the
+// context's error at once when the context has ended, however long the
+// wait asked for.
+func TestSleep(t *testing.T) {
+	if err := Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Errorf("Sleep(1ms) = %v, want nil", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Errorf("Sleep(1h) on an ended context = %v, want context.Canceled", err)
 	}
 }

@@ -51,14 +51,7 @@ func (r *Retry) sleep(ctx context.Context, d time.Duration) error {
 	if r.Sleep != nil {
 		return r.Sleep(ctx, d)
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return berth.Sleep(ctx, d)
 }
 
 // OutageError is the error of a call that gave up after its tries had

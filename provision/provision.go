@@ -132,7 +132,7 @@ func (p *Provisioner) init() {
 			p.Now = time.Now
 		}
 		if p.Sleep == nil {
-			p.Sleep = sleep
+			p.Sleep = berth.Sleep
 		}
 		if p.Log == nil {
 			p.Log = slog.New(slog.DiscardHandler)
@@ -146,18 +146,6 @@ func or(d, def time.Duration) time.Duration {
 		return d
 	}
 	return def
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // Failure is the error of an instance that did not become ready: its

@@ -349,7 +349,7 @@ func benchAgents(ctx context.Context, url string, pid, n, slots int, window time
 		go func() { defer wg.Done(); trickleJobs(actx, c, rate, st, &submitted) }()
 	}
 	// Every agent has sent a heartbeat after one interval.
-	if err := sleepCtx(ctx, hb); err != nil {
+	if err := berth.Sleep(ctx, hb); err != nil {
 		return nil, err
 	}
 
@@ -365,7 +365,7 @@ func benchAgents(ctx context.Context, url string, pid, n, slots int, window time
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	t0 := time.Now()
 	st.recording.Store(true)
-	if err := sleepCtx(ctx, window); err != nil {
+	if err := berth.Sleep(ctx, window); err != nil {
 		return nil, err
 	}
 	st.recording.Store(false)
@@ -475,17 +475,6 @@ func passMetrics(ctx context.Context, url string) (passTotals, error) {
 		}
 	}
 	return t, sc.Err()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // simAgent is one simulated agent: a session on the agent WebSocket that
