@@ -139,8 +139,8 @@ func (c *Controller) handOff(js *jobState, peer string, pinned bool, now time.Ti
 	if js.task != nil {
 		c.queue.Remove(js.task)
 	}
-	js.incarnation++
-	h := &berth.Handoff{JobID: j.ID, Incarnation: js.incarnation, Peer: peer, RemoteID: j.ID, Nonce: rand.Text(),
+	js.retried().incarnation++
+	h := &berth.Handoff{JobID: j.ID, Incarnation: js.incarnation(), Peer: peer, RemoteID: j.ID, Nonce: rand.Text(),
 		State: berth.HandoffPending, CreatedAt: now, Pinned: pinned}
 	if c.origin.handles == nil {
 		c.origin.handles = map[string][]*berth.Handoff{}
@@ -460,7 +460,7 @@ func (c *Controller) lose(js *jobState, h *berth.Handoff, why string, now time.T
 	switch {
 	case js.cancelRequested():
 		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(j.Reason), now)
-	case js.incarnation <= j.Retries:
+	case js.incarnation() <= j.Retries:
 		c.reroute(js, h, "lost: "+why, now)
 	default:
 		c.finishJob(js, berth.JobFailed, nil, "lost: "+why, now)
@@ -528,7 +528,7 @@ func (c *Controller) routeWaiting() {
 		}
 		if peer, _ := c.origin.f.Route(&js.job.JobSpec); peer != "" {
 			delete(c.restarting, js)
-			js.restartAt = time.Time{}
+			js.restarted()
 			c.handOff(js, peer, false, now)
 			b := c.fx.rows()
 			b.JobUpdates = append(b.JobUpdates, js.update())
@@ -562,7 +562,7 @@ func (c *Controller) loadFederation(f *store.FederationState) {
 	for id, hs := range c.origin.handles {
 		slices.SortFunc(hs, func(a, b *berth.Handoff) int { return cmp.Compare(a.Incarnation, b.Incarnation) })
 		if js := c.jobs[id]; js != nil {
-			js.incarnation = hs[len(hs)-1].Incarnation
+			js.retried().incarnation = hs[len(hs)-1].Incarnation
 		}
 	}
 	for id, js := range c.jobs {

@@ -772,7 +772,7 @@ func TestFederationSurvivesARestart(t *testing.T) {
 		queued = c.queue.Len()
 		for _, id := range []string{done, lostID, fresh} {
 			if js := c.jobs[id]; js != nil {
-				states[id] = fmt.Sprintf("%s/%s/%d", js.job.State, js.job.Cluster, js.incarnation)
+				states[id] = fmt.Sprintf("%s/%s/%d", js.job.State, js.job.Cluster, js.incarnation())
 			}
 		}
 	}); err != nil {

@@ -419,12 +419,12 @@ const maxRetryDelay = time.Minute
 // maxRetryDelay), so that a job that fails at once does not loop, and
 // prefers, from then on, workers other than f's.
 func (l *lifecycle) retry(js *jobState, f *memberEnd, now time.Time) {
-	if f.worker != "" && !slices.Contains(js.avoid, f.worker) {
-		js.avoid = append(js.avoid, f.worker)
+	if f.worker != "" && !slices.Contains(js.avoid(), f.worker) {
+		js.retried().avoid = append(js.avoid(), f.worker)
 	}
 	j := js.job
 	delay := berth.DoublingDelay(j.Attempts, maxRetryDelay)
-	js.restartAt = now.Add(delay)
+	js.retried().restartAt = now.Add(delay)
 	l.stats.totals.JobRetries++
 	l.requeue(js, fmt.Sprintf("retrying in %v after attempt %d %s: %s", delay, j.Attempts, f.state, orDefault(f.reason, exitDesc(f.code))), now)
 }
@@ -469,7 +469,7 @@ func (l *lifecycle) restartService(js *jobState, f *memberEnd, last *berth.Attem
 		return
 	}
 	delay := berth.DoublingDelay(j.Attempts, maxRestartDelay)
-	js.restartAt = now.Add(delay)
+	js.retried().restartAt = now.Add(delay)
 	l.stats.totals.ServiceRestarts++
 	if js.task != nil {
 		js.task.Front = false
@@ -508,7 +508,7 @@ func (l *lifecycle) requeueEvent(js *jobState, ev berth.Event) {
 		l.illegal(err)
 		return
 	}
-	if js.restartAt.After(ev.Time) {
+	if js.restartAt().After(ev.Time) {
 		l.restarting[js] = struct{}{} // queued by housekeep once due
 	} else {
 		l.enqueue(js)
@@ -519,9 +519,9 @@ func (l *lifecycle) requeueEvent(js *jobState, ev berth.Event) {
 // by now.
 func (l *lifecycle) requeueDue(now time.Time) {
 	for js := range l.restarting {
-		if !js.restartAt.After(now) {
+		if !js.restartAt().After(now) {
 			delete(l.restarting, js)
-			js.restartAt = time.Time{}
+			js.restarted()
 			l.enqueue(js)
 			l.dirty = true
 		}

@@ -111,14 +111,14 @@ func TestLifecycleRetriesAfterABackoff(t *testing.T) {
 		if e := h.event(berth.EventJobRequeued, j.ID); e.Reason != want || js.job.Reason != want {
 			t.Errorf("requeued for %q, job says %q; want %q", e.Reason, js.job.Reason, want)
 		}
-		if _, waiting := h.l.restarting[js]; !waiting || !js.restartAt.Equal(h.clock.Now().UTC().Add(delay)) {
-			t.Errorf("after attempt %d: backing off %v until %v, want until %v from now", i+1, waiting, js.restartAt, delay)
+		if _, waiting := h.l.restarting[js]; !waiting || !js.restartAt().Equal(h.clock.Now().UTC().Add(delay)) {
+			t.Errorf("after attempt %d: backing off %v until %v, want until %v from now", i+1, waiting, js.restartAt(), delay)
 		}
 		if got := h.counts(); got[berth.JobPending] != 1 || len(got) != 1 {
 			t.Errorf("counts in the backoff %v, want 1 pending", got)
 		}
-		if !slices.Equal(js.avoid, []string{"w1"}) {
-			t.Errorf("avoids %v, want w1", js.avoid)
+		if !slices.Equal(js.avoid(), []string{"w1"}) {
+			t.Errorf("avoids %v, want w1", js.avoid())
 		}
 		n := len(h.be.launched)
 		h.clock.Advance(delay - time.Millisecond)

@@ -118,8 +118,8 @@ func (c *Controller) Services(ctx context.Context) ([]*berth.Service, error) {
 					svc.Address = as.worker.w.Address()
 				}
 			})
-			if !js.restartAt.IsZero() {
-				svc.RestartAt = js.restartAt.UTC()
+			if at := js.restartAt(); !at.IsZero() {
+				svc.RestartAt = at.UTC()
 			}
 			out = append(out, svc)
 		}

@@ -24,8 +24,15 @@ type jobState struct {
 	members []*attemptState // active attempts by rank (a gang has several); nil while queued
 	live    int             // active members
 	failure *memberEnd      // the first member to end otherwise than succeeded
-	// restartAt is when a service waiting to restart is queued again; zero
-	// when it is not waiting.
+	// again is nil until the job is retried, restarted or handed off:
+	// most queued jobs never are, and each holds a jobState.
+	again *jobAgain
+}
+
+// jobAgain is what a job that was retried, restarted or handed off keeps.
+type jobAgain struct {
+	// restartAt is when a job waiting to retry or restart is queued
+	// again; zero when it is not waiting.
 	restartAt time.Time
 	// avoid lists the workers where the job's attempts failed or were
 	// lost, for its retries to go elsewhere (scheduler.Task.Avoid).
@@ -33,6 +40,46 @@ type jobState struct {
 	// incarnation is the job's last handoff to a federation peer (0:
 	// never handed off; federation.go).
 	incarnation int
+}
+
+// retried returns js's jobAgain, made the first time it is asked for.
+func (js *jobState) retried() *jobAgain {
+	if js.again == nil {
+		js.again = &jobAgain{}
+	}
+	return js.again
+}
+
+// restartAt is when the job, waiting to retry or restart, is queued again;
+// zero when it is not waiting.
+func (js *jobState) restartAt() time.Time {
+	if js.again == nil {
+		return time.Time{}
+	}
+	return js.again.restartAt
+}
+
+// avoid lists the workers where the job's attempts failed or were lost.
+func (js *jobState) avoid() []string {
+	if js.again == nil {
+		return nil
+	}
+	return js.again.avoid
+}
+
+// incarnation is the job's last handoff to a federation peer (0: never).
+func (js *jobState) incarnation() int {
+	if js.again == nil {
+		return 0
+	}
+	return js.again.incarnation
+}
+
+// restarted clears the job's restart time: it is queued again.
+func (js *jobState) restarted() {
+	if js.again != nil {
+		js.again.restartAt = time.Time{}
+	}
 }
 
 // memberEnd is how one member of a job's current placement ended.
@@ -378,6 +425,6 @@ func (l *lifecycle) enqueue(js *jobState) {
 			Model: j.Model, Spread: spreadKey(j), Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
 			Seq: l.seq, Resources: j.Resources, Constraints: j.Constraints}
 	}
-	js.task.Avoid = js.avoid
+	js.task.Avoid = js.avoid()
 	l.queue.Push(js.task)
 }

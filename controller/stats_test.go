@@ -159,7 +159,7 @@ func randomStep(t *testing.T, h *harness, rng *rand.Rand, queues []string) strin
 					h.l.queue.Remove(js.task)
 				}
 				delete(h.l.restarting, js)
-				js.restartAt = time.Time{}
+				js.restarted()
 				h.l.setCluster(js, "peer")
 			})
 		}

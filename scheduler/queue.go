@@ -42,10 +42,6 @@ type Task struct {
 	MaxRuntime time.Duration // 0: unknown, never backfills
 	Submitted  time.Time
 	Seq        uint64 // FIFO tie-break; the controller passes submission order
-	// Front puts the task at the front of its priority class among its
-	// user's tasks of its queue when pushed: ordered as if submitted with
-	// the oldest of them, and first among equals (a resume-style requeue).
-	Front bool
 	// Avoid lists the workers (IDs) where the task's earlier attempts
 	// failed: it goes to another worker where one fits now, else to one
 	// of these.
@@ -60,12 +56,21 @@ type Task struct {
 
 	key        float64 // priority − submitted × rate, in hours
 	shape      *shape  // interned: tasks alike for feasibility share one
-	submitted  int64   // unix nanos
 	list       *list
 	reasonPass uint64
-	removed    bool
-	queued     bool
+
+	// Front puts the task at the front of its priority class among its
+	// user's tasks of its queue when pushed: ordered as if submitted with
+	// the oldest of them, and first among equals (a resume-style requeue).
+	// (Beside the flags below, for the struct's size: a queued job holds
+	// one Task.)
+	Front   bool
+	removed bool
+	queued  bool
 }
+
+// submitted returns Submitted in unix nanos (the lists' order and bounds).
+func (t *Task) submitted() int64 { return t.Submitted.UnixNano() }
 
 func (t *Task) nodes() int { return max(t.Nodes, 1) }
 
@@ -209,8 +214,9 @@ func (q *Queue) Push(t *Task) {
 	if q.shapes[sh] == nil {
 		q.shapes[sh] = &sh
 	}
-	t.shape, t.submitted = q.shapes[sh], t.Submitted.UnixNano()
-	l.oldest, l.newest = min(l.oldest, t.submitted), max(l.newest, t.submitted)
+	t.shape = q.shapes[sh]
+	sub := t.submitted()
+	l.oldest, l.newest = min(l.oldest, sub), max(l.newest, sub)
 	aged := t.Submitted
 	if t.Front {
 		aged = time.Unix(0, l.oldest)
@@ -324,7 +330,7 @@ func (l *list) settle() {
 		copy(l.sorted[k+j+1:], l.sorted[k:i])
 		copy(l.subs[k+j+1:], l.subs[k:i])
 		copy(l.shps[k+j+1:], l.shps[k:i])
-		l.sorted[k+j], l.subs[k+j], l.shps[k+j] = t, t.submitted, t.shape
+		l.sorted[k+j], l.subs[k+j], l.shps[k+j] = t, t.submitted(), t.shape
 		i = k
 	}
 	l.blockedTo = min(l.blockedTo, i) // fresh[0] went to i: nothing before it moved
@@ -336,7 +342,7 @@ func (l *list) settle() {
 func (l *list) index() {
 	l.subs, l.shps, l.blockedTo = l.subs[:0], l.shps[:0], 0
 	for _, t := range l.sorted {
-		l.subs = append(l.subs, t.submitted)
+		l.subs = append(l.subs, t.submitted())
 		l.shps = append(l.shps, t.shape)
 	}
 }
