@@ -180,6 +180,12 @@ func TestHealthzStoreFailed(t *testing.T) {
 	if !errors.Is(err, syscall.EIO) || berth.ErrorCode(err) != berth.ECodeUnavailable {
 		t.Fatalf("submit on a failing store: %v (code %s), want unavailable wrapping EIO", err, berth.ErrorCode(err))
 	}
+	<-ctl.Failed()
+	for i := range 20 { // the loop has ended: each later call still says the store failed, not a shutdown
+		if _, err := ctl.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec}); !errors.Is(err, syscall.EIO) {
+			t.Fatalf("submit %d after the store failed: %v, want unavailable wrapping EIO", i, err)
+		}
+	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
 	checkWithheld(t, rec, &logs, http.StatusServiceUnavailable, berth.ECodeUnavailable, "store unavailable", "WARN")

@@ -292,7 +292,12 @@ func (c *Controller) do(ctx context.Context, fn func()) error {
 	case <-ran:
 		return nil
 	case <-c.done:
-		return errStopped
+		select {
+		case <-c.failed: // the loop ended because the store failed: say so
+			return c.storeFailedError()
+		default:
+			return errStopped
+		}
 	}
 }
 

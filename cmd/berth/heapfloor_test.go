@@ -51,9 +51,11 @@ func TestGCPercentFor(t *testing.T) {
 // leaves a GOGC from the environment alone.
 func TestKeepHeapFloor(t *testing.T) {
 	t.Parallel()
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+	// Clipped: the parallel subtests append to it, and must not share
+	// the spare capacity DeleteFunc leaves.
+	env := slices.Clip(slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GOMEMLIMIT=")
-	})
+	}))
 	for _, tt := range []struct {
 		name, gogc, want string
 	}{
