@@ -102,6 +102,23 @@ func (r *rig) instances(t *testing.T) []*berth.Instance {
 }
 
 // host returns machine's record (nil: none).
+// goneHosts has r's provisioner record the worker host of each instance
+// its Gone hook is told of; the function returned gives them so far.
+func (r *rig) goneHosts() func() []string {
+	var mu sync.Mutex
+	var hosts []string
+	r.p.Gone = func(inst *berth.Instance) {
+		mu.Lock()
+		defer mu.Unlock()
+		hosts = append(hosts, inst.WorkerHost)
+	}
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(hosts)
+	}
+}
+
 func (r *rig) host(t *testing.T, machine int64) *berth.HostRecord {
 	t.Helper()
 	hs, err := r.st.Hosts(context.Background(), "vast")
@@ -263,12 +280,11 @@ func TestProvisionCDIIsInfraFatal(t *testing.T) {
 func TestProvisionSSHKeyRefusedOnce(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 3, map[int64]vasttest.Fault{vasttest.FirstMachine: vasttest.FaultSSHKey})
-	var gone []string // its onstart ran: its agent may have joined and taken work
-	r.p.Gone = func(inst *berth.Instance) { gone = append(gone, inst.WorkerHost) }
+	gone := r.goneHosts() // its onstart ran: its agent may have joined and taken work
 	inst, err := r.p.Provision(context.Background(), r.pool)
 	bad := r.checkFailedOver(t, inst, err, berth.FailureInfraFatal)
-	if len(gone) != 1 || gone[0] != bad.WorkerHost {
-		t.Errorf("Gone told of %v, want the failed instance's host %s", gone, bad.WorkerHost)
+	if g := gone(); len(g) != 1 || g[0] != bad.WorkerHost {
+		t.Errorf("Gone told of %v, want the failed instance's host %s", gone(), bad.WorkerHost)
 	}
 	var ssh []berth.Probe
 	for _, pr := range bad.Probes {
@@ -453,8 +469,7 @@ func TestReconcileVanished(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 2, nil)
 	ctx := context.Background()
-	var gone []string
-	r.p.Gone = func(inst *berth.Instance) { gone = append(gone, inst.WorkerHost) }
+	gone := r.goneHosts()
 	inst, err := r.p.Provision(ctx, r.pool)
 	if err != nil {
 		t.Fatal(err)
@@ -474,8 +489,8 @@ func TestReconcileVanished(t *testing.T) {
 	if stored.Phase != berth.InstanceDestroyed || stored.Failure != berth.FailureInfraFatal || !strings.Contains(stored.LastError, "vanished") {
 		t.Errorf("stored = %+v, want destroyed, vanished", stored)
 	}
-	if !slices.Equal(gone, []string{inst.WorkerHost}) {
-		t.Errorf("Gone told of %v, want %s", gone, inst.WorkerHost)
+	if !slices.Equal(gone(), []string{inst.WorkerHost}) {
+		t.Errorf("Gone told of %v, want %s", gone(), inst.WorkerHost)
 	}
 	if h := r.host(t, inst.MachineID); h == nil || h.Failures[berth.FailureInfraFatal] != 1 {
 		t.Errorf("host record %+v, want the vanish counted", h)

@@ -55,8 +55,7 @@ func TestProvisionVanishedWhileReadyingEndsAtOnce(t *testing.T) {
 				vanishedAt = r.clk.Now()
 				r.srv.Vanish(i.ProviderID)
 			}}
-			var gone []string
-			r.p.Gone = func(inst *berth.Instance) { gone = append(gone, inst.WorkerHost) }
+			gone := r.goneHosts()
 			inst, err := r.p.Provision(context.Background(), r.pool)
 			if err != nil {
 				t.Fatal(err)
@@ -80,8 +79,8 @@ func TestProvisionVanishedWhileReadyingEndsAtOnce(t *testing.T) {
 			if h := r.host(t, vasttest.FirstMachine); h == nil || h.Failures[berth.FailureInfraFatal] != 1 || cloud.Usable(h, r.clk.Now()) {
 				t.Errorf("host record %+v, want the vanish counted infra-fatal, as Reconcile counts it", h)
 			}
-			if !slices.Equal(gone, []string{bad.WorkerHost}) {
-				t.Errorf("Gone told of %v, want %s", gone, bad.WorkerHost)
+			if !slices.Equal(gone(), []string{bad.WorkerHost}) {
+				t.Errorf("Gone told of %v, want %s", gone(), bad.WorkerHost)
 			}
 			for _, c := range r.srv.Calls() {
 				if c.Endpoint == vasttest.EndpointDestroy && c.Contract == bad.ProviderID {
@@ -198,8 +197,7 @@ func TestReconcileDuringAnAPIOutage(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, 2, nil)
 	ctx := context.Background()
-	var gone []string
-	r.p.Gone = func(inst *berth.Instance) { gone = append(gone, inst.WorkerHost) }
+	gone := r.goneHosts()
 	inst, err := r.p.Provision(ctx, r.pool)
 	if err != nil {
 		t.Fatal(err)
@@ -218,8 +216,8 @@ func TestReconcileDuringAnAPIOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.Phase != berth.InstanceReady || stored.Failure != "" || len(gone) != 0 {
-		t.Errorf("after the outage: %+v, Gone told of %v; want it ready, untouched", stored, gone)
+	if stored.Phase != berth.InstanceReady || stored.Failure != "" || len(gone()) != 0 {
+		t.Errorf("after the outage: %+v, Gone told of %v; want it ready, untouched", stored, gone())
 	}
 	if h := r.host(t, inst.MachineID); h == nil || h.Successes != 1 || len(h.Failures) != 0 {
 		t.Errorf("host record %+v, want its success alone", h)
