@@ -83,7 +83,7 @@ func bin(t testing.TB, name string) string {
 	}
 	path := filepath.Join(dir, name)
 	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("kubetest: no %s in %s (%v): run .ci/k8s-bins from the repository root to build kube-apiserver, etcd and kwok %s "+
+		t.Fatalf("kubetest: no %s in %s (%v): run .ci/k8s-bins from the repository root to build kube-apiserver and etcd %s and kwok "+
 			"from the Go module proxy (minutes, once per machine; %s overrides the directory)", name, dir, err, Version, BinsEnv)
 	}
 	return path
