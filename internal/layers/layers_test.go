@@ -25,7 +25,9 @@ const module = "github.com/berth-dev/berth"
 
 // A rule says what the packages it governs (subjects, less except) may
 // import, as patterns relative to the module root: "." is the root
-// package, "x" the package x, "x/..." x and the packages under it. With
+// package, "x" the package x, "x/..." x and the packages under it; a
+// pattern whose first element has a dot is another module's, matched
+// against the whole import path ("k8s.io/..."). With
 // only set, a package may import the standard library and the packages
 // only matches, nothing else (no other module's either); otherwise it may
 // import anything but what never matches.
@@ -66,17 +68,32 @@ var rules = []rule{
 		subjects: []string{"cloud/vast"}, only: []string{".", "cloud"}},
 	{text: "only cmd/berth imports a store driver",
 		subjects: []string{"..."}, except: append([]string{"cmd/berth"}, drivers...), never: drivers},
+	{text: "only kube, and cmd/berth which wires it, import Kubernetes' client (k8s.io/..., sigs.k8s.io/...)",
+		subjects: []string{"..."}, except: []string{"kube/...", "cmd/berth"}, never: kubernetes},
 }
 
-// matches reports whether the import path p is in the module and matches
-// one of patterns.
+// kubernetes is client-go and the modules it brings: the rest of the
+// build and its tests must not pay their compile cost.
+var kubernetes = []string{"k8s.io/...", "sigs.k8s.io/..."}
+
+// matches reports whether the import path p matches one of patterns: one
+// of the module's packages a pattern of the module, any package another
+// module's pattern.
 func matches(p string, patterns []string) bool {
-	rel, ok := strings.CutPrefix(p, module)
-	if !ok || rel != "" && rel[0] != '/' {
-		return false
-	}
+	rel, own := strings.CutPrefix(p, module)
+	own = own && (rel == "" || rel[0] == '/')
 	rel = strings.TrimPrefix(rel, "/")
 	for _, pat := range patterns {
+		if otherModule(pat) {
+			dir, tree := strings.CutSuffix(pat, "/...")
+			if p == dir || tree && strings.HasPrefix(p, dir+"/") {
+				return true
+			}
+			continue
+		}
+		if !own {
+			continue
+		}
 		switch {
 		case pat == "...":
 			return true
@@ -94,6 +111,14 @@ func matches(p string, patterns []string) bool {
 		}
 	}
 	return false
+}
+
+// otherModule reports whether pat is another module's pattern: its first
+// element is a domain name ("k8s.io"), a dot inside letters, not ".",
+// "..." or the module's own "x/...".
+func otherModule(pat string) bool {
+	first, _, _ := strings.Cut(pat, "/")
+	return strings.Contains(strings.Trim(first, "."), ".")
 }
 
 // graph is the import graph go list reports: each package's imports, and
@@ -243,5 +268,36 @@ func TestBreachesNamesEveryChain(t *testing.T) {
 	only := rule{only: []string{".", "wire"}}
 	if got := only.breaches(m("client"), g); len(got) != 1 || short(got[0][1]) != "arbiter" {
 		t.Errorf("an only rule: breaches = %q, want client → arbiter", got)
+	}
+}
+
+// TestMatchesOtherModules checks patterns of other modules: matched on the
+// whole path, never by the module's own packages, and not by a module
+// whose name only begins the same.
+func TestMatchesOtherModules(t *testing.T) {
+	t.Parallel()
+	for p, want := range map[string]bool{
+		"k8s.io/client-go/kubernetes":      true,
+		"k8s.io/apimachinery":              true,
+		"sigs.k8s.io/yaml":                 true,
+		"k8s.iox/client":                   false,
+		"github.com/goccy/go-yaml":         false,
+		module + "/kube":                   false,
+		module + "/internal/kubetest/x.io": false,
+	} {
+		if got := matches(p, kubernetes); got != want {
+			t.Errorf("matches(%q, %q) = %v, want %v", p, kubernetes, got, want)
+		}
+	}
+	g := &graph{
+		imports: map[string][]string{
+			module + "/controller": {"fmt", module + "/kube"},
+			module + "/kube":       {"k8s.io/client-go/kubernetes"},
+		},
+		std: map[string]bool{"fmt": true},
+	}
+	r := rule{never: kubernetes}
+	if got := r.breaches(module+"/controller", g); len(got) != 1 || chainText(got[0]) != "controller → kube → k8s.io/client-go/kubernetes" {
+		t.Errorf("breaches = %q, want controller → kube → k8s.io/client-go/kubernetes", got)
 	}
 }
