@@ -78,6 +78,10 @@ type JobSpec struct {
 	Parent         string            `json:"parent,omitempty" yaml:"parent,omitempty"`
 	Backend        string            `json:"backend,omitempty" yaml:"backend,omitempty"` // where it runs: "" or "agents", the agent pool
 	Cluster        string            `json:"cluster,omitempty" yaml:"cluster,omitempty"` // the federation peer it is handed to; "" local
+	// Image is the container image it runs in, on a backend that runs
+	// containers (Kubernetes: required there unless the backend has a
+	// default image); the agent pool does not use it.
+	Image string `json:"image,omitempty" yaml:"image,omitempty"`
 	// Origin marks a job received from a federation peer; only the
 	// handoff endpoint sets it (docs/federation.md).
 	Origin *JobOrigin `json:"origin,omitempty" yaml:"-"`
@@ -199,6 +203,11 @@ func (s *JobSpec) Validate() error {
 	}
 	if len(s.Backend) > 64 {
 		return Invalidf("backend", "must be at most 64 characters") // which backends exist is the server's to say
+	}
+	if s.Image != "" {
+		if err := validImage("image", s.Image); err != nil {
+			return err
+		}
 	}
 	if s.Cluster != "" && !ValidPeerName(s.Cluster) {
 		return Invalidf("cluster", "%q: must be a peer's name (berth peers lists them)", s.Cluster) // which peers exist is the server's to say
