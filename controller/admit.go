@@ -33,13 +33,10 @@ func (c *Controller) fits(spec *berth.JobSpec, hold bool) (warnings []string, er
 // any pool could rent (with neither, nothing is checked: nil). Loop only.
 func (c *Controller) neverFits(spec *berth.JobSpec) (*berth.Error, bool) {
 	since := c.now().Add(-SeenWithin)
-	backends := c.backends()
 	ws := func(yield func(*scheduler.Worker) bool) {
-		for _, be := range backends {
-			for w := range be.Reach(since) {
-				if !yield(w) {
-					return
-				}
+		for w := range c.reach(since) {
+			if !yield(w) {
+				return
 			}
 		}
 		if c.rentable != nil {

@@ -1,11 +1,10 @@
 package controller
 
 import (
-	"iter"
+	"sync/atomic"
 	"time"
 
 	"github.com/berth-dev/berth"
-	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -15,28 +14,38 @@ import (
 // transitions; cfg gives the grace, services and secrets of an
 // assignment. Loop only.
 type agentPool struct {
-	l   *lifecycle
-	cfg *Config
+	l      *lifecycle
+	cfg    *Config
+	status atomic.Pointer[berth.BackendStatus] // published with the metrics
 }
 
-// Capacity appends every registered worker's scheduler view, by id.
-func (p *agentPool) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
-	for _, ws := range p.l.order {
-		into = append(into, ws.sched)
+// Status returns the pool's status as the loop last published it.
+func (p *agentPool) Status() berth.BackendStatus {
+	if s := p.status.Load(); s != nil {
+		return *s
 	}
-	return into
+	return berth.BackendStatus{Name: AgentPoolBackend, Kind: berth.BackendKindAgents, State: berth.BackendReady}
 }
 
-// Reach yields the workers connected now or whose last heartbeat is
-// after since.
-func (p *agentPool) Reach(since time.Time) iter.Seq[*scheduler.Worker] {
-	return func(yield func(*scheduler.Worker) bool) {
-		for _, ws := range p.l.order {
-			if (ws.sess != nil || ws.w.LastHeartbeat.After(since)) && !yield(ws.sched) {
-				return
-			}
+// Close does nothing: the pool lives as long as the controller.
+func (p *agentPool) Close() {}
+
+// publishStatus counts the pool's workers and their GPUs for Status.
+// Loop only.
+func (p *agentPool) publishStatus(now time.Time) {
+	s := &berth.BackendStatus{Name: AgentPoolBackend, Kind: berth.BackendKindAgents, State: berth.BackendReady, LastSync: now}
+	for _, ws := range p.l.order {
+		if ws.hosted != nil || ws.w.State == berth.WorkerLost {
+			continue
+		}
+		s.Nodes++
+		s.GPUsTotal += len(ws.w.GPUs)
+		s.Pods += len(ws.attempts)
+		if !ws.sched.Off {
+			s.GPUsFree += len(ws.w.GPUs) - ws.w.GPUsInUse - len(ws.faulty)
 		}
 	}
+	p.status.Store(s)
 }
 
 // Launch sends the attempt's worker a job_assign, with the job's secrets
@@ -108,7 +117,7 @@ func (p *agentPool) Expire(deadline time.Time) []string {
 	var lost []string
 	d := deadline.UnixNano()
 	for _, ws := range p.l.workers {
-		if ws.w.State == berth.WorkerLost || ws.lastSeen > d {
+		if ws.hosted != nil || ws.w.State == berth.WorkerLost || ws.lastSeen > d {
 			continue
 		}
 		if ws.sess != nil {

@@ -86,6 +86,9 @@ type Config struct {
 	// even once it has (federation.Prunable); 0: no row goes by age (a
 	// row goes once acknowledged, a tombstone never).
 	ChangelogRetention time.Duration
+	// BackendKinds builds the backends AddBackend adds, by kind
+	// (berth.BackendSpec.Kind): cmd/berth names "kubernetes" kube.New.
+	BackendKinds map[string]BackendFactory
 }
 
 // Auditor appends events to a durable audit log (the audit package's Log).
@@ -153,7 +156,8 @@ type Controller struct {
 
 	// Owned by the loop.
 	lifecycle
-	pool     *agentPool                  // the one Backend
+	pool     *agentPool                  // the agent pool, the built-in Backend
+	hosted   backendSet                  // the Backends added at run time
 	quotas   map[string]*berth.QuotaRule // by ID()
 	reserved map[string]string           // worker id → job holding it, from the last full pass
 	hinted   map[string]time.Time        // model → when a worker was last asked to prewarm it
@@ -208,6 +212,8 @@ func New(cfg Config) *Controller {
 		logNotify: make(chan struct{}),
 	}
 	c.pool = &agentPool{l: &c.lifecycle, cfg: &c.cfg}
+	c.agents = c.pool
+	c.hosted.byName = map[string]*hostedBackend{}
 	c.hooks = hooks{jobEnded: c.jobEnded, notifyLogs: c.notifyLogs, prewarm: c.prewarm, stopFederated: c.stopFederated}
 	return c
 }
@@ -276,6 +282,7 @@ func (c *Controller) Stop(ctx context.Context) error {
 		return ctx.Err()
 	}
 	c.prune.done.Wait() // the loop, stopped, starts no more
+	c.closeBackends()
 	c.committer.Stop()
 	return nil
 }

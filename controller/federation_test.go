@@ -85,7 +85,7 @@ func (h *harness) admit(req *berth.SubmitRequest) (*Submission, error) {
 	}
 	var sub *Submission
 	var err error
-	h.step(func() { sub, err = h.c.admit(req, h.c.pool, "test") })
+	h.step(func() { sub, err = h.c.admit(req, "test") })
 	return sub, err
 }
 
@@ -1092,7 +1092,7 @@ func TestWorkOwedKicksThePeerOnceDurable(t *testing.T) {
 	var sub *Submission
 	h.step(func() {
 		var err error
-		if sub, err = h.c.admit(req, h.c.pool, "test"); err != nil {
+		if sub, err = h.c.admit(req, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if k := fed.kicks(); len(k) != 0 {

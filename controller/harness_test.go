@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"iter"
-	"slices"
 	"testing"
 	"time"
 
@@ -30,9 +28,7 @@ type harness struct {
 	l     *lifecycle
 	c     *Controller  // nil for a bare lifecycle
 	be    *fakeBackend // nil for a Controller, whose backend is its agent pool
-	// backend is where submitted jobs run; pass is the scheduling pass.
-	backend Backend
-	pass    func()
+	pass  func()       // the scheduling pass
 
 	batches []*store.Batch
 	events  []berth.Event
@@ -49,7 +45,7 @@ type sentMsg struct {
 func newHarness(t *testing.T) *harness {
 	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	c := New(Config{Now: clock.Now})
-	return &harness{t: t, clock: clock, l: &c.lifecycle, c: c, backend: c.pool, pass: c.runPass}
+	return &harness{t: t, clock: clock, l: &c.lifecycle, c: c, pass: c.runPass}
 }
 
 // newLifecycleHarness returns a harness over a bare lifecycle with the
@@ -61,7 +57,8 @@ func newLifecycleHarness(t *testing.T) *harness {
 	cfg.setDefaults()
 	l := newLifecycle(&cfg)
 	be := &fakeBackend{l: &l}
-	h := &harness{t: t, clock: clock, l: &l, be: be, backend: be}
+	l.agents = be
+	h := &harness{t: t, clock: clock, l: &l, be: be}
 	h.pass = func() {
 		l.dirty = false
 		now := clock.Now().UTC()
@@ -92,10 +89,6 @@ func (b *fakeBackend) Capacity(into []*scheduler.Worker) []*scheduler.Worker {
 	return into
 }
 
-func (b *fakeBackend) Reach(time.Time) iter.Seq[*scheduler.Worker] {
-	return slices.Values(b.Capacity(nil))
-}
-
 func (b *fakeBackend) Launch(_ *berth.Job, a *berth.Attempt, _ map[string]string) {
 	b.launched = append(b.launched, a)
 }
@@ -104,11 +97,9 @@ func (b *fakeBackend) Stop(a *berth.Attempt, reason, cause string) {
 	b.stopped = append(b.stopped, stopCall{a.ID, reason, cause})
 }
 
-func (b *fakeBackend) Reconcile(string, []string, []string, time.Time) (keep, kill []string) {
-	return nil, nil
-}
+func (b *fakeBackend) Status() berth.BackendStatus { return berth.BackendStatus{Name: "fake"} }
 
-func (b *fakeBackend) Expire(time.Time) []string { return nil }
+func (b *fakeBackend) Close() {}
 
 // step runs fn as one pass of the loop and records its effects.
 func (h *harness) step(fn func()) {
@@ -146,7 +137,7 @@ func (h *harness) submit(edit func(*berth.JobSpec), command ...string) *berth.Jo
 		h.t.Fatal(err)
 	}
 	var jobs []*berth.Job
-	h.step(func() { jobs = h.l.createJobs(req, h.backend, "test") })
+	h.step(func() { jobs = h.l.createJobs(req, "test") })
 	return jobs[0]
 }
 

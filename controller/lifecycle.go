@@ -57,6 +57,7 @@ type lifecycle struct {
 	// for the store.
 	audited, storeEvents bool
 	hooks                hooks
+	agents               Backend   // where the attempts on agents' workers run
 	fed                  receiving // the jobs received from federation origins
 }
 
@@ -261,7 +262,7 @@ func (l *lifecycle) workerGone(host, why string) {
 
 // createJobs makes and queues the jobs of a valid request, submitted by
 // actor; it returns copies for the caller.
-func (l *lifecycle) createJobs(req *berth.SubmitRequest, be Backend, actor string) []*berth.Job {
+func (l *lifecycle) createJobs(req *berth.SubmitRequest, actor string) []*berth.Job {
 	now := l.now().UTC()
 	n := max(req.Array, 1)
 	out := make([]*berth.Job, n)
@@ -277,7 +278,7 @@ func (l *lifecycle) createJobs(req *berth.SubmitRequest, be Backend, actor strin
 		}
 		stored, reply := *j, *j
 		b.Jobs[i], out[i] = &stored, &reply
-		js := &jobState{job: j, backend: be}
+		js := &jobState{job: j}
 		l.addJob(js)
 		l.stats.counted(js, false)
 		l.adopt(js)
@@ -555,7 +556,7 @@ func (l *lifecycle) stopJob(js *jobState, requested string, now time.Time) {
 
 // sendCancel asks the attempt's backend to stop it.
 func (l *lifecycle) sendCancel(as *attemptState, reason string) {
-	as.job.backend.Stop(as.a, reason, as.stopCause())
+	l.backendOf(as.worker).Stop(as.a, reason, as.stopCause())
 }
 
 // finishJob moves a job to a terminal state and drops it from memory.

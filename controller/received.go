@@ -139,12 +139,11 @@ func (c *Controller) ReceiveHandoff(ctx context.Context, origin string, req *ber
 	spec := &sub.JobSpec
 	spec.User, spec.Cluster, spec.Parent, spec.IdempotencyKey = c.peerUser(origin), "", "", ""
 	spec.Origin = &key
-	be, err := c.checkReceived(&sub)
-	if err != nil {
+	if err := c.checkReceived(&sub); err != nil {
 		return nil, err
 	}
 	r, existed, err := c.received(ctx, key, func() reception {
-		j := c.createJobs(&sub, be, berth.ActorFrom(ctx))[0]
+		j := c.createJobs(&sub, berth.ActorFrom(ctx))[0]
 		created := c.fx.rows().Federation.Changelog // its row is the last
 		c.write(&store.Batch{Federation: &store.FederationBatch{
 			Received: []store.ReceivedJob{{Origin: origin, RemoteID: key.RemoteID, Nonce: key.Nonce, JobID: j.ID}}}})
@@ -161,22 +160,21 @@ func (c *Controller) ReceiveHandoff(ctx context.Context, origin string, req *ber
 }
 
 // checkReceived checks a received job's spec as a submission's is checked
-// and returns its backend; an error's field is named within the handoff
+// (its backend included); an error's field is named within the handoff
 // body (job.…).
-func (c *Controller) checkReceived(sub *berth.SubmitRequest) (Backend, error) {
+func (c *Controller) checkReceived(sub *berth.SubmitRequest) error {
 	err := sub.Validate()
 	if err == nil {
 		err = CheckSecrets(&sub.JobSpec, c.cfg.Secrets)
 	}
-	var be Backend
 	if err == nil {
-		be, err = c.backendFor(&sub.JobSpec)
+		err = c.checkBackend(&sub.JobSpec)
 	}
 	var e *berth.Error
 	if errors.As(err, &e) && e.Field != "" {
 		e.Field = "job." + e.Field
 	}
-	return be, err
+	return err
 }
 
 // received returns the job received as key, durable (its creation row

@@ -32,7 +32,7 @@ func (l *lifecycle) addWorker(ws *workerState) {
 // snapshot is the cluster as the scheduler sees it now.
 func (c *Controller) snapshot() *scheduler.Snapshot {
 	now := c.now().UTC()
-	s := &scheduler.Snapshot{Now: now, Workers: c.pool.Capacity(make([]*scheduler.Worker, 0, len(c.order))), Quotas: c.quotaRules()}
+	s := &scheduler.Snapshot{Now: now, Workers: c.capacity(), Quotas: c.quotaRules()}
 	if len(s.Quotas) > 0 {
 		s.Workers = c.federatedUsage(s.Workers)
 	}
@@ -42,6 +42,16 @@ func (c *Controller) snapshot() *scheduler.Snapshot {
 	}
 	s.RecentPreemptions = len(c.preempted)
 	return s
+}
+
+// capacity returns every backend's workers, as the scheduler sees them,
+// by id. Loop only.
+func (c *Controller) capacity() []*scheduler.Worker {
+	into := make([]*scheduler.Worker, len(c.order))
+	for i, ws := range c.order {
+		into[i] = ws.sched
+	}
+	return into
 }
 
 // runPass runs one scheduler pass and applies its plan: each assignment
@@ -142,7 +152,7 @@ func (l *lifecycle) assign(members []scheduler.Assignment, now time.Time, b *sto
 		b.Attempts = append(b.Attempts, as.copy())
 		l.audit(berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
 			Attempts: []string{a.ID}})
-		js.backend.Launch(j, a, env)
+		l.backendOf(ws).Launch(j, a, env)
 	}
 	l.stats.placed.observe(now.Sub(j.CreatedAt))
 	if j.Model != "" {

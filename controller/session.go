@@ -339,15 +339,19 @@ func (c *Controller) onLog(s *session, m *wire.Log) {
 		s.send(wire.TypeAck, &wire.Ack{Of: wire.AckLog, AttemptID: m.AttemptID, Offset: as.logSize})
 		return
 	}
-	data := m.Data[as.logSize-m.Offset:]
-	stream := ""
-	if m.Stream == berth.StreamStderr {
-		stream = m.Stream // any other name is stdout's
-	}
-	c.write(&store.Batch{Logs: []store.LogChunk{{AttemptID: m.AttemptID, Offset: as.logSize, Data: data, Stream: stream}}})
-	as.logSize = end
+	c.appendLog(as, m.Stream, m.Data[as.logSize-m.Offset:])
 	ack := &wire.Ack{Of: wire.AckLog, AttemptID: m.AttemptID, Offset: end}
 	c.sendAfterCommit(s, wire.TypeAck, ack)
+}
+
+// appendLog stores data at the end of as's log, on stream (stderr, or
+// stdout's for any other name), and wakes the log followers once durable.
+func (c *Controller) appendLog(as *attemptState, stream string, data []byte) {
+	if stream != berth.StreamStderr {
+		stream = ""
+	}
+	c.write(&store.Batch{Logs: []store.LogChunk{{AttemptID: as.a.ID, Offset: as.logSize, Data: data, Stream: stream}}})
+	as.logSize += int64(len(data))
 	c.afterCommit(c.notifyLogs)
 }
 
@@ -386,10 +390,18 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 		c.protocolError(s, "job_result cause %q, class %q", m.Cause, m.Class)
 		return
 	}
-	st, code, reason := m.State, m.ExitCode, m.Reason
-	as.cause = m.Cause
-	if m.Class != "" {
-		as.a.FailureClass = m.Class
+	c.attemptEnded(as, m.State, m.ExitCode, m.Class, m.Cause, m.Reason)
+	c.sendAfterCommit(s, wire.TypeAck, ack)
+}
+
+// attemptEnded ends as as its backend reports it: in state st (succeeded,
+// failed or cancelled), with its exit code, failure class, cause and
+// reason; an end that follows a preemption or an operator's stop is
+// recorded as that.
+func (c *Controller) attemptEnded(as *attemptState, st berth.AttemptState, code *int, class, cause, reason string) {
+	as.cause = cause
+	if class != "" {
+		as.a.FailureClass = class
 		if as.job.job.Kind == berth.KindService {
 			as.a.Phase = berth.PhaseFailed
 		}
@@ -398,7 +410,7 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 	case st == berth.AttemptSucceeded:
 	case as.preemptedBy != "":
 		st, reason = berth.AttemptPreempted, "preempted by job "+as.preemptedBy
-	case as.stoppedBy != nil || m.Cause == berth.CauseOperator:
+	case as.stoppedBy != nil || cause == berth.CauseOperator:
 		// The agent's own reconciliation may have stopped it first.
 		st, as.cause = berth.AttemptStopped, berth.CauseOperator
 		if as.stoppedBy != nil && !strings.HasPrefix(reason, "stopped by operator") {
@@ -408,7 +420,6 @@ func (c *Controller) onResult(s *session, m *wire.JobResult) {
 		code = &n
 	}
 	c.endAttempt(as, st, code, reason, c.now().UTC())
-	c.sendAfterCommit(s, wire.TypeAck, ack)
 }
 
 // disconnected handles the end of session s: its worker, if s is still

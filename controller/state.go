@@ -2,6 +2,7 @@ package controller
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -19,7 +20,6 @@ const ReasonCancelRequested = "cancel requested"
 
 type jobState struct {
 	job     *berth.Job // the loop's copy; batches get copies
-	backend Backend    // where its attempts run
 	task    *scheduler.Task
 	members []*attemptState // active attempts by rank (a gang has several); nil while queued
 	live    int             // active members
@@ -185,10 +185,15 @@ func (as *attemptState) copy() *berth.Attempt {
 }
 
 type workerState struct {
-	w        *berth.Worker
-	sched    *scheduler.Worker
-	sess     *session // nil while disconnected
-	lastSeen int64    // unix nanos of the last message, or of disconnect/start
+	w     *berth.Worker
+	sched *scheduler.Worker
+	sess  *session // nil while disconnected
+	// hosted is the added backend whose worker this is (a Kubernetes
+	// node), nil for an agent's; cordoned says that backend takes no new
+	// work there.
+	hosted   *hostedBackend
+	cordoned bool
+	lastSeen int64 // unix nanos of the last message, or of disconnect/start
 	attempts map[string]*attemptState
 	asked    bool // sent ready_for_work; owed no_work if nothing is placed
 	got      bool // placed something this pass
@@ -228,7 +233,12 @@ func (ws *workerState) recompute() {
 		ws.take(as)
 	}
 	ws.markFaulty()
-	s.Off = ws.sess == nil || ws.parked || ws.sess == ws.leaving
+	s.Off = ws.parked
+	if ws.hosted != nil {
+		s.Off = s.Off || ws.cordoned || w.State == berth.WorkerLost
+	} else {
+		s.Off = s.Off || ws.sess == nil || ws.sess == ws.leaving
+	}
 	w.Running = len(ws.attempts)
 }
 
@@ -293,7 +303,9 @@ func (l *lifecycle) observedState(ws *workerState) berth.WorkerState {
 	switch {
 	case ws.w.State == berth.WorkerLost:
 		return berth.WorkerLost
-	case ws.sess == nil:
+	case ws.hosted != nil && ws.cordoned:
+		return berth.WorkerParked
+	case ws.sess == nil && ws.hosted == nil:
 		return berth.WorkerDisconnected
 	case ws.parked && l.draining(ws):
 		return berth.WorkerDraining
@@ -318,7 +330,7 @@ func (c *Controller) rebuild(a *store.Active) {
 	loaded := make([]*jobState, len(a.Jobs)) // in id order, as a.Jobs
 	c.jobs = make(map[string]*jobState, len(a.Jobs))
 	for i, j := range a.Jobs {
-		js := &jobState{job: j, backend: c.pool} // the one backend: submit refuses others
+		js := &jobState{job: j}
 		loaded[i] = js
 		c.addJob(js)
 		if j.IdempotencyKey != "" {
@@ -424,6 +436,13 @@ func (l *lifecycle) enqueue(js *jobState) {
 		js.task = &scheduler.Task{JobID: j.ID, Nodes: j.Nodes, Queue: j.Queue, User: j.User, Template: j.Template,
 			Model: j.Model, Spread: spreadKey(j), Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
 			Seq: l.seq, Resources: j.Resources, Constraints: j.Constraints}
+		if j.Backend != "" && j.Backend != AgentPoolBackend {
+			js.task.Constraints.Labels = maps.Clone(j.Constraints.Labels)
+			if js.task.Constraints.Labels == nil {
+				js.task.Constraints.Labels = map[string]string{}
+			}
+			js.task.Constraints.Labels[BackendLabel] = j.Backend
+		}
 	}
 	js.task.Avoid = js.avoid()
 	l.queue.Push(js.task)

@@ -285,4 +285,5 @@ func (c *Controller) publishMetrics() {
 	m.PassLength = c.stats.passes.snapshot()
 	m.Totals = c.stats.totals.clone()
 	c.metrics.Store(m)
+	c.pool.publishStatus(c.now().UTC())
 }

@@ -33,7 +33,7 @@ func backlogged(n int) (*Controller, []string) {
 	spec.Command, spec.Queue = []string{"true"}, "parked"
 	ids := make([]string, 0, n)
 	for left := n; left > 0; left -= 10_000 {
-		for _, j := range c.createJobs(&berth.SubmitRequest{JobSpec: spec, Array: min(left, 10_000)}, c.pool, "bench") {
+		for _, j := range c.createJobs(&berth.SubmitRequest{JobSpec: spec, Array: min(left, 10_000)}, "bench") {
 			ids = append(ids, j.ID)
 		}
 		c.fx.take() // no store: the rows are dropped

@@ -116,7 +116,7 @@ func randomStep(t *testing.T, h *harness, rng *rand.Rand, queues []string) strin
 		if err := req.Validate(); err != nil {
 			t.Fatal(err)
 		}
-		h.step(func() { h.l.createJobs(req, h.backend, "test") })
+		h.step(func() { h.l.createJobs(req, "test") })
 		return "submit"
 	case 2:
 		h.clock.Advance(time.Duration(rng.IntN(3000)) * time.Millisecond)

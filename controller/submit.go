@@ -54,8 +54,7 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 	if err := CheckSecrets(&req.JobSpec, c.cfg.Secrets); err != nil {
 		return nil, err
 	}
-	be, err := c.backendFor(&req.JobSpec)
-	if err != nil {
+	if err := c.checkBackend(&req.JobSpec); err != nil {
 		return nil, err
 	}
 	if err := c.checkParent(ctx, req); err != nil {
@@ -99,7 +98,7 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 			c.afterCommit(func() { reply <- result{sub: &Submission{Jobs: jobs, Replayed: true}} })
 			return
 		}
-		sub, err := c.admit(req, be, berth.ActorFrom(ctx))
+		sub, err := c.admit(req, berth.ActorFrom(ctx))
 		if err != nil {
 			reply <- result{err: err} // nothing written
 			return
@@ -119,10 +118,10 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 }
 
 // admit routes the jobs of req, a valid request, submitted by actor
-// (route), and creates them: here on be, or handed to a peer. A job no
+// (route), and creates them: here, or handed to a peer. A job no
 // worker could ever run, with no peer to take it, is refused (fits), and
 // nothing is written. Loop only.
-func (c *Controller) admit(req *berth.SubmitRequest, be Backend, actor string) (*Submission, error) {
+func (c *Controller) admit(req *berth.SubmitRequest, actor string) (*Submission, error) {
 	pl, warnings, err := c.route(&req.JobSpec, req.HoldUntilFits)
 	if err != nil {
 		return nil, err
@@ -133,7 +132,7 @@ func (c *Controller) admit(req *berth.SubmitRequest, be Backend, actor string) (
 		routed.Cluster = pl.peer
 		create = &routed
 	}
-	sub := &Submission{Jobs: c.createJobs(create, be, actor), Warnings: warnings}
+	sub := &Submission{Jobs: c.createJobs(create, actor), Warnings: warnings}
 	if pl.peer == "" {
 		sub.Warnings = append(c.queueWarnings(req.Queue), warnings...)
 	}
