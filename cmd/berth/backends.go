@@ -63,10 +63,11 @@ func backendFlagError(err error) error {
 	return err
 }
 
-// kubeconfigFileRef matches a kubeconfig line that points at a file on
-// this machine (a certificate, a key, a token file), which the server
-// cannot read.
-var kubeconfigFileRef = regexp.MustCompile(`(?m)^\s*-?\s*(client-certificate|client-key|certificate-authority|tokenFile):\s*(\S.*)$`)
+// kubeconfigFileRef matches a kubeconfig key, in block or flow style,
+// that points at a file on this machine (a certificate, a key, a token
+// file), which the server cannot read; the *-data keys hold the content
+// and do not match.
+var kubeconfigFileRef = regexp.MustCompile(`(?m)(?:^|[\s{,])(client-certificate|client-key|certificate-authority|tokenFile):[ \t]*("[^"\n]*"|'[^'\n]*'|[^\s,}]+)`)
 
 // readKubeconfig reads the kubeconfig at path for a backend: it must not be
 // empty, nor refer to files the server could not read.
@@ -84,7 +85,7 @@ func readKubeconfig(path string) (string, error) {
 	if m := kubeconfigFileRef.FindStringSubmatch(string(data)); m != nil {
 		return "", berth.Invalidf("--kubeconfig", "%s: %s refers to the file %s, which the server cannot read: "+
 			"put the credentials inline (kubectl --kubeconfig %s config view --flatten --minify > FILE) and give that FILE",
-			path, m[1], strings.TrimSpace(m[2]), path)
+			path, m[1], strings.Trim(m[2], `"'`), path)
 	}
 	return string(data), nil
 }

@@ -73,6 +73,7 @@ func TestBackendAddListRm(t *testing.T) {
 		{add("--kubeconfig", writeKubeconfig(t, " \n")), "--kubeconfig"},
 		{add("--kubeconfig", writeKubeconfig(t, strings.Replace(cliKubeconfig, "    token: cli-secret-token",
 			"    client-certificate: /home/me/.minikube/client.crt", 1))), "--kubeconfig"},
+		{add("--kubeconfig", writeKubeconfig(t, "clusters: [{name: c, cluster: {server: \"https://127.0.0.1:6443\", certificate-authority: \"/tmp/ca.crt\"}}]\n")), "--kubeconfig"},
 		{add("--kubeconfig", writeKubeconfig(t, "apiVersion: v1\nkind: Config\n")), "--kubeconfig"}, // the server's kind refuses it
 		{add("--kind", "slurm"), "--kind"},
 		{add("--namespace", "Not_Valid"), "--namespace"},
