@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -125,18 +123,7 @@ func restartBackendServer(t *testing.T, prev *backendServer) *backendServer {
 	if err := h.Backends.Load(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(h)
-	t.Cleanup(hs.Close)
-	s := &server{t: t, url: hs.URL, ctl: ctl, st: st, sec: sec}
-	s.token = apitest.Token(t, sec, "root", auth.RoleAdmin, "")
-	tokens := map[auth.Role]string{auth.RoleAdmin: s.token}
-	for _, role := range []auth.Role{auth.RoleOperator, auth.RoleUser, auth.RoleViewer, auth.RolePeer, auth.RoleAgent} {
-		worker := ""
-		if role == auth.RoleAgent {
-			worker = "host-1"
-		}
-		tokens[role] = apitest.Token(t, sec, "someone-"+string(role), role, worker)
-	}
+	s, tokens := serveWithRoles(t, h, st, ctl, sec)
 	return &backendServer{server: s, kinds: kinds, backends: h.Backends, auditPath: auditPath, tokens: tokens}
 }
 
@@ -170,15 +157,6 @@ func (s *backendServer) list() []berth.BackendInfo {
 		s.t.Fatal(err)
 	}
 	return l.Backends
-}
-
-func (s *backendServer) auditLog() []byte {
-	s.t.Helper()
-	log, err := os.ReadFile(s.auditPath)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return log
 }
 
 // Only admins add and remove backends; those who may list workers list
@@ -250,7 +228,7 @@ func TestBackendValidation(t *testing.T) {
 	if l := s.list(); len(l) != 1 || l[0].Status.Name != berth.BackendAgents {
 		t.Fatalf("backends after bad input: %+v, want the agent pool alone", l)
 	}
-	if log := s.auditLog(); bytes.Contains(log, []byte(kubeconfigSecret)) {
+	if log := readAudit(t, s.auditPath); bytes.Contains(log, []byte(kubeconfigSecret)) {
 		t.Errorf("the audit log holds a kubeconfig:\n%s", log)
 	}
 }
@@ -336,7 +314,7 @@ func TestBackendAddListRemove(t *testing.T) {
 	if l := s.list(); len(l) != 1 {
 		t.Fatalf("list after a remove: %+v", l)
 	}
-	log := s.auditLog()
+	log := readAudit(t, s.auditPath)
 	if bytes.Contains(log, []byte(kubeconfigSecret)) || !bytes.Contains(log, []byte("backend.added")) || !bytes.Contains(log, []byte("backend.removed")) {
 		t.Errorf("audit log:\n%s", log)
 	}

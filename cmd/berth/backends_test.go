@@ -41,16 +41,6 @@ func newCLIWithKube(t *testing.T) *cli {
 	return &cli{t: t, url: rs.URL}
 }
 
-// writeKubeconfig writes a kubeconfig holding body and returns its path.
-func writeKubeconfig(t *testing.T, body string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 const cliKubeconfig = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:6443\n" +
 	"    certificate-authority-data: Zm9v\nusers:\n- name: u\n  user:\n    token: cli-secret-token\n" +
 	"contexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
@@ -58,7 +48,7 @@ const cliKubeconfig = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  clu
 func TestBackendAddListRm(t *testing.T) {
 	t.Parallel()
 	c := newCLIWithKube(t)
-	good := writeKubeconfig(t, cliKubeconfig)
+	good := privateFile(t, cliKubeconfig)
 	add := func(extra ...string) []string {
 		return append([]string{"backend", "add", "k8s-cw", "--kind", "kubernetes", "--kubeconfig", good}, extra...)
 	}
@@ -70,11 +60,11 @@ func TestBackendAddListRm(t *testing.T) {
 	}{
 		{[]string{"backend", "add", "k8s-cw", "--kind", "kubernetes"}, "--kubeconfig"},
 		{add("--kubeconfig", filepath.Join(t.TempDir(), "missing")), "--kubeconfig"},
-		{add("--kubeconfig", writeKubeconfig(t, " \n")), "--kubeconfig"},
-		{add("--kubeconfig", writeKubeconfig(t, strings.Replace(cliKubeconfig, "    token: cli-secret-token",
+		{add("--kubeconfig", privateFile(t, " \n")), "--kubeconfig"},
+		{add("--kubeconfig", privateFile(t, strings.Replace(cliKubeconfig, "    token: cli-secret-token",
 			"    client-certificate: /home/me/.minikube/client.crt", 1))), "--kubeconfig"},
-		{add("--kubeconfig", writeKubeconfig(t, "clusters: [{name: c, cluster: {server: \"https://127.0.0.1:6443\", certificate-authority: \"/tmp/ca.crt\"}}]\n")), "--kubeconfig"},
-		{add("--kubeconfig", writeKubeconfig(t, "apiVersion: v1\nkind: Config\n")), "--kubeconfig"}, // the server's kind refuses it
+		{add("--kubeconfig", privateFile(t, "clusters: [{name: c, cluster: {server: \"https://127.0.0.1:6443\", certificate-authority: \"/tmp/ca.crt\"}}]\n")), "--kubeconfig"},
+		{add("--kubeconfig", privateFile(t, "apiVersion: v1\nkind: Config\n")), "--kubeconfig"}, // the server's kind refuses it
 		{add("--kind", "slurm"), "--kind"},
 		{add("--namespace", "Not_Valid"), "--namespace"},
 		{add("--placement", "random"), "--placement"},
@@ -183,7 +173,7 @@ func TestBackendAddListRm(t *testing.T) {
 func TestBackendAddUnknownKind(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	code, _, errOut := c.run("backend", "add", "k8s", "--kubeconfig", writeKubeconfig(t, cliKubeconfig))
+	code, _, errOut := c.run("backend", "add", "k8s", "--kubeconfig", privateFile(t, cliKubeconfig))
 	if code != exitUsage || !strings.HasPrefix(errOut, "berth: --kind:") {
 		t.Fatalf("backend add on a server without the kind: exit %d, %q", code, errOut)
 	}
