@@ -148,6 +148,10 @@ func TestBackendAddListRm(t *testing.T) {
 	if len(jobs) != 2 || !images["nvcr.io/nvidia/pytorch:25.01-py3"] || !images["ubuntu:24.04"] {
 		t.Fatalf("jobs from the file: %+v", jobs)
 	}
+	if code, out, _ := c.run("job", jobs[0].ID); code != 0 || !strings.Contains(out, "Backend:   k8s-cw\n") ||
+		!strings.Contains(out, "Image:     "+jobs[0].Image+"\n") {
+		t.Errorf("berth job: exit %d\n%s", code, out)
+	}
 	for _, j := range jobs {
 		if code, _, errOut := c.run("cancel", j.ID); code != 0 {
 			t.Fatalf("cancel %s: %s", j.ID, errOut)
