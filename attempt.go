@@ -48,13 +48,20 @@ const (
 	// or from a shell, before the service was ever ready. On a service's
 	// first run it ends the service at once: restarting cannot help.
 	FailureCannotStart = "cannot_start"
+	// FailureUnschedulable: its pod stayed unschedulable (no node of the
+	// Kubernetes backend fit it) past the backend's deadline.
+	FailureUnschedulable = "unschedulable"
+	// FailureImagePull: its pod's image could not be pulled
+	// (ImagePullBackOff) within the backend's deadline.
+	FailureImagePull = "image_pull"
 )
 
 // ValidFailureClass reports whether c is a failure class (Failure*), or
 // empty (none).
 func ValidFailureClass(c string) bool {
 	switch c {
-	case "", FailureWarmup, FailureStall, FailureWorkloadFatal, FailureInfraFatal, FailureUnknown, FailureOOM, FailureCannotStart:
+	case "", FailureWarmup, FailureStall, FailureWorkloadFatal, FailureInfraFatal, FailureUnknown, FailureOOM, FailureCannotStart,
+		FailureUnschedulable, FailureImagePull:
 		return true
 	}
 	return false

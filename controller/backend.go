@@ -94,6 +94,12 @@ type BackendHost interface {
 	Reconcile(running, finished []string, done func(kill []string))
 	// Logger is the controller's logger.
 	Logger() *slog.Logger
+	// Secrets returns the values of the secrets j references, by name
+	// (nil when it references none). Loop only: from Launch.
+	Secrets(j *berth.Job) map[string]string
+	// Grace is how long a stopped attempt has between SIGTERM and
+	// SIGKILL.
+	Grace() time.Duration
 }
 
 // AttemptEnd is how an attempt ended, as a backend reports it.
@@ -115,8 +121,9 @@ const BackendLabel = "berth.dev/backend"
 // hostedBackend is a backend added at run time, with what it was made
 // from.
 type hostedBackend struct {
-	spec berth.BackendSpec
-	be   Backend
+	spec  berth.BackendSpec
+	be    Backend  // nil while AddBackend builds it
+	early []func() // reports made while it was built, for the loop once it is added
 }
 
 // backendSet holds the backends added at run time, by name; safe from any
@@ -169,6 +176,10 @@ func (c *Controller) AddBackend(ctx context.Context, spec berth.BackendSpec) err
 		err = c.do(ctx, func() {
 			hb.be = be
 			c.bindWorkers(hb)
+			for _, fn := range hb.early {
+				fn()
+			}
+			hb.early = nil
 		})
 		if err != nil {
 			be.Close()
@@ -293,8 +304,25 @@ type backendHost struct {
 
 func (h *backendHost) Logger() *slog.Logger { return h.c.log.With("backend", h.hb.spec.Name) }
 
+func (h *backendHost) Secrets(j *berth.Job) map[string]string {
+	if h.c.cfg.Secrets == nil || !referencesSecrets(j) {
+		return nil
+	}
+	return h.c.cfg.Secrets.Resolve(j.User, jobText(j)...)
+}
+
+func (h *backendHost) Grace() time.Duration { return h.c.cfg.Grace }
+
+// post queues fn for the loop; a report that arrives while AddBackend is
+// still building the backend waits for it to be added.
 func (h *backendHost) post(fn func()) {
-	_ = h.c.post(context.Background(), fn) // stopped: the report is moot
+	_ = h.c.post(context.Background(), func() { // stopped: the report is moot
+		if h.hb.be == nil {
+			h.hb.early = append(h.hb.early, fn)
+			return
+		}
+		fn()
+	})
 }
 
 // attempt returns the active attempt id held on one of h's workers, or
