@@ -27,12 +27,17 @@ func (k cliKube) Status() berth.BackendStatus {
 // cliKube, refusing a kubeconfig that names no server.
 func newCLIWithKube(t *testing.T) *cli {
 	t.Helper()
-	kinds := map[string]controller.BackendFactory{berth.BackendKindKubernetes: func(spec berth.BackendSpec, _ controller.BackendHost) (controller.Backend, error) {
+	return newCLIWithKinds(t, map[string]controller.BackendFactory{berth.BackendKindKubernetes: func(spec berth.BackendSpec, _ controller.BackendHost) (controller.Backend, error) {
 		if !strings.Contains(spec.Kubernetes.Kubeconfig, "server:") {
 			return nil, berth.Invalidf("kubernetes.kubeconfig", "names no cluster server")
 		}
 		return cliKube{spec.Name}, nil
-	}}
+	}})
+}
+
+// newCLIWithKinds is newCLI whose server has the backend kinds kinds.
+func newCLIWithKinds(t *testing.T, kinds map[string]controller.BackendFactory) *cli {
+	t.Helper()
 	rs, err := startServer(context.Background(), &serverConfig{DataDir: t.TempDir(), Listen: "127.0.0.1:0", BackendKinds: kinds})
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +181,7 @@ func TestBackendAddListRm(t *testing.T) {
 // A server without the kind says so, naming --kind, and keeps nothing.
 func TestBackendAddUnknownKind(t *testing.T) {
 	t.Parallel()
-	c := newCLI(t)
+	c := newCLIWithKinds(t, map[string]controller.BackendFactory{})
 	code, _, errOut := c.run("backend", "add", "k8s", "--kubeconfig", privateFile(t, cliKubeconfig))
 	if code != exitUsage || !strings.HasPrefix(errOut, "berth: --kind:") {
 		t.Fatalf("backend add on a server without the kind: exit %d, %q", code, errOut)

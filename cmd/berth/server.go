@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/federation"
 	"github.com/berth-dev/berth/internal/dirlock"
+	"github.com/berth-dev/berth/kube"
 	"github.com/berth-dev/berth/postgres"
 	"github.com/berth-dev/berth/provision"
 	"github.com/berth-dev/berth/scheduler"
@@ -84,7 +85,7 @@ type serverConfig struct {
 
 // builtinBackendKinds are the kinds of execution backend this build can
 // run (docs/kubernetes.md).
-var builtinBackendKinds = map[string]controller.BackendFactory{}
+var builtinBackendKinds = map[string]controller.BackendFactory{berth.BackendKindKubernetes: kube.New}
 
 func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.DataDir, "data-dir", ".berth", "directory for the embedded store, keys, audit log and local agents")
