@@ -243,13 +243,17 @@ func (c *Controller) closeBackends() {
 }
 
 // checkBackend refuses, with an ECodeInvalid error on backend, a job spec
-// naming a backend this server does not have.
+// naming a backend this server does not have; on image, one naming a
+// Kubernetes backend without an image when the backend has no default.
 func (c *Controller) checkBackend(spec *berth.JobSpec) error {
 	switch spec.Backend {
 	case "", AgentPoolBackend:
 		return nil
 	}
 	if hb := c.hosted.get(spec.Backend); hb != nil && hb.be != nil {
+		if k := hb.spec.Kubernetes; k != nil && spec.Image == "" && k.ImageDefault == "" {
+			return berth.Invalidf("image", "is required on backend %s, which runs containers and has no default image (--image IMAGE)", spec.Backend)
+		}
 		return nil
 	}
 	names := []string{AgentPoolBackend}

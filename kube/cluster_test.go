@@ -314,7 +314,13 @@ func TestBackend(t *testing.T) {
 
 	t.Run("no image", func(t *testing.T) {
 		k := startController(t, srv, cs, filepath.Join(t.TempDir(), "b.db"), "noimage", nil)
-		id := k.submit(func(s *berth.JobSpec) { s.Image = "" })
+		spec := berth.DefaultJobSpec()
+		spec.Command, spec.Backend = berth.Argv{"true"}, k.name
+		if _, err := k.c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec}); berth.ErrorCode(err) != berth.ECodeInvalid {
+			t.Fatalf("a job naming the backend without an image: %v, want it refused at submit", err)
+		}
+		// One naming no backend may still be placed here.
+		id := k.submit(func(s *berth.JobSpec) { s.Backend, s.Image = "", "" })
 		d := k.job(id, func(d *berth.JobDetail) bool { return d.State == berth.JobFailed })
 		if !strings.Contains(d.Reason, "no image") {
 			t.Fatalf("reason %q", d.Reason)
