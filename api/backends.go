@@ -36,6 +36,9 @@ type BackendRegistry interface {
 	// BackendStatuses returns every running backend's status, the agent
 	// pool's first.
 	BackendStatuses() []berth.BackendStatus
+	// BackendAttempts returns how many active attempts are held on
+	// backend name's workers.
+	BackendAttempts(ctx context.Context, name string) (int, error)
 }
 
 // BackendKeys seals and opens a backend's credentials; auth.Vault is one.
@@ -356,11 +359,18 @@ func (b *Backends) remove(ctx context.Context, name string, force bool, record f
 		fields = backendFields(specs[i])
 	}
 	if st != nil {
-		if st.Pods > 0 && !force {
-			return berth.Errorf(berth.ECodeConflict,
-				"backend %s runs %d attempts: wait until they end, cancel them, or force (their jobs are then retried elsewhere per their retries)", name, st.Pods)
+		// What the controller holds there counts, even when the backend
+		// cannot see its pods (unreachable, not synced).
+		held, err := b.Registry.BackendAttempts(ctx, name)
+		if err != nil {
+			return err
 		}
-		fields["attempts"] = strconv.Itoa(st.Pods)
+		n := max(held, st.Pods)
+		if n > 0 && !force {
+			return berth.Errorf(berth.ECodeConflict,
+				"backend %s runs %s: wait until they end, cancel them, or force (their jobs are then retried elsewhere per their retries)", name, berth.Count(n, "attempt"))
+		}
+		fields["attempts"] = strconv.Itoa(n)
 	}
 	if err := record(fields); err != nil {
 		return err

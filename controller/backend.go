@@ -233,6 +233,21 @@ func (c *Controller) BackendStatuses() []berth.BackendStatus {
 	return out
 }
 
+// BackendAttempts returns how many active attempts the controller holds
+// on the workers of backend name (placed there, starting or running),
+// whatever the backend itself reports; 0 for a name it has no backend of.
+func (c *Controller) BackendAttempts(ctx context.Context, name string) (int, error) {
+	n := 0
+	err := c.do(ctx, func() {
+		for _, ws := range c.order {
+			if ws.hosted != nil && ws.hosted.spec.Name == name {
+				n += len(ws.attempts)
+			}
+		}
+	})
+	return n, err
+}
+
 // closeBackends closes every added backend, as the controller stops.
 func (c *Controller) closeBackends() {
 	for _, hb := range c.hosted.all() {
