@@ -39,7 +39,7 @@ type fakeKube struct {
 }
 
 func (f *fakeKube) Launch(_ *berth.Job, a *berth.Attempt, _ map[string]string) { f.launched <- a.ID }
-func (f *fakeKube) Stop(*berth.Attempt, string, string)                  {}
+func (f *fakeKube) Stop(*berth.Attempt, string, string)                        {}
 func (f *fakeKube) Status() berth.BackendStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
