@@ -54,6 +54,10 @@ const (
 	// BackendUnreachable: it cannot reach what it fronts (the API server
 	// does not answer); Message says why.
 	BackendUnreachable = "unreachable"
+	// BackendFailed: stored, but the server could not start it (its
+	// kind unknown to this server, its credentials not opening);
+	// Message says why.
+	BackendFailed = "failed"
 )
 
 // BackendSpec is an execution backend as added through
@@ -99,7 +103,7 @@ type KubernetesBackend struct {
 type BackendStatus struct {
 	Name      string    `json:"name"`
 	Kind      string    `json:"kind"`
-	State     string    `json:"state"` // BackendSyncing, BackendReady, BackendUnreachable
+	State     string    `json:"state"` // BackendSyncing, BackendReady, BackendUnreachable, BackendFailed
 	Nodes     int       `json:"nodes"` // workers (agents) or nodes it offers
 	GPUsFree  int       `json:"gpus_free"`
 	GPUsTotal int       `json:"gpus_total"`

@@ -57,6 +57,9 @@ type Server struct {
 	// Pools manages the cloud pools, their instances and the host
 	// records; nil: those endpoints answer 404.
 	Pools *Pools
+	// Backends manages the execution backends (Kubernetes clusters);
+	// nil: those endpoints answer 404.
+	Backends *Backends
 	// EventKeepalive is how long the event stream may be silent before it
 	// sends a keepalive comment, so that proxies keep it open; 0 means
 	// DefaultEventKeepalive.
@@ -140,6 +143,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
 	s.federationRoutes()
 	s.poolRoutes()
+	s.backendRoutes()
 	s.route("GET "+AgentBinaryPath, isAgent, "an agent credential or join token", s.agentBinary)
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/api/apitest"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/store"
 )
 
@@ -44,6 +45,14 @@ func startPoolServer(t *testing.T) *poolServer {
 	})
 	h := api.New(ctl, st, sec, nil)
 	h.Pools = &api.Pools{Store: st, Keys: sec.Secrets}
+	s, tokens := serveWithRoles(t, h, st, ctl, sec)
+	return &poolServer{server: s, pools: h.Pools, auditPath: auditPath, tokens: tokens}
+}
+
+// serveWithRoles serves h, ctl's on st, until t ends, and returns it
+// with an admin's token and a token of each role.
+func serveWithRoles(t *testing.T, h *api.Server, st store.Store, ctl *controller.Controller, sec *api.Security) (*server, map[auth.Role]string) {
+	t.Helper()
 	hs := httptest.NewServer(h)
 	t.Cleanup(hs.Close)
 	s := &server{t: t, url: hs.URL, ctl: ctl, st: st, sec: sec}
@@ -56,7 +65,17 @@ func startPoolServer(t *testing.T) *poolServer {
 		}
 		tokens[role] = apitest.Token(t, sec, "someone-"+string(role), role, worker)
 	}
-	return &poolServer{server: s, pools: h.Pools, auditPath: auditPath, tokens: tokens}
+	return s, tokens
+}
+
+// readAudit returns the audit log at path.
+func readAudit(t *testing.T, path string) []byte {
+	t.Helper()
+	log, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return log
 }
 
 // goodPool is a valid pool body with key as its API key.
@@ -98,11 +117,7 @@ func (s *poolServer) storedPools() []*berth.Pool {
 
 func (s *poolServer) auditLog() []byte {
 	s.t.Helper()
-	log, err := os.ReadFile(s.auditPath)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return log
+	return readAudit(s.t, s.auditPath)
 }
 
 // Each bad field is a 400 naming it, and nothing is stored.

@@ -3,13 +3,14 @@ package auth
 import "fmt"
 
 // Credentials Berth keeps for itself (a federation peer's token, a cloud
-// pool's API key) are sealed as secrets are (Keys.Seal), under an owner no
+// pool's API key, an execution backend's kubeconfig) are sealed as secrets are (Keys.Seal), under an owner no
 // identity is named (identity names have no /), with the peer's or pool's
 // name as the secret's name: a user's sealed secret never opens as one of
 // them, nor one kind as the other, nor one name's as another's.
 const (
-	peerOwner = "/peer"
-	poolOwner = "/pool"
+	peerOwner    = "/peer"
+	poolOwner    = "/pool"
+	backendOwner = "/backend"
 )
 
 // SealPeerToken seals the token that reaches peer for the store, bound to
@@ -34,6 +35,20 @@ func (v *Vault) SealPoolKey(pool, key string) ([]byte, error) {
 // was sealed for another pool or under another key.
 func (v *Vault) OpenPoolKey(pool string, sealed []byte) (string, error) {
 	return v.openOwn(poolOwner, "pool", pool, "API key", sealed)
+}
+
+// SealBackendCredentials seals an execution backend's credentials (a
+// Kubernetes backend's kubeconfig) for the store, bound to the backend's
+// name.
+func (v *Vault) SealBackendCredentials(backend, creds string) ([]byte, error) {
+	return v.sealOwn(backendOwner, "backend", backend, creds)
+}
+
+// OpenBackendCredentials opens what SealBackendCredentials sealed for
+// backend. It fails when sealed was sealed for another backend or under
+// another key.
+func (v *Vault) OpenBackendCredentials(backend string, sealed []byte) (string, error) {
+	return v.openOwn(backendOwner, "backend", backend, "credentials", sealed)
 }
 
 // sealOwn seals plain under owner, named name; kind names what it is for

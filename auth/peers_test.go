@@ -37,3 +37,31 @@ func TestPoolKeySealing(t *testing.T) {
 		t.Error("another master key opened the pool key")
 	}
 }
+
+// A backend's credentials open only as that backend's: not as another
+// backend's, not as a pool key of the same name, not under another master
+// key.
+func TestBackendCredentialsSealing(t *testing.T) {
+	t.Parallel()
+	v := &Vault{keys: testKeys(t, 1)}
+	const kubeconfig = "apiVersion: v1\nusers: [{name: a, user: {token: s3cret}}]\n"
+	sealed, err := v.SealBackendCredentials("k8s-cw", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(sealed, []byte("s3cret")) {
+		t.Fatal("sealed credentials contain the token")
+	}
+	if got, err := v.OpenBackendCredentials("k8s-cw", sealed); err != nil || got != kubeconfig {
+		t.Fatalf("OpenBackendCredentials = %q, %v", got, err)
+	}
+	if _, err := v.OpenBackendCredentials("k8s-other", sealed); err == nil {
+		t.Error("another backend's name opened the credentials")
+	}
+	if _, err := v.OpenPoolKey("k8s-cw", sealed); err == nil {
+		t.Error("a backend's credentials opened as a pool key of the same name")
+	}
+	if _, err := (&Vault{keys: testKeys(t, 2)}).OpenBackendCredentials("k8s-cw", sealed); err == nil {
+		t.Error("another master key opened the credentials")
+	}
+}

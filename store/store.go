@@ -154,6 +154,7 @@ type Store interface {
 	WebhookStore
 	FederationStore
 	PoolStore
+	BackendStore
 
 	// Close releases the store.
 	Close() error

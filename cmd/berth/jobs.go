@@ -261,6 +261,12 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 		fmt.Fprintf(w, "Watchdogs: max_runtime=%s stall_timeout=%s\n", orDash(durationOrEmpty(j.MaxRuntime)), orDash(durationOrEmpty(j.StallTimeout)))
 	}
 	fmt.Fprintf(w, "Priority:  %d\nCommand:   %s\n", j.Priority, j.Command)
+	if j.Backend != "" {
+		fmt.Fprintf(w, "Backend:   %s\n", j.Backend)
+	}
+	if j.Image != "" {
+		fmt.Fprintf(w, "Image:     %s\n", j.Image)
+	}
 	r := j.Resources
 	fmt.Fprintf(w, "Resources: gpus=%d", r.GPUs)
 	if r.GPUType != "" {

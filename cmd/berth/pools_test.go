@@ -39,11 +39,12 @@ func seedPoolRecords(t *testing.T, dir string, instances []*berth.Instance, host
 	}
 }
 
-// keyFile writes key to a file and returns its path.
-func keyFile(t *testing.T, key string) string {
+// privateFile writes content (a key, a kubeconfig) to a file only its
+// owner reads and returns its path.
+func privateFile(t *testing.T, content string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "vast.key")
-	if err := os.WriteFile(path, []byte(key), 0o600); err != nil {
+	path := filepath.Join(t.TempDir(), "private")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -58,7 +59,7 @@ func TestPoolAddListRm(t *testing.T) {
 		{ID: "i-boot", Pool: "rent", Phase: berth.InstanceRunning, PricePerH: 0.1, CreatedAt: now},
 	}, nil)
 	c := newCLIIn(t, dir)
-	key := keyFile(t, "vast-secret-key\n")
+	key := privateFile(t, "vast-secret-key\n")
 	add := func(extra ...string) []string {
 		return append([]string{"pool", "add", "rent", "--provider", "vast", "--api-key-file", key, "--gpu-type", "RTX 4090",
 			"--gpus", "1", "--max-instances", "4", "--max-price", "0.60/h", "--idle-timeout", "10m"}, extra...)
@@ -89,7 +90,7 @@ func TestPoolAddListRm(t *testing.T) {
 		{add("--workload", "vllm", "--model", "m", "--port", "22"), "--port"},
 		{add("--workload", "vllm", "--model", "m", "--max-model-len", "-1"), "--max-model-len"},
 		{add("--api-key-file", filepath.Join(dir, "none")), "--api-key-file"},
-		{add("--api-key-file", keyFile(t, " \n")), "--api-key-file"},
+		{add("--api-key-file", privateFile(t, " \n")), "--api-key-file"},
 		{[]string{"pool", "add", "rent", "--gpu-type", "RTX 4090", "--max-instances", "4", "--max-price", "0.60/h"}, "--api-key-file"},
 		{[]string{"pool", "add", "Rent", "--api-key-file", key, "--gpu-type", "RTX 4090", "--max-instances", "4", "--max-price", "0.60/h"}, "NAME"},
 	} {
@@ -394,7 +395,7 @@ func TestProvisionCancelGivesBackTheInstance(t *testing.T) {
 	t.Cleanup(ts.Close)
 	t.Cleanup(market.Close)
 	c := newCLI(t)
-	if code, _, errOut := c.run("pool", "add", "rent", "--api-key-file", keyFile(t, vasttest.DefaultAPIKey), "--gpu-type", vasttest.DefaultGPUName,
+	if code, _, errOut := c.run("pool", "add", "rent", "--api-key-file", privateFile(t, vasttest.DefaultAPIKey), "--gpu-type", vasttest.DefaultGPUName,
 		"--max-instances", "1", "--max-price", "5", "--vast-url", ts.URL+vasttest.BasePath); code != 0 {
 		t.Fatalf("pool add: exit %d, %s", code, errOut)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/federation"
 	"github.com/berth-dev/berth/internal/dirlock"
+	"github.com/berth-dev/berth/kube"
 	"github.com/berth-dev/berth/postgres"
 	"github.com/berth-dev/berth/provision"
 	"github.com/berth-dev/berth/scheduler"
@@ -77,7 +78,14 @@ type serverConfig struct {
 	// PoolReadyBudget how long a rented instance's agent may take to
 	// register (--pool-ready-budget). Zero: the default.
 	PoolTick, PoolPoll, PoolReconcile, PoolReadyBudget time.Duration
+	// BackendKinds builds the execution backends berth backend add adds,
+	// by kind; nil: builtinBackendKinds.
+	BackendKinds map[string]controller.BackendFactory
 }
+
+// builtinBackendKinds are the kinds of execution backend this build can
+// run (docs/kubernetes.md).
+var builtinBackendKinds = map[string]controller.BackendFactory{berth.BackendKindKubernetes: kube.New}
 
 func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.DataDir, "data-dir", ".berth", "directory for the embedded store, keys, audit log and local agents")
@@ -348,10 +356,14 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 		return err
 	}
 	_, shared := rs.store.(store.Leadership)
+	kinds := cfg.BackendKinds
+	if kinds == nil {
+		kinds = builtinBackendKinds
+	}
 	ctl := controller.New(controller.Config{Store: rs.store, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
 		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched,
 		StoreEvents: shared, Audit: sec.audit, Secrets: vault, PeerTokens: vault, Expand: catalog.Expand, Services: catalog,
-		PeerUsers: cfg.PeerUsers, ChangelogRetention: cfg.ChangelogRetention})
+		PeerUsers: cfg.PeerUsers, ChangelogRetention: cfg.ChangelogRetention, BackendKinds: kinds})
 	rs.federation = newFederation(ctl, vault, cfg.FederationTick, cfg.Log)
 	ctl.SetFederation(rs.federation)
 	fleet := &poolFleet{dataDir: cfg.DataDir, store: rs.store, keys: vault, registry: ctl, log: cfg.Log, server: self,
@@ -380,6 +392,11 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	apiServer := api.New(ctl, rs.store, apiSec, cfg.Log)
 	apiServer.Webhooks = rs.webhooks
 	apiServer.Pools = &api.Pools{Store: rs.store, Keys: vault, Provisioner: byHand{fleet}, Releaser: fleet}
+	// The execution backends the store holds run from the start.
+	apiServer.Backends = &api.Backends{Store: rs.store, Keys: vault, Registry: ctl, Log: cfg.Log}
+	if err := apiServer.Backends.Load(ctx); err != nil {
+		return err
+	}
 	apiServer.PeerStatuses, apiServer.PeerLogs = rs.federation, rs.federation
 	// The dashboard, at /; its sampler runs until Close.
 	rs.dashboard = web.New(web.Config{Ctl: ctl, Store: rs.store, CheckToken: apiSec.Ingress.CheckToken, PeerStatuses: rs.federation,

@@ -92,6 +92,7 @@ func Exercise(t *testing.T, d Driver) {
 		{"Webhooks", webhookTests},
 		{"Federation", federationTests},
 		{"Pools", poolTests},
+		{"Backends", backendTests},
 	}
 	for _, area := range areas {
 		t.Run(area.name, func(t *testing.T) {
@@ -162,6 +163,7 @@ func fullJob(id string) *berth.Job {
 			Parent:         "01JPARENT0000000000000000",
 			Backend:        "k8s",
 			Cluster:        "peer-1",
+			Image:          "nvcr.io/nvidia/pytorch:25.01-py3",
 			Origin:         &berth.JobOrigin{Cluster: "origin-ünï", RemoteID: "01JREMOTE0000000000000000", Nonce: "n0nce"},
 		},
 		ArrayIndex: intPtr(7),
