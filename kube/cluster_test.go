@@ -82,7 +82,7 @@ func (s secrets) Missing(_ string, texts ...string) []string {
 // cluster is a controller on SQLite with a Kubernetes backend on a real
 // API server.
 type cluster struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *kubetest.Server
 	cs   kubernetes.Interface
 	c    *controller.Controller
@@ -96,7 +96,7 @@ var fastDeadlines = Deadlines{Unschedulable: 300 * time.Millisecond, ImagePull: 
 
 // startController starts a controller on db with backend name (namespace
 // name) added.
-func startController(t *testing.T, srv *kubetest.Server, cs kubernetes.Interface, db, name string, edit func(*berth.KubernetesBackend)) *cluster {
+func startController(t testing.TB, srv *kubetest.Server, cs kubernetes.Interface, db, name string, edit func(*berth.KubernetesBackend)) *cluster {
 	t.Helper()
 	st, err := sqlite.Open(t.Context(), db)
 	if err != nil {
@@ -150,7 +150,7 @@ func (k *cluster) submit(edit func(*berth.JobSpec)) string {
 
 // await polls until cond holds; what it waits on is the API server's or
 // the controller's answer, which the test cannot be told of otherwise.
-func await(t *testing.T, what string, cond func() (bool, string)) {
+func await(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -81,11 +81,23 @@ type serverConfig struct {
 	// BackendKinds builds the execution backends berth backend add adds,
 	// by kind; nil: builtinBackendKinds.
 	BackendKinds map[string]controller.BackendFactory
+	// KubePending is how long a Kubernetes backend's pod may stay
+	// pending for a reason it gives up on (--kube-pending-timeout); zero:
+	// kube.DefaultDeadlines.
+	KubePending time.Duration
 }
 
 // builtinBackendKinds are the kinds of execution backend this build can
 // run (docs/kubernetes.md).
 var builtinBackendKinds = map[string]controller.BackendFactory{berth.BackendKindKubernetes: kube.New}
+
+// kubeWithPending is the Kubernetes kind whose pods may stay pending for
+// d for any reason it gives up on.
+func kubeWithPending(d time.Duration) controller.BackendFactory {
+	return func(spec berth.BackendSpec, host controller.BackendHost) (controller.Backend, error) {
+		return kube.NewWith(spec, host, kube.Options{Deadlines: kube.Deadlines{Unschedulable: d, ImagePull: d, Config: d}})
+	}
+}
 
 func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.DataDir, "data-dir", ".berth", "directory for the embedded store, keys, audit log and local agents")
@@ -98,6 +110,7 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	durationVar(fs, &cfg.Lease, "lease", 30*time.Second, "how long (a `duration`) an agent may be unheard before it self-fences and its attempts are lost")
 	durationVar(fs, &cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval (a `duration`)")
 	durationVar(fs, &cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long (a `duration`) an agent has to accept an assignment before it is withdrawn")
+	durationVar(fs, &cfg.KubePending, "kube-pending-timeout", 0, "how long (a `duration`) a Kubernetes backend's pod may stay Unschedulable, ImagePullBackOff or\nCreateContainerConfigError before its attempt fails with that class (default 5m, 3m and 1m)")
 	durationVar(fs, &cfg.Grace, "grace", 10*time.Second, "how long (a `duration`) a stopped attempt gets between SIGTERM and SIGKILL")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "URL clients and agents reach this server at, told to them by standbys (default http://LISTEN-ADDRESS)")
 	durationVar(fs, &cfg.ControlPoll, "control-poll", 5*time.Second, "how often (a `duration`) worker controls are read back from the store (picks up plain-SQL writes)")
@@ -359,6 +372,9 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	kinds := cfg.BackendKinds
 	if kinds == nil {
 		kinds = builtinBackendKinds
+	}
+	if cfg.KubePending > 0 && cfg.BackendKinds == nil {
+		kinds = map[string]controller.BackendFactory{berth.BackendKindKubernetes: kubeWithPending(cfg.KubePending)}
 	}
 	ctl := controller.New(controller.Config{Store: rs.store, Log: cfg.Log, Lease: cfg.Lease, Heartbeat: cfg.Heartbeat,
 		AcceptTimeout: cfg.AcceptTimeout, Grace: cfg.Grace, ControlPoll: cfg.ControlPoll, Scheduler: sched,
