@@ -38,12 +38,13 @@ const migrateLock = 0x626572746D696772
 // Store is a store.Store and a store.ControlWatcher on one PostgreSQL
 // database.
 type Store struct {
-	*sqlstore.Reader        // on pool
-	*sqlstore.Credentials   // on pool
-	*sqlstore.Arbiter       // on pool
-	*sqlstore.Subscriptions // on pool
-	*sqlstore.CloudPools    // on pool
-	*sqlstore.Pruner        // on pool
+	*sqlstore.Reader          // on pool
+	*sqlstore.Credentials     // on pool
+	*sqlstore.Arbiter         // on pool
+	*sqlstore.Subscriptions   // on pool
+	*sqlstore.CloudPools      // on pool
+	*sqlstore.StoredContracts // on pool
+	*sqlstore.Pruner          // on pool
 
 	pool   *pgxpool.Pool
 	writer *pgxpool.Pool   // one connection, Write's (see openWriter)
@@ -97,6 +98,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
 	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
 	s.CloudPools = sqlstore.NewCloudPools(s.Reader, s.exec)
+	s.StoredContracts = sqlstore.NewStoredContracts(s.Reader, s.exec)
 	s.Pruner = sqlstore.NewPruner(s.Reader, s.execTx)
 	return s, nil
 }

@@ -25,12 +25,13 @@ var migrations embed.FS
 
 // Store is a store.Store on one SQLite file.
 type Store struct {
-	*sqlstore.Reader        // on r
-	*sqlstore.Credentials   // on r and w
-	*sqlstore.Arbiter       // on r and w
-	*sqlstore.Subscriptions // on r and w
-	*sqlstore.CloudPools    // on r and w
-	*sqlstore.Pruner        // on w
+	*sqlstore.Reader          // on r
+	*sqlstore.Credentials     // on r and w
+	*sqlstore.Arbiter         // on r and w
+	*sqlstore.Subscriptions   // on r and w
+	*sqlstore.CloudPools      // on r and w
+	*sqlstore.StoredContracts // on r and w
+	*sqlstore.Pruner          // on w
 
 	w *sql.DB // one connection: the only writer
 	r *sql.DB // read-only pool
@@ -89,6 +90,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
 	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
 	s.CloudPools = sqlstore.NewCloudPools(s.Reader, s.exec)
+	s.StoredContracts = sqlstore.NewStoredContracts(s.Reader, s.exec)
 	s.Pruner = sqlstore.NewPruner(s.Reader, s.execTx)
 	return s, nil
 }

@@ -154,6 +154,7 @@ type Store interface {
 	WebhookStore
 	FederationStore
 	PoolStore
+	ContractStore
 
 	// Close releases the store.
 	Close() error

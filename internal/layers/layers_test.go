@@ -46,7 +46,7 @@ var drivers = []string{"sqlite/...", "postgres/..."}
 // for them, and the agent and the CLI would carry them. Of auth, the
 // package itself (tokens, registry, ingress) is the server's; leaves
 // under it (secret references, the development CA) are not.
-var server = append([]string{"api/...", "arbiter/...", "audit/...", "auth", "cloud/...", "controller/...", "federation/...", "scheduler/...",
+var server = append([]string{"api/...", "arbiter/...", "audit/...", "auth", "cloud/...", "contract/...", "controller/...", "federation/...", "scheduler/...",
 	"service/...", "sim/...", "market/...", "provision/...", "store/...", "web/...", "webhook/...", "cmd/..."}, drivers...)
 
 var rules = []rule{

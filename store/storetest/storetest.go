@@ -92,6 +92,7 @@ func Exercise(t *testing.T, d Driver) {
 		{"Webhooks", webhookTests},
 		{"Federation", federationTests},
 		{"Pools", poolTests},
+		{"Contracts", contractTests},
 	}
 	for _, area := range areas {
 		t.Run(area.name, func(t *testing.T) {
