@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/contract"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/internal/strict"
 	"github.com/berth-dev/berth/store"
@@ -57,6 +58,9 @@ type Server struct {
 	// Pools manages the cloud pools, their instances and the host
 	// records; nil: those endpoints answer 404.
 	Pools *Pools
+	// Contracts holds the extraction contracts; nil: the
+	// /api/v1/contracts endpoints answer 404.
+	Contracts *contract.Registry
 	// EventKeepalive is how long the event stream may be silent before it
 	// sends a keepalive comment, so that proxies keep it open; 0 means
 	// DefaultEventKeepalive.
@@ -140,6 +144,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.route("POST /api/v1/agents/join", isJoinToken, "an agent join token", s.join)
 	s.federationRoutes()
 	s.poolRoutes()
+	s.contractRoutes()
 	s.route("GET "+AgentBinaryPath, isAgent, "an agent credential or join token", s.agentBinary)
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

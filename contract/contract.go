@@ -40,10 +40,10 @@ type Spec struct {
 	// number of images ({{.Images}}).
 	Prompt string `json:"prompt"`
 	// Inputs are the text fields a request may (or must) give.
-	Inputs []Input `json:"inputs,omitempty"`
+	Inputs []berth.ContractInput `json:"inputs,omitempty"`
 	// Images, when set, lets a request send images and limits them; nil:
 	// the contract takes no images.
-	Images *ImageLimits `json:"images,omitempty"`
+	Images *berth.ContractImages `json:"images,omitempty"`
 	// Output is the JSON Schema the reply's JSON object must satisfy.
 	Output json.RawMessage `json:"output"`
 	// Timeout bounds one call to the contract, the retry included;
@@ -53,29 +53,6 @@ type Spec struct {
 	MaxTokens int `json:"max_tokens,omitempty"`
 	// Temperature, when set, is the request's temperature.
 	Temperature *float64 `json:"temperature,omitempty"`
-}
-
-// Input is one text field of a contract's request.
-type Input struct {
-	Name        string `json:"name"`
-	Description string `json:"description,omitempty"`
-	// Required fields must be given and not empty.
-	Required bool `json:"required,omitempty"`
-}
-
-// ImageLimits bounds the images of a contract's request.
-type ImageLimits struct {
-	// Min is how many images a request must send at least.
-	Min int `json:"min,omitempty"`
-	// Max is how many it may send at most; DefaultMaxImages when 0.
-	Max int `json:"max,omitempty"`
-	// MaxBytes is the largest image accepted, decoded from base64;
-	// DefaultMaxImageBytes when 0.
-	MaxBytes berth.Bytes `json:"max_bytes,omitempty"`
-	// MaxSide, when not 0, is the longest side in pixels an image is sent
-	// with: a larger one is scaled down (keeping its aspect) and
-	// re-encoded in its format (PNG or JPEG) before the model sees it.
-	MaxSide int `json:"max_side,omitempty"`
 }
 
 // Defaults of a contract's limits.
@@ -290,31 +267,18 @@ func (c *Contract) render(inputs map[string]string, n int) (system, prompt strin
 	return system, b.String(), nil
 }
 
-// Info is a contract as listed: GET /v1/contracts.
-type Info struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	Model       string          `json:"model"`
-	Inputs      []Input         `json:"inputs"`
-	Images      *ImageLimits    `json:"images,omitempty"`
-	Output      json.RawMessage `json:"output"`
-	Timeout     berth.Duration  `json:"timeout"`
-	// Source is "file" (the server's --contracts directory) or "api".
-	Source string `json:"source"`
-}
-
 // Info returns c as listed.
-func (c *Contract) Info() Info {
+func (c *Contract) Info() *berth.ContractInfo {
 	inputs := c.Inputs
 	if inputs == nil {
-		inputs = []Input{}
+		inputs = []berth.ContractInput{}
 	}
-	src := "file"
+	in := "file"
 	if c.Origin == OriginAPI {
-		src = "api"
+		in = "api"
 	}
-	return Info{Name: c.Name, Description: c.Description, Model: c.Model, Inputs: inputs, Images: c.Images,
-		Output: c.Output, Timeout: c.Timeout, Source: src}
+	return &berth.ContractInfo{Name: c.Name, Description: c.Description, Model: c.Model, Inputs: inputs, Images: c.Images,
+		Output: c.Output, Timeout: c.Timeout, DefinedIn: in}
 }
 
 // OriginAPI is the Origin of a contract stored through the API.

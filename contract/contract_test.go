@@ -10,7 +10,6 @@ import (
 	"image/color"
 	"image/jpeg"
 	"image/png"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -184,7 +183,7 @@ func completion(content, finish string) reply {
 	return reply{200, string(b)}
 }
 
-func (s *script) ChatCompletion(ctx context.Context, model string, body []byte) (*http.Response, error) {
+func (s *script) ChatCompletion(ctx context.Context, model string, body []byte) (*Reply, error) {
 	s.mu.Lock()
 	var req map[string]any
 	if err := json.Unmarshal(body, &req); err != nil || req["model"] != model {
@@ -203,8 +202,10 @@ func (s *script) ChatCompletion(ctx context.Context, model string, body []byte) 
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return &http.Response{StatusCode: r.status, Header: http.Header{"Retry-After": {"7"}},
-		Body: io.NopCloser(strings.NewReader(r.body))}, nil
+	if r.status < 0 { // the router refused
+		return nil, &UpstreamError{Status: -r.status, RetryAfter: "5", Message: r.body}
+	}
+	return &Reply{Status: r.status, Header: http.Header{"Retry-After": {"7"}}, Body: []byte(r.body)}, nil
 }
 
 func TestRun(t *testing.T) {
@@ -220,27 +221,32 @@ func TestRun(t *testing.T) {
 	}{
 		{"fenced JSON", []reply{completion("```json\n"+good+"\n```", "stop")}, good, "", 200, 1, "```json\n" + good + "\n```"},
 		{"prose around JSON", []reply{completion("Here you go: "+good+" Hope it helps.", "stop")}, good, "", 200, 1, ""},
-		{"invalid JSON", []reply{completion(`{"title": "Dune",}`, "stop")}, "", ParseFailed, 502, 1, `{"title": "Dune",}`},
+		{"invalid JSON", []reply{completion(`{"title": "Dune",}`, "stop")}, "", berth.ContractParseFailed, 502, 1, `{"title": "Dune",}`},
 		{"wrong schema, mended on retry", []reply{completion(`{"name":"Dune"}`, "stop"), completion(good, "stop")}, good, "", 200, 2, good},
-		{"wrong schema twice", []reply{completion(`{"title":""}`, "stop"), completion(`{"title":3}`, "stop")}, "", SchemaMismatch, 502, 2, `{"title":3}`},
+		{"wrong schema twice", []reply{completion(`{"title":""}`, "stop"), completion(`{"title":3}`, "stop")}, "", berth.ContractSchemaMismatch, 502, 2, `{"title":3}`},
 		{"truncated by length, mended", []reply{completion(`{"title": "Du`, "length"), completion(good, "stop")}, good, "", 200, 2, ""},
-		{"truncated by length twice", []reply{completion(`{"title": "Du`, "length"), completion(`{"ti`, "length")}, "", ParseFailed, 502, 2, `{"ti`},
-		{"HTTP 500", []reply{{500, `{"error":{"message":"engine dead"}}`}}, "", UpstreamHTTPError, 502, 1, `{"error":{"message":"engine dead"}}`},
-		{"HTTP 503 warming", []reply{{503, `{"error":{"message":"loading weights"}}`}}, "", UpstreamHTTPError, 503, 1, ""},
-		{"not a completion", []reply{{200, `<html>proxy error</html>`}}, "", InvalidUpstreamJSON, 502, 1, `<html>proxy error</html>`},
-		{"no choices", []reply{{200, `{"choices":[]}`}}, "", InvalidUpstreamJSON, 502, 1, ""},
+		{"truncated by length twice", []reply{completion(`{"title": "Du`, "length"), completion(`{"ti`, "length")}, "", berth.ContractParseFailed, 502, 2, `{"ti`},
+		{"HTTP 500", []reply{{500, `{"error":{"message":"engine dead"}}`}}, "", berth.ContractUpstreamHTTPError, 502, 1, `{"error":{"message":"engine dead"}}`},
+		{"HTTP 503 warming", []reply{{503, `{"error":{"message":"loading weights"}}`}}, "", berth.ContractUpstreamHTTPError, 503, 1, ""},
+		{"router: model warming", []reply{{-503, "model m is loading weights"}}, "", berth.ContractUpstreamHTTPError, 503, 1, ""},
+		{"router: unknown model", []reply{{-404, "no model m"}}, "", berth.ContractUpstreamHTTPError, 502, 1, ""},
+		{"not a completion", []reply{{200, `<html>proxy error</html>`}}, "", berth.ContractInvalidUpstreamJSON, 502, 1, `<html>proxy error</html>`},
+		{"no choices", []reply{{200, `{"choices":[]}`}}, "", berth.ContractInvalidUpstreamJSON, 502, 1, ""},
 	}
 	c := mustParse(t, testContract)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &script{replies: tc.replies}
-			res := c.Run(context.Background(), s, &Request{Inputs: map[string]string{"hint": "a novel"}})
+			res := c.Run(context.Background(), s, &berth.ContractRequest{Inputs: map[string]string{"hint": "a novel"}})
 			if string(res.Output) != tc.output {
 				t.Errorf("output = %s, want %s", res.Output, tc.output)
 			}
 			gotType := ""
 			if res.Error != nil {
 				gotType = res.Error.Type
+				if res.Error.Code != gotType {
+					t.Errorf("error code %q, want its type %q", res.Error.Code, gotType)
+				}
 			}
 			if gotType != tc.failure || res.Status() != tc.status || res.Attempts != tc.attempts {
 				t.Errorf("error %+v, status %d, attempts %d; want %q, %d, %d", res.Error, res.Status(), res.Attempts, tc.failure, tc.status, tc.attempts)
@@ -266,7 +272,7 @@ func TestRun(t *testing.T) {
 	}
 	t.Run("usage summed over attempts", func(t *testing.T) {
 		s := &script{replies: []reply{completion(`{}`, "stop"), completion(good, "stop")}}
-		res := c.Run(context.Background(), s, &Request{Inputs: map[string]string{"hint": "x"}})
+		res := c.Run(context.Background(), s, &berth.ContractRequest{Inputs: map[string]string{"hint": "x"}})
 		if res.Usage == nil || res.Usage.TotalTokens != 30 {
 			t.Errorf("usage = %+v, want 30 tokens in all", res.Usage)
 		}
@@ -274,7 +280,7 @@ func TestRun(t *testing.T) {
 	t.Run("request", func(t *testing.T) {
 		s := &script{replies: []reply{completion(good, "stop")}}
 		img := pngData(t, 10, 10)
-		res := c.Run(context.Background(), s, &Request{Inputs: map[string]string{"hint": "a novel"}, Images: []string{img}})
+		res := c.Run(context.Background(), s, &berth.ContractRequest{Inputs: map[string]string{"hint": "a novel"}, Images: []string{img}})
 		if res.Error != nil {
 			t.Fatal(res.Error)
 		}
@@ -297,8 +303,8 @@ func TestRun(t *testing.T) {
 
 func TestRunTimeout(t *testing.T) {
 	c := mustParse(t, strings.Replace(testContract, "timeout: 5s", "timeout: 50ms", 1))
-	res := c.Run(context.Background(), &script{replies: []reply{{}}}, &Request{Inputs: map[string]string{"hint": "x"}})
-	if res.Error == nil || res.Error.Type != UpstreamTimeout || res.Status() != http.StatusGatewayTimeout {
+	res := c.Run(context.Background(), &script{replies: []reply{{}}}, &berth.ContractRequest{Inputs: map[string]string{"hint": "x"}})
+	if res.Error == nil || res.Error.Type != berth.ContractUpstreamTimeout || res.Status() != http.StatusGatewayTimeout {
 		t.Fatalf("result = %+v; want upstream_timeout, 504", res.Error)
 	}
 }
@@ -309,22 +315,22 @@ func TestRunRejectsInput(t *testing.T) {
 	big := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x89}, 70<<10))
 	cases := []struct {
 		name  string
-		req   Request
+		req   berth.ContractRequest
 		field string
 	}{
-		{"missing required", Request{}, "inputs.hint"},
-		{"unknown input", Request{Inputs: map[string]string{"hint": "x", "colour": "red"}}, "inputs.colour"},
-		{"too many images", Request{Inputs: map[string]string{"hint": "x"}, Images: []string{img, img, img}}, "images"},
-		{"not base64", Request{Inputs: map[string]string{"hint": "x"}, Images: []string{"%%%"}}, "images[0]"},
-		{"not an image", Request{Inputs: map[string]string{"hint": "x"}, Images: []string{img, base64.StdEncoding.EncodeToString([]byte("GIF89a hello"))}}, "images[1]"},
-		{"too large", Request{Inputs: map[string]string{"hint": "x"}, Images: []string{big}}, "images[0]"},
-		{"data URL not base64", Request{Inputs: map[string]string{"hint": "x"}, Images: []string{"data:image/png," + img}}, "images[0]"},
+		{"missing required", berth.ContractRequest{}, "inputs.hint"},
+		{"unknown input", berth.ContractRequest{Inputs: map[string]string{"hint": "x", "colour": "red"}}, "inputs.colour"},
+		{"too many images", berth.ContractRequest{Inputs: map[string]string{"hint": "x"}, Images: []string{img, img, img}}, "images"},
+		{"not base64", berth.ContractRequest{Inputs: map[string]string{"hint": "x"}, Images: []string{"%%%"}}, "images[0]"},
+		{"not an image", berth.ContractRequest{Inputs: map[string]string{"hint": "x"}, Images: []string{img, base64.StdEncoding.EncodeToString([]byte("GIF89a hello"))}}, "images[1]"},
+		{"too large", berth.ContractRequest{Inputs: map[string]string{"hint": "x"}, Images: []string{big}}, "images[0]"},
+		{"data URL not base64", berth.ContractRequest{Inputs: map[string]string{"hint": "x"}, Images: []string{"data:image/png," + img}}, "images[0]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &script{}
 			res := c.Run(context.Background(), s, &tc.req)
-			if res.Error == nil || res.Error.Type != InputRejected || res.Error.Field != tc.field || res.Status() != 400 {
+			if res.Error == nil || res.Error.Type != berth.ContractInputRejected || res.Error.Param != tc.field || res.Status() != 400 {
 				t.Fatalf("result = %+v; want input_rejected on %s", res.Error, tc.field)
 			}
 			if len(s.bodies) != 0 {

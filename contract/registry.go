@@ -160,11 +160,12 @@ func (r *Registry) List(ctx context.Context) ([]*Contract, error) {
 }
 
 // Put parses source, a contract document, and stores it: as a new
-// contract, or, with replace, in place of the stored contract of its
-// name. A document that does not parse is an invalid error naming the
-// field; a name a file defines is ECodeConflict, as is creating a name
-// stored already; replacing one not stored is ECodeNotFound.
-func (r *Registry) Put(ctx context.Context, source []byte, by string, replace bool) (*Contract, error) {
+// contract when replacing is "", otherwise in place of the stored
+// contract replacing, which the document must name. A document that does
+// not parse is an invalid error naming the field; a name a file defines
+// is ECodeConflict, as is creating a name stored already; replacing one
+// not stored is ECodeNotFound.
+func (r *Registry) Put(ctx context.Context, source []byte, by, replacing string) (*Contract, error) {
 	if r.store == nil {
 		return nil, berth.Errorf(berth.ECodeNotFound, "this server stores no contracts")
 	}
@@ -172,13 +173,16 @@ func (r *Registry) Put(ctx context.Context, source []byte, by string, replace bo
 	if err != nil {
 		return nil, err
 	}
+	if replacing != "" && c.Name != replacing {
+		return nil, berth.Invalidf("name", "the document names contract %s, not %s", c.Name, replacing)
+	}
 	if f, ok := r.files[c.Name]; ok {
 		return nil, &berth.Error{Code: berth.ECodeConflict, Field: "name",
 			Message: fmt.Sprintf("contract %s is defined in the server's file %s; change the file instead", c.Name, f.Origin)}
 	}
 	now := time.Now().UTC()
 	rec := &berth.ContractRecord{Name: c.Name, Source: string(source), CreatedBy: by, CreatedAt: now, UpdatedAt: now}
-	if replace {
+	if replacing != "" {
 		err = r.store.ReplaceContract(ctx, rec)
 	} else {
 		err = r.store.CreateContract(ctx, rec)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,79 +17,33 @@ import (
 // gateway's router, which picks a ready replica.
 type Models interface {
 	// ChatCompletion sends body, an OpenAI chat completion request
-	// (POST /v1/chat/completions) for model, and returns the upstream's
-	// response, whose body the caller closes; an error means no response
-	// came back.
-	ChatCompletion(ctx context.Context, model string, body []byte) (*http.Response, error)
+	// (POST /v1/chat/completions, not streamed) for model, and returns
+	// the answer, whatever its status. No answer is an error: an
+	// *UpstreamError when the router refused (an unknown model, one not
+	// ready), or any error once ctx has ended.
+	ChatCompletion(ctx context.Context, model string, body []byte) (*Reply, error)
 }
 
-// Request is a call of a contract: POST /v1/contracts/{name}'s body.
-type Request struct {
-	// Inputs are the text fields, by name.
-	Inputs map[string]string `json:"inputs,omitempty"`
-	// Images are data URLs (data:image/jpeg;base64,…) or bare base64.
-	Images []string `json:"images,omitempty"`
+// Reply is a model server's whole answer.
+type Reply struct {
+	Status int
+	Header http.Header
+	Body   []byte
 }
 
-// The types of a failed call (Failure.Type).
-const (
-	// InputRejected: the request broke the contract (an unknown or
-	// missing input, too many images, one too large or not PNG/JPEG).
-	InputRejected = "input_rejected"
-	// UpstreamHTTPError: the model's server answered an HTTP error, or
-	// could not be reached.
-	UpstreamHTTPError = "upstream_http_error"
-	// UpstreamTimeout: no reply within the contract's timeout.
-	UpstreamTimeout = "upstream_timeout"
-	// InvalidUpstreamJSON: the model's server answered 200 with a body
-	// that is not an OpenAI chat completion.
-	InvalidUpstreamJSON = "invalid_upstream_json"
-	// ParseFailed: the reply held no JSON object (from its first '{' to
-	// its last '}').
-	ParseFailed = "parse_failed"
-	// SchemaMismatch: the reply's JSON object broke the output schema,
-	// on the retry too.
-	SchemaMismatch = "schema_mismatch"
-)
-
-// Result is the answer to a call of a contract: the validated Output, or
-// the Error; Raw is the model's last reply (or the upstream's body when
-// that was at fault) either way.
-type Result struct {
-	Contract string          `json:"contract"`
-	Model    string          `json:"model"`
-	Output   json.RawMessage `json:"output,omitempty"`
-	Error    *Failure        `json:"error,omitempty"`
-	Raw      string          `json:"raw"`
-	// Attempts is how many requests went to the model: 2 after a retry.
-	Attempts int `json:"attempts"`
-	// FinishReason is the last reply's finish_reason.
-	FinishReason string `json:"finish_reason,omitempty"`
-	// Usage sums the usage the model reported over the attempts.
-	Usage *Usage `json:"usage,omitempty"`
-	// DurationMS is the call's time in milliseconds.
-	DurationMS int64 `json:"duration_ms"`
+// UpstreamError is a router's refusal to send a request: no replica of
+// the model could take it. Status is the HTTP status it stands for (404
+// an unknown model, 503 one warming or swapping, 502 none reachable).
+type UpstreamError struct {
+	Status     int
+	RetryAfter string // seconds, when the router suggests a wait
+	Message    string
 }
 
-// Failure says why a call failed.
-type Failure struct {
-	Type    string `json:"type"`
-	Message string `json:"message"`
-	// Field names the input at fault (input_rejected).
-	Field string `json:"field,omitempty"`
-	// UpstreamStatus is the model server's HTTP status
-	// (upstream_http_error), 0 when none came back.
-	UpstreamStatus int `json:"upstream_status,omitempty"`
-	// RetryAfter is the model server's Retry-After, when it sent one.
-	RetryAfter string `json:"-"`
-}
+func (e *UpstreamError) Error() string { return e.Message }
 
-// Usage is an OpenAI reply's token counts.
-type Usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
+// Result is the answer to a call of a contract.
+type Result berth.ContractResult
 
 // Status is the HTTP status of r: 200 with an output; 400 for rejected
 // input; 504 for a timeout; 503 when the model's server said 503 (a
@@ -100,20 +53,17 @@ func (r *Result) Status() int {
 		return http.StatusOK
 	}
 	switch r.Error.Type {
-	case InputRejected:
+	case berth.ContractInputRejected:
 		return http.StatusBadRequest
-	case UpstreamTimeout:
+	case berth.ContractUpstreamTimeout:
 		return http.StatusGatewayTimeout
-	case UpstreamHTTPError:
+	case berth.ContractUpstreamHTTPError:
 		if r.Error.UpstreamStatus == http.StatusServiceUnavailable {
 			return http.StatusServiceUnavailable
 		}
 	}
 	return http.StatusBadGateway
 }
-
-// maxReply is the most of an upstream's body read.
-const maxReply = 16 << 20
 
 // message is one chat message; Content is a string or content parts.
 type message struct {
@@ -148,7 +98,7 @@ type chatResponse struct {
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *Usage `json:"usage"`
+	Usage *berth.ContractUsage `json:"usage"`
 }
 
 // Run calls contract c with req through models: it checks the inputs and
@@ -159,15 +109,15 @@ type chatResponse struct {
 // more, with its reply and what was wrong appended. The whole call is
 // bounded by the contract's timeout. Run always returns a Result: a
 // failure is its Error.
-func (c *Contract) Run(ctx context.Context, models Models, req *Request) *Result {
+func (c *Contract) Run(ctx context.Context, models Models, req *berth.ContractRequest) *Result {
 	start := time.Now()
 	res := &Result{Contract: c.Name, Model: c.Model}
 	defer func() { res.DurationMS = time.Since(start).Milliseconds() }()
 	msgs, err := c.messages(req)
 	if err != nil {
-		res.Error = &Failure{Type: InputRejected, Message: err.Error()}
+		res.Error = &berth.ContractFailure{Type: berth.ContractInputRejected, Code: berth.ContractInputRejected, Message: err.Error()}
 		if be := (*berth.Error)(nil); errors.As(err, &be) {
-			res.Error.Message, res.Error.Field = be.Text(), be.Field
+			res.Error.Message, res.Error.Param = be.Text(), be.Field
 		}
 		return res
 	}
@@ -191,35 +141,31 @@ func (c *Contract) Run(ctx context.Context, models Models, req *Request) *Result
 func (c *Contract) attempt(ctx context.Context, models Models, msgs []message, res *Result) (reply, retry string) {
 	body, err := json.Marshal(chatRequest{Model: c.Model, Messages: msgs, MaxTokens: c.MaxTokens, Temperature: c.Temperature})
 	if err != nil {
-		res.Error = &Failure{Type: InvalidUpstreamJSON, Message: fmt.Sprintf("encode the request: %v", err)}
+		res.Error = &berth.ContractFailure{Type: berth.ContractInvalidUpstreamJSON, Code: berth.ContractInvalidUpstreamJSON, Message: fmt.Sprintf("encode the request: %v", err)}
 		return "", ""
 	}
 	fail := func(typ, raw string, format string, args ...any) {
 		res.Raw = raw
-		res.Error = &Failure{Type: typ, Message: fmt.Sprintf(format, args...)}
+		res.Error = &berth.ContractFailure{Type: typ, Code: typ, Message: fmt.Sprintf(format, args...)}
 	}
-	resp, err := models.ChatCompletion(ctx, c.Model, body)
-	if err != nil {
-		if ctx.Err() != nil {
-			fail(UpstreamTimeout, "", "no reply from model %s within the contract's timeout of %v", c.Model, time.Duration(c.Timeout))
-			return "", ""
-		}
-		fail(UpstreamHTTPError, "", "model %s: %v", c.Model, err)
+	rep, err := models.ChatCompletion(ctx, c.Model, body)
+	var ue *UpstreamError
+	switch {
+	case err != nil && ctx.Err() != nil:
+		fail(berth.ContractUpstreamTimeout, "", "no reply from model %s within the contract's timeout of %v", c.Model, time.Duration(c.Timeout))
+		return "", ""
+	case errors.As(err, &ue):
+		fail(berth.ContractUpstreamHTTPError, "", "model %s: %s", c.Model, ue.Message)
+		res.Error.UpstreamStatus, res.Error.RetryAfter = ue.Status, ue.RetryAfter
+		return "", ""
+	case err != nil:
+		fail(berth.ContractUpstreamHTTPError, "", "model %s: %v", c.Model, err)
 		return "", ""
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxReply))
-	if err != nil {
-		if ctx.Err() != nil {
-			fail(UpstreamTimeout, string(data), "the reply from model %s did not finish within the contract's timeout of %v", c.Model, time.Duration(c.Timeout))
-			return "", ""
-		}
-		fail(UpstreamHTTPError, string(data), "read the reply from model %s: %v", c.Model, err)
-		return "", ""
-	}
-	if resp.StatusCode != http.StatusOK {
-		fail(UpstreamHTTPError, string(data), "model %s answered HTTP %d", c.Model, resp.StatusCode)
-		res.Error.UpstreamStatus, res.Error.RetryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
+	data := rep.Body
+	if rep.Status != http.StatusOK {
+		fail(berth.ContractUpstreamHTTPError, string(data), "model %s answered HTTP %d", c.Model, rep.Status)
+		res.Error.UpstreamStatus, res.Error.RetryAfter = rep.Status, rep.Header.Get("Retry-After")
 		return "", ""
 	}
 	var cr chatResponse
@@ -228,7 +174,7 @@ func (c *Contract) attempt(ctx context.Context, models Models, msgs []message, r
 		if err != nil {
 			why = err.Error()
 		}
-		fail(InvalidUpstreamJSON, string(data), "model %s answered 200 with a body that is not a chat completion: %s", c.Model, why)
+		fail(berth.ContractInvalidUpstreamJSON, string(data), "model %s answered 200 with a body that is not a chat completion: %s", c.Model, why)
 		return "", ""
 	}
 	addUsage(res, cr.Usage)
@@ -236,21 +182,21 @@ func (c *Contract) attempt(ctx context.Context, models Models, msgs []message, r
 	res.FinishReason = choice.FinishReason
 	reply, ok := contentText(choice.Message.Content)
 	if !ok {
-		fail(InvalidUpstreamJSON, string(data), "model %s answered a message whose content is not text", c.Model)
+		fail(berth.ContractInvalidUpstreamJSON, string(data), "model %s answered a message whose content is not text", c.Model)
 		return "", ""
 	}
 	res.Raw = reply
 	cut := choice.FinishReason == "length"
 	obj, err := Reduce(reply)
 	if err != nil {
-		fail(ParseFailed, reply, "%v", err)
+		fail(berth.ContractParseFailed, reply, "%v", err)
 		if cut {
 			return reply, "Your reply was cut off before it ended (" + err.Error() + "). Reply again, shorter, with only the JSON object."
 		}
 		return reply, ""
 	}
 	if err := c.Validate(obj); err != nil {
-		fail(SchemaMismatch, reply, "the reply's JSON object does not match the output schema: %v", err)
+		fail(berth.ContractSchemaMismatch, reply, "the reply's JSON object does not match the output schema: %v", err)
 		return reply, "Your reply's JSON object does not match the required JSON Schema:\n" + err.Error() +
 			"\nReply again with only one JSON object that matches this schema:\n" + c.schemaText
 	}
@@ -278,12 +224,12 @@ func contentText(raw json.RawMessage) (string, bool) {
 	return b.String(), true
 }
 
-func addUsage(res *Result, u *Usage) {
+func addUsage(res *Result, u *berth.ContractUsage) {
 	if u == nil {
 		return
 	}
 	if res.Usage == nil {
-		res.Usage = &Usage{}
+		res.Usage = &berth.ContractUsage{}
 	}
 	res.Usage.PromptTokens += u.PromptTokens
 	res.Usage.CompletionTokens += u.CompletionTokens
@@ -295,7 +241,7 @@ func addUsage(res *Result, u *Usage) {
 // message, the rendered prompt followed by the images as image_url parts.
 // A request that breaks the contract is an invalid *berth.Error naming
 // the field.
-func (c *Contract) messages(req *Request) ([]message, error) {
+func (c *Contract) messages(req *berth.ContractRequest) ([]message, error) {
 	inputs := make(map[string]string, len(c.Inputs))
 	for _, in := range c.Inputs {
 		v := req.Inputs[in.Name]
