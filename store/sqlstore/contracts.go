@@ -18,7 +18,9 @@ type StoredContracts struct {
 }
 
 // NewStoredContracts returns StoredContracts reading through r and writing with exec.
-func NewStoredContracts(r *Reader, exec ExecFunc) *StoredContracts { return &StoredContracts{r: r, exec: exec} }
+func NewStoredContracts(r *Reader, exec ExecFunc) *StoredContracts {
+	return &StoredContracts{r: r, exec: exec}
+}
 
 // sql rewrites the "?" placeholders of query into the dialect's.
 func (c *StoredContracts) sql(query string) string { return c.r.dialect.rewrite(query) }
