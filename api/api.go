@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/gateway"
 	"github.com/berth-dev/berth/internal/strict"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/webhook"
@@ -57,6 +58,10 @@ type Server struct {
 	// Pools manages the cloud pools, their instances and the host
 	// records; nil: those endpoints answer 404.
 	Pools *Pools
+	// Gateway, when set, serves the OpenAI-compatible routes under /v1/
+	// (docs/gateway.md), authenticating with GatewayCaller; nil: they
+	// answer 404.
+	Gateway *gateway.Gateway
 	// EventKeepalive is how long the event stream may be silent before it
 	// sends a keepalive comment, so that proxies keep it open; 0 means
 	// DefaultEventKeepalive.
@@ -171,6 +176,10 @@ func (s *Server) readRoutes() {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = s.tag(w, r)
 	path := r.URL.Path
+	if s.Gateway != nil && strings.HasPrefix(path, "/v1/") {
+		s.Gateway.ServeHTTP(w, r) // its own authentication, with OpenAI-style errors
+		return
+	}
 	page := s.Web != nil && !strings.HasPrefix(path, "/api/") && path != "/metrics" && path != "/healthz"
 	switch {
 	case path == "/healthz":

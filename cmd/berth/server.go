@@ -22,6 +22,7 @@ import (
 	"github.com/berth-dev/berth/auth"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/federation"
+	"github.com/berth-dev/berth/gateway"
 	"github.com/berth-dev/berth/internal/dirlock"
 	"github.com/berth-dev/berth/postgres"
 	"github.com/berth-dev/berth/provision"
@@ -386,6 +387,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 		AuditPath: sec.auditPath, Limiter: apiSec.Limiter, Log: cfg.Log})
 	rs.dashboard.Start(context.Background())
 	apiServer.Web = rs.dashboard
+	apiServer.Gateway = gateway.New(gateway.Config{Cluster: ctl, Authenticate: apiServer.GatewayCaller, Log: cfg.Log})
 	apiServer.Swapper = &arbiter.Swapper{Catalog: models, Cluster: ctl, Lock: arbiter.NewLock(rs.store), Log: cfg.Log,
 		Webhook: webhook.NewSender(cfg.SwapWebhook, []byte(cfg.WebhookSecret), cfg.Log)}
 	if rs.lost != nil {
