@@ -75,12 +75,15 @@ func (r *reports) add(s ServiceStatus) {
 	r.got = append(r.got, s)
 }
 
+// phases returns the phases reported, in order, repeats collapsed.
 func (r *reports) phases() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for _, s := range r.got {
-		out = append(out, s.Phase)
+		if len(out) == 0 || out[len(out)-1] != s.Phase { // a warming service reports each new marker
+			out = append(out, s.Phase)
+		}
 	}
 	return out
 }

@@ -1,26 +1,57 @@
 package contract
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/gateway"
 	"github.com/berth-dev/berth/internal/strict"
 )
 
 // Server serves a registry's contracts to API clients: GET /v1/contracts
-// lists them and POST /v1/contracts/{name} calls one. It does not
-// authenticate: the gateway mounts its handlers behind its own.
+// lists them and POST /v1/contracts/{name} calls one. Its handlers run
+// behind the gateway's authentication and rate limit (Mount), and call
+// the models through the gateway's router for the request's caller.
 type Server struct {
 	Registry *Registry
-	// Models returns what calls the models for request r: the gateway's
-	// router, on behalf of r's caller.
-	Models func(r *http.Request) Models
-	// Allows, when set, reports whether r's caller may use model (a
-	// token's model allow-list); nil: every model.
-	Allows func(r *http.Request, model string) bool
+	Gateway  gateway.Completer
+}
+
+// Mount serves reg's contracts on g: GET /v1/contracts and
+// POST /v1/contracts/{name}.
+func Mount(g *gateway.Gateway, reg *Registry) {
+	s := &Server{Registry: reg, Gateway: g}
+	g.Handle("GET /v1/contracts", s.List)
+	g.Handle("POST /v1/contracts/{name}", s.Run)
+}
+
+// viaGateway is the Models that calls the gateway for one caller.
+type viaGateway struct {
+	g      gateway.Completer
+	caller *gateway.Caller
+}
+
+func (v viaGateway) ChatCompletion(ctx context.Context, model string, body []byte) (*Reply, error) {
+	rep, err := v.g.ChatCompletion(ctx, v.caller, model, body)
+	var ge *gateway.Error
+	switch {
+	case err == nil:
+		return &Reply{Status: rep.Status, Header: rep.Header, Body: rep.Body}, nil
+	case ctx.Err() == nil && errors.As(err, &ge):
+		ue := &UpstreamError{Status: ge.Status, Message: ge.Message}
+		if ge.RetryAfter > 0 {
+			ue.RetryAfter = strconv.Itoa(int(math.Ceil(ge.RetryAfter.Seconds())))
+		}
+		return nil, ue
+	}
+	return nil, err
 }
 
 // List answers GET /v1/contracts: {"object":"list","data":[…]}, by name.
@@ -47,7 +78,8 @@ func (s *Server) Run(w http.ResponseWriter, r *http.Request) {
 		writeFailure(w, err)
 		return
 	}
-	if s.Allows != nil && !s.Allows(r, c.Model) {
+	caller := gateway.CallerOf(r)
+	if caller == nil || !caller.Allows(c.Model) {
 		writeFailure(w, berth.Errorf(berth.ECodeForbidden, "contract %s uses model %s, which this API key may not use", c.Name, c.Model))
 		return
 	}
@@ -72,7 +104,7 @@ func (s *Server) Run(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, status, res)
 		return
 	}
-	res := c.Run(r.Context(), s.Models(r), &req)
+	res := c.Run(r.Context(), viaGateway{s.Gateway, caller}, &req)
 	if res.Error != nil && res.Error.RetryAfter != "" {
 		w.Header().Set("Retry-After", res.Error.RetryAfter)
 	}

@@ -37,6 +37,7 @@ func (c *Controller) onServiceStatus(s *session, m *wire.ServiceStatus) {
 		c.protocolError(s, "service_status port %d", m.Port)
 		return
 	}
+	as.marker = m.Marker
 	a, now := as.a, c.now().UTC()
 	if a.Phase == m.Phase && a.ServicePort == m.Port {
 		return
@@ -114,7 +115,7 @@ func (c *Controller) Services(ctx context.Context) ([]*berth.Service, error) {
 			svc := &berth.Service{Job: *j}
 			js.active(func(as *attemptState) {
 				if as.a.TaskIndex == 0 {
-					svc.AttemptID, svc.Host, svc.Port, svc.Phase = as.a.ID, as.a.Host, as.a.ServicePort, as.a.Phase
+					svc.AttemptID, svc.Host, svc.Port, svc.Phase, svc.Marker = as.a.ID, as.a.Host, as.a.ServicePort, as.a.Phase, as.marker
 					svc.Address = as.worker.w.Address()
 				}
 			})
