@@ -71,6 +71,7 @@ func main() {
 	flag.DurationVar(&o.streamDelay, "stream-delay", 0, "the pause before each event of a stream (a slow stream)")
 	flag.DurationVar(&o.delay, "delay", 0, "the pause before a completion that is not streamed is answered")
 	flag.StringVar(&o.reply, "reply", "Hello from the fake model server.", "the text every completion answers, one token per word")
+	scriptPath := flag.String("script", os.Getenv("FAKEVLLM_SCRIPT"), "a JSON file of the chat completions' answers, in order (script.go); default $FAKEVLLM_SCRIPT")
 	flag.Parse()
 	if *serveID == "" {
 		*serveID = *model
@@ -149,7 +150,7 @@ func main() {
 		})
 	})
 	o.model, o.fingerprint = *serveID, "fakevllm-"+strconv.Itoa(*port)
-	mux.HandleFunc("POST /v1/chat/completions", o.complete)
+	mux.HandleFunc("POST /v1/chat/completions", scripted(*scriptPath, *serveID, o.complete))
 	mux.HandleFunc("POST /v1/completions", o.complete)
 	mux.HandleFunc("POST /v1/embeddings", o.embed)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
