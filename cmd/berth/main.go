@@ -98,6 +98,8 @@ var commands = map[string]command{
 	"secret":    {"manage your secrets (set, list, rm)", runSecret},
 	"pool":      {"add or remove a cloud pool: GPUs rented from Vast.ai when jobs wait (add, rm)", runPool},
 	"pools":     {"list cloud pools: their instances, spend and caps", runPools},
+	"contract":  {"call, show, add or remove an extraction contract: images and text in, validated JSON out (run, show, add, rm)", runContract},
+	"contracts": {"list the extraction contracts: model, inputs, image limits", runContracts},
 	"instances": {"list the instances cloud pools rented: phase, price, spend, last failure", runInstances},
 	"instance":  {"show a rented instance: its phase timeline and each readiness probe; rm ID gives one back", runInstance},
 	"hosts":     {"list, block, unblock or clear the marketplace machines' records (list, block, unblock, clear)", runHosts},
