@@ -84,34 +84,38 @@ var namePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,62}[a-z0-9])?$`)
 // it: an unknown field, a missing name, model or prompt, a template that
 // does not parse or names an input the contract does not declare, a
 // schema that does not compile or a limit out of range is an invalid
-// *berth.Error naming the field, its message beginning with origin (a
-// file's path, or "the API").
+// *berth.Error. From a file (origin is its path) the error's message
+// begins with the path and the field ("dir/x.yaml: field prompt: …");
+// from the API (origin OriginAPI) its Field names the field.
 func Parse(origin string, data []byte) (*Contract, error) {
 	var s Spec
-	if err := strict.DecodeYAML(data, &s); err != nil {
-		return nil, atOrigin(origin, err)
+	err := strict.DecodeYAML(data, &s)
+	var c *Contract
+	if err == nil {
+		c, err = compile(s)
 	}
-	c, err := compile(s)
 	if err != nil {
-		return nil, atOrigin(origin, err)
+		if origin == OriginAPI {
+			return nil, err
+		}
+		return nil, inFile(origin, err)
 	}
 	c.Origin = origin
 	return c, nil
 }
 
-// atOrigin prefixes err's message with origin, keeping its field.
-func atOrigin(origin string, err error) error {
+// inFile returns err, an error of the file path, with its message
+// beginning with the path and the field at fault.
+func inFile(path string, err error) error {
 	var be *berth.Error
-	if errors.As(err, &be) {
-		out := *be
-		out.Message = origin + ": " + be.Text()
-		if out.Field != "" {
-			out.Message = fmt.Sprintf("%s: field %s: %s", origin, out.Field, be.Text())
-		}
-		out.Err = nil
-		return &out
+	if !errors.As(err, &be) {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	return fmt.Errorf("%s: %w", origin, err)
+	msg := path + ": " + be.Text()
+	if be.Field != "" {
+		msg = fmt.Sprintf("%s: field %s: %s", path, be.Field, be.Text())
+	}
+	return &berth.Error{Code: be.Code, Message: msg}
 }
 
 // compile validates s and compiles its templates and schema.

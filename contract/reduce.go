@@ -46,9 +46,12 @@ func (c *Contract) Validate(obj json.RawMessage) error {
 	var ve *jsonschema.ValidationError
 	if errors.As(err, &ve) {
 		// The first line names the schema's internal URL; the rest are
-		// the violations, one per line.
-		_, rest, _ := strings.Cut(ve.Error(), "\n")
-		return errors.New(strings.TrimSpace(rest))
+		// the violations, one per line ("- at '/title': …").
+		lines := strings.Split(ve.Error(), "\n")[1:]
+		for i, l := range lines {
+			lines[i] = strings.TrimPrefix(strings.TrimSpace(l), "- ")
+		}
+		return errors.New(strings.Join(lines, "; "))
 	}
 	return err
 }
