@@ -33,14 +33,10 @@ func (s *Server) contractRoutes() {
 // listContracts answers GET /api/v1/contracts: {"object":"list","data":[…]},
 // by name.
 func (s *Server) listContracts(w http.ResponseWriter, r *http.Request) {
-	cs, err := s.Contracts.List(r.Context())
+	out, err := s.Contracts.Listing(r.Context())
 	if err != nil {
 		writeError(w, r, err)
 		return
-	}
-	out := berth.ContractList{Object: "list", Data: make([]*berth.ContractInfo, len(cs))}
-	for i, c := range cs {
-		out.Data[i] = c.Info()
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -133,8 +133,8 @@ func notFound(name string) error {
 	return &berth.Error{Code: berth.ECodeNotFound, Field: "name", Message: "no contract " + name}
 }
 
-// List returns every contract, by name.
-func (r *Registry) List(ctx context.Context) ([]*Contract, error) {
+// list returns every contract, by name.
+func (r *Registry) list(ctx context.Context) ([]*Contract, error) {
 	var out []*Contract
 	for _, c := range r.files {
 		out = append(out, c)
@@ -156,6 +156,20 @@ func (r *Registry) List(ctx context.Context) ([]*Contract, error) {
 		}
 	}
 	slices.SortFunc(out, func(a, b *Contract) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Listing returns every contract as listed (GET /v1/contracts and
+// GET /api/v1/contracts), by name.
+func (r *Registry) Listing(ctx context.Context) (*berth.ContractList, error) {
+	cs, err := r.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := &berth.ContractList{Object: "list", Data: make([]*berth.ContractInfo, len(cs))}
+	for i, c := range cs {
+		out.Data[i] = c.Info()
+	}
 	return out, nil
 }
 

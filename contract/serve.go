@@ -56,14 +56,10 @@ func (v viaGateway) ChatCompletion(ctx context.Context, model string, body []byt
 
 // List answers GET /v1/contracts: {"object":"list","data":[…]}, by name.
 func (s *Server) List(w http.ResponseWriter, r *http.Request) {
-	cs, err := s.Registry.List(r.Context())
+	out, err := s.Registry.Listing(r.Context())
 	if err != nil {
 		writeFailure(w, err)
 		return
-	}
-	out := berth.ContractList{Object: "list", Data: make([]*berth.ContractInfo, len(cs))}
-	for i, c := range cs {
-		out.Data[i] = c.Info()
 	}
 	writeJSON(w, http.StatusOK, out)
 }
