@@ -29,7 +29,7 @@ var (
 
 // fakeVLLM builds the fake OpenAI-compatible server (agent/testdata/fakevllm)
 // once per test binary.
-func fakeVLLM(t *testing.T) string {
+func fakeVLLM(t testing.TB) string {
 	t.Helper()
 	fakeOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "contract-fakevllm")
@@ -49,7 +49,7 @@ func fakeVLLM(t *testing.T) string {
 }
 
 // freePort returns a loopback port nothing listens on now.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -62,7 +62,7 @@ func freePort(t *testing.T) int {
 // startFake starts the fake model server serving model with the
 // scripted chat completion answers steps and returns its URL once it
 // answers /health.
-func startFake(t *testing.T, model string, steps []map[string]any) string {
+func startFake(t testing.TB, model string, steps []map[string]any) string {
 	t.Helper()
 	bin := fakeVLLM(t)
 	script := filepath.Join(t.TempDir(), "script.json")
