@@ -274,6 +274,8 @@ func notReady(m *model) *Error {
 		phase, msg = PhaseUnready, fmt.Sprintf("The model `%s` is not available: its replicas failed this request", m.id)
 	case m.swapping:
 		msg = fmt.Sprintf("The model `%s` is being swapped in (%s); retry later", m.id, what)
+	case phase == PhaseUnready:
+		msg = fmt.Sprintf("The model `%s` is not ready: its service fails its liveness check; retry later", m.id)
 	case phase == PhaseFailed || phase == PhasePending:
 		msg = fmt.Sprintf("The model `%s` has no ready replica (its service is %s); retry later", m.id, what)
 	default:
