@@ -258,6 +258,15 @@ func TestRetryOnAnotherReplicaAndCooldown(t *testing.T) {
 			if code, _, _, msg := openAIError(t, body); resp.StatusCode != http.StatusBadGateway || code != "upstream_unreachable" {
 				t.Fatalf("the only replica unreachable: %d %s %s, want 502 upstream_unreachable", resp.StatusCode, code, msg)
 			}
+			// The cluster withdraws it (its service is being stopped) after the
+			// gateway's snapshot: the model's state is the answer.
+			stopping := &berth.Service{Phase: berth.PhaseReady, Stopping: true}
+			stopping.Model = "m"
+			f.cl.set(nil, stopping)
+			resp, body = f.post(t, "k", "/v1/chat/completions", chat)
+			if code, _, phase, msg := openAIError(t, body); resp.StatusCode != http.StatusServiceUnavailable || phase != gateway.PhaseStopping {
+				t.Fatalf("the only replica unreachable, and withdrawn: %d %s %s, want 503 in phase stopping", resp.StatusCode, code, msg)
+			}
 		})
 	}
 }
