@@ -120,6 +120,7 @@ type Service struct {
 	Port      int       `json:"port,omitempty"`
 	Phase     string    `json:"phase,omitempty"`     // Phase*; empty while pending
 	Marker    string    `json:"marker,omitempty"`    // the last startup marker its output showed (a warming service's progress)
+	Stopping  bool      `json:"stopping,omitempty"`  // its attempt is being stopped (cancelled, preempted, an operator's stop)
 	RestartAt time.Time `json:"restart_at,omitzero"` // when a service waiting out its restart backoff is queued again
 }
 

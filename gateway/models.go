@@ -61,7 +61,11 @@ func (g *Gateway) model(w http.ResponseWriter, r *http.Request) {
 }
 
 func modelEntry(m *model) Model {
-	return Model{ID: m.id, Object: "model", Created: m.since.Unix(), OwnedBy: "berth", Phase: m.phase, Replicas: len(m.replicas)}
+	e := Model{ID: m.id, Object: "model", OwnedBy: "berth", Phase: m.phase, Replicas: len(m.replicas)}
+	if !m.since.IsZero() {
+		e.Created = m.since.Unix()
+	}
+	return e
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -25,6 +25,7 @@ const (
 	PhaseWarming        = "warming"            // warming, no finer phase known (starting its API server)
 	PhaseUnready        = "unready"            // it was ready; its liveness probe fails
 	PhaseFailed         = "failed"             // its attempt failed its readiness check; it is restarted
+	PhaseStopping       = "stopping"           // its service is being stopped (cancelled, swapped out)
 )
 
 // markerPhase is the warming phase that a service whose last startup
@@ -47,7 +48,7 @@ func markerPhase(marker string) string {
 
 // phaseRank orders the phases: a model served by several services is in
 // the most advanced one's phase.
-var phaseRank = []string{PhaseFailed, PhasePending, PhaseStarting, PhaseLoadingWeights, PhaseKVCache, PhaseCUDAGraphs,
+var phaseRank = []string{PhaseStopping, PhaseFailed, PhasePending, PhaseStarting, PhaseLoadingWeights, PhaseKVCache, PhaseCUDAGraphs,
 	PhaseWarming, PhaseUnready, PhaseReady}
 
 // retryAfter is how long a client is told to wait for a model in phase.
@@ -153,7 +154,7 @@ func (p *pool) load(ctx context.Context) (map[string]*model, error) {
 	get := func(id string) *model {
 		m := models[id]
 		if m == nil {
-			m = &model{id: id, phase: PhaseFailed}
+			m = &model{id: id, phase: PhaseStopping}
 			models[id] = m
 		}
 		return m
@@ -195,6 +196,9 @@ func (p *pool) load(ctx context.Context) (map[string]*model, error) {
 
 // servicePhase is the phase of a service not (or no longer) ready.
 func servicePhase(s *berth.Service) string {
+	if s.Stopping {
+		return PhaseStopping
+	}
 	switch s.Phase {
 	case "":
 		return PhasePending
@@ -206,6 +210,13 @@ func servicePhase(s *berth.Service) string {
 		return PhaseUnready
 	}
 	return PhaseFailed
+}
+
+// invalidate makes the next snapshot read the cluster again.
+func (p *pool) invalidate() {
+	p.mu.Lock()
+	p.read = time.Time{}
+	p.mu.Unlock()
 }
 
 // install makes models the snapshot, keeping the load and cooldowns of the
@@ -264,16 +275,25 @@ func (p *pool) acquire(ctx context.Context, id string, tried []*replica) (*repli
 	return best, nil
 }
 
+// codeReplicasFailed is the code of acquire's error when every replica of
+// a model was tried: send answers with the last one's failure instead.
+const codeReplicasFailed = "replicas_failed"
+
 // notReady is the 503 of model m with no replica to try.
 func notReady(m *model) *Error {
 	phase := m.phase
 	what := strings.ReplaceAll(phase, "_", " ")
 	var msg string
 	switch {
-	case phase == PhaseReady: // every replica was tried
-		phase, msg = PhaseUnready, fmt.Sprintf("The model `%s` is not available: its replicas failed this request", m.id)
+	case phase == PhaseReady: // every replica was tried, and is still listed
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: codeReplicasFailed, Param: "model",
+			Message: fmt.Sprintf("The model `%s` is not available: its replicas failed this request", m.id), RetryAfter: time.Second}
 	case m.swapping:
 		msg = fmt.Sprintf("The model `%s` is being swapped in (%s); retry later", m.id, what)
+	case phase == PhaseStopping:
+		msg = fmt.Sprintf("The model `%s` is being stopped; no replica serves it", m.id)
+	case phase == PhaseUnready:
+		msg = fmt.Sprintf("The model `%s` is not ready: its service fails its liveness check; retry later", m.id)
 	case phase == PhaseFailed || phase == PhasePending:
 		msg = fmt.Sprintf("The model `%s` has no ready replica (its service is %s); retry later", m.id, what)
 	default:

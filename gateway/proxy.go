@@ -174,6 +174,19 @@ func (g *Gateway) send(ctx context.Context, route, model string, body []byte, h 
 	if failed != nil {
 		return failed, tried[len(tried)-1], nil
 	}
+	// No replica answered and none is left to try: if the cluster has
+	// meanwhile withdrawn them (a service stopped, swapped out, dead),
+	// the model's state is the answer, not the dead replica's error.
+	g.pool.invalidate()
+	r, err := g.pool.acquire(ctx, model, tried)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Code != codeReplicasFailed && e.cause == nil {
+			return nil, nil, err
+		}
+		return nil, nil, failure
+	}
+	g.pool.release(r, false)
 	return nil, nil, failure
 }
 

@@ -8,7 +8,7 @@
 // answer with its usage. Flags make it stall, crash with CUDA out of
 // memory, list the wrong model id, have /health fail after it is ready,
 // answer every completion with an HTTP status (500), stream slowly, or
-// reply with a given text.
+// reply with a given text; POST /fake/exit makes it die at once.
 //
 // Called as vLLM's own command line (as the fake marketplace's machines
 // run it for a bare vLLM node),
@@ -153,6 +153,10 @@ func main() {
 	mux.HandleFunc("POST /v1/chat/completions", scripted(*scriptPath, *serveID, o.complete))
 	mux.HandleFunc("POST /v1/completions", o.complete)
 	mux.HandleFunc("POST /v1/embeddings", o.embed)
+	mux.HandleFunc("POST /fake/exit", func(w http.ResponseWriter, r *http.Request) { // a test's way to kill this replica
+		fmt.Println("ERROR [fakevllm] told to exit")
+		os.Exit(3)
+	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"detail":"Not Found"}`, http.StatusNotFound)
 	})

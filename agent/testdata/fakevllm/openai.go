@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -33,8 +36,9 @@ type completionRequest struct {
 	Messages []struct {
 		Content any `json:"content"`
 	} `json:"messages"`
-	Prompt any `json:"prompt"`
-	Input  any `json:"input"`
+	Prompt         any    `json:"prompt"`
+	Input          any    `json:"input"`
+	EncodingFormat string `json:"encoding_format"`
 }
 
 // words counts the words of a prompt: text, or the texts in a list of
@@ -169,7 +173,16 @@ func (o *openai) embed(w http.ResponseWriter, r *http.Request) {
 	}
 	data := make([]any, len(inputs))
 	for i := range inputs {
-		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": []float64{0.1, 0.2, 0.3, float64(i)}}
+		vec := []float32{0.1, 0.2, 0.3, float32(i)}
+		var embedding any = vec
+		if req.EncodingFormat == "base64" { // little-endian float32s, as vLLM and OpenAI send them
+			raw := make([]byte, 0, 4*len(vec))
+			for _, f := range vec {
+				raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(f))
+			}
+			embedding = base64.StdEncoding.EncodeToString(raw)
+		}
+		data[i] = map[string]any{"object": "embedding", "index": i, "embedding": embedding}
 	}
 	n := words(req.Input)
 	w.Header().Set("Content-Type", "application/json")
