@@ -57,6 +57,9 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	if s.Gateway != nil {
 		s.Gateway.WriteMetrics(w)
 	}
+	if s.Contracts != nil {
+		s.Contracts.WriteMetrics(w)
+	}
 	writeProcessMetrics(w)
 }
 

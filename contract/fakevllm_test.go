@@ -191,6 +191,20 @@ func TestThroughGatewayScripted(t *testing.T) {
 			if !strings.Contains(res.Raw, tc.raw) {
 				t.Errorf("raw %q, want it to hold %q", res.Raw, tc.raw)
 			}
+			result := tc.failure
+			if result == "" {
+				result = "ok"
+			}
+			var m strings.Builder
+			reg.WriteMetrics(&m)
+			for _, line := range []string{
+				`berth_contract_calls_total{contract="t",result="` + result + `"} 1`,
+				`berth_contract_model_requests_total{contract="t"} ` + strconv.Itoa(tc.attempts),
+			} {
+				if !strings.Contains(m.String(), line+"\n") {
+					t.Errorf("metrics lack %s:\n%s", line, m.String())
+				}
+			}
 		})
 	}
 }

@@ -56,6 +56,8 @@ type Registry struct {
 
 	mu     sync.Mutex
 	parsed map[string]*storedContract // by name: the last parse of each stored source
+
+	calls calls // the calls served, for the metrics
 }
 
 type storedContract struct {

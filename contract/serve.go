@@ -97,10 +97,12 @@ func (s *Server) Run(w http.ResponseWriter, r *http.Request) {
 				status = http.StatusRequestEntityTooLarge
 			}
 		}
+		s.Registry.calls.count(c.Name, res)
 		writeJSON(w, status, res)
 		return
 	}
 	res := c.Run(r.Context(), viaGateway{s.Gateway, caller}, &req)
+	s.Registry.calls.count(c.Name, res)
 	if res.Error != nil && res.Error.RetryAfter != "" {
 		w.Header().Set("Retry-After", res.Error.RetryAfter)
 	}
