@@ -36,16 +36,21 @@ func BenchmarkDirect(b *testing.B) {
 	body := `{"model":"m","messages":[{"role":"user","content":"Title of a novel as JSON"}]}`
 	b.ResetTimer()
 	for range b.N {
-		resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(body))
-		if err != nil {
-			b.Fatal(err)
-		}
-		var buf bytes.Buffer
-		_, _ = buf.ReadFrom(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b.Fatal(resp.Status)
-		}
+		post200(b, url+"/v1/chat/completions", body)
+	}
+}
+
+// post200 posts body to url and reads the answer, which must be 200.
+func post200(b *testing.B, url, body string) {
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf bytes.Buffer
+	_, _ = buf.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatal(resp.Status, buf.String())
 	}
 }
 
@@ -68,16 +73,7 @@ func BenchmarkThroughGateway(b *testing.B) {
 	defer hs.Close()
 	b.ResetTimer()
 	for range b.N {
-		resp, err := http.Post(hs.URL+"/v1/contracts/t", "application/json", strings.NewReader(`{"inputs":{"hint":"a novel"}}`))
-		if err != nil {
-			b.Fatal(err)
-		}
-		var buf bytes.Buffer
-		_, _ = buf.ReadFrom(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			b.Fatal(resp.Status, buf.String())
-		}
+		post200(b, hs.URL+"/v1/contracts/t", `{"inputs":{"hint":"a novel"}}`)
 	}
 }
 
