@@ -20,37 +20,16 @@ import (
 	"github.com/berth-dev/berth/gateway"
 )
 
-// gatewayTemplate writes a service template that runs the fake model
-// server like the built-in vllm template: vLLM's full list of startup
-// markers (so that the gateway names the warming phases), /v1/models
-// readiness, /health liveness, and extra flags from the job's FLAGS.
+// gatewayTemplate writes the fake model server's template with vLLM's
+// full list of startup markers, so that the gateway names the warming
+// phases.
 func gatewayTemplate(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	tpl := fmt.Sprintf(`name: fakellm
-description: the fake vLLM of the gateway's tests
-command: [%q, --port, "{{SERVICE_PORT}}", --model, "{{MODEL_NAME}}", --markers, "{{FLAGS}}"]
-port: true
-vars:
-  - {name: MODEL_NAME, required: true}
-  - {name: FLAGS, args: true, default: "--warmup 300ms"}
-readiness:
-  probe: {kind: http, path: /v1/models, model_in: "{{MODEL_NAME}}"}
-  infra: 20s
-  warmup: 30s
+	return writeFakeLLMTemplate(t, `warmup: 30s
   stall: 10s
   markers: ["vLLM API server version", "Resolved architecture", "Loading safetensors checkpoint shards", "Loading weights took",
     "Model loading took", "Available KV cache memory", "GPU KV cache size", "Capturing CUDA graph", "Graph capturing finished",
-    "init engine", "Starting vLLM API server", "Application startup complete"]
-  fatal: [{substring: "CUDA out of memory", class: workload_fatal}]
-  liveness: {kind: http, path: /health}
-  live_every: 200ms
-  live_failures: 2
-`, fakeVLLM(t))
-	if err := os.WriteFile(filepath.Join(dir, "fakellm.yaml"), []byte(tpl), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+    "init engine", "Starting vLLM API server", "Application startup complete"]`)
 }
 
 // gwCall is one request to the gateway of cl and its answer.
