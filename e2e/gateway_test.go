@@ -129,10 +129,15 @@ func TestGatewayRoutesStreamsAndFailsOver(t *testing.T) {
 	req.Vars = map[string]string{"MODEL_NAME": "org/chat"}
 	cl.submit(req)
 
+	// org/flaky: two replicas, one answering every request with a 500.
+	serveFake(cl, "flaky-ok", "org/flaky", "")
+	serveFake(cl, "flaky-500", "org/flaky", "--warmup 300ms --status 500")
+
 	app := cl.token("--role", "user", "--name", "app")
-	cl.eventually(60*time.Second, "org/chat ready on two replicas", func() bool {
-		m, ok := cl.models(app)["org/chat"]
-		return ok && m.Phase == gateway.PhaseReady && m.Replicas == 2
+	cl.eventually(60*time.Second, "org/chat and org/flaky ready on two replicas each", func() bool {
+		ms := cl.models(app)
+		return ms["org/chat"].Phase == gateway.PhaseReady && ms["org/chat"].Replicas == 2 &&
+			ms["org/flaky"].Phase == gateway.PhaseReady && ms["org/flaky"].Replicas == 2
 	})
 
 	// Requests spread over both replicas, each answer the replica's own.
@@ -157,6 +162,16 @@ func TestGatewayRoutesStreamsAndFailsOver(t *testing.T) {
 	}
 	if c := cl.gw(app, "/v1/completions", `{"model":"org/chat","prompt":"once upon"}`); c.status != http.StatusOK || !strings.Contains(c.body, `"text_completion"`) {
 		t.Fatalf("completions: %d %s", c.status, c.body)
+	}
+
+	// The replica answering 500 is retried on the other and cooled down.
+	for n := range 6 {
+		if c := cl.gw(app, "/v1/chat/completions", chatBody("org/flaky", n%2 == 1)); c.status != http.StatusOK {
+			t.Fatalf("org/flaky request %d: %d %s, want the healthy replica's answer", n, c.status, c.body)
+		}
+	}
+	if _, m := cl.scrape(); m[`berth_gateway_retries_total{model="org/flaky"}`] < 1 {
+		t.Fatalf("no retry counted for org/flaky")
 	}
 
 	// A stream arrives byte for byte as the replica sends it.
