@@ -175,6 +175,17 @@ func TestProberStallNeedsSemanticProgress(t *testing.T) {
 	if got, want := sp.reports.phases(), []string{ServiceWarming, ServiceFailed}; !slices.Equal(got, want) {
 		t.Fatalf("reported %v, want %v", got, want)
 	}
+	// Each new marker while warming was reported (the gateway names the
+	// phase after it), once.
+	var markers []string
+	for _, r := range sp.reports.got {
+		if r.Phase == ServiceWarming {
+			markers = append(markers, r.Marker)
+		}
+	}
+	if want := []string{"vLLM API server version", "Resolved architecture"}; !slices.Equal(markers, want) {
+		t.Fatalf("warming reports carried markers %q, want %q", markers, want)
+	}
 }
 
 func TestProberInfraBudget(t *testing.T) {

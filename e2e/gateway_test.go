@@ -20,37 +20,16 @@ import (
 	"github.com/berth-dev/berth/gateway"
 )
 
-// gatewayTemplate writes a service template that runs the fake model
-// server like the built-in vllm template: vLLM's full list of startup
-// markers (so that the gateway names the warming phases), /v1/models
-// readiness, /health liveness, and extra flags from the job's FLAGS.
+// gatewayTemplate writes the fake model server's template with vLLM's
+// full list of startup markers, so that the gateway names the warming
+// phases.
 func gatewayTemplate(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	tpl := fmt.Sprintf(`name: fakellm
-description: the fake vLLM of the gateway's tests
-command: [%q, --port, "{{SERVICE_PORT}}", --model, "{{MODEL_NAME}}", --markers, "{{FLAGS}}"]
-port: true
-vars:
-  - {name: MODEL_NAME, required: true}
-  - {name: FLAGS, args: true, default: "--warmup 300ms"}
-readiness:
-  probe: {kind: http, path: /v1/models, model_in: "{{MODEL_NAME}}"}
-  infra: 20s
-  warmup: 30s
+	return writeFakeLLMTemplate(t, `warmup: 30s
   stall: 10s
   markers: ["vLLM API server version", "Resolved architecture", "Loading safetensors checkpoint shards", "Loading weights took",
     "Model loading took", "Available KV cache memory", "GPU KV cache size", "Capturing CUDA graph", "Graph capturing finished",
-    "init engine", "Starting vLLM API server", "Application startup complete"]
-  fatal: [{substring: "CUDA out of memory", class: workload_fatal}]
-  liveness: {kind: http, path: /health}
-  live_every: 200ms
-  live_failures: 2
-`, fakeVLLM(t))
-	if err := os.WriteFile(filepath.Join(dir, "fakellm.yaml"), []byte(tpl), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
+    "init engine", "Starting vLLM API server", "Application startup complete"]`)
 }
 
 // gwCall is one request to the gateway of cl and its answer.
@@ -150,10 +129,15 @@ func TestGatewayRoutesStreamsAndFailsOver(t *testing.T) {
 	req.Vars = map[string]string{"MODEL_NAME": "org/chat"}
 	cl.submit(req)
 
+	// org/flaky: two replicas, one answering every request with a 500.
+	serveFake(cl, "flaky-ok", "org/flaky", "")
+	serveFake(cl, "flaky-500", "org/flaky", "--warmup 300ms --status 500")
+
 	app := cl.token("--role", "user", "--name", "app")
-	cl.eventually(60*time.Second, "org/chat ready on two replicas", func() bool {
-		m, ok := cl.models(app)["org/chat"]
-		return ok && m.Phase == gateway.PhaseReady && m.Replicas == 2
+	cl.eventually(60*time.Second, "org/chat and org/flaky ready on two replicas each", func() bool {
+		ms := cl.models(app)
+		return ms["org/chat"].Phase == gateway.PhaseReady && ms["org/chat"].Replicas == 2 &&
+			ms["org/flaky"].Phase == gateway.PhaseReady && ms["org/flaky"].Replicas == 2
 	})
 
 	// Requests spread over both replicas, each answer the replica's own.
@@ -178,6 +162,16 @@ func TestGatewayRoutesStreamsAndFailsOver(t *testing.T) {
 	}
 	if c := cl.gw(app, "/v1/completions", `{"model":"org/chat","prompt":"once upon"}`); c.status != http.StatusOK || !strings.Contains(c.body, `"text_completion"`) {
 		t.Fatalf("completions: %d %s", c.status, c.body)
+	}
+
+	// The replica answering 500 is retried on the other and cooled down.
+	for n := range 6 {
+		if c := cl.gw(app, "/v1/chat/completions", chatBody("org/flaky", n%2 == 1)); c.status != http.StatusOK {
+			t.Fatalf("org/flaky request %d: %d %s, want the healthy replica's answer", n, c.status, c.body)
+		}
+	}
+	if _, m := cl.scrape(); m[`berth_gateway_retries_total{model="org/flaky"}`] < 1 {
+		t.Fatalf("no retry counted for org/flaky")
 	}
 
 	// A stream arrives byte for byte as the replica sends it.

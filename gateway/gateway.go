@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,6 +149,10 @@ func CallerOf(r *http.Request) *Caller {
 // caller (CallerOf), and refusals are OpenAI-style errors. The extraction
 // contracts' routes (/v1/contracts/...) are registered this way.
 func (g *Gateway) Handle(pattern string, h http.HandlerFunc) {
+	route := pattern // the metrics' route: the pattern's path, not the request's (no model names in labels)
+	if _, path, ok := strings.Cut(pattern, " "); ok {
+		route = path
+	}
 	g.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		c, err := g.cfg.Authenticate(r)
 		if err != nil {
@@ -155,7 +160,7 @@ func (g *Gateway) Handle(pattern string, h http.HandlerFunc) {
 			return
 		}
 		if ok, after := g.limits.allow(c); !ok {
-			g.metrics.request(r.URL.Path, "", http.StatusTooManyRequests)
+			g.metrics.request(route, "", http.StatusTooManyRequests)
 			writeError(w, &Error{Status: http.StatusTooManyRequests, Type: "requests", Code: "rate_limit_exceeded", RetryAfter: after,
 				Message: fmt.Sprintf("Rate limit reached for %s: %d requests per minute; retry in %s", c.Name, c.RPM, after.Round(time.Second))})
 			return

@@ -124,7 +124,10 @@ func (p *pool) snapshot(ctx context.Context) (map[string]*model, error) {
 		done := make(chan struct{})
 		p.loading = done
 		p.mu.Unlock()
-		models, err := p.load(ctx)
+		// The read serves every waiting request: not cut short by this one's end.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		models, err := p.load(lctx)
+		cancel()
 		p.mu.Lock()
 		p.loading, p.err = nil, err
 		close(done)

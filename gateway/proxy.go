@@ -32,12 +32,13 @@ type Reply struct {
 type Completer interface {
 	// ChatCompletion posts body (an OpenAI chat completion request whose
 	// "model" is model; "stream" must be false) to a ready replica of model
-	// for caller, with the gateway's routing, retry, cooldown and
-	// metrics (caller's allow-list is not checked here). A replica's answer,
-	// whatever its status, is a *Reply; no answer is an *Error: 404 an
-	// unknown model, 503 one not ready (its Phase), 502 no replica
-	// reachable, and, once ctx ends, one whose cause is ctx's error
-	// (errors.Is(err, context.DeadlineExceeded) for a timeout).
+	// for caller (nil: none; its name labels the usage), with the
+	// gateway's routing, retry, cooldown and metrics (caller's allow-list
+	// is not checked here). A replica's answer, whatever its status, is a
+	// *Reply; no answer is an *Error: 404 an unknown model, 503 one not
+	// ready (its Phase), 502 no replica reachable, and, once ctx ends, one
+	// whose cause is ctx's error (errors.Is(err, context.DeadlineExceeded)
+	// for a timeout).
 	ChatCompletion(ctx context.Context, caller *Caller, model string, body []byte) (*Reply, error)
 }
 
@@ -59,7 +60,11 @@ func (g *Gateway) ChatCompletion(ctx context.Context, caller *Caller, model stri
 		g.metrics.request("/v1/chat/completions", model, http.StatusBadGateway)
 		return nil, upstreamError(ctx, r, err)
 	}
-	g.metrics.done("/v1/chat/completions", model, caller.Name, resp.StatusCode, g.cfg.Now().Sub(start), findUsage(out))
+	user := ""
+	if caller != nil {
+		user = caller.Name
+	}
+	g.metrics.done("/v1/chat/completions", model, user, resp.StatusCode, g.cfg.Now().Sub(start), findUsage(out))
 	return &Reply{Status: resp.StatusCode, Header: resp.Header, Body: out, Replica: r.id}, nil
 }
 

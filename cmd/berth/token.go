@@ -107,7 +107,7 @@ func runTokenList(ctx context.Context, m *Main, args []string) error {
 	}
 	return printList(m.Stdout, cf.output, list, func() error {
 		now := time.Now()
-		t := newTable(m.Stdout, "ID", "NAME", "ROLE", "WORKER", "CREATED", "EXPIRES", "STATE")
+		t := newTable(m.Stdout, "ID", "NAME", "ROLE", "WORKER", "CREATED", "EXPIRES", "GATEWAY", "STATE")
 		for _, tok := range list {
 			state := "live"
 			switch {
@@ -116,10 +116,23 @@ func runTokenList(ctx context.Context, m *Main, args []string) error {
 			case !tok.Live(now):
 				state = "expired"
 			}
-			t.row(tok.ID, tok.Name, tok.Role, orDash(tok.Worker), ago(tok.CreatedAt, now), expiry(tok.ExpiresAt), state)
+			t.row(tok.ID, tok.Name, tok.Role, orDash(tok.Worker), ago(tok.CreatedAt, now), expiry(tok.ExpiresAt), gatewayLimits(tok), state)
 		}
 		return t.flush()
 	})
+}
+
+// gatewayLimits says what a token may do at the inference gateway: its
+// models and requests per minute, "-" when it is not limited.
+func gatewayLimits(t *berth.Token) string {
+	var parts []string
+	if len(t.Models) > 0 {
+		parts = append(parts, strings.Join(t.Models, ","))
+	}
+	if t.RPM > 0 {
+		parts = append(parts, fmt.Sprintf("%d/min", t.RPM))
+	}
+	return orDash(strings.Join(parts, " "))
 }
 
 func runTokenRevoke(ctx context.Context, m *Main, args []string) error {
