@@ -23,21 +23,27 @@ import (
 
 var (
 	fakeOnce sync.Once
+	binDir   string // the test binary's own, removed when it ends
 	fakeBin  string
 	fakeErr  error
 )
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "contract-test-"); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(binDir)
+	os.Exit(code)
+}
 
 // fakeVLLM builds the fake OpenAI-compatible server (agent/testdata/fakevllm)
 // once per test binary.
 func fakeVLLM(t testing.TB) string {
 	t.Helper()
 	fakeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "contract-fakevllm")
-		if err != nil {
-			fakeErr = err
-			return
-		}
-		fakeBin = filepath.Join(dir, "fakevllm")
+		fakeBin = filepath.Join(binDir, "fakevllm")
 		if out, err := exec.Command("go", "build", "-o", fakeBin, "../agent/testdata/fakevllm").CombinedOutput(); err != nil {
 			fakeErr = &berth.Error{Code: berth.ECodeInternal, Message: "build fakevllm: " + string(out), Err: err}
 		}
