@@ -126,6 +126,8 @@ type Service struct {
 	Address   string    `json:"address,omitempty"` // the worker's advertised address, where Port is reached
 	Port      int       `json:"port,omitempty"`
 	Phase     string    `json:"phase,omitempty"`     // Phase*; empty while pending
+	Marker    string    `json:"marker,omitempty"`    // the last startup marker its output showed (a warming service's progress)
+	Stopping  bool      `json:"stopping,omitempty"`  // its attempt is being stopped (cancelled, preempted, an operator's stop)
 	RestartAt time.Time `json:"restart_at,omitzero"` // when a service waiting out its restart backoff is queued again
 }
 

@@ -2,6 +2,8 @@ package berth
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -18,6 +20,8 @@ type Token struct {
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at,omitzero"` // zero: never
 	RevokedAt time.Time `json:"revoked_at,omitzero"` // zero: not revoked
+	Models    []string  `json:"models,omitempty"`    // the models it may use through the inference gateway; empty: every one
+	RPM       int       `json:"rpm,omitempty"`       // its requests per minute through the gateway; 0: no limit
 }
 
 // Live reports whether t may still be used at now: not revoked, not
@@ -36,6 +40,32 @@ type TokenRequest struct {
 	Name string   `json:"name"`
 	Role string   `json:"role"`
 	TTL  Duration `json:"ttl,omitempty"` // 0: never expires
+	// Models and RPM limit what the token may do through the inference
+	// gateway (docs/gateway.md): the models it may use (empty: every one)
+	// and its requests per minute (0: no limit).
+	Models []string `json:"models,omitempty"`
+	RPM    int      `json:"rpm,omitempty"`
+}
+
+// MaxRPM is the largest per-token rate limit, in requests per minute.
+const MaxRPM = 1_000_000
+
+// ValidateGatewayLimits checks a token's gateway limits: model ids that
+// are not empty, hold no space or comma and are named once, and a rate
+// from 0 (no limit) to MaxRPM. Errors name the field (models, rpm).
+func ValidateGatewayLimits(models []string, rpm int) error {
+	for i, m := range models {
+		if m == "" || len(m) > 256 || strings.ContainsAny(m, " \t\n,") {
+			return Invalidf("models", "%q: want a model id (GET /v1/models lists them), without spaces or commas", m)
+		}
+		if slices.Contains(models[:i], m) {
+			return Invalidf("models", "%q is named twice", m)
+		}
+	}
+	if rpm < 0 || rpm > MaxRPM {
+		return Invalidf("rpm", "%d: want 0 (no limit) to %d requests per minute", rpm, MaxRPM)
+	}
+	return nil
 }
 
 // IssuedToken is the response of creating a token or joining as an agent:

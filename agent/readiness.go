@@ -416,10 +416,18 @@ func (p *Prober) setReason(reason string) {
 	p.status.Reason = reason
 }
 
+// setMarker records the last startup marker seen; a new one while the
+// service warms is reported (the gateway names a warming model's phase
+// after it: loading weights, KV cache, CUDA graphs).
 func (p *Prober) setMarker(marker string) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	changed := p.status.Marker != marker
 	p.status.Marker = marker
+	st := p.status
+	p.mu.Unlock()
+	if changed && st.Phase == ServiceWarming {
+		p.cfg.Report(st)
+	}
 }
 
 func (p *Prober) fail(class, reason string) {

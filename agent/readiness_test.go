@@ -75,12 +75,15 @@ func (r *reports) add(s ServiceStatus) {
 	r.got = append(r.got, s)
 }
 
+// phases returns the phases reported, in order, repeats collapsed.
 func (r *reports) phases() []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for _, s := range r.got {
-		out = append(out, s.Phase)
+		if len(out) == 0 || out[len(out)-1] != s.Phase { // a warming service reports each new marker
+			out = append(out, s.Phase)
+		}
 	}
 	return out
 }
@@ -171,6 +174,17 @@ func TestProberStallNeedsSemanticProgress(t *testing.T) {
 	}
 	if got, want := sp.reports.phases(), []string{ServiceWarming, ServiceFailed}; !slices.Equal(got, want) {
 		t.Fatalf("reported %v, want %v", got, want)
+	}
+	// Each new marker while warming was reported (the gateway names the
+	// phase after it), once.
+	var markers []string
+	for _, r := range sp.reports.got {
+		if r.Phase == ServiceWarming {
+			markers = append(markers, r.Marker)
+		}
+	}
+	if want := []string{"vLLM API server version", "Resolved architecture"}; !slices.Equal(markers, want) {
+		t.Fatalf("warming reports carried markers %q, want %q", markers, want)
 	}
 }
 

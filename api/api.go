@@ -19,7 +19,9 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/contract"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/gateway"
 	"github.com/berth-dev/berth/internal/strict"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/webhook"
@@ -60,6 +62,13 @@ type Server struct {
 	// Backends manages the execution backends (Kubernetes clusters);
 	// nil: those endpoints answer 404.
 	Backends *Backends
+	// Contracts holds the extraction contracts; nil: the
+	// /api/v1/contracts endpoints answer 404.
+	Contracts *contract.Registry
+	// Gateway, when set, serves the OpenAI-compatible routes under /v1/
+	// (docs/gateway.md), authenticating with GatewayCaller; nil: they
+	// answer 404.
+	Gateway *gateway.Gateway
 	// EventKeepalive is how long the event stream may be silent before it
 	// sends a keepalive comment, so that proxies keep it open; 0 means
 	// DefaultEventKeepalive.
@@ -144,6 +153,7 @@ func New(ctl *controller.Controller, st Store, sec *Security, log *slog.Logger) 
 	s.federationRoutes()
 	s.poolRoutes()
 	s.backendRoutes()
+	s.contractRoutes()
 	s.route("GET "+AgentBinaryPath, isAgent, "an agent credential or join token", s.agentBinary)
 	s.route("GET /api/v1/agent", speaksAgent, "an agent credential (berth agent --join-token) or admin", s.agent)
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -175,6 +185,10 @@ func (s *Server) readRoutes() {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	r = s.tag(w, r)
 	path := r.URL.Path
+	if s.Gateway != nil && strings.HasPrefix(path, "/v1/") {
+		s.Gateway.ServeHTTP(w, r) // its own authentication, with OpenAI-style errors
+		return
+	}
 	page := s.Web != nil && !strings.HasPrefix(path, "/api/") && path != "/metrics" && path != "/healthz"
 	switch {
 	case path == "/healthz":

@@ -54,6 +54,12 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	writeHistogram(w, "berth_start_latency_seconds", "Submit to process started.", m.StartLatency)
 	writeHistogram(w, "berth_scheduler_pass_seconds", "Duration of one scheduling pass.", m.PassLength)
 	s.writeTotals(w, &m.Totals)
+	if s.Gateway != nil {
+		s.Gateway.WriteMetrics(w)
+	}
+	if s.Contracts != nil {
+		s.Contracts.WriteMetrics(w)
+	}
 	writeProcessMetrics(w)
 }
 

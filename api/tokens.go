@@ -2,6 +2,8 @@ package api
 
 import (
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -30,14 +32,18 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, berth.Invalidf("ttl", "must be between 0 (never expires) and 10 years"))
 		return
 	}
-	s.issue(w, r, req.Name, role, "", time.Duration(req.TTL), "token.created")
+	if err := berth.ValidateGatewayLimits(req.Models, req.RPM); err != nil {
+		writeError(w, r, err)
+		return
+	}
+	s.issue(w, r, auth.Grant{Name: req.Name, Role: role, TTL: time.Duration(req.TTL), Models: req.Models, RPM: req.RPM}, "token.created")
 }
 
 // issue makes a token, audited as action, and answers with it: 201 and,
 // this once, the token itself.
-func (s *Server) issue(w http.ResponseWriter, r *http.Request, name string, role auth.Role, worker string, ttl time.Duration, action string) {
-	by := identity(r).Name
-	tok, err := s.sec.Tokens.Issue(r.Context(), auth.Grant{Name: name, Role: role, Worker: worker, TTL: ttl, By: by},
+func (s *Server) issue(w http.ResponseWriter, r *http.Request, g auth.Grant, action string) {
+	g.By = identity(r).Name
+	tok, err := s.sec.Tokens.Issue(r.Context(), g,
 		func(t *berth.Token) error {
 			fields := map[string]string{"name": t.Name, "role": t.Role}
 			if t.Worker != "" {
@@ -45,6 +51,12 @@ func (s *Server) issue(w http.ResponseWriter, r *http.Request, name string, role
 			}
 			if !t.ExpiresAt.IsZero() {
 				fields["expires_at"] = t.ExpiresAt.Format(time.RFC3339)
+			}
+			if len(t.Models) > 0 {
+				fields["models"] = strings.Join(t.Models, ",")
+			}
+			if t.RPM > 0 {
+				fields["rpm"] = strconv.Itoa(t.RPM)
 			}
 			return s.sec.record(r, action, "token/"+t.ID, fields)
 		})
@@ -83,5 +95,5 @@ func (s *Server) join(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, err)
 		return
 	}
-	s.issue(w, r, req.Host, auth.RoleAgent, req.Host, 0, "agent.joined")
+	s.issue(w, r, auth.Grant{Name: req.Host, Role: auth.RoleAgent, Worker: req.Host}, "agent.joined")
 }

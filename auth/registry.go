@@ -94,6 +94,8 @@ type Grant struct {
 	Worker string        // for an agent credential, the host it is bound to; "" for a join token
 	TTL    time.Duration // 0: never expires
 	By     string        // who asks
+	Models []string      // the models it may use through the inference gateway; empty: every one
+	RPM    int           // its requests per minute through the gateway; 0: no limit
 }
 
 // Issue makes a token for g: record gets its registry row first (for the
@@ -103,7 +105,7 @@ type Grant struct {
 func (r *Registry) Issue(ctx context.Context, g Grant, record func(*berth.Token) error) (*berth.IssuedToken, error) {
 	now := r.now().UTC().Truncate(time.Second)
 	t := &berth.Token{ID: r.ids.New(now), Name: g.Name, Role: string(g.Role), Worker: g.Worker,
-		CreatedBy: g.By, CreatedAt: now}
+		CreatedBy: g.By, CreatedAt: now, Models: g.Models, RPM: g.RPM}
 	claims := Claims{ID: t.ID, Subject: g.Name, Role: g.Role, Worker: g.Worker, IssuedAt: now.Unix()}
 	if g.TTL > 0 {
 		t.ExpiresAt = now.Add(g.TTL)
@@ -151,6 +153,18 @@ func (r *Registry) Revoke(ctx context.Context, id string, record func(*berth.Tok
 	r.mu.Unlock()
 	c := *revoked
 	return &c, nil
+}
+
+// Token returns a copy of token id's row, or nil when there is none.
+func (r *Registry) Token(id string) *berth.Token {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.tokens[id]
+	if t == nil {
+		return nil
+	}
+	c := *t
+	return &c
 }
 
 // List returns copies of every token's row, oldest first.

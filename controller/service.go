@@ -37,6 +37,7 @@ func (c *Controller) onServiceStatus(s *session, m *wire.ServiceStatus) {
 		c.protocolError(s, "service_status port %d", m.Port)
 		return
 	}
+	as.marker = m.Marker
 	a, now := as.a, c.now().UTC()
 	if a.Phase == m.Phase && a.ServicePort == m.Port {
 		return
@@ -73,14 +74,15 @@ func (c *Controller) renewEndpoints(ws *workerState, now time.Time) {
 	}
 }
 
-// Endpoints returns the endpoints of the ready services whose lease runs:
-// each where a service attempt serves, newest first.
+// Endpoints returns the endpoints of the ready services whose lease runs
+// and that are not being stopped: each where a service attempt serves,
+// newest first.
 func (c *Controller) Endpoints(ctx context.Context) ([]*berth.Endpoint, error) {
 	var out []*berth.Endpoint
 	err := c.do(ctx, func() {
 		now := c.now()
 		for _, as := range c.attempts {
-			if as.a.Phase != berth.PhaseReady || as.a.ServicePort == 0 || !as.leaseUntil.After(now) {
+			if as.a.Phase != berth.PhaseReady || as.a.ServicePort == 0 || !as.leaseUntil.After(now) || as.stopReason() != "" {
 				continue
 			}
 			j := as.job.job
@@ -114,7 +116,8 @@ func (c *Controller) Services(ctx context.Context) ([]*berth.Service, error) {
 			svc := &berth.Service{Job: *j}
 			js.active(func(as *attemptState) {
 				if as.a.TaskIndex == 0 {
-					svc.AttemptID, svc.Host, svc.Port, svc.Phase = as.a.ID, as.a.Host, as.a.ServicePort, as.a.Phase
+					svc.AttemptID, svc.Host, svc.Port, svc.Phase, svc.Marker = as.a.ID, as.a.Host, as.a.ServicePort, as.a.Phase, as.marker
+					svc.Stopping = as.stopReason() != ""
 					svc.Address = as.worker.w.Address()
 				}
 			})

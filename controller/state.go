@@ -151,6 +151,9 @@ type attemptState struct {
 	// became ready, and until when its endpoint is listed unless its
 	// worker is heard from again.
 	readySince, leaseUntil time.Time
+	// marker is a service attempt's last startup marker, as its agent
+	// reported it (the gateway names a warming model's phase after it).
+	marker string
 }
 
 // stopReason says why the attempt is being stopped, or "" if it is not:

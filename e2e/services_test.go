@@ -49,6 +49,16 @@ func fakeVLLM(t *testing.T) string {
 // directory.
 func fakeLLMTemplate(t *testing.T) string {
 	t.Helper()
+	return writeFakeLLMTemplate(t, `warmup: 20s
+  stall: 3s
+  markers: ["vLLM API server version", "Loading weights took", "Application startup complete"]`)
+}
+
+// writeFakeLLMTemplate writes the fake model server's template, fakellm,
+// with the readiness budgets and markers given (YAML lines under
+// readiness), and returns its directory.
+func writeFakeLLMTemplate(t *testing.T, budgets string) string {
+	t.Helper()
 	dir := t.TempDir()
 	tpl := fmt.Sprintf(`name: fakellm
 description: the fake vLLM of the tests
@@ -60,14 +70,12 @@ vars:
 readiness:
   probe: {kind: http, path: /v1/models, model_in: "{{MODEL_NAME}}"}
   infra: 20s
-  warmup: 20s
-  stall: 3s
-  markers: ["vLLM API server version", "Loading weights took", "Application startup complete"]
+  %s
   fatal: [{substring: "CUDA out of memory", class: workload_fatal}]
   liveness: {kind: http, path: /health}
   live_every: 200ms
   live_failures: 2
-`, fakeVLLM(t))
+`, fakeVLLM(t), budgets)
 	if err := os.WriteFile(filepath.Join(dir, "fakellm.yaml"), []byte(tpl), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,7 @@ type Store struct {
 	*sqlstore.Subscriptions   // on pool
 	*sqlstore.CloudPools      // on pool
 	*sqlstore.BackendRegistry // on pool
+	*sqlstore.StoredContracts // on pool
 	*sqlstore.Pruner          // on pool
 
 	pool   *pgxpool.Pool
@@ -99,6 +100,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
 	s.CloudPools = sqlstore.NewCloudPools(s.Reader, s.exec)
 	s.BackendRegistry = sqlstore.NewBackendRegistry(s.Reader, s.exec)
+	s.StoredContracts = sqlstore.NewStoredContracts(s.Reader, s.exec)
 	s.Pruner = sqlstore.NewPruner(s.Reader, s.execTx)
 	return s, nil
 }

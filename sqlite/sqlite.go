@@ -31,6 +31,7 @@ type Store struct {
 	*sqlstore.Subscriptions   // on r and w
 	*sqlstore.CloudPools      // on r and w
 	*sqlstore.BackendRegistry // on r and w
+	*sqlstore.StoredContracts // on r and w
 	*sqlstore.Pruner          // on w
 
 	w *sql.DB // one connection: the only writer
@@ -91,6 +92,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s.Subscriptions = sqlstore.NewSubscriptions(s.Reader, s.exec)
 	s.CloudPools = sqlstore.NewCloudPools(s.Reader, s.exec)
 	s.BackendRegistry = sqlstore.NewBackendRegistry(s.Reader, s.exec)
+	s.StoredContracts = sqlstore.NewStoredContracts(s.Reader, s.exec)
 	s.Pruner = sqlstore.NewPruner(s.Reader, s.execTx)
 	return s, nil
 }

@@ -155,6 +155,7 @@ type Store interface {
 	FederationStore
 	PoolStore
 	BackendStore
+	ContractStore
 
 	// Close releases the store.
 	Close() error

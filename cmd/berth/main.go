@@ -100,6 +100,8 @@ var commands = map[string]command{
 	"pools":     {"list cloud pools: their instances, spend and caps", runPools},
 	"backend":   {"add or remove an execution backend: a Kubernetes cluster jobs run on as pods (add, rm)", runBackend},
 	"backends":  {"list execution backends: the agent pool and clusters, their state, nodes, GPUs and pods", runBackends},
+	"contract":  {"call, show, add or remove an extraction contract: images and text in, validated JSON out (run, show, add, rm)", runContract},
+	"contracts": {"list the extraction contracts: model, inputs, image limits", runContracts},
 	"instances": {"list the instances cloud pools rented: phase, price, spend, last failure", runInstances},
 	"instance":  {"show a rented instance: its phase timeline and each readiness probe; rm ID gives one back", runInstance},
 	"hosts":     {"list, block, unblock or clear the marketplace machines' records (list, block, unblock, clear)", runHosts},

@@ -39,6 +39,8 @@ func TestTokenCommands(t *testing.T) {
 		{"--role", "user", "--name", "alice", "--ttl", "soon"},
 		{"--role", "user", "--name", "alice", "--ttl", "0d"},
 		{"--role", "user", "--name", "alice", "extra"},
+		{"--role", "user", "--name", "alice", "--rpm", "-5"},
+		{"--role", "user", "--name", "alice", "--models", "a,a"},
 	} {
 		if code, _, errOut := c.run(append([]string{"token", "create"}, bad...)...); code != exitUsage || !strings.Contains(errOut, "invalid") {
 			t.Errorf("token create %q: exit %d, %q; want 2 and an invalid-input error", bad, code, errOut)
@@ -54,6 +56,16 @@ func TestTokenCommands(t *testing.T) {
 	list := c.tokens()
 	if len(list) != 2 || list[1].Name != "alice" || list[1].ExpiresAt.IsZero() {
 		t.Fatalf("tokens after create: %+v", list)
+	}
+	// The inference gateway's limits: a model allow-list and requests per minute.
+	if code, _, errOut := c.run("token", "create", "--role", "user", "--name", "app", "--models", "org/a, org/b", "--rpm", "60"); code != 0 {
+		t.Fatalf("token create with gateway limits: exit %d: %s", code, errOut)
+	}
+	if app := c.tokens()[2]; app.Name != "app" || app.RPM != 60 || strings.Join(app.Models, "|") != "org/a|org/b" {
+		t.Fatalf("the token with gateway limits: %+v", app)
+	}
+	if code, out, _ := c.run("token", "list"); code != 0 || !strings.Contains(out, "org/a,org/b 60/min") {
+		t.Errorf("token list does not show the gateway limits:\n%s", out)
 	}
 	// With alice's token the CLI submits as alice, whoever $USER is; it
 	// may not name another user.

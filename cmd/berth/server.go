@@ -20,8 +20,10 @@ import (
 	"github.com/berth-dev/berth/api"
 	"github.com/berth-dev/berth/arbiter"
 	"github.com/berth-dev/berth/auth"
+	"github.com/berth-dev/berth/contract"
 	"github.com/berth-dev/berth/controller"
 	"github.com/berth-dev/berth/federation"
+	"github.com/berth-dev/berth/gateway"
 	"github.com/berth-dev/berth/internal/dirlock"
 	"github.com/berth-dev/berth/kube"
 	"github.com/berth-dev/berth/postgres"
@@ -41,6 +43,7 @@ type serverConfig struct {
 	Store         string // "" or sqlite path / sqlite:// URL
 	Security      securityConfig
 	Templates     string // directory of user service templates; "": the built-ins only
+	Contracts     string // directory of extraction contracts (*.yaml); "": those stored through the API only
 	Catalog       string // the model catalog file of the GPU arbiter; "": none
 	SwapWebhook   string // URL told of every real swap (seed 000)
 	WebhookSecret string // signs the swap webhook's body; "": unsigned
@@ -107,6 +110,7 @@ func (m *Main) addServerFlags(fs *flag.FlagSet, cfg *serverConfig) {
 	fs.StringVar(&cfg.SwapWebhook, "swap-webhook", "", "URL POSTed swap_complete or swap_failed after every real swap")
 	fs.StringVar(&cfg.WebhookSecret, "swap-webhook-secret", m.Getenv("BERTH_SWAP_WEBHOOK_SECRET"), "signs the swap webhook's body (X-Spark-Signature) (default $BERTH_SWAP_WEBHOOK_SECRET)")
 	fs.StringVar(&cfg.Templates, "templates", "", "directory of service templates (*.yaml), besides the built-in vllm, jupyterlab and notebook")
+	fs.StringVar(&cfg.Contracts, "contracts", "", "directory of extraction contracts (*.yaml, docs/contracts.md), served at POST /v1/contracts/NAME\nbesides those stored through the API")
 	durationVar(fs, &cfg.Lease, "lease", 30*time.Second, "how long (a `duration`) an agent may be unheard before it self-fences and its attempts are lost")
 	durationVar(fs, &cfg.Heartbeat, "heartbeat", 5*time.Second, "agent heartbeat interval (a `duration`)")
 	durationVar(fs, &cfg.AcceptTimeout, "accept-timeout", 30*time.Second, "how long (a `duration`) an agent has to accept an assignment before it is withdrawn")
@@ -313,6 +317,12 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	if err != nil {
 		return &berth.Error{Code: berth.ECodeInvalid, Field: "--catalog", Err: err}
 	}
+	var contractFiles map[string]*contract.Contract
+	if cfg.Contracts != "" {
+		if contractFiles, err = contract.LoadDir(cfg.Contracts); err != nil {
+			return &berth.Error{Code: berth.ECodeInvalid, Field: "--contracts", Err: err}
+		}
+	}
 	sec, err := openSecurity(cfg.DataDir, &cfg.Security)
 	if err != nil {
 		return err
@@ -419,6 +429,11 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 		AuditPath: sec.auditPath, Limiter: apiSec.Limiter, Log: cfg.Log})
 	rs.dashboard.Start(context.Background())
 	apiServer.Web = rs.dashboard
+	apiServer.Gateway = gateway.New(gateway.Config{Cluster: ctl, Authenticate: apiServer.GatewayCaller, Log: cfg.Log})
+	if apiServer.Contracts, err = contract.NewRegistry(ctx, contractFiles, rs.store); err != nil {
+		return &berth.Error{Code: berth.ECodeInvalid, Field: "--contracts", Err: err}
+	}
+	contract.Mount(apiServer.Gateway, apiServer.Contracts)
 	apiServer.Swapper = &arbiter.Swapper{Catalog: models, Cluster: ctl, Lock: arbiter.NewLock(rs.store), Log: cfg.Log,
 		Webhook: webhook.NewSender(cfg.SwapWebhook, []byte(cfg.WebhookSecret), cfg.Log)}
 	if rs.lost != nil {

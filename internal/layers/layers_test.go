@@ -46,7 +46,7 @@ var drivers = []string{"sqlite/...", "postgres/..."}
 // for them, and the agent and the CLI would carry them. Of auth, the
 // package itself (tokens, registry, ingress) is the server's; leaves
 // under it (secret references, the development CA) are not.
-var server = append([]string{"api/...", "arbiter/...", "audit/...", "auth", "cloud/...", "controller/...", "federation/...", "kube/...", "scheduler/...",
+var server = append([]string{"api/...", "arbiter/...", "audit/...", "auth", "cloud/...", "contract/...", "controller/...", "federation/...", "gateway/...", "kube/...", "scheduler/...",
 	"service/...", "sim/...", "market/...", "provision/...", "store/...", "web/...", "webhook/...", "cmd/..."}, drivers...)
 
 var rules = []rule{
@@ -60,6 +60,8 @@ var rules = []rule{
 		subjects: []string{"cloud", "market"}, only: []string{".", "cloud"}},
 	{text: "the agent never imports the controller, the store or a store driver",
 		subjects: []string{"agent/..."}, never: append([]string{"controller/...", "store/..."}, drivers...)},
+	{text: "the inference gateway imports only the root package and the standard library",
+		subjects: []string{"gateway/..."}, only: []string{".", "gateway/..."}},
 	{text: "api and web never import a store driver",
 		subjects: []string{"api/...", "web/..."}, never: drivers},
 	{text: "client imports no server package",

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -25,15 +26,23 @@ type Credentials struct {
 // exec.
 func NewCredentials(r *Reader, exec ExecFunc) *Credentials { return &Credentials{r: r, exec: exec} }
 
-const tokenColumns = `id, name, role, worker, created_by, created_at, expires_at, revoked_at`
+const tokenColumns = `id, name, role, worker, created_by, created_at, expires_at, revoked_at, models, rpm`
 
 // sql rewrites the "?" placeholders of query into the dialect's.
 func (c *Credentials) sql(query string) string { return c.r.dialect.rewrite(query) }
 
 // CreateToken adds t to the registry; an id already there is ECodeConflict.
 func (c *Credentials) CreateToken(ctx context.Context, t *berth.Token) error {
-	n, err := c.exec(ctx, c.sql(`INSERT INTO tokens (`+tokenColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
-		t.ID, t.Name, t.Role, t.Worker, t.CreatedBy, nanos(t.CreatedAt), nanos(t.ExpiresAt), nanos(t.RevokedAt))
+	models := ""
+	if len(t.Models) > 0 {
+		b, err := json.Marshal(t.Models)
+		if err != nil {
+			return fmt.Errorf("create token: models: %w", err)
+		}
+		models = string(b)
+	}
+	n, err := c.exec(ctx, c.sql(`INSERT INTO tokens (`+tokenColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`),
+		t.ID, t.Name, t.Role, t.Worker, t.CreatedBy, nanos(t.CreatedAt), nanos(t.ExpiresAt), nanos(t.RevokedAt), models, t.RPM)
 	if err != nil {
 		return fmt.Errorf("create token: %w", err)
 	}
@@ -71,10 +80,17 @@ func (c *Credentials) RevokeToken(ctx context.Context, id string, at time.Time) 
 
 func scanToken(row scanner) (*berth.Token, error) {
 	var t berth.Token
-	var created, expires, revoked int64
-	if err := row.Scan(&t.ID, &t.Name, &t.Role, &t.Worker, &t.CreatedBy, &created, &expires, &revoked); err != nil {
+	var created, expires, revoked, rpm int64
+	var models string
+	if err := row.Scan(&t.ID, &t.Name, &t.Role, &t.Worker, &t.CreatedBy, &created, &expires, &revoked, &models, &rpm); err != nil {
 		return nil, err
 	}
+	if models != "" {
+		if err := json.Unmarshal([]byte(models), &t.Models); err != nil {
+			return nil, fmt.Errorf("token %s: models: %w", t.ID, err)
+		}
+	}
+	t.RPM = int(rpm)
 	t.CreatedAt, t.ExpiresAt, t.RevokedAt = fromNanos(created), fromNanos(expires), fromNanos(revoked)
 	return &t, nil
 }

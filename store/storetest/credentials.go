@@ -18,7 +18,8 @@ var credentialTests = []test{
 func testTokens(t *testing.T, s store.Store) {
 	ctx := context.Background()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	admin := &berth.Token{ID: "tok-1", Name: "alice", Role: "admin", CreatedBy: "local", CreatedAt: at}
+	admin := &berth.Token{ID: "tok-1", Name: "alice", Role: "admin", CreatedBy: "local", CreatedAt: at,
+		Models: []string{"org/chat-7b", "Qwen/Qwen2-VL-7B-Instruct"}, RPM: 120} // the gateway's limits
 	agent := &berth.Token{ID: "tok-2", Name: "gpu-7", Role: "agent", Worker: "gpu-7", CreatedBy: "join-rack1",
 		CreatedAt: at.Add(time.Second), ExpiresAt: at.Add(time.Hour)}
 	for _, tok := range []*berth.Token{agent, admin} {

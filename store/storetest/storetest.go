@@ -93,6 +93,7 @@ func Exercise(t *testing.T, d Driver) {
 		{"Federation", federationTests},
 		{"Pools", poolTests},
 		{"Backends", backendTests},
+		{"Contracts", contractTests},
 	}
 	for _, area := range areas {
 		t.Run(area.name, func(t *testing.T) {

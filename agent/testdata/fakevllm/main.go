@@ -1,9 +1,14 @@
 // Command fakevllm is a stand-in for vLLM's OpenAI-compatible server in
-// the agent's readiness tests: it prints vLLM's startup markers (with ANSI
-// colours and process prefixes, as vLLM does) over a warm-up, then listens
-// and serves GET /health and GET /v1/models. Flags make it stall, crash
-// with CUDA out of memory, list the wrong model id, or have /health fail
-// after it is ready.
+// the agent's readiness tests and the gateway's: it prints vLLM's startup
+// markers (with ANSI colours and process prefixes, as vLLM does) over a
+// warm-up, then listens and serves GET /health, GET /v1/models and, as
+// vLLM answers them, POST /v1/chat/completions, /v1/completions (both
+// streamed as SSE with "stream": true, the usage chunk last when
+// stream_options.include_usage asks for it) and /v1/embeddings, each
+// answer with its usage. Flags make it stall, crash with CUDA out of
+// memory, list the wrong model id, have /health fail after it is ready,
+// answer every completion with an HTTP status (500), stream slowly, or
+// reply with a given text; POST /fake/exit makes it die at once.
 //
 // Called as vLLM's own command line (as the fake marketplace's machines
 // run it for a bare vLLM node),
@@ -61,6 +66,12 @@ func main() {
 	crashAfter := flag.Duration("crash-after", 0, "print CUDA out of memory and exit 1 after this long; 0: never")
 	stall := flag.Bool("stall", false, "print two markers, then only noise, and never bind")
 	healthFailAfter := flag.Duration("health-fail-after", 0, "/health answers 503 this long after ready; 0: never")
+	var o openai
+	flag.IntVar(&o.status, "status", 0, "answer every completion and embedding with this HTTP status and an error body; 0: answer them")
+	flag.DurationVar(&o.streamDelay, "stream-delay", 0, "the pause before each event of a stream (a slow stream)")
+	flag.DurationVar(&o.delay, "delay", 0, "the pause before a completion that is not streamed is answered")
+	flag.StringVar(&o.reply, "reply", "Hello from the fake model server.", "the text every completion answers, one token per word")
+	scriptPath := flag.String("script", os.Getenv("FAKEVLLM_SCRIPT"), "a JSON file of the chat completions' answers, in order (script.go); default $FAKEVLLM_SCRIPT")
 	flag.Parse()
 	if *serveID == "" {
 		*serveID = *model
@@ -137,6 +148,14 @@ func main() {
 				"root": *model, "max_model_len": 32768,
 			}},
 		})
+	})
+	o.model, o.fingerprint = *serveID, "fakevllm-"+strconv.Itoa(*port)
+	mux.HandleFunc("POST /v1/chat/completions", scripted(*scriptPath, *serveID, o.complete))
+	mux.HandleFunc("POST /v1/completions", o.complete)
+	mux.HandleFunc("POST /v1/embeddings", o.embed)
+	mux.HandleFunc("POST /fake/exit", func(w http.ResponseWriter, r *http.Request) { // a test's way to kill this replica
+		fmt.Println("ERROR [fakevllm] told to exit")
+		os.Exit(3)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"detail":"Not Found"}`, http.StatusNotFound)

@@ -1,0 +1,5 @@
+-- A token's limits at the inference gateway (issue 31): the models it may
+-- use (a JSON array; '' for every model) and its requests per minute (0:
+-- no limit).
+ALTER TABLE tokens ADD COLUMN models text NOT NULL DEFAULT '';
+ALTER TABLE tokens ADD COLUMN rpm bigint NOT NULL DEFAULT 0;
