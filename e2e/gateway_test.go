@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -132,12 +133,15 @@ func TestGatewayRoutesStreamsAndFailsOver(t *testing.T) {
 	// org/flaky: two replicas, one answering every request with a 500.
 	serveFake(cl, "flaky-ok", "org/flaky", "")
 	serveFake(cl, "flaky-500", "org/flaky", "--warmup 300ms --status 500")
+	// org/slow streams an event every 400 ms.
+	serveFake(cl, "slow", "org/slow", "--warmup 300ms --stream-delay 400ms")
 
 	app := cl.token("--role", "user", "--name", "app")
 	cl.eventually(60*time.Second, "org/chat and org/flaky ready on two replicas each", func() bool {
 		ms := cl.models(app)
 		return ms["org/chat"].Phase == gateway.PhaseReady && ms["org/chat"].Replicas == 2 &&
-			ms["org/flaky"].Phase == gateway.PhaseReady && ms["org/flaky"].Replicas == 2
+			ms["org/flaky"].Phase == gateway.PhaseReady && ms["org/flaky"].Replicas == 2 &&
+			ms["org/slow"].Phase == gateway.PhaseReady
 	})
 
 	// Requests spread over both replicas, each answer the replica's own.
@@ -192,6 +196,28 @@ func TestGatewayRoutesStreamsAndFailsOver(t *testing.T) {
 	resp.Body.Close()
 	if through.body != string(direct) || !strings.HasSuffix(through.body, "data: [DONE]\n\n") || !strings.Contains(through.body, `"usage"`) {
 		t.Fatalf("the stream through the gateway:\n%s\ndiffers from the replica's own:\n%s", through.body, direct)
+	}
+
+	// A slow stream reaches the client event by event: when its first
+	// event arrives, the rest has not been written by the replica yet.
+	sreq, _ := http.NewRequest(http.MethodPost, cl.url+"/v1/chat/completions", strings.NewReader(chatBody("org/slow", true)))
+	sreq.Header.Set("Authorization", "Bearer "+app)
+	sresp, err := http.DefaultClient.Do(sreq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(sresp.Body)
+	first, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(first, "data: ") {
+		t.Fatalf("the slow stream's first line: %q, %v", first, err)
+	}
+	if ahead, _ := br.Peek(br.Buffered()); bytes.Contains(ahead, []byte("[DONE]")) {
+		t.Fatalf("the slow stream arrived whole, not event by event: %q then %q", first, ahead)
+	}
+	rest, err := io.ReadAll(br)
+	sresp.Body.Close()
+	if err != nil || !strings.HasSuffix(string(rest), "data: [DONE]\n\n") {
+		t.Fatalf("the slow stream's end: %q, %v", rest, err)
 	}
 
 	// A bad key is refused; a viewer may not call models.
