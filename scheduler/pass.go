@@ -686,7 +686,6 @@ func capable(w *Worker, t *Task, checkHost bool) bool {
 	return w.CPUs >= r.CPUs && w.Memory >= r.Memory && matchingGPUs(w, r) >= r.GPUDevices()
 }
 
-
 // matchingGPUs counts w's GPUs of the model and memory r asks for.
 func matchingGPUs(w *Worker, r *berth.Resources) int {
 	n := 0
