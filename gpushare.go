@@ -88,16 +88,13 @@ func ParseGPUs(s string) (gpus, milli int, err error) {
 // fraction of one, in milli-GPUs.
 type gpuCount int
 
-// UnmarshalJSON accepts a number (2, 0.5) or the same in a string.
+// UnmarshalJSON accepts a number: 2, 0.5.
 func (c *gpuCount) UnmarshalJSON(data []byte) error {
 	s := string(data)
-	if len(data) > 0 && data[0] == '"' {
-		if err := json.Unmarshal(data, &s); err != nil {
-			return rejectValue[gpuCount]("must be a number of GPUs such as 2 or 0.5")
-		}
-	} else if s == "null" {
+	if s == "null" {
 		return nil
-	} else if len(data) == 0 || !strings.ContainsRune("-.0123456789", rune(data[0])) {
+	}
+	if len(data) == 0 || !strings.ContainsRune("-0123456789", rune(data[0])) {
 		return rejectValue[gpuCount]("must be a number of GPUs such as 2 or 0.5")
 	}
 	gpus, milli, err := ParseGPUs(s)
