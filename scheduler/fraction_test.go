@@ -287,3 +287,32 @@ func TestFractionPreemption(t *testing.T) {
 		t.Errorf("a whole GPU preempts %s; want every quarter on it", got)
 	}
 }
+
+// BenchmarkPassFractions is one pass over an empty cluster of 1,000
+// workers with 8 GPUs each and 20,000 pending tasks, half of them
+// fractions (0.1 to 0.9 of a GPU), half 1 or 2 whole GPUs.
+func BenchmarkPassFractions(b *testing.B) {
+	placed := 0
+	var pass time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		var ws []*Worker
+		for i := range 1000 {
+			ws = append(ws, newWorker(fmt.Sprintf("w%04d", i), gpus(8, "H100", 80<<30)))
+		}
+		q := NewQueue(DefaultConfig())
+		for i := range 20_000 {
+			tk := task(fmt.Sprint("j", i), 100+i%7, t0, 1+i%2)
+			if i%2 == 0 {
+				tk.Resources.GPUs, tk.Resources.GPUMilli = 0, 100*(1+i%9)
+			}
+			tk.Seq = uint64(i)
+			q.Push(tk)
+		}
+		b.StartTimer()
+		start := time.Now()
+		placed += len(RunPass(q, &Snapshot{Now: t0, Workers: ws}).Assignments)
+		pass += time.Since(start)
+	}
+	b.ReportMetric(float64(placed)/pass.Seconds(), "placements/s")
+}
