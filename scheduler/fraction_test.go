@@ -316,3 +316,26 @@ func BenchmarkPassFractions(b *testing.B) {
 	}
 	b.ReportMetric(float64(placed)/pass.Seconds(), "placements/s")
 }
+
+// TestFractionReservation: a half that has waited long reserves the
+// worker whose fraction ends first, expecting to start when it ends.
+func TestFractionReservation(t *testing.T) {
+	t.Parallel()
+	now := t0.Add(time.Hour)
+	var ws []*Worker
+	for i, ends := range []time.Duration{3 * time.Hour, time.Hour} {
+		w := newWorker(fmt.Sprint("w", i), gpus(1, "H100", 80<<30))
+		w.GPUMilliUsed[0] = 750
+		w.Running = append(w.Running, &Running{AttemptID: fmt.Sprint("a", i), JobID: fmt.Sprint("r", i), Queue: "default",
+			Priority: 100, Started: t0, MaxRuntime: ends, GPUs: []int{0}, GPUMilli: 750})
+		ws = append(ws, w)
+	}
+	q := NewQueue(Config{ReserveAfter: 10 * time.Minute})
+	half := fraction("half", 100, 500)
+	q.Push(half)
+	plan := RunPass(q, &Snapshot{Now: now, Workers: ws})
+	if len(plan.Assignments) != 0 || len(plan.Reservations) != 1 || fmt.Sprint(plan.Reservations[0].Workers) != "[w1]" ||
+		!plan.Reservations[0].Start.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("plan %+v; want w1 reserved from %s", plan, t0.Add(time.Hour))
+	}
+}
