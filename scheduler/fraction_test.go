@@ -183,20 +183,22 @@ func TestFractionProperties(t *testing.T) {
 			}
 			reqs = append(reqs, r)
 		}
-		build := func(withFractions bool) *Queue {
+		maxGPUs := rapid.IntRange(0, 6).Draw(rt, "quota")
+		quota := []berth.QuotaRule{{Scope: berth.QuotaUser, Name: "q", MaxGPUs: maxGPUs, MaxJobs: berth.NoLimit}}
+		build := func(withFractions bool, user string) *Queue {
 			q := NewQueue(DefaultConfig())
 			for i, r := range reqs {
 				if r.milli > 0 && !withFractions {
 					continue
 				}
 				prio := 900 - i // whole requests first: they come first in reqs
-				tk := &Task{JobID: fmt.Sprint("j", i), Queue: "default", Priority: prio, Submitted: t0, Nodes: r.nodes, Seq: uint64(i),
+				tk := &Task{JobID: fmt.Sprint("j", i), Queue: "default", User: user, Priority: prio, Submitted: t0, Nodes: r.nodes, Seq: uint64(i),
 					Resources: berth.Resources{GPUs: r.whole, GPUMilli: r.milli, GPUMemory: r.mem}}
 				q.Push(tk)
 			}
 			return q
 		}
-		plan := RunPass(build(true), &Snapshot{Now: t0, Workers: workers})
+		plan := RunPass(build(true, ""), &Snapshot{Now: t0, Workers: workers})
 		used := map[*Worker][]int{}
 		byID := map[string]*Worker{}
 		for _, w := range workers {
@@ -242,11 +244,20 @@ func TestFractionProperties(t *testing.T) {
 				wholeWith = append(wholeWith, s)
 			}
 		}
-		if without := summary(RunPass(build(false), &Snapshot{Now: t0, Workers: workers})); fmt.Sprint(without) != fmt.Sprint(wholeWith) {
+		if without := summary(RunPass(build(false, ""), &Snapshot{Now: t0, Workers: workers})); fmt.Sprint(without) != fmt.Sprint(wholeWith) {
 			rt.Fatalf("whole-GPU placements change with fractions behind them:\n%v\n%v", without, wholeWith)
 		}
-		if again := RunPass(build(true), &Snapshot{Now: t0, Workers: workers}); fmt.Sprint(summary(again)) != fmt.Sprint(summary(plan)) {
+		if again := RunPass(build(true, ""), &Snapshot{Now: t0, Workers: workers}); fmt.Sprint(summary(again)) != fmt.Sprint(summary(plan)) {
 			rt.Fatalf("plans differ for the same input:\n%v\n%v", summary(plan), summary(again))
+		}
+		// Under a GPU quota on their user, fractions count as fractions.
+		limited := build(true, "q")
+		charged := 0
+		for _, a := range RunPass(limited, &Snapshot{Now: t0, Workers: workers, Quotas: quota}).Assignments {
+			charged += a.Task.Resources.GPUsMilli()
+		}
+		if charged > maxGPUs*berth.WholeGPU {
+			rt.Fatalf("%d milli-GPUs placed under a quota of %d GPUs", charged, maxGPUs)
 		}
 	})
 }
