@@ -21,15 +21,16 @@ func TestFractionsShareAGPU(t *testing.T) {
 	half := func(spec *berth.JobSpec) { spec.Resources.GPUMilli = 500 }
 	h.submit(half, "sleep", "1")
 	a := h.launched()
-	if st := h.l.observedState(ws); st != berth.WorkerReady || ws.w.GPUsInUse != 1 || ws.sched.GPUMilliUsed[0] != 500 {
-		t.Fatalf("one half: %s, %d GPUs in use, %v milli; want ready, 1, [500]", st, ws.w.GPUsInUse, ws.sched.GPUMilliUsed)
+	if st := h.l.observedState(ws); st != berth.WorkerReady || ws.w.GPUsInUse != 1 || ws.sched.GPUMilliUsed[0] != 500 || ws.w.GPUMilliShared != 500 {
+		t.Fatalf("one half: %s, %d GPUs in use (%d milli shared free), %v milli; want ready, 1 (500), [500]",
+			st, ws.w.GPUsInUse, ws.w.GPUMilliShared, ws.sched.GPUMilliUsed)
 	}
 	h.submit(half, "sleep", "1")
 	b := h.launched()
 	if a == b || !slices.Equal(a.a.GPUs, []int{0}) || !slices.Equal(b.a.GPUs, []int{0}) || a.run.GPUMilli != 500 || b.run.GPUMilli != 500 {
 		t.Fatalf("attempts %v (%d) and %v (%d); want both on GPU 0 with 500 milli", a.a.GPUs, a.run.GPUMilli, b.a.GPUs, b.run.GPUMilli)
 	}
-	if st := h.l.observedState(ws); st != berth.WorkerBusy || ws.w.GPUsInUse != 1 || ws.sched.GPUMilliUsed[0] != 1000 {
+	if st := h.l.observedState(ws); st != berth.WorkerBusy || ws.w.GPUsInUse != 1 || ws.sched.GPUMilliUsed[0] != 1000 || ws.w.GPUMilliShared != 0 {
 		t.Fatalf("two halves: %s, %d GPUs in use, %v milli; want busy, 1, [1000]", st, ws.w.GPUsInUse, ws.sched.GPUMilliUsed)
 	}
 	third := h.submit(half, "sleep", "1")
