@@ -248,7 +248,7 @@ func (m *meter) fits(w *scheduler.Worker, s *fragShape, idle bool) bool {
 func (m *meter) usable(w *scheduler.Worker, s *fragShape, idle bool) (int, bool) {
 	gpus := 0
 	for g, gpu := range w.GPUs {
-		if (idle || !w.GPUUsed[g]) && matches(gpu, s) {
+		if (idle || w.GPUMilliUsed[g] == 0) && matches(gpu, s) {
 			gpus++
 		}
 	}
@@ -279,8 +279,8 @@ func (m *meter) refresh() {
 		m.isDirty[i] = false
 		w := m.workers[i]
 		free := 0
-		for _, used := range w.GPUUsed {
-			if !used {
+		for _, used := range w.GPUMilliUsed {
+			if used == 0 {
 				free++
 			}
 		}
