@@ -91,7 +91,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	s.Reader = sqlstore.NewReader(s.query, sqlstore.Dialect{
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 		ControlTime: "updated_at_ns",
-		JobName:     "spec->>'name'",
+		JobName:     "(" + sqlstore.JobSpecColumn + ")->>'name'",
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
@@ -284,7 +284,7 @@ type statement struct {
 // Column types of each table, in sqlstore's column order.
 var (
 	jobTypes = []string{"text", "text", "text", "text", "json", "integer", "text", "text", "integer", "integer", "bigint", "bigint", "bigint",
-		"text"}
+		"text", "text", "text"}
 	jobUpdateTypes = []string{"text", "text", "text", "integer", "integer", "bigint", "bigint"}
 	attemptTypes   = []string{"text", "text", "integer", "text", "text", "json", "text", "integer", "text", "bigint", "bigint", "bigint", "integer", "text",
 		"integer", "text", "text"}
@@ -342,7 +342,7 @@ var steps = [sqlstore.StepCount]step{
 		unnest(changelogTypes)},
 	sqlstore.UpsertAcks: {query: `INSERT INTO federation_origins (` + sqlstore.AckColumns + `) ` + unnest(ackTypes) +
 		sqlstore.AckUpsert},
-	sqlstore.SetJobClusters: {query: `UPDATE jobs SET spec = jsonb_set(jobs.spec::jsonb, '{cluster}', to_jsonb(v.cluster))::json
+	sqlstore.SetJobClusters: {query: `UPDATE jobs SET cluster = v.cluster
 		FROM unnest($1::text[], $2::text[]) AS v (cluster, id) WHERE jobs.id = v.id`},
 }
 

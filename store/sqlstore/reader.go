@@ -253,8 +253,7 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n int) ([]*berth
 		}
 		q += ` ORDER BY id`
 		reads[i] = func() (err error) {
-			specs := specCache{}
-			parts[i], err = collect(ctx, r, func(row scanner) (*berth.Job, error) { return scanJobSharing(row, specs) }, q, a.list...)
+			parts[i], err = r.jobs(ctx, q, a.list...)
 			return err
 		}
 	}
@@ -288,6 +287,68 @@ func (r *Reader) rangeBounds(ctx context.Context, st berth.JobState, n, ranges i
 	return bounds, nil
 }
 
+// jobs runs query, a selectJobs, and returns its jobs with their specs:
+// each spec decoded once, and the jobs that store it or share it (the
+// jobs of an array) share it too; the spec of an array's first job is
+// read at the end, once, for the jobs of its array that query returned.
+func (r *Reader) jobs(ctx context.Context, query string, args ...any) ([]*berth.Job, error) {
+	rows, err := collect(ctx, r, scanJobRow, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	specs := newSpecCache()
+	if err := r.readHeads(ctx, rows, specs); err != nil {
+		return nil, err
+	}
+	jobs := make([]*berth.Job, len(rows))
+	for i := range rows {
+		row := &rows[i]
+		spec := specs.byHead[row.head]
+		if row.head == "" {
+			if spec, err = specs.decode(row.job.ID, row.spec); err != nil {
+				return nil, err
+			}
+		}
+		row.setSpec(spec)
+		jobs[i] = row.job
+	}
+	return jobs, nil
+}
+
+// readHeads reads into specs.byHead the spec of each array's first job
+// that a job of rows shares (array_id).
+func (r *Reader) readHeads(ctx context.Context, rows []jobRow, specs *specCache) error {
+	var heads []string
+	for i := range rows {
+		if h := rows[i].head; h != "" && !slices.Contains(heads, h) && specs.byHead[h] == nil {
+			heads = append(heads, h)
+		}
+	}
+	for start := 0; start < len(heads); start += idsPerQuery {
+		a := args{d: &r.dialect}
+		q := `SELECT id, spec FROM jobs WHERE id ` + in(&a, heads[start:min(start+idsPerQuery, len(heads))])
+		err := r.each(ctx, q, a.list, func(row scanner) error {
+			var id string
+			var data []byte
+			if err := row.Scan(&id, &data); err != nil {
+				return err
+			}
+			spec, err := specs.decode(id, data)
+			specs.byHead[id] = spec
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("read the specs of arrays: %w", err)
+		}
+	}
+	for _, h := range heads {
+		if specs.byHead[h] == nil {
+			return fmt.Errorf("read the specs of arrays: no job %s, whose spec jobs share", h)
+		}
+	}
+	return nil
+}
+
 // mergeByID merges two lists of jobs each in id order into one.
 func mergeByID(a, b []*berth.Job) []*berth.Job {
 	if len(b) == 0 {
@@ -307,7 +368,7 @@ func mergeByID(a, b []*berth.Job) []*berth.Job {
 // Job returns one job, or an ECodeNotFound error.
 func (r *Reader) Job(ctx context.Context, id string) (*berth.Job, error) {
 	a := args{d: &r.dialect}
-	jobs, err := collect(ctx, r, scanJob, selectJobs+` WHERE id = `+a.add(id), a.list...)
+	jobs, err := r.jobs(ctx, selectJobs+` WHERE id = `+a.add(id), a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
@@ -347,8 +408,7 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 	if f.Limit > 0 {
 		q += " LIMIT " + a.add(f.Limit)
 	}
-	specs := specCache{}
-	jobs, err := collect(ctx, r, func(row scanner) (*berth.Job, error) { return scanJobSharing(row, specs) }, q, a.list...)
+	jobs, err := r.jobs(ctx, q, a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -393,7 +453,7 @@ func (r *Reader) JobHosts(ctx context.Context, ids []string) (map[string]string,
 // JobsByIdempotencyKey returns the jobs submitted with key, in id order.
 func (r *Reader) JobsByIdempotencyKey(ctx context.Context, key string) ([]*berth.Job, error) {
 	a := args{d: &r.dialect}
-	jobs, err := collect(ctx, r, scanJob, selectJobs+` WHERE idempotency_key = `+a.add(key)+` ORDER BY id`, a.list...)
+	jobs, err := r.jobs(ctx, selectJobs+` WHERE idempotency_key = `+a.add(key)+` ORDER BY id`, a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("jobs by idempotency key: %w", err)
 	}
