@@ -92,6 +92,7 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 		ControlTime: "updated_at_ns",
 		JobName:     "(" + sqlstore.JobSpecColumn + ")->>'name'",
+		Unindexed:   func(column string) string { return column },
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)

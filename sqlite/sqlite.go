@@ -84,6 +84,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		Placeholder: func(int) string { return "?" },
 		ControlTime: "updated_at",
 		JobName:     "json_extract(CAST(" + sqlstore.JobSpecColumn + " AS TEXT), '$.name')",
+		Unindexed:   func(column string) string { return "+" + column },
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
