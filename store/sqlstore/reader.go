@@ -269,7 +269,7 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int) ([
 		}
 		q += ` ORDER BY id`
 		reads[i] = func() (err error) {
-			parts[i], err = r.jobs(ctx, q, a.list...)
+			parts[i], err = r.jobs(ctx, n/len(parts)+n/8/len(parts), q, a.list...)
 			return err
 		}
 	}
@@ -303,40 +303,56 @@ func (r *Reader) rangeBounds(ctx context.Context, st berth.JobState, n, ranges i
 	return bounds, nil
 }
 
-// jobs runs query, a selectJobs, and returns its jobs with their specs:
-// each spec decoded once, and the jobs that store it or share it (the
-// jobs of an array) share it too; the spec of an array's first job is
-// read at the end, once, for the jobs of its array that query returned.
-func (r *Reader) jobs(ctx context.Context, query string, args ...any) ([]*berth.Job, error) {
-	rows, err := collect(ctx, r, scanJobRow, query, args...)
+// jobs runs query, a selectJobs of about size jobs (0: not known), and
+// returns its jobs with their specs: each spec decoded once, and the jobs
+// that store it or share it (the jobs of an array) share it too; the spec
+// of an array's first job is read at the end, once, for the jobs of its
+// array that query returned.
+func (r *Reader) jobs(ctx context.Context, size int, query string, args ...any) ([]*berth.Job, error) {
+	specs := newSpecCache()
+	jobs := make([]*berth.Job, 0, max(size, 0))
+	var shared []sharedSpec
+	last := "" // the head of the last job that shares one: the jobs of an array come together
+	err := r.each(ctx, query, args, func(row scanner) error {
+		j, data, head, cluster, err := scanJobRow(row)
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, j)
+		if head != "" {
+			if head == last {
+				head = last // kept once, not once a job
+			} else if _, ok := specs.byHead[head]; !ok {
+				specs.byHead[head] = nil // read below
+			}
+			last = head
+			shared = append(shared, sharedSpec{job: j, head: head, cluster: cluster})
+			return nil
+		}
+		spec, err := specs.decode(j.ID, data)
+		if err == nil {
+			setSpec(j, spec, cluster)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	specs := newSpecCache()
-	if err := r.readHeads(ctx, rows, specs); err != nil {
+	if err := r.readHeads(ctx, specs); err != nil {
 		return nil, err
 	}
-	jobs := make([]*berth.Job, len(rows))
-	for i := range rows {
-		row := &rows[i]
-		spec := specs.byHead[row.head]
-		if row.head == "" {
-			if spec, err = specs.decode(row.job.ID, row.spec); err != nil {
-				return nil, err
-			}
-		}
-		row.setSpec(spec)
-		jobs[i] = row.job
+	for _, s := range shared {
+		setSpec(s.job, specs.byHead[s.head], s.cluster)
 	}
 	return jobs, nil
 }
 
 // readHeads reads into specs.byHead the spec of each array's first job
-// that a job of rows shares (array_id).
-func (r *Reader) readHeads(ctx context.Context, rows []jobRow, specs *specCache) error {
+// that it holds no spec of yet (nil).
+func (r *Reader) readHeads(ctx context.Context, specs *specCache) error {
 	var heads []string
-	for i := range rows {
-		if h := rows[i].head; h != "" && !slices.Contains(heads, h) && specs.byHead[h] == nil {
+	for h, spec := range specs.byHead {
+		if spec == nil {
 			heads = append(heads, h)
 		}
 	}
@@ -384,7 +400,7 @@ func mergeByID(a, b []*berth.Job) []*berth.Job {
 // Job returns one job, or an ECodeNotFound error.
 func (r *Reader) Job(ctx context.Context, id string) (*berth.Job, error) {
 	a := args{d: &r.dialect}
-	jobs, err := r.jobs(ctx, selectJobs+` WHERE id = `+a.add(id), a.list...)
+	jobs, err := r.jobs(ctx, 1, selectJobs+` WHERE id = `+a.add(id), a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
@@ -424,7 +440,7 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 	if f.Limit > 0 {
 		q += " LIMIT " + a.add(f.Limit)
 	}
-	jobs, err := r.jobs(ctx, q, a.list...)
+	jobs, err := r.jobs(ctx, 0, q, a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -469,7 +485,7 @@ func (r *Reader) JobHosts(ctx context.Context, ids []string) (map[string]string,
 // JobsByIdempotencyKey returns the jobs submitted with key, in id order.
 func (r *Reader) JobsByIdempotencyKey(ctx context.Context, key string) ([]*berth.Job, error) {
 	a := args{d: &r.dialect}
-	jobs, err := r.jobs(ctx, selectJobs+` WHERE idempotency_key = `+a.add(key)+` ORDER BY id`, a.list...)
+	jobs, err := r.jobs(ctx, 0, selectJobs+` WHERE idempotency_key = `+a.add(key)+` ORDER BY id`, a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("jobs by idempotency key: %w", err)
 	}

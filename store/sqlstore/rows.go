@@ -236,48 +236,49 @@ func intPtr(n sql.NullInt64) *int {
 // scanner is one row of a result.
 type scanner interface{ Scan(dest ...any) error }
 
-// jobRow is a job as read, before its spec is set: the spec column,
-// and the id of the job whose spec it shares (array_id) when that
-// column is the JSON null.
-type jobRow struct {
-	job     *berth.Job
-	spec    []byte
-	head    string // array_id: the array's first job, whose spec it has
-	cluster sql.NullString
-}
-
-// scanJobRow reads a job's row of JobColumns; its spec is left to set
-// (setSpec).
-func scanJobRow(row scanner) (jobRow, error) {
+// scanJobRow reads a job's row of JobColumns, all but its spec (see
+// setSpec): it returns the spec column, the id of the job whose spec the
+// job shares (array_id; "" when it has its own), and the cluster a
+// handoff set (nil: the spec's).
+func scanJobRow(row scanner) (j *berth.Job, spec []byte, head string, cluster *string, err error) {
 	var (
-		r                          = jobRow{job: &berth.Job{}}
-		j                          = r.job
 		state                      string
-		key, parent, head          sql.NullString
+		key, parent, headID, clust sql.NullString
 		arrayIndex, exitCode       sql.NullInt64
 		created, started, finished int64
 	)
-	if err := row.Scan(&j.ID, &j.Queue, &j.User, &key, &r.spec, &arrayIndex, &state, &j.Reason, &exitCode, &j.Attempts,
-		&created, &started, &finished, &parent, &r.cluster, &head); err != nil {
-		return r, err
+	j = &berth.Job{}
+	if err := row.Scan(&j.ID, &j.Queue, &j.User, &key, &spec, &arrayIndex, &state, &j.Reason, &exitCode, &j.Attempts,
+		&created, &started, &finished, &parent, &clust, &headID); err != nil {
+		return nil, nil, "", nil, err
 	}
-	j.IdempotencyKey, j.Parent, r.head = key.String, parent.String, head.String
+	j.IdempotencyKey, j.Parent = key.String, parent.String
 	j.ArrayIndex, j.State, j.ExitCode = intPtr(arrayIndex), berth.JobState(state), intPtr(exitCode)
 	j.CreatedAt, j.StartedAt, j.FinishedAt = fromNanos(created), fromNanos(started), fromNanos(finished)
-	return r, nil
+	if clust.Valid {
+		cluster = &clust.String
+	}
+	return j, spec, headID.String, cluster, nil
 }
 
-// setSpec sets the spec of r's job to spec, less what its own columns
-// keep (queue, user, idempotency key, parent, and the cluster once a
-// handoff set it). The job shares spec's slices and maps.
-func (r *jobRow) setSpec(spec *berth.JobSpec) {
-	j := r.job
+// setSpec sets the spec of j, read by scanJobRow, to spec, less what its
+// own columns keep: queue, user, idempotency key, parent, and cluster
+// when not nil. The job shares spec's slices and maps.
+func setSpec(j *berth.Job, spec *berth.JobSpec, cluster *string) {
 	queue, user, key, parent := j.Queue, j.User, j.IdempotencyKey, j.Parent
 	j.JobSpec = *spec
 	j.Queue, j.User, j.IdempotencyKey, j.Parent = queue, user, key, parent
-	if r.cluster.Valid {
-		j.Cluster = r.cluster.String
+	if cluster != nil {
+		j.Cluster = *cluster
 	}
+}
+
+// sharedSpec is a job read whose spec is its array's first job's (head),
+// set once the read is over.
+type sharedSpec struct {
+	job     *berth.Job
+	head    string
+	cluster *string
 }
 
 // specCache holds the specs decoded while reading jobs: by the id of the
