@@ -124,10 +124,11 @@ func collect[T any](ctx context.Context, r *Reader, scan func(scanner) (T, error
 	return out, nil
 }
 
-const (
-	selectJobs     = `SELECT ` + JobColumns + ` FROM jobs`
-	selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
-)
+// selectJobs reads JobColumns, less the spec of a job that shares its
+// array's (NULL: nothing to allocate for it).
+var selectJobs = `SELECT ` + strings.Replace(JobColumns, " spec,", " CASE WHEN array_id IS NULL THEN spec END,", 1) + ` FROM jobs`
+
+const selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
 
 // selectEvents reads the newest store.KeptEvents events, newest first: a
 // walk back from the end of the primary key.
