@@ -73,6 +73,7 @@ func (c *Controller) PendingDemand(ctx context.Context, waitedBefore time.Time) 
 	err := c.do(ctx, func() {
 		out.At = c.now()
 		byShape := map[string]*Demand{}
+		byPlain := map[plainShape]*Demand{} // the shapes without labels, found without a demandKey
 		for _, js := range c.jobs {
 			j := js.job
 			if j.State != berth.JobPending || js.placed() || js.federated() || js.task == nil || !j.CreatedAt.Before(waitedBefore) {
@@ -81,12 +82,22 @@ func (c *Controller) PendingDemand(ctx context.Context, waitedBefore time.Time) 
 			if _, backoff := c.restarting[js]; backoff || js.task.Reason.Code == scheduler.ReasonQuota {
 				continue
 			}
-			key := demandKey(j)
-			d := byShape[key]
+			var plain plainShape
+			var d *Demand
+			if len(j.Constraints.Labels) == 0 {
+				plain = plainShape{queue: j.Queue, nodes: max(j.Nodes, 1), resources: j.Resources, host: j.Constraints.Host}
+				d = byPlain[plain]
+			}
 			if d == nil {
-				d = &Demand{Queue: j.Queue, Nodes: max(j.Nodes, 1), Resources: j.Resources,
-					Constraints: berth.Constraints{Host: j.Constraints.Host, Labels: maps.Clone(j.Constraints.Labels)}, Since: j.CreatedAt}
-				byShape[key] = d
+				key := demandKey(j)
+				if d = byShape[key]; d == nil {
+					d = &Demand{Queue: j.Queue, Nodes: max(j.Nodes, 1), Resources: j.Resources,
+						Constraints: berth.Constraints{Host: j.Constraints.Host, Labels: maps.Clone(j.Constraints.Labels)}, Since: j.CreatedAt}
+					byShape[key] = d
+				}
+				if len(j.Constraints.Labels) == 0 {
+					byPlain[plain] = d
+				}
 			}
 			d.Jobs++
 			if j.CreatedAt.Before(d.Since) {
@@ -119,6 +130,16 @@ func (c *Controller) PendingDemand(ctx context.Context, waitedBefore time.Time) 
 	slices.SortFunc(out.Demand, func(a, b Demand) int { return a.Since.Compare(b.Since) })
 	slices.SortFunc(out.Hosts, func(a, b HostActivity) int { return strings.Compare(a.Host, b.Host) })
 	return out, nil
+}
+
+// plainShape is the shape of a job without label constraints, as
+// PendingDemand groups it: comparable, so that grouping a million queued
+// jobs builds no key for each (demandKey).
+type plainShape struct {
+	queue     string
+	nodes     int
+	resources berth.Resources
+	host      string
 }
 
 // demandKey is the shape of j as PendingDemand groups it.

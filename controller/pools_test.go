@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"fmt"
 	"iter"
+	"maps"
 	"path/filepath"
 	"testing"
 	"time"
@@ -84,5 +86,43 @@ func TestRentableReachAdmits(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("no pool.capped event for pool rent")
+	}
+}
+
+// TestPendingDemandGroupsByShape: jobs with no label constraints (none
+// or an empty map) are grouped by their shape alone, jobs with labels by
+// their labels too, and each group counts its jobs and its oldest.
+func TestPendingDemandGroupsByShape(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 26, 4, 0, 0, 0, time.UTC)
+	c, _ := startOn(t, filepath.Join(t.TempDir(), "berth.db"), now)
+	submit := func(array int, edit func(s *berth.JobSpec)) {
+		t.Helper()
+		spec := berth.DefaultJobSpec()
+		spec.Command, spec.Resources.GPUs = berth.Argv{"true"}, 1
+		edit(&spec)
+		if _, err := c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec, Array: array, HoldUntilFits: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit(3, func(s *berth.JobSpec) {})
+	submit(0, func(s *berth.JobSpec) { s.Constraints.Labels = map[string]string{} })
+	submit(2, func(s *berth.JobSpec) { s.Constraints.Labels = map[string]string{"zone": "a"} })
+	submit(0, func(s *berth.JobSpec) { s.Constraints.Labels = map[string]string{"zone": "a"} })
+	submit(4, func(s *berth.JobSpec) { s.Resources.GPUs = 2 })
+	view, err := c.PendingDemand(t.Context(), now.Add(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, d := range view.Demand {
+		got[fmt.Sprintf("gpus=%d labels=%v", d.Resources.GPUs, d.Constraints.Labels)] += d.Jobs
+		if !d.Since.Equal(now) {
+			t.Errorf("demand %+v: since %s, want %s", d, d.Since, now)
+		}
+	}
+	want := map[string]int{"gpus=1 labels=map[]": 4, "gpus=1 labels=map[zone:a]": 3, "gpus=2 labels=map[]": 4}
+	if !maps.Equal(got, want) || len(view.Demand) != 3 {
+		t.Errorf("demand = %v in %d groups, want %v in 3", got, len(view.Demand), want)
 	}
 }

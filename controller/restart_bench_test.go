@@ -140,3 +140,31 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkPendingDemand times an autoscaler's view (PendingDemand) with
+// 100,000 jobs queued (one array), on the loop: a tick of every pool's
+// autoscaler holds the loop this long.
+func BenchmarkPendingDemand(b *testing.B) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "berth.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	c := New(Config{Store: st})
+	if err := c.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	spec := berth.DefaultJobSpec()
+	spec.Queue, spec.Command, spec.Resources.GPUs = "parked", berth.Argv{"true"}, 1
+	if _, err := c.Submit(ctx, &berth.SubmitRequest{JobSpec: spec, Array: berth.MaxArray, HoldUntilFits: true}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		view, err := c.PendingDemand(ctx, time.Now().Add(time.Hour))
+		if err != nil || len(view.Demand) != 1 || view.Demand[0].Jobs != berth.MaxArray {
+			b.Fatalf("PendingDemand = %+v, %v; want one shape of %d jobs", view, err, berth.MaxArray)
+		}
+	}
+}

@@ -93,7 +93,8 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 	s.Reader = sqlstore.NewReader(s.query, sqlstore.Dialect{
 		Placeholder: func(n int) string { return "$" + strconv.Itoa(n) },
 		ControlTime: "updated_at_ns",
-		JobName:     "spec->>'name'",
+		JobName:     "(" + sqlstore.JobSpecColumn + ")->>'name'",
+		Unindexed:   func(column string) string { return column },
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
@@ -288,7 +289,7 @@ type statement struct {
 // Column types of each table, in sqlstore's column order.
 var (
 	jobTypes = []string{"text", "text", "text", "text", "json", "integer", "text", "text", "integer", "integer", "bigint", "bigint", "bigint",
-		"text"}
+		"text", "text", "text"}
 	jobUpdateTypes = []string{"text", "text", "text", "integer", "integer", "bigint", "bigint"}
 	attemptTypes   = []string{"text", "text", "integer", "text", "text", "json", "text", "integer", "text", "bigint", "bigint", "bigint", "integer", "text",
 		"integer", "text", "text"}
@@ -346,7 +347,7 @@ var steps = [sqlstore.StepCount]step{
 		unnest(changelogTypes)},
 	sqlstore.UpsertAcks: {query: `INSERT INTO federation_origins (` + sqlstore.AckColumns + `) ` + unnest(ackTypes) +
 		sqlstore.AckUpsert},
-	sqlstore.SetJobClusters: {query: `UPDATE jobs SET spec = jsonb_set(jobs.spec::jsonb, '{cluster}', to_jsonb(v.cluster))::json
+	sqlstore.SetJobClusters: {query: `UPDATE jobs SET cluster = v.cluster
 		FROM unnest($1::text[], $2::text[]) AS v (cluster, id) WHERE jobs.id = v.id`},
 }
 

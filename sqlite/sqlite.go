@@ -85,7 +85,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s.Reader = sqlstore.NewReader(s.query, sqlstore.Dialect{
 		Placeholder: func(int) string { return "?" },
 		ControlTime: "updated_at",
-		JobName:     "json_extract(CAST(spec AS TEXT), '$.name')",
+		JobName:     "json_extract(CAST(" + sqlstore.JobSpecColumn + " AS TEXT), '$.name')",
+		Unindexed:   func(column string) string { return "+" + column },
 	})
 	s.Credentials = sqlstore.NewCredentials(s.Reader, s.exec)
 	s.Arbiter = sqlstore.NewArbiter(s.Reader, s.exec)
@@ -280,7 +281,7 @@ var statements = [sqlstore.StepCount]statement{
 	sqlstore.InsertReceived:  {head: `INSERT INTO received_jobs (` + sqlstore.ReceivedColumns + `) VALUES `},
 	sqlstore.InsertChangelog: {head: `INSERT INTO federation_changelog (` + sqlstore.ChangelogColumns + `) VALUES `},
 	sqlstore.UpsertAcks:      {head: `INSERT INTO federation_origins (` + sqlstore.AckColumns + `) VALUES `, tail: sqlstore.AckUpsert},
-	sqlstore.SetJobClusters:  {head: `UPDATE jobs SET spec = json_set(spec, '$.cluster', ?) WHERE id = ?`, single: true},
+	sqlstore.SetJobClusters:  {head: `UPDATE jobs SET cluster = ? WHERE id = ?`, single: true},
 }
 
 // pruneStep marks the statement that prunes events, after every step.

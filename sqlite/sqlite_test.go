@@ -399,3 +399,33 @@ func TestOpenNewerSchema(t *testing.T) {
 		t.Errorf("schema_migrations = %v, want %v", got, append(versions, known+3))
 	}
 }
+
+// TestArraySpecStoredOnce: the jobs of an array written in one batch
+// store the spec once, in the array's first job's row (the conformance
+// test ArraySpecStoredOnce reads them back), and a job whose spec
+// differs stores its own.
+func TestArraySpecStoredOnce(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "berth.db")
+	s := openAt(t, path)
+	defer s.Close()
+	var jobs []*berth.Job
+	for i := range 5 {
+		j := &berth.Job{ID: fmt.Sprintf("01JARRAY%017d", i), JobSpec: berth.DefaultJobSpec(), State: berth.JobPending, ArrayIndex: &i}
+		j.User, j.Command = "alice", berth.Argv{"true"}
+		jobs = append(jobs, j)
+	}
+	jobs[3].Env = map[string]string{"K": "v"}
+	if err := s.Write(t.Context(), &store.Batch{Jobs: jobs}); err != nil {
+		t.Fatal(err)
+	}
+	var shared, own int
+	err := openRaw(t, path).QueryRowContext(t.Context(),
+		`SELECT count(*) FILTER (WHERE array_id = ?), count(*) FILTER (WHERE array_id IS NULL) FROM jobs`, jobs[0].ID).Scan(&shared, &own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shared != 3 || own != 2 {
+		t.Errorf("%d rows share the first job's spec and %d store their own, want 3 and 2 (the first, and the one whose spec differs)", shared, own)
+	}
+}

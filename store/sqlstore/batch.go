@@ -58,7 +58,7 @@ type Step struct {
 var Steps = [StepCount]Step{
 	InsertJobs: {"insert jobs",
 		func(b *store.Batch) int { return len(b.Jobs) },
-		func(b *store.Batch, i int) ([]any, error) { return JobRow(b.Jobs[i]) }},
+		func(b *store.Batch, i int) ([]any, error) { return JobRow(b.Jobs, i) }},
 	UpdateJobs: {"update jobs",
 		func(b *store.Batch) int { return len(b.JobUpdates) },
 		func(b *store.Batch, i int) ([]any, error) { return JobUpdateRow(&b.JobUpdates[i]), nil }},

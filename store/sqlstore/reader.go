@@ -39,6 +39,11 @@ type Dialect struct {
 	ControlTime string
 	// JobName is the expression that reads a job's name from its spec.
 	JobName string
+	// Unindexed returns a column as a query writes it for the planner to
+	// use no index of it: SQLite then walks a range of the primary key
+	// (+column), where PostgreSQL's planner chooses by its statistics
+	// (column).
+	Unindexed func(column string) string
 }
 
 // rewrite returns query with each "?" placeholder replaced by the
@@ -119,10 +124,11 @@ func collect[T any](ctx context.Context, r *Reader, scan func(scanner) (T, error
 	return out, nil
 }
 
-const (
-	selectJobs     = `SELECT ` + JobColumns + ` FROM jobs`
-	selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
-)
+// selectJobs reads JobColumns, less the spec of a job that shares its
+// array's (NULL: nothing to allocate for it).
+var selectJobs = `SELECT ` + strings.Replace(JobColumns, " spec,", " CASE WHEN array_id IS NULL THEN spec END,", 1) + ` FROM jobs`
+
+const selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
 
 // selectEvents reads the newest store.KeptEvents events, newest first: a
 // walk back from the end of the primary key.
@@ -140,12 +146,16 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 			if err := r.countJobs(ctx, a.Counts); err != nil {
 				return err
 			}
+			total := 0
+			for _, n := range a.Counts {
+				total += n
+			}
 			var err error
-			pending, err = r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending])
+			pending, err = r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending], total)
 			return err
 		},
 		func() (err error) {
-			running, err = r.jobsIn(ctx, berth.JobRunning, 0)
+			running, err = r.jobsIn(ctx, berth.JobRunning, 0, 0)
 			return err
 		},
 		func() (err error) {
@@ -231,11 +241,14 @@ const (
 )
 
 // jobsIn returns the jobs in state st, by id; n is about how many there
-// are (0 when not known), which splits them into ranges of ids read at
-// once. Each read walks the jobs_state index in id order (a list of
-// states with ORDER BY id would sort every row first), and the jobs of an
-// array share one decoded spec (per range).
-func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n int) ([]*berth.Job, error) {
+// are and total how many jobs there are in all (0 when not known): n
+// splits them into ranges of ids read at once. Each read walks the
+// jobs_state index in id order (a list of states with ORDER BY id would
+// sort every row first), or, when the state holds half the jobs or more,
+// the table itself by id (Dialect.Unindexed): one walk of the table reads
+// fewer pages than a walk of the index with a look-up of each row in the
+// table. The jobs of an array share one decoded spec (per range).
+func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int) ([]*berth.Job, error) {
 	bounds, err := r.rangeBounds(ctx, st, n, min(loadRanges, runtime.GOMAXPROCS(0), n/jobsPerRange))
 	if err != nil {
 		return nil, err
@@ -244,7 +257,11 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n int) ([]*berth
 	reads := make([]func() error, len(parts))
 	for i := range parts {
 		a := args{d: &r.dialect}
-		q := selectJobs + ` WHERE state = ` + a.add(string(st))
+		state := "state"
+		if total > 0 && 2*n >= total {
+			state = r.dialect.Unindexed(state)
+		}
+		q := selectJobs + ` WHERE ` + state + ` = ` + a.add(string(st))
 		if i > 0 {
 			q += ` AND id >= ` + a.add(bounds[i-1])
 		}
@@ -253,8 +270,7 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n int) ([]*berth
 		}
 		q += ` ORDER BY id`
 		reads[i] = func() (err error) {
-			specs := specCache{}
-			parts[i], err = collect(ctx, r, func(row scanner) (*berth.Job, error) { return scanJobSharing(row, specs) }, q, a.list...)
+			parts[i], err = r.jobs(ctx, n/len(parts)+n/8/len(parts), q, a.list...)
 			return err
 		}
 	}
@@ -288,6 +304,84 @@ func (r *Reader) rangeBounds(ctx context.Context, st berth.JobState, n, ranges i
 	return bounds, nil
 }
 
+// jobs runs query, a selectJobs of about size jobs (0: not known), and
+// returns its jobs with their specs: each spec decoded once, and the jobs
+// that store it or share it (the jobs of an array) share it too; the spec
+// of an array's first job is read at the end, once, for the jobs of its
+// array that query returned.
+func (r *Reader) jobs(ctx context.Context, size int, query string, args ...any) ([]*berth.Job, error) {
+	specs := newSpecCache()
+	jobs := make([]*berth.Job, 0, max(size, 0))
+	var shared []sharedSpec
+	last := "" // the head of the last job that shares one: the jobs of an array come together
+	err := r.each(ctx, query, args, func(row scanner) error {
+		j, data, head, cluster, err := scanJobRow(row)
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, j)
+		if head != "" {
+			if head == last {
+				head = last // kept once, not once a job
+			} else if _, ok := specs.byHead[head]; !ok {
+				specs.byHead[head] = nil // read below
+			}
+			last = head
+			shared = append(shared, sharedSpec{job: j, head: head, cluster: cluster})
+			return nil
+		}
+		spec, err := specs.decode(j.ID, data)
+		if err == nil {
+			setSpec(j, spec, cluster)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := r.readHeads(ctx, specs); err != nil {
+		return nil, err
+	}
+	for _, s := range shared {
+		setSpec(s.job, specs.byHead[s.head], s.cluster)
+	}
+	return jobs, nil
+}
+
+// readHeads reads into specs.byHead the spec of each array's first job
+// that it holds no spec of yet (nil).
+func (r *Reader) readHeads(ctx context.Context, specs *specCache) error {
+	var heads []string
+	for h, spec := range specs.byHead {
+		if spec == nil {
+			heads = append(heads, h)
+		}
+	}
+	for start := 0; start < len(heads); start += idsPerQuery {
+		a := args{d: &r.dialect}
+		q := `SELECT id, spec FROM jobs WHERE id ` + in(&a, heads[start:min(start+idsPerQuery, len(heads))])
+		err := r.each(ctx, q, a.list, func(row scanner) error {
+			var id string
+			var data []byte
+			if err := row.Scan(&id, &data); err != nil {
+				return err
+			}
+			spec, err := specs.decode(id, data)
+			specs.byHead[id] = spec
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("read the specs of arrays: %w", err)
+		}
+	}
+	for _, h := range heads {
+		if specs.byHead[h] == nil {
+			return fmt.Errorf("read the specs of arrays: no job %s, whose spec jobs share", h)
+		}
+	}
+	return nil
+}
+
 // mergeByID merges two lists of jobs each in id order into one.
 func mergeByID(a, b []*berth.Job) []*berth.Job {
 	if len(b) == 0 {
@@ -307,7 +401,7 @@ func mergeByID(a, b []*berth.Job) []*berth.Job {
 // Job returns one job, or an ECodeNotFound error.
 func (r *Reader) Job(ctx context.Context, id string) (*berth.Job, error) {
 	a := args{d: &r.dialect}
-	jobs, err := collect(ctx, r, scanJob, selectJobs+` WHERE id = `+a.add(id), a.list...)
+	jobs, err := r.jobs(ctx, 1, selectJobs+` WHERE id = `+a.add(id), a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("job %s: %w", id, err)
 	}
@@ -347,8 +441,7 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 	if f.Limit > 0 {
 		q += " LIMIT " + a.add(f.Limit)
 	}
-	specs := specCache{}
-	jobs, err := collect(ctx, r, func(row scanner) (*berth.Job, error) { return scanJobSharing(row, specs) }, q, a.list...)
+	jobs, err := r.jobs(ctx, 0, q, a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
@@ -393,7 +486,7 @@ func (r *Reader) JobHosts(ctx context.Context, ids []string) (map[string]string,
 // JobsByIdempotencyKey returns the jobs submitted with key, in id order.
 func (r *Reader) JobsByIdempotencyKey(ctx context.Context, key string) ([]*berth.Job, error) {
 	a := args{d: &r.dialect}
-	jobs, err := collect(ctx, r, scanJob, selectJobs+` WHERE idempotency_key = `+a.add(key)+` ORDER BY id`, a.list...)
+	jobs, err := r.jobs(ctx, 0, selectJobs+` WHERE idempotency_key = `+a.add(key)+` ORDER BY id`, a.list...)
 	if err != nil {
 		return nil, fmt.Errorf("jobs by idempotency key: %w", err)
 	}

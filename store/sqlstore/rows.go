@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -25,7 +26,7 @@ import (
 // Columns of each table, in the order of the values their Row functions
 // return and their reads scan.
 const (
-	JobColumns       = `id, queue, user_name, idempotency_key, spec, array_index, state, reason, exit_code, attempts, created_at, started_at, finished_at, parent`
+	JobColumns       = `id, queue, user_name, idempotency_key, spec, array_index, state, reason, exit_code, attempts, created_at, started_at, finished_at, parent, cluster, array_id`
 	JobUpdateColumns = `id, state, reason, exit_code, attempts, started_at, finished_at`
 	AttemptColumns   = `id, job_id, task_index, worker_id, host, gpus, state, exit_code, reason, created_at, started_at, finished_at, port, progress, service_port, phase, failure_class`
 	WorkerColumns    = `id, body`
@@ -52,15 +53,49 @@ const (
 		stop_policy = excluded.stop_policy, requested_by = excluded.requested_by, updated_at = excluded.updated_at`
 )
 
-// JobRow returns the values of j's row, in JobColumns order. It fails if
-// the spec cannot be encoded.
-func JobRow(j *berth.Job) ([]any, error) {
-	spec, err := json.Marshal(&j.JobSpec)
-	if err != nil {
-		return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+// JobRow returns the values of the row of jobs[i], in JobColumns order.
+// A job of an array whose spec is that of the array's first job, earlier
+// in jobs, stores the JSON null as its spec and the first job's id in
+// array_id: an array's spec is stored once. It fails if the spec cannot
+// be encoded.
+func JobRow(jobs []*berth.Job, i int) ([]any, error) {
+	j := jobs[i]
+	var spec []byte
+	var arrayID any
+	if head := arrayHead(jobs, i); head != nil {
+		spec, arrayID = nullSpec, head.ID
+	} else {
+		var err error
+		if spec, err = json.Marshal(&j.JobSpec); err != nil {
+			return nil, fmt.Errorf("encode job %s: %w", j.ID, err)
+		}
 	}
 	return []any{j.ID, j.Queue, j.User, nullString(j.IdempotencyKey), spec, nullInt(j.ArrayIndex), string(j.State), j.Reason,
-		nullInt(j.ExitCode), j.Attempts, nanos(j.CreatedAt), nanos(j.StartedAt), nanos(j.FinishedAt), nullString(j.Parent)}, nil
+		nullInt(j.ExitCode), j.Attempts, nanos(j.CreatedAt), nanos(j.StartedAt), nanos(j.FinishedAt), nullString(j.Parent),
+		nil, arrayID}, nil
+}
+
+// JobSpecColumn is the expression of a job's spec in a query of jobs:
+// its own, or its array's first job's (JobRow).
+const JobSpecColumn = `coalesce((SELECT h.spec FROM jobs h WHERE h.id = jobs.array_id), jobs.spec)`
+
+// nullSpec is the spec column of a job that shares its array's first
+// job's spec (array_id).
+var nullSpec = []byte("null")
+
+// arrayHead returns the first job of the array of jobs[i] when it is in
+// jobs, before i, and has the same spec; nil otherwise (also for the first
+// job itself, and for a job of no array).
+func arrayHead(jobs []*berth.Job, i int) *berth.Job {
+	j := jobs[i]
+	if j.ArrayIndex == nil || *j.ArrayIndex <= 0 || *j.ArrayIndex > i {
+		return nil
+	}
+	head := jobs[i-*j.ArrayIndex]
+	if head.ArrayIndex == nil || *head.ArrayIndex != 0 || !reflect.DeepEqual(&head.JobSpec, &j.JobSpec) {
+		return nil
+	}
+	return head
 }
 
 // JobUpdateRow returns the values u sets, in JobUpdateColumns order.
@@ -201,47 +236,77 @@ func intPtr(n sql.NullInt64) *int {
 // scanner is one row of a result.
 type scanner interface{ Scan(dest ...any) error }
 
-func scanJob(row scanner) (*berth.Job, error) {
-	return scanJobSharing(row, nil)
-}
-
-// specCache holds the specs decoded while reading many jobs, by their
-// stored JSON: the jobs of an array store one spec, decoded once and
-// shared, as the jobs a submission creates share their spec's command,
-// environment and labels.
-type specCache map[string]*berth.JobSpec
-
-// scanJobSharing reads a job's row; with specs, a spec read before is
-// not decoded again, and the job shares its slices and maps.
-func scanJobSharing(row scanner, specs specCache) (*berth.Job, error) {
+// scanJobRow reads a job's row of JobColumns, all but its spec (see
+// setSpec): it returns the spec column, the id of the job whose spec the
+// job shares (array_id; "" when it has its own), and the cluster a
+// handoff set (nil: the spec's).
+func scanJobRow(row scanner) (j *berth.Job, spec []byte, head string, cluster *string, err error) {
 	var (
-		j                          berth.Job
-		user, state                string
-		key, parent                sql.NullString
-		spec                       []byte
+		state                      string
+		key, parent, headID, clust sql.NullString
 		arrayIndex, exitCode       sql.NullInt64
 		created, started, finished int64
 	)
-	if err := row.Scan(&j.ID, &j.Queue, &user, &key, &spec, &arrayIndex, &state, &j.Reason, &exitCode, &j.Attempts,
-		&created, &started, &finished, &parent); err != nil {
-		return nil, err
+	j = &berth.Job{}
+	if err := row.Scan(&j.ID, &j.Queue, &j.User, &key, &spec, &arrayIndex, &state, &j.Reason, &exitCode, &j.Attempts,
+		&created, &started, &finished, &parent, &clust, &headID); err != nil {
+		return nil, nil, "", nil, err
 	}
-	id, queue := j.ID, j.Queue
-	if shared := specs[string(spec)]; shared != nil {
-		j.JobSpec = *shared
-	} else {
-		if err := json.Unmarshal(spec, &j.JobSpec); err != nil {
-			return nil, fmt.Errorf("decode job %s: %w", id, err)
-		}
-		if specs != nil {
-			decoded := j.JobSpec
-			specs[string(spec)] = &decoded
-		}
-	}
-	j.ID, j.Queue, j.User, j.IdempotencyKey, j.Parent = id, queue, user, key.String, parent.String
+	j.IdempotencyKey, j.Parent = key.String, parent.String
 	j.ArrayIndex, j.State, j.ExitCode = intPtr(arrayIndex), berth.JobState(state), intPtr(exitCode)
 	j.CreatedAt, j.StartedAt, j.FinishedAt = fromNanos(created), fromNanos(started), fromNanos(finished)
-	return &j, nil
+	if clust.Valid {
+		cluster = &clust.String
+	}
+	return j, spec, headID.String, cluster, nil
+}
+
+// setSpec sets the spec of j, read by scanJobRow, to spec, less what its
+// own columns keep: queue, user, idempotency key, parent, and cluster
+// when not nil. The job shares spec's slices and maps.
+func setSpec(j *berth.Job, spec *berth.JobSpec, cluster *string) {
+	queue, user, key, parent := j.Queue, j.User, j.IdempotencyKey, j.Parent
+	j.JobSpec = *spec
+	j.Queue, j.User, j.IdempotencyKey, j.Parent = queue, user, key, parent
+	if cluster != nil {
+		j.Cluster = *cluster
+	}
+}
+
+// sharedSpec is a job read whose spec is its array's first job's (head),
+// set once the read is over.
+type sharedSpec struct {
+	job     *berth.Job
+	head    string
+	cluster *string
+}
+
+// specCache holds the specs decoded while reading jobs: by the id of the
+// job that stores them (an array's first job, for the other jobs of the
+// array), and by their JSON for the jobs that store their own. Each spec
+// is decoded once and the jobs that have it share it, as the jobs a
+// submission creates share their spec's command, environment and labels.
+type specCache struct {
+	byHead map[string]*berth.JobSpec
+	byJSON map[string]*berth.JobSpec
+}
+
+func newSpecCache() *specCache {
+	return &specCache{byHead: map[string]*berth.JobSpec{}, byJSON: map[string]*berth.JobSpec{}}
+}
+
+// decode returns the spec stored as data, decoded once; id names the job
+// in errors.
+func (c *specCache) decode(id string, data []byte) (*berth.JobSpec, error) {
+	if spec := c.byJSON[string(data)]; spec != nil {
+		return spec, nil
+	}
+	spec := new(berth.JobSpec)
+	if err := json.Unmarshal(data, spec); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	c.byJSON[string(data)] = spec
+	return spec, nil
 }
 
 func scanAttempt(row scanner) (*berth.Attempt, error) {

@@ -27,6 +27,7 @@ var jobTests = []test{
 	{"JobsPaging", testJobsPaging},
 	{"JobsByIdempotencyKey", testJobsByIdempotencyKey},
 	{"JobHosts", testJobHosts},
+	{"ArraySpecStoredOnce", testArraySpec},
 }
 
 // testJobHosts: a job's host is its newest attempt's, a gang's its rank
