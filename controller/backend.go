@@ -100,6 +100,10 @@ type BackendHost interface {
 	// Grace is how long a stopped attempt has between SIGTERM and
 	// SIGKILL.
 	Grace() time.Duration
+	// Durable runs fn, off the loop, once everything the loop has written
+	// so far is durable: Launch and Stop send through it, so that nothing
+	// starts or stops on a decision a crash could undo. Loop only.
+	Durable(fn func())
 }
 
 // AttemptEnd is how an attempt ended, as a backend reports it.
@@ -312,6 +316,8 @@ func (h *backendHost) Secrets(j *berth.Job) map[string]string {
 }
 
 func (h *backendHost) Grace() time.Duration { return h.c.cfg.Grace }
+
+func (h *backendHost) Durable(fn func()) { h.c.afterCommit(fn) }
 
 // post queues fn for the loop; a report that arrives while AddBackend is
 // still building the backend waits for it to be added.

@@ -398,7 +398,8 @@ func (b *Backend) streamLogs(id, name string, done chan struct{}) {
 	}
 }
 
-// Launch queues the create of attempt a's pod (and Secret). It fails the
+// Launch queues the create of attempt a's pod (and Secret), once the
+// attempt is durable. It fails the
 // attempt at once when the job has no image and the backend no default,
 // or is a gang left to kube-scheduler.
 func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) {
@@ -429,7 +430,7 @@ func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) 
 	b.mu.Lock()
 	b.track(a.ID)
 	b.mu.Unlock()
-	b.ops.push(op{pod: pod, secret: secret, attempt: a.ID})
+	b.host.Durable(func() { b.ops.push(op{pod: pod, secret: secret, attempt: a.ID}) })
 }
 
 // products returns the GPU products of the known nodes that are of
@@ -447,13 +448,15 @@ func (b *Backend) products(gpuType string) []string {
 	return out
 }
 
-// Stop queues the delete of attempt a's pod with the grace period; its
+// Stop queues the delete of attempt a's pod with the grace period, once
+// the stop is durable; its
 // end is reported once the pod is gone.
 func (b *Backend) Stop(a *berth.Attempt, _, _ string) {
 	b.mu.Lock()
 	b.track(a.ID).stopping = true
 	b.mu.Unlock()
-	b.ops.push(op{del: true, name: PodName(a.ID), grace: int64(b.host.Grace().Seconds()), graceSet: true})
+	o := op{del: true, name: PodName(a.ID), grace: int64(b.host.Grace().Seconds()), graceSet: true}
+	b.host.Durable(func() { b.ops.push(o) })
 }
 
 // Status says how the backend stands: syncing until its informers have

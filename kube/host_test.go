@@ -48,6 +48,7 @@ func (h *fakeHost) Pending(string, string)               {}
 func (h *fakeHost) Logger() *slog.Logger                 { return slog.New(slog.DiscardHandler) }
 func (h *fakeHost) Secrets(*berth.Job) map[string]string { return nil }
 func (h *fakeHost) Grace() time.Duration                 { return time.Second }
+func (h *fakeHost) Durable(fn func())                    { fn() }
 func (h *fakeHost) Ended(id string, e controller.AttemptEnd) {
 	h.report(func() { h.ended[id] = e })
 }
