@@ -117,9 +117,9 @@ type AttemptEnd struct {
 // AgentPoolBackend is the name of the agent pool backend, the default.
 const AgentPoolBackend = berth.BackendAgents
 
-// BackendLabel is the scheduler label that every worker of a backend
-// added by AddBackend carries, with the backend's name: a job that names
-// a backend is placed only on workers labelled with it.
+// BackendLabel is the scheduler label that every worker carries with its
+// backend's name (AgentPoolBackend for an agent's): a job that names a
+// backend is placed only on workers labelled with it.
 const BackendLabel = "berth.dev/backend"
 
 // hostedBackend is a backend added at run time, with what it was made
