@@ -73,9 +73,11 @@ type Backend struct {
 // tracked is what the backend knows and has reported of one attempt.
 type tracked struct {
 	started, ended, stopping bool
-	pending                  string    // the reason last reported
-	since                    time.Time // when it became pending for that reason
-	logs                     chan struct{}
+	launched                 bool // by this process: its log is all new
+
+	pending string    // the reason last reported
+	since   time.Time // when it became pending for that reason
+	logs    chan struct{}
 }
 
 // New returns the backend spec describes, reporting through host: it
@@ -267,7 +269,11 @@ func (b *Backend) podChanged(o any) {
 	if st.started && !t.started {
 		t.started = true
 		b.host.Started(id)
-		b.run(func() { b.streamLogs(id, p.Name, t.logs) })
+		var since *metav1.Time // an adopted pod's log before now was stored by the server that launched it
+		if !t.launched {
+			since = &metav1.Time{Time: time.Now()}
+		}
+		b.run(func() { b.streamLogs(id, p.Name, since, t.logs) })
 	}
 	switch {
 	case st.ended != nil:
@@ -373,11 +379,13 @@ func (b *Backend) expirePending(now time.Time) {
 	}
 }
 
-// streamLogs follows the job container's log into the controller's log
-// store until the container ends, then closes done.
-func (b *Backend) streamLogs(id, name string, done chan struct{}) {
+// streamLogs follows the job container's log (from since, when not nil)
+// into the controller's log store until the container ends, then closes
+// done.
+func (b *Backend) streamLogs(id, name string, since *metav1.Time, done chan struct{}) {
 	defer close(done)
-	rc, err := b.cs.CoreV1().Pods(b.ns).GetLogs(name, &corev1.PodLogOptions{Container: container, Follow: true}).Stream(b.ctx)
+	opts := &corev1.PodLogOptions{Container: container, Follow: true, SinceTime: since}
+	rc, err := b.cs.CoreV1().Pods(b.ns).GetLogs(name, opts).Stream(b.ctx)
 	if err != nil {
 		b.log.Debug("kubernetes backend: no log stream", "pod", name, "err", err)
 		return
@@ -428,7 +436,7 @@ func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) 
 		return
 	}
 	b.mu.Lock()
-	b.track(a.ID)
+	b.track(a.ID).launched = true
 	b.mu.Unlock()
 	b.host.Durable(func() { b.ops.push(op{pod: pod, secret: secret, attempt: a.ID}) })
 }

@@ -373,3 +373,24 @@ func TestBackend(t *testing.T) {
 		}
 	})
 }
+
+// TestKubePlacement: with placement kube the pod is left to kube-scheduler
+// (no nodeName), and a gang is refused at its launch.
+func TestKubePlacement(t *testing.T) {
+	srv := kubetest.Start(t)
+	cs := clientset(t, srv)
+	addNode(t, cs, "gpu-1", 8, "NVIDIA-H100-80GB-HBM3")
+	addNode(t, cs, "gpu-2", 8, "NVIDIA-H100-80GB-HBM3")
+	k := startController(t, srv, cs, filepath.Join(t.TempDir(), "b.db"), "kp", func(kb *berth.KubernetesBackend) {
+		kb.Placement = berth.PlacementKube
+	})
+	id := k.submit(func(s *berth.JobSpec) { s.Resources.GPUs = 1 })
+	if p := k.pod(id); p.Spec.NodeName != "" {
+		t.Fatalf("pod bound to %q: kube-scheduler's to place", p.Spec.NodeName)
+	}
+	gang := k.submit(func(s *berth.JobSpec) { s.Resources.GPUs, s.Nodes = 4, 2 })
+	d := k.job(gang, func(d *berth.JobDetail) bool { return d.State == berth.JobFailed })
+	if !strings.Contains(d.Reason, "gang") {
+		t.Fatalf("gang: %q", d.Reason)
+	}
+}
