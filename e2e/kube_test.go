@@ -178,6 +178,9 @@ func TestKubeBackend(t *testing.T) {
 	}
 	api.setStatus("ml", p, "Running", podRunning)
 	cl.awaitState(id, 30*time.Second, berth.JobRunning)
+	if out := mustCLI(t, "", "", "--server", cl.url, "workers"); !strings.Contains(out, "k8s/gpu-1") {
+		t.Fatalf("berth workers does not list the node:\n%s", out)
+	}
 	api.setStatus("ml", p, "Succeeded", exitedWith(0, "Completed"))
 	cl.awaitState(id, 30*time.Second, berth.JobSucceeded)
 	cl.eventually(30*time.Second, "the ended pod deleted", func() bool { return len(api.pods("ml", "berth.dev/job="+id)) == 0 })

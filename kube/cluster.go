@@ -232,7 +232,7 @@ func (b *Backend) kickCapacity() {
 func (b *Backend) reportCapacity() {
 	nodes, _ := b.nodes.List(labels.Everything())
 	pods, _ := b.pods.List(labels.Everything())
-	b.host.SetWorkers(workers(&b.spec, nodes, pods))
+	b.host.SetWorkers(workers(&b.spec, nodes, pods, false))
 	b.mu.Lock()
 	b.lastSync, b.message = time.Now().UTC(), ""
 	b.mu.Unlock()
@@ -487,9 +487,7 @@ func (b *Backend) Status() berth.BackendStatus {
 	}
 	nodes, _ := b.nodes.List(labels.Everything())
 	pods, _ := b.pods.List(labels.Everything())
-	all := b.spec
-	all.Name = "" // count every pod's use, the backend's own too
-	for _, w := range workers(&all, nodes, pods) {
+	for _, w := range workers(&b.spec, nodes, pods, true) {
 		s.Nodes++
 		s.GPUsFree += len(w.GPUs)
 	}
