@@ -348,8 +348,6 @@ func (b *Backend) finish(id, name string, t *tracked, end controller.AttemptEnd)
 		case <-b.ctx.Done():
 			return
 		}
-	} else {
-		b.host.Started(id) // an attempt ends from running
 	}
 	b.host.Ended(id, end)
 	if name != "" {
