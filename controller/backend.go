@@ -55,6 +55,14 @@ type Backend interface {
 	Close()
 }
 
+// SubmitChecker is a Backend that refuses, at submit, a job naming it that
+// it could never run (a Kubernetes backend: no image and no default). It
+// may be called from any goroutine; its error is an ECodeInvalid
+// berth.Error naming the field.
+type SubmitChecker interface {
+	CheckSubmit(spec *berth.JobSpec) error
+}
+
 // BackendFactory builds a backend of one kind from its spec; host is how
 // it reports into the controller. It may start goroutines (informers);
 // the controller calls Close when the backend is removed or the
@@ -247,13 +255,17 @@ func (c *Controller) closeBackends() {
 }
 
 // checkBackend refuses, with an ECodeInvalid error on backend, a job spec
-// naming a backend this server does not have.
+// naming a backend this server does not have, and what that backend
+// refuses (SubmitChecker).
 func (c *Controller) checkBackend(spec *berth.JobSpec) error {
 	switch spec.Backend {
 	case "", AgentPoolBackend:
 		return nil
 	}
 	if hb := c.hosted.get(spec.Backend); hb != nil && hb.be != nil {
+		if sc, ok := hb.be.(SubmitChecker); ok {
+			return sc.CheckSubmit(spec)
+		}
 		return nil
 	}
 	names := []string{AgentPoolBackend}

@@ -168,6 +168,12 @@ func TestKubeBackend(t *testing.T) {
 		return strings.TrimSpace(out)
 	}
 
+	// No image and no default: refused at submit, naming it.
+	_, errOut, err := runCLI(t, "", "", "--server", cl.url, "submit", "--backend", "k8s", "--", "true")
+	if exitCode(err) != 2 || !strings.Contains(errOut, "image") {
+		t.Fatalf("submit with no image: exit %d, %q", exitCode(err), errOut)
+	}
+
 	// Runs to success, in a pod of the right spec.
 	id := submit("--gpus", "2", "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--", "python", "train.py")
 	p := api.awaitPod(cl, "ml", id)

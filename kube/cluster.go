@@ -439,6 +439,19 @@ func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) 
 	b.host.Durable(func() { b.ops.push(op{pod: pod, secret: secret, attempt: a.ID}) })
 }
 
+// CheckSubmit refuses a job that names the backend and could never run
+// there: no image where the backend has no default, or a gang where
+// kube-scheduler places.
+func (b *Backend) CheckSubmit(spec *berth.JobSpec) error {
+	if spec.Image == "" && b.spec.Kubernetes.ImageDefault == "" {
+		return berth.Invalidf("image", "is required on backend %s, which has no image default (--image IMAGE)", b.spec.Name)
+	}
+	if b.spec.Kubernetes.Placement == berth.PlacementKube && spec.Nodes > 1 {
+		return berth.Invalidf("nodes", "backend %s leaves placement to kube-scheduler, which cannot place a gang all-or-nothing without a PodGroup", b.spec.Name)
+	}
+	return nil
+}
+
 // products returns the GPU products of the known nodes that are of
 // gpuType.
 func (b *Backend) products(gpuType string) []string {

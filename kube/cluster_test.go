@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -314,7 +315,9 @@ func TestBackend(t *testing.T) {
 
 	t.Run("no image", func(t *testing.T) {
 		k := startController(t, srv, cs, filepath.Join(t.TempDir(), "b.db"), "noimage", nil)
-		id := k.submit(func(s *berth.JobSpec) { s.Image = "" })
+		refused(t, k, "image", func(s *berth.JobSpec) { s.Image = "" })
+		// A job that names no backend and lands here fails at its launch.
+		id := k.submit(func(s *berth.JobSpec) { s.Image, s.Backend = "", "" })
 		d := k.job(id, func(d *berth.JobDetail) bool { return d.State == berth.JobFailed })
 		if !strings.Contains(d.Reason, "no image") {
 			t.Fatalf("reason %q", d.Reason)
@@ -388,9 +391,24 @@ func TestKubePlacement(t *testing.T) {
 	if p := k.pod(id); p.Spec.NodeName != "" {
 		t.Fatalf("pod bound to %q: kube-scheduler's to place", p.Spec.NodeName)
 	}
-	gang := k.submit(func(s *berth.JobSpec) { s.Resources.GPUs, s.Nodes = 4, 2 })
+	refused(t, k, "nodes", func(s *berth.JobSpec) { s.Resources.GPUs, s.Nodes = 4, 2 })
+	gang := k.submit(func(s *berth.JobSpec) { s.Resources.GPUs, s.Nodes, s.Backend = 4, 2, "" })
 	d := k.job(gang, func(d *berth.JobDetail) bool { return d.State == berth.JobFailed })
 	if !strings.Contains(d.Reason, "gang") {
 		t.Fatalf("gang: %q", d.Reason)
+	}
+}
+
+// refused submits a job to k's backend, edited by edit, and requires it
+// refused as invalid on field.
+func refused(t *testing.T, k *cluster, field string, edit func(*berth.JobSpec)) {
+	t.Helper()
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Backend, spec.Image = berth.Argv{"true"}, k.name, "example.invalid/trainer:1"
+	edit(&spec)
+	_, err := k.c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})
+	var e *berth.Error
+	if !errors.As(err, &e) || e.Code != berth.ECodeInvalid || e.Field != field {
+		t.Fatalf("submit: %v, want refused on %s", err, field)
 	}
 }
