@@ -36,6 +36,9 @@ type BackendRegistry interface {
 	// BackendStatuses returns every running backend's status, the agent
 	// pool's first.
 	BackendStatuses() []berth.BackendStatus
+	// BackendAttempts returns how many active attempts are held on
+	// backend name's workers.
+	BackendAttempts(ctx context.Context, name string) (int, error)
 }
 
 // BackendKeys seals and opens a backend's credentials; auth.Vault is one.
@@ -232,8 +235,8 @@ func (s *Server) addBackend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b := s.Backends
-	info, err := b.add(r.Context(), &in, func() error {
-		return s.sec.record(r, "backend.added", "backend/"+in.Name, backendFields(&in))
+	info, err := b.add(r.Context(), &in, func(action string, fields map[string]string) error {
+		return s.sec.record(r, action, "backend/"+in.Name, fields)
 	})
 	if err != nil {
 		writeError(w, r, err)
@@ -242,9 +245,10 @@ func (s *Server) addBackend(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, info)
 }
 
-// add seals spec's credentials, records it (audit), stores it and adds it
-// to the registry, undoing the store's row when the registry refuses it.
-func (b *Backends) add(ctx context.Context, spec *berth.BackendSpec, record func() error) (*berth.BackendInfo, error) {
+// add seals spec's credentials, records it (audit: backend.added), stores
+// it and adds it to the registry, undoing the store's row when the
+// registry refuses it (audit: backend.refused, with why).
+func (b *Backends) add(ctx context.Context, spec *berth.BackendSpec, record func(action string, fields map[string]string) error) (*berth.BackendInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if st := b.status(spec.Name); st != nil {
@@ -257,7 +261,7 @@ func (b *Backends) add(ctx context.Context, spec *berth.BackendSpec, record func
 	}
 	stored := withCredentials(spec, "")
 	stored.SealedCredentials, stored.CreatedAt = sealed, b.now()
-	if err := record(); err != nil {
+	if err := record("backend.added", backendFields(spec)); err != nil {
 		return nil, err
 	}
 	if err := b.Store.AddBackend(ctx, &stored); err != nil {
@@ -268,6 +272,9 @@ func (b *Backends) add(ctx context.Context, spec *berth.BackendSpec, record func
 		// (or ran, before a restart).
 		if rerr := b.Store.RemoveBackend(context.WithoutCancel(ctx), spec.Name); rerr != nil {
 			return nil, errors.Join(err, fmt.Errorf("and its stored row could not be deleted: %w", rerr))
+		}
+		if rerr := record("backend.refused", map[string]string{"error": err.Error()}); rerr != nil {
+			return nil, errors.Join(err, rerr)
 		}
 		return nil, err
 	}
@@ -352,11 +359,18 @@ func (b *Backends) remove(ctx context.Context, name string, force bool, record f
 		fields = backendFields(specs[i])
 	}
 	if st != nil {
-		if st.Pods > 0 && !force {
-			return berth.Errorf(berth.ECodeConflict,
-				"backend %s runs %d attempts: wait until they end, cancel them, or force (their jobs are then retried elsewhere per their retries)", name, st.Pods)
+		// What the controller holds there counts, even when the backend
+		// cannot see its pods (unreachable, not synced).
+		held, err := b.Registry.BackendAttempts(ctx, name)
+		if err != nil {
+			return err
 		}
-		fields["attempts"] = strconv.Itoa(st.Pods)
+		n := max(held, st.Pods)
+		if n > 0 && !force {
+			return berth.Errorf(berth.ECodeConflict,
+				"backend %s runs %s: wait until they end, cancel them, or force (their jobs are then retried elsewhere per their retries)", name, berth.Count(n, "attempt"))
+		}
+		fields["attempts"] = strconv.Itoa(n)
 	}
 	if err := record(fields); err != nil {
 		return err

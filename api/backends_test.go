@@ -30,14 +30,16 @@ func kubeconfig(server string) string {
 // fakeKube is a backend of kind kubernetes the tests' factory builds: it
 // reports pods as the test sets them and records its spec and its close.
 type fakeKube struct {
-	spec   berth.BackendSpec
-	mu     sync.Mutex
-	pods   int
-	closed bool
+	spec     berth.BackendSpec
+	host     controller.BackendHost
+	launched chan string // attempt ids
+	mu       sync.Mutex
+	pods     int
+	closed   bool
 }
 
-func (f *fakeKube) Launch(*berth.Job, *berth.Attempt, map[string]string) {}
-func (f *fakeKube) Stop(*berth.Attempt, string, string)                  {}
+func (f *fakeKube) Launch(_ *berth.Job, a *berth.Attempt, _ map[string]string) { f.launched <- a.ID }
+func (f *fakeKube) Stop(*berth.Attempt, string, string)                        {}
 func (f *fakeKube) Status() berth.BackendStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -63,13 +65,13 @@ type kubeKinds struct {
 	built map[string]*fakeKube
 }
 
-func (k *kubeKinds) factory(spec berth.BackendSpec, _ controller.BackendHost) (controller.Backend, error) {
+func (k *kubeKinds) factory(spec berth.BackendSpec, host controller.BackendHost) (controller.Backend, error) {
 	if !strings.Contains(spec.Kubernetes.Kubeconfig, "server: https://") {
 		return nil, berth.Invalidf("kubernetes.kubeconfig", "names no cluster server")
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	f := &fakeKube{spec: spec}
+	f := &fakeKube{spec: spec, host: host, launched: make(chan string, 8)}
 	k.built[spec.Name] = f
 	return f, nil
 }
@@ -228,8 +230,12 @@ func TestBackendValidation(t *testing.T) {
 	if l := s.list(); len(l) != 1 || l[0].Status.Name != berth.BackendAgents {
 		t.Fatalf("backends after bad input: %+v, want the agent pool alone", l)
 	}
-	if log := readAudit(t, s.auditPath); bytes.Contains(log, []byte(kubeconfigSecret)) {
-		t.Errorf("the audit log holds a kubeconfig:\n%s", log)
+	// Only the add the kind refused (after it was stored) is audited, as
+	// added and then refused.
+	log := readAudit(t, s.auditPath)
+	if bytes.Contains(log, []byte(kubeconfigSecret)) || bytes.Count(log, []byte("backend.added")) != 1 ||
+		bytes.Count(log, []byte("backend.refused")) != 1 || !bytes.Contains(log, []byte("names no cluster server")) {
+		t.Errorf("audit log after bad input:\n%s", log)
 	}
 }
 
@@ -359,5 +365,26 @@ func TestBackendsLoadedAtStart(t *testing.T) {
 	}
 	if l := s.list(); len(l) != 2 {
 		t.Fatalf("list after removing the failed backend = %+v", l)
+	}
+}
+
+// Removing a backend counts the attempts the controller holds there, not
+// only the pods the backend sees (none while it cannot reach its cluster).
+func TestBackendRemoveCountsHeldAttempts(t *testing.T) {
+	t.Parallel()
+	s := startBackendServer(t)
+	if code, _, data := s.do("POST", "/api/v1/backends", body(t, goodBackend("k8s-cw"))); code != http.StatusCreated {
+		t.Fatalf("add: %d %s", code, data)
+	}
+	built := s.kinds.get("k8s-cw")
+	built.host.SetWorkers([]*berth.Worker{{ID: "k8s-cw/n1", Host: "n1", GPUs: []berth.GPU{{Index: 0}}, CPUs: 8, Memory: 32 << 30, Slots: 10}})
+	s.submit(`{"command": ["python", "train.py"], "backend": "k8s-cw", "resources": {"gpus": 1}}`, http.StatusCreated)
+	<-built.launched
+	code, _, data := s.do("DELETE", "/api/v1/backends/k8s-cw", "")
+	if code != http.StatusConflict || !strings.Contains(string(data), "runs 1 attempt:") {
+		t.Fatalf("remove with an attempt placed there (the backend seeing no pod): %d %s, want 409", code, data)
+	}
+	if code, _, data := s.do("DELETE", "/api/v1/backends/k8s-cw?force=true", ""); code != http.StatusNoContent {
+		t.Fatalf("forced remove: %d %s", code, data)
 	}
 }

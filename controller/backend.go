@@ -245,6 +245,21 @@ func (c *Controller) BackendStatuses() []berth.BackendStatus {
 	return out
 }
 
+// BackendAttempts returns how many active attempts the controller holds
+// on the workers of backend name (placed there, starting or running),
+// whatever the backend itself reports; 0 for a name it has no backend of.
+func (c *Controller) BackendAttempts(ctx context.Context, name string) (int, error) {
+	n := 0
+	err := c.do(ctx, func() {
+		for _, ws := range c.order {
+			if ws.hosted != nil && ws.hosted.spec.Name == name {
+				n += len(ws.attempts)
+			}
+		}
+	})
+	return n, err
+}
+
 // closeBackends closes every added backend, as the controller stops.
 func (c *Controller) closeBackends() {
 	for _, hb := range c.hosted.all() {
@@ -255,14 +270,18 @@ func (c *Controller) closeBackends() {
 }
 
 // checkBackend refuses, with an ECodeInvalid error on backend, a job spec
-// naming a backend this server does not have, and what that backend
-// refuses (SubmitChecker).
+// naming a backend this server does not have; on image, one naming a
+// Kubernetes backend without an image when the backend has no default;
+// and what else that backend refuses (SubmitChecker).
 func (c *Controller) checkBackend(spec *berth.JobSpec) error {
 	switch spec.Backend {
 	case "", AgentPoolBackend:
 		return nil
 	}
 	if hb := c.hosted.get(spec.Backend); hb != nil && hb.be != nil {
+		if k := hb.spec.Kubernetes; k != nil && spec.Image == "" && k.ImageDefault == "" {
+			return berth.Invalidf("image", "is required on backend %s, which runs containers and has no default image (--image IMAGE)", spec.Backend)
+		}
 		if sc, ok := hb.be.(SubmitChecker); ok {
 			return sc.CheckSubmit(spec)
 		}

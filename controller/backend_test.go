@@ -47,7 +47,7 @@ func startHosted(t *testing.T) (*Controller, *hostedFake) {
 }
 
 func kubeSpec(name, ns string) berth.BackendSpec {
-	return berth.BackendSpec{Name: name, Kind: berth.BackendKindKubernetes, Kubernetes: &berth.KubernetesBackend{Kubeconfig: "x", Namespace: ns}}
+	return berth.BackendSpec{Name: name, Kind: berth.BackendKindKubernetes, Kubernetes: &berth.KubernetesBackend{Kubeconfig: "x", Namespace: ns, ImageDefault: "busybox:1.37"}}
 }
 
 // awaitJob polls job id until cond holds of it.

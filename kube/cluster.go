@@ -440,12 +440,9 @@ func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) 
 }
 
 // CheckSubmit refuses a job that names the backend and could never run
-// there: no image where the backend has no default, or a gang where
-// kube-scheduler places.
+// there: a gang where kube-scheduler places. (A job with no image where
+// the backend has no default the controller refuses itself.)
 func (b *Backend) CheckSubmit(spec *berth.JobSpec) error {
-	if spec.Image == "" && b.spec.Kubernetes.ImageDefault == "" {
-		return berth.Invalidf("image", "is required on backend %s, which has no image default (--image IMAGE)", b.spec.Name)
-	}
 	if b.spec.Kubernetes.Placement == berth.PlacementKube && spec.Nodes > 1 {
 		return berth.Invalidf("nodes", "backend %s leaves placement to kube-scheduler, which cannot place a gang all-or-nothing without a PodGroup", b.spec.Name)
 	}

@@ -99,9 +99,9 @@ func runBackendAdd(ctx context.Context, m *Main, args []string) error {
 	fs.StringVar(&k.Context, "context", "", "the kubeconfig's context to use (default: its current context)")
 	fs.StringVar(&k.Namespace, "namespace", berth.DefaultKubeNamespace, "namespace the pods go in")
 	queues := fs.String("queues", "", "comma-separated queues whose jobs it runs (default: every queue)")
-	fs.StringVar(&k.ImageDefault, "image-default", "", "image of a job that names none (default: such a job is refused on this backend)")
+	fs.StringVar(&k.ImageDefault, "image-default", "", "image of a job that names none (default: a job naming this backend must name its image)")
 	var selector keyValueFlag
-	fs.Var(&selector, "node-selector", "KEY=VALUE node label its pods' nodes must have; comma-separated or (repeatable)")
+	fs.Var(&selector, "node-selector", "KEY=VALUE node label its pods' nodes must have, or several comma-separated (repeatable)")
 	fs.StringVar(&k.Placement, "placement", berth.PlacementBerth, "who picks a pod's node: berth (Berth's scheduler, as for agents) or kube (kube-scheduler)")
 	name, err := parseOneArg(fs, cf, args, "NAME", "give exactly one backend NAME, e.g. berth backend add k8s-cw --kind kubernetes --kubeconfig ~/.kube/cw.yaml")
 	if err != nil {
