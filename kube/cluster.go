@@ -9,12 +9,16 @@ package kube
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +67,10 @@ type Backend struct {
 	pods  listers.PodLister
 	inf   informers.SharedInformerFactory
 
+	// podGroups says the cluster serves the coscheduling plugin's
+	// PodGroup (PodGroupVersion), found at the first sync.
+	podGroups atomic.Bool
+
 	mu       sync.Mutex
 	attempts map[string]*tracked // by attempt id: what was reported of each
 	synced   bool
@@ -73,11 +81,11 @@ type Backend struct {
 // tracked is what the backend knows and has reported of one attempt.
 type tracked struct {
 	started, ended, stopping bool
-	launched                 bool // by this process: its log is all new
-
-	pending string    // the reason last reported
-	since   time.Time // when it became pending for that reason
-	logs    chan struct{}
+	launched                 bool      // by this process: its log is all new
+	group                    string    // its gang's PodGroup, if any
+	pending                  string    // the reason last reported
+	since                    time.Time // when it became pending for that reason
+	logs                     chan struct{}
 }
 
 // New returns the backend spec describes, reporting through host: it
@@ -189,6 +197,7 @@ func (b *Backend) sync() {
 	if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 		b.log.Warn("kubernetes backend: cannot make namespace", "namespace", b.ns, "err", err)
 	}
+	b.podGroups.Store(servesPodGroups(b.cs))
 	b.reportCapacity()
 	var running, finished []string
 	own, _ := b.pods.Pods(b.ns).List(labels.SelectorFromSet(labels.Set{LabelBackend: b.spec.Name}))
@@ -266,6 +275,7 @@ func (b *Backend) podChanged(o any) {
 	if t.ended {
 		return
 	}
+	t.group = p.Labels[LabelPodGroup]
 	if st.started && !t.started {
 		t.started = true
 		b.host.Started(id)
@@ -350,10 +360,13 @@ func (b *Backend) finish(id, name string, t *tracked, end controller.AttemptEnd)
 		}
 	}
 	b.host.Ended(id, end)
+	b.mu.Lock()
+	group := t.group
+	b.mu.Unlock()
 	if name != "" {
-		b.ops.push(op{del: true, name: name})
+		b.ops.push(op{del: true, name: name, group: group})
 	} else {
-		b.ops.push(op{del: true, name: PodName(id), secretOnly: true})
+		b.ops.push(op{del: true, name: PodName(id), secretOnly: true, group: group})
 	}
 }
 
@@ -422,31 +435,45 @@ func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) 
 	switch {
 	case ps.image == "":
 		why = fmt.Sprintf("no image: the job names none and backend %s has no image default", b.spec.Name)
-	case kubePlaced && j.Nodes > 1:
-		why = fmt.Sprintf("backend %s leaves placement to kube-scheduler, which cannot place a gang all-or-nothing without a PodGroup", b.spec.Name)
+	case kubePlaced && j.Nodes > 1 && !b.podGroups.Load():
+		why = b.noGang()
 	}
 	pod, secret, err := translate(j, a, env, ps)
 	if err != nil {
 		why = err.Error()
+	}
+	var group string
+	if why == "" && kubePlaced && j.Nodes > 1 {
+		group = PodGroupName(j)
+		pod.Labels[LabelPodGroup] = group
 	}
 	if why != "" {
 		go b.host.Ended(a.ID, controller.AttemptEnd{State: berth.AttemptFailed, Class: berth.FailureCannotStart, Reason: why})
 		return
 	}
 	b.mu.Lock()
-	b.track(a.ID).launched = true
+	t := b.track(a.ID)
+	t.launched, t.group = true, group
 	b.mu.Unlock()
-	b.host.Durable(func() { b.ops.push(op{pod: pod, secret: secret, attempt: a.ID}) })
+	o := op{pod: pod, secret: secret, attempt: a.ID, group: group, members: j.Nodes}
+	b.host.Durable(func() { b.ops.push(o) })
 }
 
 // CheckSubmit refuses a job that names the backend and could never run
-// there: a gang where kube-scheduler places. (A job with no image where
-// the backend has no default the controller refuses itself.)
+// there: a gang where kube-scheduler places, unless the cluster serves
+// PodGroups. (A job with no image where the backend has no default the
+// controller refuses itself.)
 func (b *Backend) CheckSubmit(spec *berth.JobSpec) error {
-	if b.spec.Kubernetes.Placement == berth.PlacementKube && spec.Nodes > 1 {
-		return berth.Invalidf("nodes", "backend %s leaves placement to kube-scheduler, which cannot place a gang all-or-nothing without a PodGroup", b.spec.Name)
+	if b.spec.Kubernetes.Placement == berth.PlacementKube && spec.Nodes > 1 && !b.podGroups.Load() {
+		return berth.Invalidf("nodes", "%s", b.noGang())
 	}
 	return nil
+}
+
+// noGang says why the backend refuses gangs.
+func (b *Backend) noGang() string {
+	return fmt.Sprintf("backend %s leaves placement to kube-scheduler, which cannot place a gang all-or-nothing: "+
+		"the cluster serves no PodGroup (%s, the coscheduling plugin's)", b.spec.Name, PodGroupVersion)
 }
 
 // products returns the GPU products of the known nodes that are of
@@ -514,6 +541,8 @@ func (b *Backend) Status() berth.BackendStatus {
 
 // op is one create or delete for the creators.
 type op struct {
+	group      string // the gang's PodGroup: created before the pod, deleted with it
+	members    int    // the gang's size, the PodGroup's minMember
 	pod        *corev1.Pod
 	secret     *corev1.Secret
 	attempt    string
@@ -582,6 +611,12 @@ func (b *Backend) work() {
 // create the API server refuses fails the attempt.
 func (b *Backend) create(o op) {
 	pods, secrets := b.cs.CoreV1().Pods(b.ns), b.cs.CoreV1().Secrets(b.ns)
+	if o.group != "" {
+		if err := b.createPodGroup(o.group, o.members); err != nil {
+			b.createFailed(o, err)
+			return
+		}
+	}
 	if o.secret != nil {
 		if _, err := secrets.Create(b.ctx, o.secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			b.createFailed(o, err)
@@ -635,4 +670,51 @@ func (b *Backend) delete(o op) {
 	if err := b.cs.CoreV1().Secrets(b.ns).Delete(b.ctx, o.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) && b.ctx.Err() == nil {
 		b.log.Warn("kubernetes backend: delete secret", "secret", o.name, "err", err)
 	}
+	if o.group != "" {
+		err := b.cs.Discovery().RESTClient().Delete().AbsPath("/apis", PodGroupVersion, "namespaces", b.ns, "podgroups", o.group).Do(b.ctx).Error()
+		if err != nil && !apierrors.IsNotFound(err) && b.ctx.Err() == nil {
+			b.log.Warn("kubernetes backend: delete pod group", "group", o.group, "err", err)
+		}
+	}
+}
+
+// Gangs on a cluster that places pods itself go in a PodGroup of the
+// coscheduling plugin (kubernetes-sigs/scheduler-plugins), which holds
+// the members until all of them fit.
+const (
+	// PodGroupVersion is the group and version of the PodGroup resource.
+	PodGroupVersion = "scheduling.x-k8s.io/v1alpha1"
+	// LabelPodGroup labels a gang member's pod with its PodGroup.
+	LabelPodGroup = "scheduling.x-k8s.io/pod-group"
+)
+
+// PodGroupName is the PodGroup of job j's current placement.
+func PodGroupName(j *berth.Job) string {
+	return "berth-" + strings.ToLower(j.ID) + "-" + strconv.Itoa(j.Attempts)
+}
+
+// servesPodGroups reports whether the cluster serves PodGroups.
+func servesPodGroups(cs kubernetes.Interface) bool {
+	rl, err := cs.Discovery().ServerResourcesForGroupVersion(PodGroupVersion)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == "podgroups" })
+}
+
+// createPodGroup makes the PodGroup name of members members; one that
+// exists (another member's create) is success.
+func (b *Backend) createPodGroup(name string, members int) error {
+	body, err := json.Marshal(map[string]any{"apiVersion": PodGroupVersion, "kind": "PodGroup",
+		"metadata": map[string]any{"name": name, "namespace": b.ns, "labels": map[string]string{LabelBackend: b.spec.Name}},
+		"spec":     map[string]any{"minMember": members}})
+	if err != nil {
+		return fmt.Errorf("pod group %s: %w", name, err)
+	}
+	err = b.cs.Discovery().RESTClient().Post().AbsPath("/apis", PodGroupVersion, "namespaces", b.ns, "podgroups").
+		SetHeader("Content-Type", "application/json").Body(body).Do(b.ctx).Error()
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("pod group %s: %w", name, err)
+	}
+	return nil
 }
