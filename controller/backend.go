@@ -55,6 +55,14 @@ type Backend interface {
 	Close()
 }
 
+// SubmitChecker is a Backend that refuses, at submit, a job naming it that
+// it could never run (a Kubernetes backend: no image and no default). It
+// may be called from any goroutine; its error is an ECodeInvalid
+// berth.Error naming the field.
+type SubmitChecker interface {
+	CheckSubmit(spec *berth.JobSpec) error
+}
+
 // BackendFactory builds a backend of one kind from its spec; host is how
 // it reports into the controller. It may start goroutines (informers);
 // the controller calls Close when the backend is removed or the
@@ -100,6 +108,10 @@ type BackendHost interface {
 	// Grace is how long a stopped attempt has between SIGTERM and
 	// SIGKILL.
 	Grace() time.Duration
+	// Durable runs fn, off the loop, once everything the loop has written
+	// so far is durable: Launch and Stop send through it, so that nothing
+	// starts or stops on a decision a crash could undo. Loop only.
+	Durable(fn func())
 }
 
 // AttemptEnd is how an attempt ended, as a backend reports it.
@@ -113,9 +125,9 @@ type AttemptEnd struct {
 // AgentPoolBackend is the name of the agent pool backend, the default.
 const AgentPoolBackend = berth.BackendAgents
 
-// BackendLabel is the scheduler label that every worker of a backend
-// added by AddBackend carries, with the backend's name: a job that names
-// a backend is placed only on workers labelled with it.
+// BackendLabel is the scheduler label that every worker carries with its
+// backend's name (AgentPoolBackend for an agent's): a job that names a
+// backend is placed only on workers labelled with it.
 const BackendLabel = "berth.dev/backend"
 
 // hostedBackend is a backend added at run time, with what it was made
@@ -259,7 +271,8 @@ func (c *Controller) closeBackends() {
 
 // checkBackend refuses, with an ECodeInvalid error on backend, a job spec
 // naming a backend this server does not have; on image, one naming a
-// Kubernetes backend without an image when the backend has no default.
+// Kubernetes backend without an image when the backend has no default;
+// and what else that backend refuses (SubmitChecker).
 func (c *Controller) checkBackend(spec *berth.JobSpec) error {
 	switch spec.Backend {
 	case "", AgentPoolBackend:
@@ -268,6 +281,9 @@ func (c *Controller) checkBackend(spec *berth.JobSpec) error {
 	if hb := c.hosted.get(spec.Backend); hb != nil && hb.be != nil {
 		if k := hb.spec.Kubernetes; k != nil && spec.Image == "" && k.ImageDefault == "" {
 			return berth.Invalidf("image", "is required on backend %s, which runs containers and has no default image (--image IMAGE)", spec.Backend)
+		}
+		if sc, ok := hb.be.(SubmitChecker); ok {
+			return sc.CheckSubmit(spec)
 		}
 		return nil
 	}
@@ -331,6 +347,8 @@ func (h *backendHost) Secrets(j *berth.Job) map[string]string {
 }
 
 func (h *backendHost) Grace() time.Duration { return h.c.cfg.Grace }
+
+func (h *backendHost) Durable(fn func()) { h.c.afterCommit(fn) }
 
 // post queues fn for the loop; a report that arrives while AddBackend is
 // still building the backend waits for it to be added.

@@ -168,3 +168,18 @@ func TestAddRemoveBackend(t *testing.T) {
 		t.Fatalf("remove twice: %v", err)
 	}
 }
+
+// A job naming the agent pool stays off an added backend's workers; one
+// naming no backend goes wherever it fits.
+func TestAgentsJobStaysOnAgents(t *testing.T) {
+	c, fake := startHosted(t)
+	fake.host.SetWorkers([]*berth.Worker{{ID: "k/n1", Host: "n1", GPUs: []berth.GPU{{Index: 0}}, CPUs: 8, Memory: 32 << 30, Slots: 110}})
+	agents := submitSleep(t, c, func(s *berth.JobSpec) { s.Backend, s.Resources.GPUs = AgentPoolBackend, 1 })
+	anywhere := submitSleep(t, c, func(s *berth.JobSpec) { s.Resources.GPUs = 1 })
+	if a := <-fake.launched; a.JobID != anywhere {
+		t.Fatalf("launched %s's attempt on the cluster, want %s's", a.JobID, anywhere)
+	}
+	if d := awaitJob(t, c, agents, func(*berth.JobDetail) bool { return true }); len(d.AttemptList) != 0 {
+		t.Fatalf("job for the agents placed: %+v", d.AttemptList)
+	}
+}

@@ -226,6 +226,13 @@ func newWorkerState(w *berth.Worker) *workerState {
 func (ws *workerState) recompute() {
 	w, s := ws.w, ws.sched
 	s.Host, s.Queues, s.OffQueues, s.Labels, s.GPUs = w.Host, w.Queues, ws.offQueues, w.Labels, w.GPUs
+	if ws.hosted == nil { // an agent's: a job naming the agent pool may go there
+		s.Labels = maps.Clone(w.Labels)
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[BackendLabel] = AgentPoolBackend
+	}
 	if ws.onlyQueues != nil {
 		s.Queues = ws.onlyQueues
 	}
@@ -493,7 +500,7 @@ func (l *lifecycle) enqueue(js *jobState) {
 		js.task = &scheduler.Task{JobID: j.ID, Nodes: j.Nodes, Queue: j.Queue, User: j.User, Template: j.Template,
 			Model: j.Model, Spread: spreadKey(j), Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
 			Seq: l.seq, Resources: j.Resources, Constraints: j.Constraints}
-		if j.Backend != "" && j.Backend != AgentPoolBackend {
+		if j.Backend != "" {
 			js.task.Constraints.Labels = maps.Clone(j.Constraints.Labels)
 			if js.task.Constraints.Labels == nil {
 				js.task.Constraints.Labels = map[string]string{}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -9,12 +10,16 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/kubetest"
+	"github.com/berth-dev/berth/postgres/pgtest"
 )
 
 // kubeAPI speaks to a test API server's REST API as the kubelet and an
@@ -112,21 +117,24 @@ func (k *kubeAPI) pods(ns, sel string) []kubePod {
 	return list.Items
 }
 
-// awaitPod waits for the one pod of job id in ns and returns it.
-func (k *kubeAPI) awaitPod(cl *cluster, ns, id string) kubePod {
+// awaitPod waits for the one pod of job id in ns and returns it; a second
+// pod of the job fails the test.
+func (k *kubeAPI) awaitPod(ns, id string) kubePod {
 	k.t.Helper()
-	var p kubePod
-	cl.eventually(30*time.Second, "the pod of job "+id, func() bool {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		pods := k.pods(ns, "berth.dev/job="+id)
 		if len(pods) > 1 {
 			k.t.Fatalf("%d pods of job %s", len(pods), id)
 		}
 		if len(pods) == 1 {
-			p = pods[0]
+			return pods[0]
 		}
-		return len(pods) == 1
-	})
-	return p
+		if time.Now().After(deadline) {
+			k.t.Fatalf("no pod of job %s", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // setStatus plays the kubelet: the pod's phase and its container's state
@@ -168,9 +176,15 @@ func TestKubeBackend(t *testing.T) {
 		return strings.TrimSpace(out)
 	}
 
+	// No image and no default: refused at submit, naming it.
+	_, errOut, err := runCLI(t, "", "", "--server", cl.url, "submit", "--backend", "k8s", "--", "true")
+	if exitCode(err) != 2 || !strings.Contains(errOut, "image") {
+		t.Fatalf("submit with no image: exit %d, %q", exitCode(err), errOut)
+	}
+
 	// Runs to success, in a pod of the right spec.
 	id := submit("--gpus", "2", "--image", "nvcr.io/nvidia/pytorch:25.01-py3", "--", "python", "train.py")
-	p := api.awaitPod(cl, "ml", id)
+	p := api.awaitPod("ml", id)
 	c := p.Spec.Containers[0]
 	if p.Spec.NodeName != "gpu-1" || p.Spec.RestartPolicy != "Never" || c.Image != "nvcr.io/nvidia/pytorch:25.01-py3" ||
 		c.Resources.Limits["nvidia.com/gpu"] != "2" || strings.Join(c.Command, " ") != "python train.py" || p.Metadata.Labels["berth.dev/backend"] != "k8s" {
@@ -178,13 +192,16 @@ func TestKubeBackend(t *testing.T) {
 	}
 	api.setStatus("ml", p, "Running", podRunning)
 	cl.awaitState(id, 30*time.Second, berth.JobRunning)
+	if out := mustCLI(t, "", "", "--server", cl.url, "workers"); !strings.Contains(out, "k8s/gpu-1") {
+		t.Fatalf("berth workers does not list the node:\n%s", out)
+	}
 	api.setStatus("ml", p, "Succeeded", exitedWith(0, "Completed"))
 	cl.awaitState(id, 30*time.Second, berth.JobSucceeded)
 	cl.eventually(30*time.Second, "the ended pod deleted", func() bool { return len(api.pods("ml", "berth.dev/job="+id)) == 0 })
 
 	// Unschedulable: the job's pending reason, then failed past the deadline.
 	id = submit("--gpus", "1", "--image", "img:1", "--", "true")
-	p = api.awaitPod(cl, "ml", id)
+	p = api.awaitPod("ml", id)
 	api.do("PATCH", "/api/v1/namespaces/ml/pods/"+p.Metadata.Name+"/status", "application/merge-patch+json",
 		map[string]any{"status": map[string]any{"conditions": []map[string]string{{"type": "PodScheduled", "status": "False",
 			"reason": "Unschedulable", "message": "0/1 nodes are available: 1 node(s) had untolerated taint."}}}}, nil)
@@ -199,7 +216,7 @@ func TestKubeBackend(t *testing.T) {
 
 	// Cancel deletes the pod with the server's grace.
 	id = submit("--image", "img:1", "--", "sleep", "1000")
-	p = api.awaitPod(cl, "ml", id)
+	p = api.awaitPod("ml", id)
 	api.setStatus("ml", p, "Running", podRunning)
 	cl.awaitState(id, 30*time.Second, berth.JobRunning)
 	mustCLI(t, "", "", "--server", cl.url, "cancel", id)
@@ -212,7 +229,7 @@ func TestKubeBackend(t *testing.T) {
 
 	// A restarted server adopts the running pod.
 	id = submit("--image", "img:1", "--", "sleep", "1000")
-	p = api.awaitPod(cl, "ml", id)
+	p = api.awaitPod("ml", id)
 	api.setStatus("ml", p, "Running", podRunning)
 	cl.awaitState(id, 30*time.Second, berth.JobRunning)
 	cl.server.stop()
@@ -222,5 +239,85 @@ func TestKubeBackend(t *testing.T) {
 	d = cl.awaitState(id, 30*time.Second, berth.JobSucceeded)
 	if len(d.AttemptList) != 1 {
 		t.Fatalf("%d attempts after the restart, want the one adopted", len(d.AttemptList))
+	}
+}
+
+// TestKubeFailover: two servers on one PostgreSQL database, a Kubernetes
+// backend added on the leader; a job's pod runs, the leader is killed
+// (SIGKILL), and the standby that takes over adopts the pod: no second
+// pod, no second attempt, and the job succeeds when the pod does.
+func TestKubeFailover(t *testing.T) {
+	t.Parallel()
+	ks := kubetest.Start(t)
+	api := newKubeAPI(t, ks)
+	api.addNode("gpu-1", 4)
+	db := pgtest.NewDatabase(t)
+	dir := t.TempDir()
+	urlA, urlB := "http://"+freeAddr(t), "http://"+freeAddr(t)
+	server := func(name, url string) *proc {
+		return start(t, "server "+name, "server", "--store", db, "--listen", strings.TrimPrefix(url, "http://"),
+			"--data-dir", filepath.Join(dir, name), "--heartbeat", "1s", "--key-file", filepath.Join(dir, "berth.key"))
+	}
+	a := server("a", urlA)
+	if _, ok := a.out.await("listening on", 30*time.Second); !ok {
+		t.Fatal("server a did not start")
+	}
+	admin, err := os.ReadFile(filepath.Join(dir, "a", "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := strings.TrimSpace(string(admin))
+	b := server("b", urlB)
+	if _, ok := b.out.await("standby", 30*time.Second); !ok {
+		t.Fatal("server b did not stand by")
+	}
+	mustCLI(t, token, "", "--server", urlA, "backend", "add", "k8s", "--kind", "kubernetes", "--kubeconfig", inlineKubeconfig(t, ks), "--namespace", "ha")
+	ready := func(url string) {
+		t.Helper()
+		c := client.New(url, token, nil)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			list, err := c.Backends(context.Background())
+			if err == nil && len(list) == 2 && list[1].Status.State == berth.BackendReady {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("backend not ready on %s: %+v, %v", url, list, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	ready(urlA)
+	id := strings.TrimSpace(mustCLI(t, token, "", "--server", urlA, "submit", "--backend", "k8s", "--image", "img:1", "--", "sleep", "1000"))
+	p := api.awaitPod("ha", id)
+	api.setStatus("ha", p, "Running", podRunning)
+	state := func(url string, want berth.JobState) *berth.JobDetail {
+		t.Helper()
+		c := client.New(url, token, nil)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			d, err := c.Job(context.Background(), id)
+			if err == nil && d.State == want {
+				return d
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s on %s: %+v, %v; want %s", id, url, d, err, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	state(urlA, berth.JobRunning)
+
+	a.kill()
+	if _, ok := b.out.await("listening on", 60*time.Second); !ok {
+		t.Fatal("the standby did not take over within a minute of the leader's death")
+	}
+	ready(urlB)
+	if got := api.awaitPod("ha", id); got.Metadata.Name != p.Metadata.Name {
+		t.Fatalf("pod %s after the failover, want %s", got.Metadata.Name, p.Metadata.Name)
+	}
+	api.setStatus("ha", p, "Succeeded", exitedWith(0, "Completed"))
+	if d := state(urlB, berth.JobSucceeded); len(d.AttemptList) != 1 {
+		t.Fatalf("%d attempts: the new leader made another", len(d.AttemptList))
 	}
 }

@@ -16,15 +16,16 @@ import (
 // nvidia.com/gpu.product label names) less what other pods than the
 // backend's own request there, and so its CPUs, memory and pod slots; a
 // node cordoned or not Ready is parked (takes no new work). The backend's
-// own pods are left out: the controller counts the attempts it placed.
-func workers(spec *berth.BackendSpec, nodes []*corev1.Node, pods []*corev1.Pod) []*berth.Worker {
+// own pods are left out unless withOwn: the controller counts the
+// attempts it placed.
+func workers(spec *berth.BackendSpec, nodes []*corev1.Node, pods []*corev1.Pod, withOwn bool) []*berth.Worker {
 	type use struct {
 		gpus, pods int64
 		cpu, mem   int64 // milli-CPUs, bytes
 	}
 	used := map[string]*use{}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" || p.Labels[LabelBackend] == spec.Name || terminal(p) {
+		if p.Spec.NodeName == "" || (!withOwn && p.Labels[LabelBackend] == spec.Name) || terminal(p) {
 			continue
 		}
 		u := used[p.Spec.NodeName]

@@ -9,12 +9,16 @@ package kube
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,6 +67,10 @@ type Backend struct {
 	pods  listers.PodLister
 	inf   informers.SharedInformerFactory
 
+	// podGroups says the cluster serves the coscheduling plugin's
+	// PodGroup (PodGroupVersion), found at the first sync.
+	podGroups atomic.Bool
+
 	mu       sync.Mutex
 	attempts map[string]*tracked // by attempt id: what was reported of each
 	synced   bool
@@ -73,6 +81,8 @@ type Backend struct {
 // tracked is what the backend knows and has reported of one attempt.
 type tracked struct {
 	started, ended, stopping bool
+	launched                 bool      // by this process: its log is all new
+	group                    string    // its gang's PodGroup, if any
 	pending                  string    // the reason last reported
 	since                    time.Time // when it became pending for that reason
 	logs                     chan struct{}
@@ -187,6 +197,7 @@ func (b *Backend) sync() {
 	if err != nil && !apierrors.IsAlreadyExists(err) && !apierrors.IsForbidden(err) {
 		b.log.Warn("kubernetes backend: cannot make namespace", "namespace", b.ns, "err", err)
 	}
+	b.podGroups.Store(servesPodGroups(b.cs))
 	b.reportCapacity()
 	var running, finished []string
 	own, _ := b.pods.Pods(b.ns).List(labels.SelectorFromSet(labels.Set{LabelBackend: b.spec.Name}))
@@ -230,7 +241,7 @@ func (b *Backend) kickCapacity() {
 func (b *Backend) reportCapacity() {
 	nodes, _ := b.nodes.List(labels.Everything())
 	pods, _ := b.pods.List(labels.Everything())
-	b.host.SetWorkers(workers(&b.spec, nodes, pods))
+	b.host.SetWorkers(workers(&b.spec, nodes, pods, false))
 	b.mu.Lock()
 	b.lastSync, b.message = time.Now().UTC(), ""
 	b.mu.Unlock()
@@ -264,10 +275,15 @@ func (b *Backend) podChanged(o any) {
 	if t.ended {
 		return
 	}
+	t.group = p.Labels[LabelPodGroup]
 	if st.started && !t.started {
 		t.started = true
 		b.host.Started(id)
-		b.run(func() { b.streamLogs(id, p.Name, t.logs) })
+		var since *metav1.Time // an adopted pod's log before now was stored by the server that launched it
+		if !t.launched {
+			since = &metav1.Time{Time: time.Now()}
+		}
+		b.run(func() { b.streamLogs(id, p.Name, since, t.logs) })
 	}
 	switch {
 	case st.ended != nil:
@@ -342,14 +358,15 @@ func (b *Backend) finish(id, name string, t *tracked, end controller.AttemptEnd)
 		case <-b.ctx.Done():
 			return
 		}
-	} else {
-		b.host.Started(id) // an attempt ends from running
 	}
 	b.host.Ended(id, end)
+	b.mu.Lock()
+	group := t.group
+	b.mu.Unlock()
 	if name != "" {
-		b.ops.push(op{del: true, name: name})
+		b.ops.push(op{del: true, name: name, group: group})
 	} else {
-		b.ops.push(op{del: true, name: PodName(id), secretOnly: true})
+		b.ops.push(op{del: true, name: PodName(id), secretOnly: true, group: group})
 	}
 }
 
@@ -373,11 +390,13 @@ func (b *Backend) expirePending(now time.Time) {
 	}
 }
 
-// streamLogs follows the job container's log into the controller's log
-// store until the container ends, then closes done.
-func (b *Backend) streamLogs(id, name string, done chan struct{}) {
+// streamLogs follows the job container's log (from since, when not nil)
+// into the controller's log store until the container ends, then closes
+// done.
+func (b *Backend) streamLogs(id, name string, since *metav1.Time, done chan struct{}) {
 	defer close(done)
-	rc, err := b.cs.CoreV1().Pods(b.ns).GetLogs(name, &corev1.PodLogOptions{Container: container, Follow: true}).Stream(b.ctx)
+	opts := &corev1.PodLogOptions{Container: container, Follow: true, SinceTime: since}
+	rc, err := b.cs.CoreV1().Pods(b.ns).GetLogs(name, opts).Stream(b.ctx)
 	if err != nil {
 		b.log.Debug("kubernetes backend: no log stream", "pod", name, "err", err)
 		return
@@ -398,7 +417,8 @@ func (b *Backend) streamLogs(id, name string, done chan struct{}) {
 	}
 }
 
-// Launch queues the create of attempt a's pod (and Secret). It fails the
+// Launch queues the create of attempt a's pod (and Secret), once the
+// attempt is durable. It fails the
 // attempt at once when the job has no image and the backend no default,
 // or is a gang left to kube-scheduler.
 func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) {
@@ -415,21 +435,45 @@ func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) 
 	switch {
 	case ps.image == "":
 		why = fmt.Sprintf("no image: the job names none and backend %s has no image default", b.spec.Name)
-	case kubePlaced && j.Nodes > 1:
-		why = fmt.Sprintf("backend %s leaves placement to kube-scheduler, which cannot place a gang all-or-nothing without a PodGroup", b.spec.Name)
+	case kubePlaced && j.Nodes > 1 && !b.podGroups.Load():
+		why = b.noGang()
 	}
 	pod, secret, err := translate(j, a, env, ps)
 	if err != nil {
 		why = err.Error()
+	}
+	var group string
+	if why == "" && kubePlaced && j.Nodes > 1 {
+		group = PodGroupName(j)
+		pod.Labels[LabelPodGroup] = group
 	}
 	if why != "" {
 		go b.host.Ended(a.ID, controller.AttemptEnd{State: berth.AttemptFailed, Class: berth.FailureCannotStart, Reason: why})
 		return
 	}
 	b.mu.Lock()
-	b.track(a.ID)
+	t := b.track(a.ID)
+	t.launched, t.group = true, group
 	b.mu.Unlock()
-	b.ops.push(op{pod: pod, secret: secret, attempt: a.ID})
+	o := op{pod: pod, secret: secret, attempt: a.ID, group: group, members: j.Nodes}
+	b.host.Durable(func() { b.ops.push(o) })
+}
+
+// CheckSubmit refuses a job that names the backend and could never run
+// there: a gang where kube-scheduler places, unless the cluster serves
+// PodGroups. (A job with no image where the backend has no default the
+// controller refuses itself.)
+func (b *Backend) CheckSubmit(spec *berth.JobSpec) error {
+	if b.spec.Kubernetes.Placement == berth.PlacementKube && spec.Nodes > 1 && !b.podGroups.Load() {
+		return berth.Invalidf("nodes", "%s", b.noGang())
+	}
+	return nil
+}
+
+// noGang says why the backend refuses gangs.
+func (b *Backend) noGang() string {
+	return fmt.Sprintf("backend %s leaves placement to kube-scheduler, which cannot place a gang all-or-nothing: "+
+		"the cluster serves no PodGroup (%s, the coscheduling plugin's)", b.spec.Name, PodGroupVersion)
 }
 
 // products returns the GPU products of the known nodes that are of
@@ -447,13 +491,15 @@ func (b *Backend) products(gpuType string) []string {
 	return out
 }
 
-// Stop queues the delete of attempt a's pod with the grace period; its
+// Stop queues the delete of attempt a's pod with the grace period, once
+// the stop is durable; its
 // end is reported once the pod is gone.
 func (b *Backend) Stop(a *berth.Attempt, _, _ string) {
 	b.mu.Lock()
 	b.track(a.ID).stopping = true
 	b.mu.Unlock()
-	b.ops.push(op{del: true, name: PodName(a.ID), grace: int64(b.host.Grace().Seconds()), graceSet: true})
+	o := op{del: true, name: PodName(a.ID), grace: int64(b.host.Grace().Seconds()), graceSet: true}
+	b.host.Durable(func() { b.ops.push(o) })
 }
 
 // Status says how the backend stands: syncing until its informers have
@@ -476,9 +522,7 @@ func (b *Backend) Status() berth.BackendStatus {
 	}
 	nodes, _ := b.nodes.List(labels.Everything())
 	pods, _ := b.pods.List(labels.Everything())
-	all := b.spec
-	all.Name = "" // count every pod's use, the backend's own too
-	for _, w := range workers(&all, nodes, pods) {
+	for _, w := range workers(&b.spec, nodes, pods, true) {
 		s.Nodes++
 		s.GPUsFree += len(w.GPUs)
 	}
@@ -497,6 +541,8 @@ func (b *Backend) Status() berth.BackendStatus {
 
 // op is one create or delete for the creators.
 type op struct {
+	group      string // the gang's PodGroup: created before the pod, deleted with it
+	members    int    // the gang's size, the PodGroup's minMember
 	pod        *corev1.Pod
 	secret     *corev1.Secret
 	attempt    string
@@ -565,6 +611,12 @@ func (b *Backend) work() {
 // create the API server refuses fails the attempt.
 func (b *Backend) create(o op) {
 	pods, secrets := b.cs.CoreV1().Pods(b.ns), b.cs.CoreV1().Secrets(b.ns)
+	if o.group != "" {
+		if err := b.createPodGroup(o.group, o.members); err != nil {
+			b.createFailed(o, err)
+			return
+		}
+	}
 	if o.secret != nil {
 		if _, err := secrets.Create(b.ctx, o.secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			b.createFailed(o, err)
@@ -618,4 +670,51 @@ func (b *Backend) delete(o op) {
 	if err := b.cs.CoreV1().Secrets(b.ns).Delete(b.ctx, o.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) && b.ctx.Err() == nil {
 		b.log.Warn("kubernetes backend: delete secret", "secret", o.name, "err", err)
 	}
+	if o.group != "" {
+		err := b.cs.Discovery().RESTClient().Delete().AbsPath("/apis", PodGroupVersion, "namespaces", b.ns, "podgroups", o.group).Do(b.ctx).Error()
+		if err != nil && !apierrors.IsNotFound(err) && b.ctx.Err() == nil {
+			b.log.Warn("kubernetes backend: delete pod group", "group", o.group, "err", err)
+		}
+	}
+}
+
+// Gangs on a cluster that places pods itself go in a PodGroup of the
+// coscheduling plugin (kubernetes-sigs/scheduler-plugins), which holds
+// the members until all of them fit.
+const (
+	// PodGroupVersion is the group and version of the PodGroup resource.
+	PodGroupVersion = "scheduling.x-k8s.io/v1alpha1"
+	// LabelPodGroup labels a gang member's pod with its PodGroup.
+	LabelPodGroup = "scheduling.x-k8s.io/pod-group"
+)
+
+// PodGroupName is the PodGroup of job j's current placement.
+func PodGroupName(j *berth.Job) string {
+	return "berth-" + strings.ToLower(j.ID) + "-" + strconv.Itoa(j.Attempts)
+}
+
+// servesPodGroups reports whether the cluster serves PodGroups.
+func servesPodGroups(cs kubernetes.Interface) bool {
+	rl, err := cs.Discovery().ServerResourcesForGroupVersion(PodGroupVersion)
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Name == "podgroups" })
+}
+
+// createPodGroup makes the PodGroup name of members members; one that
+// exists (another member's create) is success.
+func (b *Backend) createPodGroup(name string, members int) error {
+	body, err := json.Marshal(map[string]any{"apiVersion": PodGroupVersion, "kind": "PodGroup",
+		"metadata": map[string]any{"name": name, "namespace": b.ns, "labels": map[string]string{LabelBackend: b.spec.Name}},
+		"spec":     map[string]any{"minMember": members}})
+	if err != nil {
+		return fmt.Errorf("pod group %s: %w", name, err)
+	}
+	err = b.cs.Discovery().RESTClient().Post().AbsPath("/apis", PodGroupVersion, "namespaces", b.ns, "podgroups").
+		SetHeader("Content-Type", "application/json").Body(body).Do(b.ctx).Error()
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("pod group %s: %w", name, err)
+	}
+	return nil
 }

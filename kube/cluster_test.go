@@ -2,6 +2,8 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -314,13 +316,9 @@ func TestBackend(t *testing.T) {
 
 	t.Run("no image", func(t *testing.T) {
 		k := startController(t, srv, cs, filepath.Join(t.TempDir(), "b.db"), "noimage", nil)
-		spec := berth.DefaultJobSpec()
-		spec.Command, spec.Backend = berth.Argv{"true"}, k.name
-		if _, err := k.c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec}); berth.ErrorCode(err) != berth.ECodeInvalid {
-			t.Fatalf("a job naming the backend without an image: %v, want it refused at submit", err)
-		}
-		// One naming no backend may still be placed here.
-		id := k.submit(func(s *berth.JobSpec) { s.Backend, s.Image = "", "" })
+		refused(t, k, "image", func(s *berth.JobSpec) { s.Image = "" })
+		// A job that names no backend and lands here fails at its launch.
+		id := k.submit(func(s *berth.JobSpec) { s.Image, s.Backend = "", "" })
 		d := k.job(id, func(d *berth.JobDetail) bool { return d.State == berth.JobFailed })
 		if !strings.Contains(d.Reason, "no image") {
 			t.Fatalf("reason %q", d.Reason)
@@ -378,4 +376,93 @@ func TestBackend(t *testing.T) {
 			t.Fatalf("%d attempts: the restart made another", len(d.AttemptList))
 		}
 	})
+}
+
+// TestKubePlacement: with placement kube the pod is left to kube-scheduler
+// (no nodeName); a gang is refused while the cluster serves no PodGroup,
+// and once it does goes in one (minMember its size, deleted with its
+// pods).
+func TestKubePlacement(t *testing.T) {
+	srv := kubetest.Start(t)
+	cs := clientset(t, srv)
+	addNode(t, cs, "gpu-1", 8, "NVIDIA-H100-80GB-HBM3")
+	addNode(t, cs, "gpu-2", 8, "NVIDIA-H100-80GB-HBM3")
+	k := startController(t, srv, cs, filepath.Join(t.TempDir(), "b.db"), "kp", func(kb *berth.KubernetesBackend) {
+		kb.Placement = berth.PlacementKube
+	})
+	id := k.submit(func(s *berth.JobSpec) { s.Resources.GPUs = 1 })
+	if p := k.pod(id); p.Spec.NodeName != "" {
+		t.Fatalf("pod bound to %q: kube-scheduler's to place", p.Spec.NodeName)
+	}
+	refused(t, k, "nodes", func(s *berth.JobSpec) { s.Resources.GPUs, s.Nodes = 4, 2 })
+	gang := k.submit(func(s *berth.JobSpec) { s.Resources.GPUs, s.Nodes, s.Backend = 4, 2, "" })
+	d := k.job(gang, func(d *berth.JobDetail) bool { return d.State == berth.JobFailed })
+	if !strings.Contains(d.Reason, "gang") {
+		t.Fatalf("gang: %q", d.Reason)
+	}
+
+	// Where the cluster serves PodGroups, a gang's pods go in one.
+	crd := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"podgroups.scheduling.x-k8s.io"},
+	"spec":{"group":"scheduling.x-k8s.io","scope":"Namespaced","names":{"kind":"PodGroup","plural":"podgroups","singular":"podgroup"},
+	"versions":[{"name":"v1alpha1","served":true,"storage":true,"schema":{"openAPIV3Schema":{"type":"object","x-kubernetes-preserve-unknown-fields":true}}}]}}`
+	if err := cs.Discovery().RESTClient().Post().AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").
+		SetHeader("Content-Type", "application/json").Body([]byte(crd)).Do(t.Context()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "PodGroups served", func() (bool, string) { return servesPodGroups(cs), "not yet" })
+	k = startController(t, srv, cs, filepath.Join(t.TempDir(), "b.db"), "kpg", func(kb *berth.KubernetesBackend) {
+		kb.Placement = berth.PlacementKube
+	})
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Backend, spec.Image, spec.Nodes, spec.Resources.GPUs = berth.Argv{"true"}, "kpg", "img:1", 2, 4
+	var jobs []*berth.Job
+	await(t, "the gang accepted once the backend has synced", func() (bool, string) {
+		var err error
+		jobs, err = k.c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})
+		return err == nil, fmt.Sprint(err)
+	})
+	group := "berth-" + strings.ToLower(jobs[0].ID) + "-1"
+	var members []corev1.Pod
+	await(t, "both members' pods", func() (bool, string) {
+		pods, err := cs.CoreV1().Pods("kpg").List(t.Context(), metav1.ListOptions{LabelSelector: LabelPodGroup + "=" + group})
+		if err != nil {
+			return false, err.Error()
+		}
+		members = pods.Items
+		return len(members) == 2, fmt.Sprintf("%d pods", len(members))
+	})
+	var pg struct {
+		Spec struct {
+			MinMember int `json:"minMember"`
+		} `json:"spec"`
+	}
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/apis", PodGroupVersion, "namespaces", "kpg", "podgroups", group).DoRaw(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &pg); err != nil || pg.Spec.MinMember != 2 {
+		t.Fatalf("pod group %s: %s (%v)", group, raw, err)
+	}
+	for i := range members {
+		k.setStatus(&members[i], corev1.PodSucceeded, exited(0, "Completed"))
+	}
+	k.job(jobs[0].ID, func(d *berth.JobDetail) bool { return d.State == berth.JobSucceeded })
+	await(t, "the pod group deleted", func() (bool, string) {
+		err := cs.Discovery().RESTClient().Get().AbsPath("/apis", PodGroupVersion, "namespaces", "kpg", "podgroups", group).Do(t.Context()).Error()
+		return err != nil, "still there"
+	})
+}
+
+// refused submits a job to k's backend, edited by edit, and requires it
+// refused as invalid on field.
+func refused(t *testing.T, k *cluster, field string, edit func(*berth.JobSpec)) {
+	t.Helper()
+	spec := berth.DefaultJobSpec()
+	spec.Command, spec.Backend, spec.Image = berth.Argv{"true"}, k.name, "example.invalid/trainer:1"
+	edit(&spec)
+	_, err := k.c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})
+	var e *berth.Error
+	if !errors.As(err, &e) || e.Code != berth.ECodeInvalid || e.Field != field {
+		t.Fatalf("submit: %v, want refused on %s", err, field)
+	}
 }

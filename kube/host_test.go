@@ -48,6 +48,7 @@ func (h *fakeHost) Pending(string, string)               {}
 func (h *fakeHost) Logger() *slog.Logger                 { return slog.New(slog.DiscardHandler) }
 func (h *fakeHost) Secrets(*berth.Job) map[string]string { return nil }
 func (h *fakeHost) Grace() time.Duration                 { return time.Second }
+func (h *fakeHost) Durable(fn func())                    { fn() }
 func (h *fakeHost) Ended(id string, e controller.AttemptEnd) {
 	h.report(func() { h.ended[id] = e })
 }
@@ -110,10 +111,11 @@ func TestCapacityAndOneCreate(t *testing.T) {
 
 	other, _ := testJob("OTHER", 1)
 	other.Image = "example.invalid/other:1"
-	pod, _, err := translate(other, &berth.Attempt{ID: "OTHER"}, nil, podSpec{backend: "someone-else", namespace: "default", node: "gpu-1", image: other.Image})
+	pod, _, err := translate(other, &berth.Attempt{ID: "OTHER"}, nil, podSpec{namespace: "default", node: "gpu-1", image: other.Image})
 	if err != nil {
 		t.Fatal(err)
 	}
+	pod.Labels = nil // another tenant's: no Berth label
 	if _, err := cs.CoreV1().Pods("default").Create(t.Context(), pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
