@@ -379,6 +379,7 @@ func shares(a, b map[string]struct{}) bool {
 	}
 	return false
 }
+
 // merge returns the batches of group as one, in order (see Batch.Append).
 // It reuses the first batch, growing its busiest lists once to their
 // merged length rather than step by step.
