@@ -3,6 +3,9 @@
 // one round trip (a pipeline of one set-based statement per list of the
 // batch, the events as one row, and one that deletes the events the
 // batch's push out of those kept), committed with synchronous_commit on before Write returns.
+// The store is also a store.Stager: the committer makes a group's changes
+// on one of writeLanes connections while the group before it commits on
+// another.
 // Migrations are applied on Open under an advisory lock, so several
 // servers may start at once. Other programs sharing the database may write
 // worker_controls with plain SQL; WatchControls tells Berth when they do.
