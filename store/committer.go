@@ -16,8 +16,11 @@ import (
 // earlier ones are still being made or committed, and the transactions
 // commit one after another in the order the groups were formed, so that
 // what is durable is always every group up to some point. A group that
-// writes a row an earlier group in flight also writes waits for that
-// group to commit before its changes are made (see Batch.rows).
+// writes a row an earlier group in flight also writes is staged only once
+// that group's changes are made, and then waits, in the database, for its
+// commit to write the row; one that updates a job an earlier group in
+// flight inserts, or that writes a table whose rows it does not list,
+// waits for that group to commit (see Batch.rows).
 //
 // A failed write is sticky: that batch and every later one get the error,
 // because later batches may build on the lost writes.
@@ -52,8 +55,11 @@ type Stager interface {
 	// Lanes is how many staged batches may be open at once.
 	Lanes() int
 	// Stage makes b's changes in a transaction of its own, which it leaves
-	// open. It is called from several goroutines at once, never with
-	// batches that write the same row (Batch.rows).
+	// open. It is called from several goroutines at once. A row that an
+	// open transaction also writes is one that transaction has finished
+	// writing and the one it updated or upserted, not inserted (Batch.rows): Stage
+	// waits for that transaction to end and writes the row then, as
+	// PostgreSQL's row locks do.
 	Stage(ctx context.Context, b *Batch) (Staged, error)
 }
 
@@ -215,6 +221,7 @@ func (c *Committer) write(b *Batch) error {
 // flight is a group of batches staged or being staged.
 type flight struct {
 	rows     *rows
+	staged   chan struct{} // closed once the group's changes are made, or will not be
 	prepared chan struct{} // closed once Prepare has returned on the group, or will not run
 	badAudit bool          // Prepare failed on this group or an earlier one; set before prepared is closed
 	done     chan struct{} // closed once committed or failed and the callbacks have run
@@ -223,15 +230,17 @@ type flight struct {
 
 // finished returns a flight that is done, with no error.
 func finished() *flight {
-	f := &flight{prepared: make(chan struct{}), done: make(chan struct{})}
+	f := &flight{prepared: make(chan struct{}), staged: make(chan struct{}), done: make(chan struct{})}
 	close(f.prepared)
+	close(f.staged)
 	close(f.done)
 	return f
 }
 
 // runStaged writes the groups over s, up to s.Lanes() at once, each
-// staged as soon as a lane is free and no earlier group in flight writes
-// a row it writes, and committed after the group before it.
+// staged as soon as a lane is free and the earlier groups in flight that
+// write a row it writes are staged (committed, where rows.waitsForCommit),
+// and committed after the group before it.
 func (c *Committer) runStaged(s Stager) {
 	lanes := s.Lanes()
 	prev := finished()
@@ -241,7 +250,7 @@ func (c *Committer) runStaged(s Stager) {
 		if !merged.Empty() {
 			merged.Compact()
 		}
-		f := &flight{rows: merged.rows(), prepared: make(chan struct{}), done: make(chan struct{})}
+		f := &flight{rows: merged.rows(), prepared: make(chan struct{}), staged: make(chan struct{}), done: make(chan struct{})}
 		inFlight = slices.DeleteFunc(inFlight, func(g *flight) bool {
 			select {
 			case <-g.done:
@@ -255,8 +264,11 @@ func (c *Committer) runStaged(s Stager) {
 			inFlight = inFlight[1:]
 		}
 		for _, g := range inFlight {
-			if f.rows.overlaps(g.rows) {
+			switch {
+			case f.rows.waitsForCommit(g.rows):
 				<-g.done
+			case f.rows.overlaps(g.rows):
+				<-g.staged
 			}
 		}
 		go c.fly(s, merged, group, f, prev)
@@ -298,6 +310,7 @@ func (c *Committer) fly(s Stager, b *Batch, group []commit, f, prev *flight) {
 	if write {
 		staged, err = s.Stage(context.Background(), b)
 	}
+	close(f.staged)
 	var head *AuditHead
 	if prepared != nil {
 		r := <-prepared
@@ -329,11 +342,17 @@ func (c *Committer) fly(s Stager, b *Batch, group []commit, f, prev *flight) {
 // rows is the rows of the tables that a batch writes, as far as two
 // batches in flight at once could write the same one; all is set when the
 // batch writes a table whose rows it does not list, and it then shares a
-// row with every batch.
+// row with every batch. A batch that updates a job another inserts must
+// wait for that one's commit (the update does not see an uncommitted
+// row); one that writes a row another updated or upserted waits for it in
+// the database (an update, or an upsert's conflict, waits for the row's
+// lock), so it need only not take that row's lock first.
 type rows struct {
 	all      bool
-	jobs     map[string]struct{}
-	attempts map[string]struct{}
+	created  map[string]struct{} // jobs inserted
+	jobs     map[string]struct{} // jobs written, created included
+	attempts map[string]struct{} // attempts written, progressed included
+	progress map[string]struct{} // attempts whose progress is set (an update)
 }
 
 // rows returns the rows b writes. Events need none: each batch's are new
@@ -342,9 +361,10 @@ func (b *Batch) rows() *rows {
 	if len(b.Workers)+len(b.Quotas)+len(b.QuotaDeletes)+len(b.Controls) > 0 || !b.Federation.Empty() {
 		return &rows{all: true}
 	}
-	r := &rows{jobs: make(map[string]struct{}, len(b.Jobs)+len(b.JobUpdates)),
-		attempts: make(map[string]struct{}, len(b.Attempts)+len(b.Progress)+len(b.Logs))}
+	r := &rows{created: make(map[string]struct{}, len(b.Jobs)), jobs: make(map[string]struct{}, len(b.Jobs)+len(b.JobUpdates)),
+		attempts: make(map[string]struct{}, len(b.Attempts)+len(b.Progress)+len(b.Logs)), progress: make(map[string]struct{}, len(b.Progress))}
 	for _, j := range b.Jobs {
+		r.created[j.ID] = struct{}{}
 		r.jobs[j.ID] = struct{}{}
 	}
 	for _, u := range b.JobUpdates {
@@ -355,6 +375,7 @@ func (b *Batch) rows() *rows {
 	}
 	for _, p := range b.Progress {
 		r.attempts[p.AttemptID] = struct{}{}
+		r.progress[p.AttemptID] = struct{}{}
 	}
 	for _, l := range b.Logs {
 		r.attempts[l.AttemptID] = struct{}{}
@@ -365,6 +386,14 @@ func (b *Batch) rows() *rows {
 // overlaps reports whether r and o share a row.
 func (r *rows) overlaps(o *rows) bool {
 	return r.all || o.all || shares(r.jobs, o.jobs) || shares(r.attempts, o.attempts)
+}
+
+// waitsForCommit reports whether a batch writing r, after one writing o,
+// must wait for o's commit before its changes are made: it writes a job
+// o inserts, sets the progress of an attempt o upserts (perhaps inserts),
+// or either writes tables whose rows it does not list.
+func (r *rows) waitsForCommit(o *rows) bool {
+	return r.all || o.all || shares(r.jobs, o.created) || shares(r.progress, o.attempts)
 }
 
 // shares reports whether a and b have a key in common.

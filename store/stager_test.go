@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/postgres"
@@ -14,7 +15,8 @@ import (
 )
 
 // stageRecorder is a real PostgreSQL store whose staged writes it
-// numbers and checks: no two groups open at once write the same job. With
+// numbers and checks: a group writes a job that an open group writes only
+// once that group's changes are made, and never one it inserts. With
 // holdStage or holdCommit set, the first Stage, or the first Commit, waits
 // until it is closed.
 type stageRecorder struct {
@@ -23,39 +25,50 @@ type stageRecorder struct {
 
 	holdStage  chan struct{}
 	holdCommit chan struct{}
+	released   sync.Once
 	staging    chan int // each stage's number as it begins
 
 	mu      sync.Mutex
 	n       int
-	open    map[int][]string // jobs of each group staged and not yet ended
-	commits []int            // stages committed, in order
+	open    map[int]*openStage
+	commits []int // stages committed, in order
 }
 
 func newStageRecorder(t *testing.T) *stageRecorder {
 	s, err := postgres.Open(t.Context(), pgtest.NewDatabase(t))
 	opened(t, s, err)
-	return &stageRecorder{Store: s, t: t, staging: make(chan int, 1000), open: map[int][]string{}}
+	return &stageRecorder{Store: s, t: t, staging: make(chan int, 1000), open: map[int]*openStage{}}
+}
+
+// openStage is a group staged and not yet committed or rolled back.
+type openStage struct {
+	created, jobs []string
+	made          bool // Stage has returned
 }
 
 func (r *stageRecorder) Stage(ctx context.Context, b *store.Batch) (store.Staged, error) {
-	var jobs []string
+	o := &openStage{}
 	for _, j := range b.Jobs {
-		jobs = append(jobs, j.ID)
+		o.created = append(o.created, j.ID)
 	}
+	o.jobs = append(o.jobs, o.created...)
 	for _, u := range b.JobUpdates {
-		jobs = append(jobs, u.ID)
+		o.jobs = append(o.jobs, u.ID)
 	}
 	r.mu.Lock()
 	i := r.n
 	r.n++
 	for g, other := range r.open {
-		for _, id := range jobs {
-			if slices.Contains(other, id) {
-				r.t.Errorf("stage %d writes job %s while stage %d, which writes it too, is open", i, id, g)
+		for _, id := range o.jobs {
+			switch {
+			case slices.Contains(other.created, id):
+				r.t.Errorf("stage %d writes job %s, which stage %d inserts and has not committed", i, id, g)
+			case slices.Contains(other.jobs, id) && !other.made:
+				r.t.Errorf("stage %d writes job %s while stage %d, which writes it too, is being made", i, id, g)
 			}
 		}
 	}
-	r.open[i] = jobs
+	r.open[i] = o
 	r.mu.Unlock()
 	r.staging <- i
 	if i == 0 && r.holdStage != nil {
@@ -66,7 +79,22 @@ func (r *stageRecorder) Stage(ctx context.Context, b *store.Batch) (store.Staged
 		r.end(i, false)
 		return nil, err
 	}
+	r.mu.Lock()
+	o.made = true
+	r.mu.Unlock()
 	return &recordedStage{r: r, i: i, s: s}, nil
+}
+
+// release closes the holds set, once: a test defers it before its
+// committer's Stop, which would otherwise wait for a held stage.
+func (r *stageRecorder) release() {
+	r.released.Do(func() {
+		for _, h := range []chan struct{}{r.holdStage, r.holdCommit} {
+			if h != nil {
+				close(h)
+			}
+		}
+	})
 }
 
 // end records that stage i is no longer open, and committed if so.
@@ -79,17 +107,19 @@ func (r *stageRecorder) end(i int, committed bool) {
 	}
 }
 
-// waitStaging waits for stage i to begin.
+// waitStaging waits for stage i to begin, failing t after 30 s.
 func (r *stageRecorder) waitStaging(t *testing.T, i int) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
 	for {
 		select {
 		case n := <-r.staging:
 			if n == i {
 				return
 			}
-		case <-t.Context().Done():
-			t.Fatalf("stage %d never began", i)
+		case <-ctx.Done():
+			t.Fatalf("stage %d did not begin", i)
 		}
 	}
 }
@@ -139,6 +169,7 @@ func TestStagedGroupsOverlapAndCommitInOrder(t *testing.T) {
 	}
 	c.Start()
 	defer c.Stop()
+	defer r.release()
 
 	a, b := newJob(), newJob()
 	res := newResults(3)
@@ -148,7 +179,7 @@ func TestStagedGroupsOverlapAndCommitInOrder(t *testing.T) {
 	r.waitStaging(t, 1) // while stage 0 cannot commit
 	c.Commit(&store.Batch{JobUpdates: []store.JobUpdate{{ID: a.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base}}},
 		res.done(2))
-	close(r.holdCommit)
+	r.release()
 	res.wait(t)
 
 	if want := []int{0, 1, 2}; !slices.Equal(res.order, want) || !slices.Equal(r.commits, want) || !slices.Equal(prepared, want) {
@@ -178,6 +209,7 @@ func TestStagedFailureRollsBackLaterGroups(t *testing.T) {
 	c := store.NewCommitter(r)
 	c.Start()
 	defer c.Stop()
+	defer r.release()
 
 	lost, later := newJob(), newJob()
 	res := newResults(2)
@@ -186,7 +218,7 @@ func TestStagedFailureRollsBackLaterGroups(t *testing.T) {
 	r.waitStaging(t, 0)
 	c.Commit(&store.Batch{Jobs: []*berth.Job{later}}, res.done(1))
 	r.waitStaging(t, 1)
-	close(r.holdStage)
+	r.release()
 	res.wait(t)
 
 	errBad, _ := res.get(0)
@@ -220,6 +252,7 @@ func TestStagedChainOfUpdates(t *testing.T) {
 	c := store.NewCommitter(r)
 	c.Start()
 	defer c.Stop()
+	defer r.release()
 
 	const n = 300
 	jobs := make([]*berth.Job, n)
@@ -253,5 +286,46 @@ func TestStagedChainOfUpdates(t *testing.T) {
 		if err != nil || got.State != want {
 			t.Errorf("job %d: %v, %v; want %s", i, got, err, want)
 		}
+	}
+}
+
+// TestStagedUpdateWaitsForTheRowInTheDatabase checks that a group
+// updating a job that an open group has updated is staged before that
+// group commits, and that PostgreSQL applies its update after the open
+// group's.
+func TestStagedUpdateWaitsForTheRowInTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	r := newStageRecorder(t)
+	a := newJob()
+	if err := r.Write(ctx, &store.Batch{Jobs: []*berth.Job{a}}); err != nil {
+		t.Fatal(err)
+	}
+	r.holdCommit = make(chan struct{})
+	c := store.NewCommitter(r)
+	c.Start()
+	defer c.Stop()
+	defer r.release()
+
+	res := newResults(2)
+	c.Commit(&store.Batch{JobUpdates: []store.JobUpdate{{ID: a.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base}}},
+		res.done(0))
+	r.waitStaging(t, 0)
+	c.Commit(&store.Batch{JobUpdates: []store.JobUpdate{{ID: a.ID, State: berth.JobSucceeded, Attempts: 1, StartedAt: base,
+		FinishedAt: base}}}, res.done(1))
+	r.waitStaging(t, 1) // while stage 0 cannot commit
+	r.release()
+	res.wait(t)
+
+	for i := range 2 {
+		if err, _ := res.get(i); err != nil {
+			t.Errorf("commit %d: %v", i, err)
+		}
+	}
+	if want := []int{0, 1}; !slices.Equal(r.commits, want) {
+		t.Errorf("commits %v, want %v", r.commits, want)
+	}
+	if j, err := r.Job(ctx, a.ID); err != nil || j.State != berth.JobSucceeded {
+		t.Errorf("job after both updates: %v, %v; want succeeded", j, err)
 	}
 }
