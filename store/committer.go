@@ -55,10 +55,10 @@ type Stager interface {
 	// Lanes is how many staged batches may be open at once.
 	Lanes() int
 	// Stage makes b's changes in a transaction of its own, which it leaves
-	// open. It is called from several goroutines at once. A row that an
-	// open transaction also writes is one that transaction has finished
-	// writing and the one it updated or upserted, not inserted (Batch.rows): Stage
-	// waits for that transaction to end and writes the row then, as
+	// open. It is called from several goroutines at once. Where b writes
+	// a row that another open transaction writes too, that one has made
+	// all its changes and updated or upserted the row, not inserted it
+	// (Batch.rows): Stage waits for it to end and then writes the row, as
 	// PostgreSQL's row locks do.
 	Stage(ctx context.Context, b *Batch) (Staged, error)
 }

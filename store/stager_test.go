@@ -97,6 +97,17 @@ func (r *stageRecorder) release() {
 	})
 }
 
+// committer returns a started committer over r with prepare as its
+// Prepare, stopped when t ends, after r's holds are released.
+func (r *stageRecorder) committer(t *testing.T, prepare func(*store.Batch) (*store.AuditHead, error)) *store.Committer {
+	c := store.NewCommitter(r)
+	c.Prepare = prepare
+	c.Start()
+	t.Cleanup(c.Stop)
+	t.Cleanup(r.release)
+	return c
+}
+
 // end records that stage i is no longer open, and committed if so.
 func (r *stageRecorder) end(i int, committed bool) {
 	r.mu.Lock()
@@ -151,25 +162,21 @@ func (s *recordedStage) Rollback() {
 
 // TestStagedGroupsOverlapAndCommitInOrder checks that on PostgreSQL a
 // group is staged while the one before it is still open, that a group
-// writing a job an open group writes waits for it, and that the groups
+// updating a job an open group inserts waits for its commit, and that the groups
 // commit, and their Prepares and callbacks run, in order.
 func TestStagedGroupsOverlapAndCommitInOrder(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	r := newStageRecorder(t)
 	r.holdCommit = make(chan struct{})
-	c := store.NewCommitter(r)
 	var mu sync.Mutex
 	var prepared []int
-	c.Prepare = func(b *store.Batch) (*store.AuditHead, error) {
+	c := r.committer(t, func(b *store.Batch) (*store.AuditHead, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		prepared = append(prepared, len(prepared))
 		return &store.AuditHead{Seq: uint64(len(prepared)), Hash: "h"}, nil
-	}
-	c.Start()
-	defer c.Stop()
-	defer r.release()
+	})
 
 	a, b := newJob(), newJob()
 	res := newResults(3)
@@ -206,10 +213,7 @@ func TestStagedFailureRollsBackLaterGroups(t *testing.T) {
 	ctx := t.Context()
 	r := newStageRecorder(t)
 	r.holdStage = make(chan struct{})
-	c := store.NewCommitter(r)
-	c.Start()
-	defer c.Stop()
-	defer r.release()
+	c := r.committer(t, nil)
 
 	lost, later := newJob(), newJob()
 	res := newResults(2)
@@ -249,10 +253,7 @@ func TestStagedChainOfUpdates(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	r := newStageRecorder(t)
-	c := store.NewCommitter(r)
-	c.Start()
-	defer c.Stop()
-	defer r.release()
+	c := r.committer(t, nil)
 
 	const n = 300
 	jobs := make([]*berth.Job, n)
@@ -302,10 +303,7 @@ func TestStagedUpdateWaitsForTheRowInTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.holdCommit = make(chan struct{})
-	c := store.NewCommitter(r)
-	c.Start()
-	defer c.Stop()
-	defer r.release()
+	c := r.committer(t, nil)
 
 	res := newResults(2)
 	c.Commit(&store.Batch{JobUpdates: []store.JobUpdate{{ID: a.ID, State: berth.JobRunning, Attempts: 1, StartedAt: base}}},
