@@ -3,6 +3,9 @@
 // one round trip (a pipeline of one set-based statement per list of the
 // batch, the events as one row, and one that deletes the events the
 // batch's push out of those kept), committed with synchronous_commit on before Write returns.
+// The store is also a store.Stager: the committer makes a group's changes
+// on one of writeLanes connections while the group before it commits on
+// another.
 // Migrations are applied on Open under an advisory lock, so several
 // servers may start at once. Other programs sharing the database may write
 // worker_controls with plain SQL; WatchControls tells Berth when they do.
@@ -59,7 +62,14 @@ type Store struct {
 var (
 	_ store.Store          = (*Store)(nil)
 	_ store.ControlWatcher = (*Store)(nil)
+	_ store.Stager         = (*Store)(nil)
 )
+
+// writeLanes is how many connections write at once (store.Stager): the
+// committer makes a group's changes on one while the group before it is
+// still being made or committed on another, so that more than one
+// PostgreSQL backend, and core, does Berth's writing.
+const writeLanes = 2
 
 // Open connects to the database at dbURL (postgres://user@host:port/db?…
 // or postgresql://…, with pgx's parameters such as pool_max_conns) and
@@ -114,10 +124,11 @@ func Open(ctx context.Context, dbURL string) (*Store, error) {
 // of every job for each group commit, on each of the first five writes of
 // a connection, before PostgreSQL settles on the generic plan). The
 // generic plan looks each row up by its key whatever the table's size.
-// One connection also keeps the statements prepared once.
+// Few connections (writeLanes) also keep the statements prepared once
+// on each.
 func openWriter(ctx context.Context, config *pgxpool.Config) (*pgxpool.Pool, error) {
 	wc := config.Copy()
-	wc.MaxConns, wc.MinConns = 1, 0
+	wc.MaxConns, wc.MinConns = writeLanes, 0
 	if _, ok := wc.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
 		wc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
@@ -251,6 +262,64 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 	return nil
 }
 
+// Lanes returns how many batches may be staged at once (store.Stager).
+func (s *Store) Lanes() int { return writeLanes }
+
+// Stage makes b's changes in a transaction of its own on one of the
+// writer's connections, in one round trip, and leaves it open
+// (store.Stager). Strings are stored as by Write.
+func (s *Store) Stage(ctx context.Context, b *store.Batch) (store.Staged, error) {
+	stmts, err := planBatch(b.Deduplicated())
+	if err != nil {
+		return nil, fmt.Errorf("write: %w", err)
+	}
+	conn, err := s.writer.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("write: connect: %w", err)
+	}
+	if err := send(ctx, conn, append([]statement{{what: "begin", query: "BEGIN"}}, stmts...)); err != nil {
+		conn.Release() // in a transaction still, so closed: the server rolls it back
+		return nil, err
+	}
+	return &staged{conn: conn}, nil
+}
+
+// staged is a transaction that Stage left open.
+type staged struct {
+	conn *pgxpool.Conn
+}
+
+// Commit writes head, if not nil, and commits, in one round trip.
+func (t *staged) Commit(ctx context.Context, head *store.AuditHead) error {
+	defer t.conn.Release()
+	batch := &pgx.Batch{}
+	if head != nil {
+		batch.Queue(auditHeadQuery, int64(head.Seq), head.Hash)
+	}
+	batch.Queue("COMMIT")
+	results := t.conn.SendBatch(ctx, batch)
+	defer results.Close()
+	if head != nil {
+		if _, err := results.Exec(); err != nil {
+			return fmt.Errorf("write: audit head: %w", err)
+		}
+	}
+	tag, err := results.Exec()
+	if err == nil && tag.String() != "COMMIT" { // a failed transaction "commits" as a rollback
+		err = fmt.Errorf("rolled back (%s)", tag)
+	}
+	if err != nil {
+		return fmt.Errorf("write: commit: %w", err)
+	}
+	return results.Close()
+}
+
+// Rollback discards the transaction; closing its connection would too.
+func (t *staged) Rollback() {
+	defer t.conn.Release()
+	_, _ = t.conn.Exec(context.Background(), "ROLLBACK")
+}
+
 // send runs stmts in one round trip (a pipeline): outside a transaction,
 // as one implicit transaction that its Sync commits.
 func send(ctx context.Context, db interface {
@@ -379,7 +448,9 @@ func newestSeq(events []*berth.Event) uint64 {
 // older than the newest store.KeptEvents: those whose newest seq is at
 // most $1, the batch's newest less store.KeptEvents. The events view
 // leaves out the older events of the rows kept.
-const pruneEvents = `DELETE FROM event_batches WHERE seq <= $1`
+// Rows another transaction is deleting are left to it (SKIP LOCKED):
+// batches staged at once never wait for each other here.
+const pruneEvents = `DELETE FROM event_batches WHERE seq IN (SELECT seq FROM event_batches WHERE seq <= $1 FOR UPDATE SKIP LOCKED)`
 
 // controlRow returns worker control i's row, in ControlColumns order, then
 // its time in unix nanoseconds and as a timestamptz (NULL for the zero
