@@ -499,7 +499,7 @@ func (l *lifecycle) enqueue(js *jobState) {
 		j := js.job
 		js.task = &scheduler.Task{JobID: j.ID, Nodes: j.Nodes, Queue: j.Queue, User: j.User, Template: j.Template,
 			Model: j.Model, Spread: spreadKey(j), Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
-			Seq: l.seq, Resources: j.Resources, Constraints: j.Constraints}
+			Seq: l.seq, Resources: j.Resources, Constraints: j.Constraints, NoImage: j.Image == ""}
 		if j.Backend != "" {
 			js.task.Constraints.Labels = maps.Clone(j.Constraints.Labels)
 			if js.task.Constraints.Labels == nil {

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/scheduler"
 )
 
 // workers returns the scheduler's view of a backend's nodes: one worker
@@ -57,6 +58,12 @@ func workers(spec *berth.BackendSpec, nodes []*corev1.Node, pods []*corev1.Pod, 
 			State:  berth.WorkerReady, Version: n.Status.NodeInfo.KubeletVersion}
 		for i := range max(alloc.Name(ResourceGPU, "").Value()-u.gpus, 0) {
 			w.GPUs = append(w.GPUs, berth.GPU{Index: int(i), Model: n.Labels[LabelGPUProduct]})
+		}
+		if spec.Kubernetes.ImageDefault == "" {
+			if w.Labels == nil {
+				w.Labels = map[string]string{}
+			}
+			w.Labels[scheduler.ImageRequiredLabel] = "true" // a job naming no image cannot run here
 		}
 		if n.Spec.Unschedulable || !ready(n) {
 			w.State = berth.WorkerParked

@@ -317,11 +317,12 @@ func TestBackend(t *testing.T) {
 	t.Run("no image", func(t *testing.T) {
 		k := startController(t, srv, cs, filepath.Join(t.TempDir(), "b.db"), "noimage", nil)
 		refused(t, k, "image", func(s *berth.JobSpec) { s.Image = "" })
-		// A job that names no backend and lands here fails at its launch.
+		// A job that names no backend is never placed on a cluster with no
+		// default image: it waits, saying why.
 		id := k.submit(func(s *berth.JobSpec) { s.Image, s.Backend = "", "" })
-		d := k.job(id, func(d *berth.JobDetail) bool { return d.State == berth.JobFailed })
-		if !strings.Contains(d.Reason, "no image") {
-			t.Fatalf("reason %q", d.Reason)
+		d := k.job(id, func(d *berth.JobDetail) bool { return strings.Contains(d.Reason, "no image") })
+		if d.State != berth.JobPending || len(d.AttemptList) != 0 {
+			t.Fatalf("job %s with %d attempts, reason %q", d.State, len(d.AttemptList), d.Reason)
 		}
 	})
 

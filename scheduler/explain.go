@@ -156,7 +156,7 @@ func requirementsMet(w *Worker, t *Task) int {
 		return needHost
 	case !w.serves(t.Queue):
 		return needQueue
-	case !hasLabels(w, t.Constraints.Labels):
+	case !hasLabels(w, t.Constraints.Labels) || (t.NoImage && w.needsImage()):
 		return needLabels
 	case matchingGPUs(w, r) < r.GPUDevices():
 		return needGPUs
@@ -207,6 +207,8 @@ func requirement(i int, t *Task) string {
 		return fmt.Sprintf("host %q", t.Constraints.Host)
 	case i == needLabels && len(t.Constraints.Labels) > 0:
 		return "the required labels"
+	case i == needLabels && t.NoImage:
+		return "room for a job with no image (a cluster with no default image needs --image)"
 	case i == needGPUs && r.GPUMilli > 0:
 		return "a GPU" + gpuDesc(r) + " to share"
 	case i == needGPUs && r.GPUs > 0:

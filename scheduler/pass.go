@@ -681,7 +681,7 @@ func capable(w *Worker, t *Task, checkHost bool) bool {
 	if !w.serves(t.Queue) || w.offFor(t.Queue) || (checkHost && t.Constraints.Host != "" && t.Constraints.Host != w.Host) {
 		return false
 	}
-	if !hasLabels(w, t.Constraints.Labels) {
+	if !hasLabels(w, t.Constraints.Labels) || (t.NoImage && w.needsImage()) {
 		return false
 	}
 	r := &t.Resources
@@ -720,13 +720,14 @@ func gpuMatches(g berth.GPU, r *berth.Resources) bool {
 type shape struct {
 	queue, host, gpuType, labels string
 	gpus, milli, nodes           int
+	noImage                      bool
 	gpuMem, mem                  berth.Bytes
 	cpus                         float64
 }
 
 func shapeOf(t *Task) shape {
 	s := shape{queue: t.Queue, host: t.Constraints.Host, gpuType: t.Resources.GPUType, gpus: t.Resources.GPUs,
-		milli: t.Resources.GPUMilli, nodes: t.nodes(), gpuMem: t.Resources.GPUMemory, mem: t.Resources.Memory, cpus: t.Resources.CPUs}
+		milli: t.Resources.GPUMilli, nodes: t.nodes(), gpuMem: t.Resources.GPUMemory, mem: t.Resources.Memory, cpus: t.Resources.CPUs, noImage: t.NoImage}
 	if len(t.Constraints.Labels) > 0 {
 		keys := make([]string, 0, len(t.Constraints.Labels))
 		for k, v := range t.Constraints.Labels {

@@ -64,10 +64,21 @@ type Task struct {
 	// the oldest of them, and first among equals (a resume-style requeue).
 	// (Beside the flags below, for the struct's size: a queued job holds
 	// one Task.)
-	Front   bool
+	Front bool
+	// NoImage marks a task whose job names no container image: it never
+	// goes to a worker labelled ImageRequiredLabel.
+	NoImage bool
 	removed bool
 	queued  bool
 }
+
+// ImageRequiredLabel is the label (value "true") of a worker that runs only
+// jobs naming a container image: a Kubernetes node of a backend with no
+// default image. A task marked NoImage never goes there.
+const ImageRequiredLabel = "berth.dev/image-required"
+
+// needsImage reports whether w runs only jobs that name an image.
+func (w *Worker) needsImage() bool { return w.Labels[ImageRequiredLabel] == "true" }
 
 // submitted returns Submitted in unix nanos (the lists' order and bounds).
 func (t *Task) submitted() int64 { return t.Submitted.UnixNano() }
