@@ -145,7 +145,41 @@ func NewWith(spec berth.BackendSpec, host controller.BackendHost, opts Options) 
 		b.run(b.work)
 	}
 	b.run(b.sync)
+	b.run(b.probe)
 	return b, nil
+}
+
+// probe asks the API server for its version every tick until the
+// informers have synced, so that a cluster never reached says why
+// (unreachable, with the error) instead of syncing in silence.
+func (b *Backend) probe() {
+	rest := b.cs.Discovery().RESTClient()
+	if rest == nil { // a fake clientset's
+		return
+	}
+	for {
+		b.mu.Lock()
+		synced := b.synced
+		b.mu.Unlock()
+		if synced {
+			return
+		}
+		ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+		err := rest.Get().AbsPath("/version").Do(ctx).Error()
+		cancel()
+		if err != nil && b.ctx.Err() == nil {
+			b.mu.Lock()
+			if !b.synced {
+				b.message = "cannot reach the API server: " + err.Error()
+			}
+			b.mu.Unlock()
+		}
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-time.After(b.opts.Tick):
+		}
+	}
 }
 
 // client builds the clientset of a kubeconfig and context.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,5 +187,40 @@ func TestLogs(t *testing.T) {
 	defer h.mu.Unlock()
 	if h.logs[a.ID] != "fake logs" || len(h.started) != 1 || h.ended[a.ID].State != berth.AttemptSucceeded {
 		t.Fatalf("logs %q, started %v, ended %+v", h.logs[a.ID], h.started, h.ended[a.ID])
+	}
+}
+
+// TestUnreachableSaysWhy: a backend whose API server cannot be reached
+// (a loopback port nothing listens on) is unreachable, saying why, rather
+// than syncing in silence.
+func TestUnreachableSaysWhy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	kubeconfig := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://%s", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`, addr)
+	b, err := NewWith(berth.BackendSpec{Name: "gone", Kind: berth.BackendKindKubernetes,
+		Kubernetes: &berth.KubernetesBackend{Kubeconfig: kubeconfig, Namespace: "gone"}}, newFakeHost(), Options{Tick: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	deadline := time.Now().Add(30 * time.Second)
+	for s := b.Status(); s.State != berth.BackendUnreachable; s = b.Status() {
+		if s.State != berth.BackendSyncing || time.Now().After(deadline) {
+			t.Fatalf("status %+v, want unreachable", s)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a status that signals nothing
+	}
+	if s := b.Status(); !strings.Contains(s.Message, "cannot reach the API server") || !strings.Contains(s.Message, addr) {
+		t.Fatalf("message %q", s.Message)
 	}
 }
