@@ -206,7 +206,7 @@ func requirement(i int, t *Task) string {
 	case i == needHost && t.Constraints.Host != "":
 		return fmt.Sprintf("host %q", t.Constraints.Host)
 	case i == needLabels && len(t.Constraints.Labels) > 0:
-		return "the required labels"
+		return "the labels " + labelList(t.Constraints.Labels)
 	case i == needLabels && t.NoImage:
 		return "room for a job with no image (a cluster with no default image needs --image)"
 	case i == needGPUs && r.GPUMilli > 0:

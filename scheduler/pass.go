@@ -728,13 +728,16 @@ type shape struct {
 func shapeOf(t *Task) shape {
 	s := shape{queue: t.Queue, host: t.Constraints.Host, gpuType: t.Resources.GPUType, gpus: t.Resources.GPUs,
 		milli: t.Resources.GPUMilli, nodes: t.nodes(), gpuMem: t.Resources.GPUMemory, mem: t.Resources.Memory, cpus: t.Resources.CPUs, noImage: t.NoImage}
-	if len(t.Constraints.Labels) > 0 {
-		keys := make([]string, 0, len(t.Constraints.Labels))
-		for k, v := range t.Constraints.Labels {
-			keys = append(keys, k+"="+v)
-		}
-		sort.Strings(keys)
-		s.labels = strings.Join(keys, ",")
-	}
+	s.labels = labelList(t.Constraints.Labels)
 	return s
+}
+
+// labelList writes labels as "k=v,k2=v2", sorted.
+func labelList(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k, v := range labels {
+		keys = append(keys, k+"="+v)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
 }

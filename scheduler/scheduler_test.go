@@ -253,7 +253,7 @@ func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
 		{"gang asking nothing", cluster(5, 0, 1), func(t *Task) { t.Nodes = 9 },
 			"needs 9 workers; 4 exist"},
 		{"gang with labels", oneLabeled, func(t *Task) { t.Nodes, t.Constraints.Labels = 2, map[string]string{"zone": "a"} },
-			"needs 2 workers with the required labels; 1 exist"},
+			"needs 2 workers with the labels zone=a; 1 exist"},
 		{"gang of big workers", append(cluster(3, 8, 0), newWorker("small", gpus(4, "H100", 80<<30))),
 			func(t *Task) { t.Nodes, t.Resources.GPUs = 4, 8 }, "needs 4 workers with 8 GPUs; 3 exist"},
 		{"gpu type", cluster(2, 2, 0), func(t *Task) { t.Resources.GPUs, t.Resources.GPUType = 2, "A100" },
