@@ -47,6 +47,9 @@ type pass struct {
 	budget       int
 	stopping     map[*Running]bool
 	victims      bool // some running attempt could be preempted
+
+	free, after []int  // scoredFit's buffers: a worker's free milli-GPUs per GPU, before and after
+	why         string // how the last find chose, when the placement explains it (Assignment.Why)
 }
 
 type memoKey struct {
@@ -407,6 +410,7 @@ func (wk *worker) setGPUs(indexes []int, used bool) {
 // it would take: the best by findBest, unless it is a worker t avoids and
 // one it does not avoid fits now.
 func (p *pass) find(t *Task) (*worker, []int) {
+	p.why = ""
 	wk, g := p.findBest(t)
 	if wk == nil || !slices.Contains(t.Avoid, wk.w.ID) {
 		return wk, g
@@ -420,6 +424,7 @@ func (p *pass) find(t *Task) (*worker, []int) {
 		}
 	}
 	if o, h := p.bestOf(t, others); o != nil {
+		p.why = ""
 		return o, h
 	}
 	return wk, g
@@ -443,6 +448,9 @@ func (p *pass) findBest(t *Task) (*worker, []int) {
 		if wk, g := p.bestOf(t, p.byModel[t.Model]); wk != nil {
 			return wk, g
 		}
+	}
+	if p.cfg.Placement != PlacementDefault {
+		return p.scoredFit(t)
 	}
 	var best *worker
 	var bestGPUs []int

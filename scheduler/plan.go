@@ -97,6 +97,9 @@ type Assignment struct {
 	Rank     int
 	WorkerID string
 	GPUs     []int
+	// Why says how the placement chose the worker, for policies that
+	// explain it (fgd, bestfit); empty for Berth's default best fit.
+	Why string
 }
 
 // Preemption stops a running attempt so that job For can start.
@@ -344,6 +347,7 @@ func (p *pass) place(t *Task) bool {
 	p.sawRes = nil
 	chosen := make([]*worker, 0, n)
 	gpus := make([][]int, 0, n)
+	whys := make([]string, 0, n)
 	for range n {
 		wk, g := p.find(t)
 		if wk == nil {
@@ -359,10 +363,11 @@ func (p *pass) place(t *Task) bool {
 		wk.stamp = p.stamp
 		chosen = append(chosen, wk)
 		gpus = append(gpus, g)
+		whys = append(whys, p.why)
 	}
 	for rank, wk := range chosen {
 		wk.stamp = 0
-		p.plan.Assignments = append(p.plan.Assignments, Assignment{Task: t, Rank: rank, WorkerID: wk.w.ID, GPUs: gpus[rank]})
+		p.plan.Assignments = append(p.plan.Assignments, Assignment{Task: t, Rank: rank, WorkerID: wk.w.ID, GPUs: gpus[rank], Why: whys[rank]})
 	}
 	p.charge(t)
 	t.Reason = Reason{}

@@ -28,7 +28,10 @@ func runSim(ctx context.Context, m *Main, args []string) error {
 	if len(args) > 0 && args[0] == "market" {
 		return runSimMarket(m, args[1:])
 	}
-	fs := m.flagSet("sim", "[--trace] TRACE --cluster FILE [flags]   (or: berth sim market [flags])")
+	if len(args) > 0 && args[0] == "fill" {
+		return runSimFill(ctx, m, args[1:])
+	}
+	fs := m.flagSet("sim", "[--trace] TRACE --cluster FILE [flags]   (or: berth sim market|fill [flags])")
 	workload := fs.String("trace", "", "workload: an Alibaba pod list, a Tiresias job list or Berth YAML (jobs:)")
 	cluster := fs.String("cluster", "", "cluster: an Alibaba node list, a Tiresias cluster spec or Berth YAML (workers:)")
 	policy := fs.String("policy", strings.Join(scheduler.PolicyNames(), ","), "policies to compare, comma-separated")

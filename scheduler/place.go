@@ -1,0 +1,140 @@
+package scheduler
+
+import (
+	"fmt"
+	"math"
+)
+
+// Placements: how a pass chooses among the workers a task fits now
+// (Config.Placement).
+const (
+	// PlacementDefault is Berth's best fit: the worker with the fewest
+	// free GPUs, the earlier one among equals.
+	PlacementDefault = ""
+	// PlacementBestFit is the best fit of Weng et al.'s baseline (and of
+	// Kubernetes' MostAllocated): the worker with the least capacity left
+	// once the task is placed, GPUs, CPUs and memory each as a share of
+	// the worker's, summed.
+	PlacementBestFit = "bestfit"
+	// PlacementFGD is fragmentation gradient descent (Weng et al., USENIX
+	// ATC '23): the worker and GPU where the fragmentation measured
+	// against the mix of recent requests (Fragmentation, Mix) grows
+	// least.
+	PlacementFGD = "fgd"
+)
+
+// demandOf returns what one member of t asks for, as a demand of the mix.
+func demandOf(t *Task) Demand {
+	r := &t.Resources
+	d := Demand{GPUs: r.GPUs, GPUType: r.GPUType, GPUMemory: r.GPUMemory, CPUs: r.CPUs, Memory: r.Memory}
+	if d.GPUs > 0 {
+		d.Milli = FullGPU
+	}
+	return d
+}
+
+// scoredFit returns the fitting worker, with the GPUs one member of t
+// would take there, that the placement scores lowest; ties go to the
+// worker with the fewest free GPUs, then the earlier one. It sets
+// t's placement note (Task.Why).
+func (p *pass) scoredFit(t *Task) (*worker, []int) {
+	var best *worker
+	var bestGPUs []int
+	bestScore, fitting := math.Inf(1), 0
+	var mix []MixEntry
+	if p.cfg.Placement == PlacementFGD {
+		mix = p.q.mix.Entries()
+	}
+	for _, c := range p.eligibleClasses(t) {
+		for _, wk := range c.workers {
+			g, ok := p.fits(wk, t)
+			if !ok {
+				continue
+			}
+			fitting++
+			p.loadFree(wk)
+			var s float64
+			if mix != nil {
+				s = p.fragGrowth(wk, t, g, mix)
+			} else {
+				s = p.leftAfter(wk, t, g)
+			}
+			if best == nil || s < bestScore-1e-9 || (s < bestScore+1e-9 &&
+				(wk.freeGPUs < best.freeGPUs || (wk.freeGPUs == best.freeGPUs && wk.order < best.order))) {
+				best, bestGPUs, bestScore = wk, g, s
+			}
+		}
+	}
+	if best != nil {
+		p.why = p.placementNote(bestScore, fitting)
+	}
+	return best, bestGPUs
+}
+
+// placementNote explains the choice of scoredFit.
+func (p *pass) placementNote(score float64, fitting int) string {
+	if p.cfg.Placement == PlacementFGD {
+		return fmt.Sprintf("fgd: fragmentation grows by %.3f GPU here, the least of the %d workers it fits (mix of %d recent requests)",
+			score/FullGPU, fitting, p.q.mix.Len())
+	}
+	return fmt.Sprintf("bestfit: %.3f of this worker's capacity is left after it (GPUs, CPUs and memory, each a share), the least of the %d workers it fits",
+		score, fitting)
+}
+
+// loadFree fills p.free with wk's free milli-GPUs per GPU.
+func (p *pass) loadFree(wk *worker) {
+	p.free = p.free[:0]
+	for i := range wk.w.GPUs {
+		f := FullGPU
+		if wk.gpuUsed[i] {
+			f = 0
+		}
+		p.free = append(p.free, f)
+	}
+}
+
+// fragGrowth returns how much wk's fragmentation against mix grows when
+// one member of t takes gpus there (p.free holds wk's free GPUs).
+func (p *pass) fragGrowth(wk *worker, t *Task, gpus []int, mix []MixEntry) float64 {
+	n := FragNode{GPUs: wk.w.GPUs, FreeMilli: p.free, FreeCPUs: wk.cpus, FreeMemory: wk.mem}
+	before := Fragmentation(&n, mix)
+	p.after = append(p.after[:0], p.free...)
+	p.take(wk, t, gpus, p.after)
+	n.FreeMilli, n.FreeCPUs, n.FreeMemory = p.after, wk.cpus-t.Resources.CPUs, wk.mem-t.Resources.Memory
+	return Fragmentation(&n, mix) - before
+}
+
+// take subtracts what one member of t takes on gpus from free, per GPU of
+// wk.
+func (p *pass) take(wk *worker, t *Task, gpus []int, free []int) {
+	d := demandOf(t)
+	for _, idx := range gpus {
+		for i, g := range wk.w.GPUs {
+			if g.Index == idx {
+				free[i] = max(free[i]-d.Milli, 0)
+			}
+		}
+	}
+}
+
+// leftAfter returns the capacity wk has left once one member of t takes
+// gpus there: free GPUs, CPUs and memory, each as a share of wk's, summed.
+func (p *pass) leftAfter(wk *worker, t *Task, gpus []int) float64 {
+	p.after = append(p.after[:0], p.free...)
+	p.take(wk, t, gpus, p.after)
+	left := 0.0
+	if n := len(wk.w.GPUs); n > 0 {
+		sum := 0
+		for _, f := range p.after {
+			sum += f
+		}
+		left += float64(sum) / float64(n*FullGPU)
+	}
+	if wk.w.CPUs > 0 {
+		left += (wk.cpus - t.Resources.CPUs) / wk.w.CPUs
+	}
+	if wk.w.Memory > 0 {
+		left += float64(wk.mem-t.Resources.Memory) / float64(wk.w.Memory)
+	}
+	return left
+}
