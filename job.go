@@ -40,8 +40,11 @@ const (
 
 // Resources is what one node (task) of a job needs.
 type Resources struct {
-	GPUs      int     `json:"gpus,omitempty" yaml:"gpus,omitempty"`
-	GPUMemory Bytes   `json:"gpu_memory,omitempty" yaml:"gpu_memory,omitempty"` // per GPU, at least
+	GPUs int `json:"gpus,omitempty" yaml:"gpus,omitempty"` // whole GPUs; in JSON and YAML also a fraction below 1 (0.5), kept in GPUMilli
+	// GPUMilli is a fraction of one GPU in thousandths (1..999: 500 is
+	// half), shared with other fractions; never with GPUs.
+	GPUMilli  int     `json:"gpu_milli,omitempty" yaml:"gpu_milli,omitempty"`
+	GPUMemory Bytes   `json:"gpu_memory,omitempty" yaml:"gpu_memory,omitempty"` // per GPU, at least; for a fraction, the GPU memory it takes
 	GPUType   string  `json:"gpu_type,omitempty" yaml:"gpu_type,omitempty"`     // a whole word of the model, case-insensitive (GPU.HasType)
 	CPUs      float64 `json:"cpus,omitempty" yaml:"cpus,omitempty"`
 	Memory    Bytes   `json:"memory,omitempty" yaml:"memory,omitempty"`
@@ -218,10 +221,14 @@ func (r *Resources) validate() error {
 		return Invalidf("resources.gpus", "must be between 0 and %d", MaxGPUsPerWorker)
 	case r.GPUMemory < 0 || r.GPUMemory > 4<<40:
 		return Invalidf("resources.gpu_memory", "must be between 0 and 4TiB")
-	case r.GPUMemory > 0 && r.GPUs == 0:
-		return Invalidf("resources.gpu_memory", "needs resources.gpus of at least 1")
-	case r.GPUType != "" && r.GPUs == 0:
-		return Invalidf("resources.gpu_type", "needs resources.gpus of at least 1")
+	case r.GPUMilli < 0 || r.GPUMilli >= WholeGPU:
+		return Invalidf("resources.gpu_milli", "must be between 1 and 999 (thousandths of one GPU); whole GPUs go in resources.gpus")
+	case r.GPUMilli > 0 && r.GPUs > 0:
+		return Invalidf("resources.gpu_milli", "a fraction never spans GPUs: ask for whole GPUs (resources.gpus) or a fraction of one (resources.gpu_milli), not both")
+	case r.GPUMemory > 0 && !r.WantsGPUs():
+		return Invalidf("resources.gpu_memory", "needs resources.gpus (a whole number, or a fraction such as 0.5)")
+	case r.GPUType != "" && !r.WantsGPUs():
+		return Invalidf("resources.gpu_type", "needs resources.gpus (a whole number, or a fraction such as 0.5)")
 	case len(r.GPUType) > 64:
 		return Invalidf("resources.gpu_type", "must be at most 64 characters")
 	case r.CPUs < 0 || r.CPUs > 4096:

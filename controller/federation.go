@@ -600,8 +600,8 @@ func (c *Controller) federatedUsage(ws []*scheduler.Worker) []*scheduler.Worker 
 		}
 		j := js.job
 		w.Running = append(w.Running, &scheduler.Running{JobID: j.ID, Queue: j.Queue, User: j.User, Template: j.Template,
-			Priority: j.Priority, Started: j.StartedAt, GPUs: make([]int, j.Resources.GPUs*max(j.Nodes, 1)),
-			CPUs: j.Resources.CPUs, Memory: j.Resources.Memory})
+			Priority: j.Priority, Started: j.StartedAt, GPUs: make([]int, j.Resources.GPUDevices()*max(j.Nodes, 1)),
+			GPUMilli: j.Resources.GPUMilli, CPUs: j.Resources.CPUs, Memory: j.Resources.Memory})
 	}
 	if w == nil {
 		return ws

@@ -295,8 +295,8 @@ func (c *Controller) PeerCapacity(ctx context.Context) (*berth.PeerCapacity, err
 			}
 			s := ws.sched
 			free := 0
-			for _, used := range s.GPUUsed {
-				if !used {
+			for _, used := range s.GPUMilliUsed {
+				if used == 0 {
 					free++
 				}
 			}

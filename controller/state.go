@@ -200,6 +200,7 @@ type workerState struct {
 	onlyQueues []string
 	parked     bool
 	faulty     []int // GPU indexes its agent reports missing or faulted
+	gpuMilli   []int // aligned with w.GPUs: the milli-GPUs its attempts hold of each
 	// leaving is the session of an agent shutting down (it ended an
 	// attempt with cause shutdown): nothing more is placed on the worker
 	// until an agent registers it again, in a new session.
@@ -221,7 +222,7 @@ func (ws *workerState) recompute() {
 		s.Queues = ws.onlyQueues
 	}
 	s.CPUs, s.Memory = w.CPUs, w.Memory
-	s.GPUUsed = make([]bool, len(w.GPUs))
+	s.GPUMilliUsed, ws.gpuMilli = make([]int, len(w.GPUs)), make([]int, len(w.GPUs))
 	s.FreeCPUs, s.FreeMemory, s.FreeSlots = w.CPUs, w.Memory, w.Slots
 	s.Running, w.GPUsInUse = s.Running[:0], 0
 	for _, as := range ws.attempts {
@@ -232,30 +233,77 @@ func (ws *workerState) recompute() {
 	w.Running = len(ws.attempts)
 }
 
-// markFaulty keeps the scheduler off the faulty GPUs by counting them used.
+// markFaulty keeps the scheduler off the faulty GPUs by counting them
+// used whole.
 func (ws *workerState) markFaulty() {
+	s := ws.sched
 	for _, idx := range ws.faulty {
-		ws.setGPUUsed(idx, true)
+		for i, g := range s.GPUs {
+			if g.Index == idx {
+				s.GPUMilliUsed[i] = berth.WholeGPU
+			}
+		}
 	}
 }
 
-// setGPUUsed marks GPU idx used or free in the scheduler's view.
-func (ws *workerState) setGPUUsed(idx int, used bool) {
+// addGPUUse adds milli (negative: gives back) to the use of GPU idx, in
+// the scheduler's view (markFaulty then counts faulty ones whole) and in
+// the worker's count of GPUs in use.
+func (ws *workerState) addGPUUse(idx, milli int) {
 	s := ws.sched
 	for i, g := range s.GPUs {
-		if g.Index == idx {
-			s.GPUUsed[i] = used
+		if g.Index != idx {
+			continue
+		}
+		before := ws.gpuMilli[i]
+		ws.gpuMilli[i] += milli
+		s.GPUMilliUsed[i] = min(ws.gpuMilli[i], berth.WholeGPU)
+		switch {
+		case before == 0 && ws.gpuMilli[i] > 0:
+			ws.w.GPUsInUse++
+		case before > 0 && ws.gpuMilli[i] <= 0:
+			ws.w.GPUsInUse--
 		}
 	}
+}
+
+// gpuShare returns the share of each of its GPUs as holds on ws, in
+// milli-GPUs: a whole GPU, or a fraction's share of its GPU
+// (Resources.MilliOn).
+func (ws *workerState) gpuShare(as *attemptState) int {
+	r := &as.job.job.Resources
+	if r.GPUMilli == 0 || len(as.a.GPUs) == 0 {
+		return berth.WholeGPU
+	}
+	for _, g := range ws.w.GPUs {
+		if g.Index == as.a.GPUs[0] {
+			return r.MilliOn(g)
+		}
+	}
+	return r.GPUMilli
+}
+
+// gpusFull counts the GPUs its attempts hold whole or fill with fractions.
+func (ws *workerState) gpusFull() int {
+	n := 0
+	for _, m := range ws.gpuMilli {
+		if m >= berth.WholeGPU {
+			n++
+		}
+	}
+	return n
 }
 
 func (ws *workerState) take(as *attemptState) {
 	s := ws.sched
 	s.Running = append(s.Running, as.run)
-	for _, idx := range as.a.GPUs {
-		ws.setGPUUsed(idx, true)
+	share := ws.gpuShare(as)
+	if as.job.job.Resources.GPUMilli > 0 {
+		as.run.GPUMilli = share
 	}
-	ws.w.GPUsInUse += len(as.a.GPUs)
+	for _, idx := range as.a.GPUs {
+		ws.addGPUUse(idx, share)
+	}
 	r := as.job.job.Resources
 	s.FreeCPUs -= r.CPUs
 	s.FreeMemory -= r.Memory
@@ -274,10 +322,10 @@ func (ws *workerState) release(as *attemptState) {
 	if i := slices.Index(s.Running, as.run); i >= 0 {
 		s.Running = slices.Delete(s.Running, i, i+1)
 	}
+	share := ws.gpuShare(as)
 	for _, idx := range as.a.GPUs {
-		ws.setGPUUsed(idx, false)
+		ws.addGPUUse(idx, -share)
 	}
-	ws.w.GPUsInUse -= len(as.a.GPUs)
 	ws.markFaulty()
 	r := as.job.job.Resources
 	s.FreeCPUs += r.CPUs
@@ -299,7 +347,7 @@ func (l *lifecycle) observedState(ws *workerState) berth.WorkerState {
 		return berth.WorkerDraining
 	case ws.parked:
 		return berth.WorkerParked
-	case ws.sched.FreeSlots <= 0 || (ws.w.GPUsInUse > 0 && ws.w.GPUsInUse >= len(ws.w.GPUs)-len(ws.faulty)):
+	case ws.sched.FreeSlots <= 0 || (ws.w.GPUsInUse > 0 && ws.gpusFull() >= len(ws.w.GPUs)-len(ws.faulty)):
 		return berth.WorkerBusy
 	}
 	return berth.WorkerReady

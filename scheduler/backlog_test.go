@@ -279,7 +279,7 @@ func agingRun(t *testing.T, cfg Config, blocked int) (time.Time, int) {
 				if now.Before(r.Started.Add(r.MaxRuntime)) {
 					running = append(running, r)
 				} else {
-					w.GPUUsed[r.GPUs[0]] = false
+					w.GPUMilliUsed[r.GPUs[0]] = 0
 					w.FreeSlots++
 				}
 			}

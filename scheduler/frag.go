@@ -8,14 +8,11 @@ import (
 	"github.com/berth-dev/berth"
 )
 
-// FullGPU is a whole GPU in milli-GPUs, the unit of GPU shares.
-const FullGPU = 1000
-
 // Demand is one kind of request of the expected mix: whole GPUs, a share
 // of one GPU, or none, with the CPUs and memory that go with it.
 type Demand struct {
 	GPUs      int         // GPUs it takes; a share of one GPU takes 1
-	Milli     int         // of each GPU it takes: FullGPU for whole GPUs, less for a share; 0 when GPUs is 0
+	Milli     int         // of each GPU it takes: berth.WholeGPU for whole GPUs, less for a share; 0 when GPUs is 0
 	GPUType   string      // as berth.Resources.GPUType
 	GPUMemory berth.Bytes // per GPU, at least
 	CPUs      float64
@@ -32,7 +29,7 @@ type MixEntry struct {
 // with what is free of each, and its free CPUs and memory.
 type FragNode struct {
 	GPUs       []berth.GPU
-	FreeMilli  []int // aligned with GPUs: 0 (given out) to FullGPU (idle)
+	FreeMilli  []int // aligned with GPUs: 0 (given out) to berth.WholeGPU (idle)
 	FreeCPUs   float64
 	FreeMemory berth.Bytes
 }
@@ -67,8 +64,13 @@ func unusable(n *FragNode, d *Demand, idle int) int {
 		return idle
 	}
 	usable, fit := 0, 0
+	share := berth.Resources{GPUMilli: d.Milli % berth.WholeGPU, GPUMemory: d.GPUMemory}
 	for g, f := range n.FreeMilli {
-		if f >= d.Milli && f > 0 && gpuFits(n.GPUs[g], d) {
+		need := d.Milli
+		if share.GPUMilli > 0 {
+			need = share.MilliOn(n.GPUs[g]) // a fraction takes more of a GPU with less memory
+		}
+		if f >= need && f > 0 && gpuFits(n.GPUs[g], d) {
 			usable += f
 			fit++
 		}

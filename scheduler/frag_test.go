@@ -16,7 +16,7 @@ func fragNode(cpus float64, free ...int) *FragNode {
 }
 
 func TestFragmentationWorkedExample(t *testing.T) {
-	whole := Demand{GPUs: 1, Milli: FullGPU, CPUs: 4}
+	whole := Demand{GPUs: 1, Milli: berth.WholeGPU, CPUs: 4}
 	half := Demand{GPUs: 1, Milli: 500, CPUs: 4}
 	cpuOnly := Demand{CPUs: 4}
 	mix := []MixEntry{{whole, 0.5}, {half, 0.3}, {cpuOnly, 0.2}}
@@ -40,7 +40,7 @@ func TestFragmentationWorkedExample(t *testing.T) {
 			t.Errorf("%s: Fragmentation = %v, want %v", c.name, got, c.want)
 		}
 	}
-	two := []MixEntry{{Demand{GPUs: 2, Milli: FullGPU}, 1}}
+	two := []MixEntry{{Demand{GPUs: 2, Milli: berth.WholeGPU}, 1}}
 	if got := Fragmentation(fragNode(16, 1000, 300), two); got != 1300 {
 		t.Errorf("a 2-GPU demand on one idle GPU: %v, want 1300", got)
 	}
@@ -53,7 +53,7 @@ func TestFragmentationWorkedExample(t *testing.T) {
 func TestMixLearnsFromAWindow(t *testing.T) {
 	m := NewMix(4)
 	a := Demand{GPUs: 1, Milli: 500}
-	b := Demand{GPUs: 1, Milli: FullGPU}
+	b := Demand{GPUs: 1, Milli: berth.WholeGPU}
 	for _, d := range []Demand{a, a, a, b} {
 		m.Observe(d)
 	}

@@ -76,9 +76,10 @@ type amount struct{ gpus, cpus, mem float64 }
 type worker struct {
 	w        *Worker
 	cls      *class
-	order    int // position in the snapshot
-	gpuUsed  []bool
-	freeGPUs int
+	order    int   // position in the snapshot
+	gpuUsed  []int // milli-GPUs in use per GPU, as Worker.GPUMilliUsed
+	freeGPUs int   // GPUs untouched: the ones a whole-GPU request may take
+	shared   int   // GPUs shared by fractions, with room or not
 	cpus     float64
 	mem      berth.Bytes
 	slots    int
@@ -107,11 +108,17 @@ func newPass(q *Queue, s *Snapshot) *pass {
 	p.workers = make([]*worker, len(s.Workers))
 	var key []byte
 	for i, w := range s.Workers {
-		wk := &worker{w: w, order: i, gpuUsed: slices.Clone(w.GPUUsed), cpus: w.FreeCPUs, mem: w.FreeMemory,
+		wk := &worker{w: w, order: i, gpuUsed: slices.Clone(w.GPUMilliUsed), cpus: w.FreeCPUs, mem: w.FreeMemory,
 			slots: w.FreeSlots, bucket: -1}
+		if len(wk.gpuUsed) != len(w.GPUs) {
+			wk.gpuUsed = make([]int, len(w.GPUs)) // a snapshot that tracks no use: all untouched
+		}
 		for _, u := range wk.gpuUsed {
-			if !u {
+			switch {
+			case u == 0:
 				wk.freeGPUs++
+			case u < berth.WholeGPU:
+				wk.shared++
 			}
 		}
 		p.workers[i] = wk
@@ -200,7 +207,7 @@ func (p *pass) count(r *Running) {
 		u = &amount{}
 		p.usage[k] = u
 	}
-	u.add(amount{float64(len(r.GPUs)), r.CPUs, float64(r.Memory)})
+	u.add(amount{float64(r.milli()) / berth.WholeGPU, r.CPUs, float64(r.Memory)})
 	if p.victim(r, berth.MaxPriority+1) {
 		p.victims = true
 	}
@@ -229,7 +236,7 @@ func (p *pass) loadQuotas() {
 				if ru == nil {
 					continue
 				}
-				ru.gpus += len(r.GPUs)
+				ru.gpus += r.milli()
 				if r.Rank == 0 {
 					ru.jobs++
 				}
@@ -278,15 +285,19 @@ func (p *pass) taskRules(t *Task) [3]*ruleUse {
 
 // overQuota returns the first rule that placing t would break, or nil.
 func (p *pass) overQuota(t *Task) *QuotaExceeded {
-	need := t.Resources.GPUs * t.nodes()
+	need := t.Resources.GPUsMilli() * t.nodes()
 	for _, ru := range p.taskRules(t) {
 		if ru == nil {
 			continue
 		}
 		r := &ru.rule
-		if r.MaxGPUs != berth.NoLimit && ru.gpus+need > r.MaxGPUs {
+		if r.MaxGPUs != berth.NoLimit && ru.gpus+need > r.MaxGPUs*berth.WholeGPU {
+			if need%berth.WholeGPU != 0 || ru.gpus%berth.WholeGPU != 0 {
+				return &QuotaExceeded{JobID: t.JobID, User: t.User, Rule: r.ID(), Resource: "gpu_milli",
+					Requested: need, InUse: ru.gpus, Limit: r.MaxGPUs * berth.WholeGPU}
+			}
 			return &QuotaExceeded{JobID: t.JobID, User: t.User, Rule: r.ID(), Resource: "gpus",
-				Requested: need, InUse: ru.gpus, Limit: r.MaxGPUs}
+				Requested: need / berth.WholeGPU, InUse: ru.gpus / berth.WholeGPU, Limit: r.MaxGPUs}
 		}
 		if r.MaxJobs != berth.NoLimit && ru.jobs+1 > r.MaxJobs {
 			return &QuotaExceeded{JobID: t.JobID, User: t.User, Rule: r.ID(), Resource: "jobs",
@@ -303,6 +314,10 @@ func (p *pass) quotaMessage(qe *QuotaExceeded) string {
 	msg, ok := p.quotaMsgs[k]
 	if !ok {
 		msg = fmt.Sprintf("over quota %s: %s<=%d, %d in use, %d requested", qe.Rule, qe.Resource, qe.Limit, qe.InUse, qe.Requested)
+		if qe.Resource == "gpu_milli" { // said in GPUs, fractions as fractions
+			msg = fmt.Sprintf("over quota %s: gpus<=%s, %s in use, %s requested", qe.Rule,
+				berth.FormatGPUs(qe.Limit), berth.FormatGPUs(qe.InUse), berth.FormatGPUs(qe.Requested))
+		}
 		p.quotaMsgs[k] = msg
 	}
 	return msg
@@ -313,7 +328,7 @@ func (p *pass) charge(t *Task) {
 	n := t.nodes()
 	for _, ru := range p.taskRules(t) {
 		if ru != nil {
-			ru.gpus += t.Resources.GPUs * n
+			ru.gpus += t.Resources.GPUsMilli() * n
 			ru.jobs++
 		}
 	}
@@ -324,7 +339,7 @@ func (p *pass) charge(t *Task) {
 		p.usage[k] = u
 	}
 	f := float64(n)
-	u.add(amount{float64(t.Resources.GPUs) * f, t.Resources.CPUs * f, float64(t.Resources.Memory) * f})
+	u.add(amount{float64(t.Resources.GPUsMilli()) / berth.WholeGPU * f, t.Resources.CPUs * f, float64(t.Resources.Memory) * f})
 }
 
 // fairPenalty is the fair-share points a list loses: FairShare × the
@@ -375,7 +390,7 @@ func (p *pass) rebucket(wk *worker) {
 
 // take gives wk's resources to one member of t.
 func (wk *worker) take(p *pass, t *Task, gpus []int) {
-	wk.setGPUs(gpus, true)
+	wk.addGPUs(gpus, wk.milliFor(t, gpus))
 	wk.cpus -= t.Resources.CPUs
 	wk.mem -= t.Resources.Memory
 	wk.slots--
@@ -384,25 +399,54 @@ func (wk *worker) take(p *pass, t *Task, gpus []int) {
 
 // give returns what take took.
 func (wk *worker) give(p *pass, t *Task, gpus []int) {
-	wk.setGPUs(gpus, false)
+	wk.addGPUs(gpus, -wk.milliFor(t, gpus))
 	wk.cpus += t.Resources.CPUs
 	wk.mem += t.Resources.Memory
 	wk.slots++
 	p.rebucket(wk)
 }
 
-func (wk *worker) setGPUs(indexes []int, used bool) {
-	for _, idx := range indexes {
-		for i, g := range wk.w.GPUs {
-			if g.Index == idx && wk.gpuUsed[i] != used {
-				wk.gpuUsed[i] = used
-				if used {
-					wk.freeGPUs--
-				} else {
-					wk.freeGPUs++
-				}
-			}
+// milliFor returns the share of each of gpus a member of t takes on wk:
+// a whole GPU, or for a fraction what it takes of its one GPU.
+func (wk *worker) milliFor(t *Task, gpus []int) int {
+	if t.Resources.GPUMilli == 0 || len(gpus) == 0 {
+		return berth.WholeGPU
+	}
+	return t.Resources.MilliOn(wk.w.GPUs[wk.gpuAt(gpus[0])])
+}
+
+// gpuAt returns the position in wk's GPUs of the GPU of index idx.
+func (wk *worker) gpuAt(idx int) int {
+	for i, g := range wk.w.GPUs {
+		if g.Index == idx {
+			return i
 		}
+	}
+	return -1
+}
+
+// addGPUs adds milli (negative: gives back) to the use of each of the GPUs
+// of the listed indexes, keeping the counts of untouched and shared GPUs.
+func (wk *worker) addGPUs(indexes []int, milli int) {
+	for _, idx := range indexes {
+		i := wk.gpuAt(idx)
+		if i < 0 {
+			continue
+		}
+		wk.countGPU(wk.gpuUsed[i], -1)
+		wk.gpuUsed[i] += milli
+		wk.countGPU(wk.gpuUsed[i], 1)
+	}
+}
+
+// countGPU adds delta to the count of GPUs in the state a GPU of use used
+// is in: untouched or shared.
+func (wk *worker) countGPU(used, delta int) {
+	switch {
+	case used == 0:
+		wk.freeGPUs += delta
+	case used < berth.WholeGPU:
+		wk.shared += delta
 	}
 }
 
@@ -452,6 +496,9 @@ func (p *pass) findBest(t *Task) (*worker, []int) {
 	if p.cfg.Placement != PlacementDefault {
 		return p.scoredFit(t)
 	}
+	if t.Resources.GPUMilli > 0 {
+		return p.bestFraction(t)
+	}
 	var best *worker
 	var bestGPUs []int
 	for _, c := range p.eligibleClasses(t) {
@@ -462,9 +509,32 @@ func (p *pass) findBest(t *Task) (*worker, []int) {
 	scan:
 		for k := sh.gpus; k < limit; k++ {
 			for _, wk := range c.buckets[k] {
-				if g, ok := p.fits(wk, t); ok {
+				if g, _, ok := p.fits(wk, t); ok {
 					best, bestGPUs = wk, g
 					break scan
+				}
+			}
+		}
+	}
+	return best, bestGPUs
+}
+
+// bestFraction returns the worker and GPU a fraction t fits best: the
+// GPU it leaves the least free milli on (filling a shared GPU before
+// touching another), then the worker with the fewest untouched GPUs, the
+// earlier class and bucket among equals.
+func (p *pass) bestFraction(t *Task) (*worker, []int) {
+	var best *worker
+	var bestGPUs []int
+	bestLeft := 0
+	for _, c := range p.eligibleClasses(t) {
+		for _, b := range c.buckets {
+			for _, wk := range b {
+				if g, left, ok := p.fits(wk, t); ok && (best == nil || left < bestLeft || left == bestLeft && wk.freeGPUs < best.freeGPUs) {
+					best, bestGPUs, bestLeft = wk, g, left
+					if left == 0 && wk.freeGPUs == 0 {
+						return best, bestGPUs // none can do better
+					}
 				}
 			}
 		}
@@ -507,48 +577,81 @@ func (p *pass) addReplica(set, host string, delta int) {
 	p.replicas[set][host] += delta
 }
 
-// bestOf returns the fitting one of workers with the fewest free GPUs.
+// bestOf returns the fitting one of workers with the fewest free GPUs
+// (for a fraction, first the least free milli left on its GPU).
 func (p *pass) bestOf(t *Task, workers []*worker) (*worker, []int) {
 	var best *worker
 	var bestGPUs []int
+	bestLeft := 0
+	frac := t.Resources.GPUMilli > 0
 	for _, wk := range workers {
-		if best != nil && wk.freeGPUs >= best.freeGPUs {
+		if best != nil && !frac && wk.freeGPUs >= best.freeGPUs {
 			continue
 		}
 		if !p.classFits(wk.cls, t) || (t.shape.host != "" && wk.w.Host != t.shape.host) {
 			continue
 		}
-		if g, ok := p.fits(wk, t); ok {
-			best, bestGPUs = wk, g
+		if g, left, ok := p.fits(wk, t); ok && (best == nil || left < bestLeft || left == bestLeft && wk.freeGPUs < best.freeGPUs) {
+			best, bestGPUs, bestLeft = wk, g, left
 		}
 	}
 	return best, bestGPUs
 }
 
-// fits returns the GPUs one member of t would take on wk, lowest index
-// first, if it fits there now. wk's class must be eligible for t.
-func (p *pass) fits(wk *worker, t *Task) ([]int, bool) {
+// fits returns the GPUs one member of t would take on wk, if it fits
+// there now: whole GPUs untouched by fractions, lowest index first; for a
+// fraction the one GPU with room for it that it leaves the least free
+// milli on (left), the lowest index among equals. wk's class must be
+// eligible for t.
+func (p *pass) fits(wk *worker, t *Task) (gpus []int, left int, ok bool) {
 	r := &t.Resources
 	if wk.w.Off || wk.slots <= 0 || wk.stamp == p.stamp || wk.cpus < r.CPUs || wk.mem < r.Memory || wk.freeGPUs < r.GPUs {
-		return nil, false
+		return nil, 0, false
+	}
+	if r.GPUMilli > 0 && wk.freeGPUs == 0 && wk.shared == 0 {
+		return nil, 0, false // every GPU given whole
 	}
 	if wk.res != nil && wk.res.task != t && !p.backfills(t, wk.res) {
 		p.sawRes = wk.res
-		return nil, false
+		return nil, 0, false
+	}
+	if r.GPUMilli > 0 {
+		at := fractionFit(wk.w.GPUs, wk.gpuUsed, r, wk.cls.homogeneous)
+		if at < 0 {
+			return nil, 0, false
+		}
+		return []int{wk.w.GPUs[at].Index}, berth.WholeGPU - wk.gpuUsed[at] - r.MilliOn(wk.w.GPUs[at]), true
 	}
 	if r.GPUs == 0 {
-		return nil, true
+		return nil, 0, true
 	}
-	gpus := make([]int, 0, r.GPUs)
+	gpus = make([]int, 0, r.GPUs)
 	for i, g := range wk.w.GPUs {
-		if !wk.gpuUsed[i] && (wk.cls.homogeneous || gpuMatches(g, r)) {
+		if wk.gpuUsed[i] == 0 && (wk.cls.homogeneous || gpuMatches(g, r)) {
 			gpus = append(gpus, g.Index)
 			if len(gpus) == r.GPUs {
-				return gpus, true
+				return gpus, 0, true
 			}
 		}
 	}
-	return nil, false
+	return nil, 0, false
+}
+
+// fractionFit returns the position in gpus (used: their milli in use) of
+// the GPU a fraction r fits best, the one it leaves the least free milli
+// on, the lowest among equals; -1 if none has room. all says every GPU
+// matches r's type and memory.
+func fractionFit(gpus []berth.GPU, used []int, r *berth.Resources, all bool) int {
+	best, bestLeft := -1, 0
+	for i, g := range gpus {
+		if !all && !gpuMatches(g, r) {
+			continue
+		}
+		if left := berth.WholeGPU - used[i] - r.MilliOn(g); left >= 0 && (best < 0 || left < bestLeft) {
+			best, bestLeft = i, left
+		}
+	}
+	return best
 }
 
 // eligibleClasses returns the classes whose workers could ever run t, in
@@ -588,7 +691,7 @@ func capable(w *Worker, t *Task, checkHost bool) bool {
 		return false
 	}
 	r := &t.Resources
-	return w.CPUs >= r.CPUs && w.Memory >= r.Memory && matchingGPUs(w, r) >= r.GPUs
+	return w.CPUs >= r.CPUs && w.Memory >= r.Memory && matchingGPUs(w, r) >= r.GPUDevices()
 }
 
 // matchingGPUs counts w's GPUs of the model and memory r asks for.
@@ -622,14 +725,14 @@ func gpuMatches(g berth.GPU, r *berth.Resources) bool {
 // found no worker in a pass, the next of the same shape won't either.
 type shape struct {
 	queue, host, gpuType, labels string
-	gpus, nodes                  int
+	gpus, milli, nodes           int
 	gpuMem, mem                  berth.Bytes
 	cpus                         float64
 }
 
 func shapeOf(t *Task) shape {
 	s := shape{queue: t.Queue, host: t.Constraints.Host, gpuType: t.Resources.GPUType, gpus: t.Resources.GPUs,
-		nodes: t.nodes(), gpuMem: t.Resources.GPUMemory, mem: t.Resources.Memory, cpus: t.Resources.CPUs}
+		milli: t.Resources.GPUMilli, nodes: t.nodes(), gpuMem: t.Resources.GPUMemory, mem: t.Resources.Memory, cpus: t.Resources.CPUs}
 	if len(t.Constraints.Labels) > 0 {
 		keys := make([]string, 0, len(t.Constraints.Labels))
 		for k, v := range t.Constraints.Labels {

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"fmt"
 	"math"
+
+	"github.com/berth-dev/berth"
 )
 
 // Placements: how a pass chooses among the workers a task fits now
@@ -27,8 +29,11 @@ const (
 func demandOf(t *Task) Demand {
 	r := &t.Resources
 	d := Demand{GPUs: r.GPUs, GPUType: r.GPUType, GPUMemory: r.GPUMemory, CPUs: r.CPUs, Memory: r.Memory}
-	if d.GPUs > 0 {
-		d.Milli = FullGPU
+	switch {
+	case r.GPUMilli > 0:
+		d.GPUs, d.Milli = 1, r.GPUMilli
+	case d.GPUs > 0:
+		d.Milli = berth.WholeGPU
 	}
 	return d
 }
@@ -47,21 +52,23 @@ func (p *pass) scoredFit(t *Task) (*worker, []int) {
 	}
 	for _, c := range p.eligibleClasses(t) {
 		for _, wk := range c.workers {
-			g, ok := p.fits(wk, t)
+			g, _, ok := p.fits(wk, t)
 			if !ok {
 				continue
 			}
 			fitting++
 			p.loadFree(wk)
-			var s float64
-			if mix != nil {
-				s = p.fragGrowth(wk, t, g, mix)
-			} else {
-				s = p.leftAfter(wk, t, g)
-			}
-			if best == nil || s < bestScore-1e-9 || (s < bestScore+1e-9 &&
-				(wk.freeGPUs < best.freeGPUs || (wk.freeGPUs == best.freeGPUs && wk.order < best.order))) {
-				best, bestGPUs, bestScore = wk, g, s
+			for _, g := range p.choices(wk, t, g) {
+				var s float64
+				if mix != nil {
+					s = p.fragGrowth(wk, t, g, mix)
+				} else {
+					s = p.leftAfter(wk, t, g)
+				}
+				if best == nil || s < bestScore-1e-9 || (s < bestScore+1e-9 &&
+					(wk.freeGPUs < best.freeGPUs || (wk.freeGPUs == best.freeGPUs && wk.order < best.order))) {
+					best, bestGPUs, bestScore = wk, g, s
+				}
 			}
 		}
 	}
@@ -75,21 +82,37 @@ func (p *pass) scoredFit(t *Task) (*worker, []int) {
 func (p *pass) placementNote(score float64, fitting int) string {
 	if p.cfg.Placement == PlacementFGD {
 		return fmt.Sprintf("fgd: fragmentation grows by %.3f GPU here, the least of the %d workers it fits (mix of %d recent requests)",
-			score/FullGPU, fitting, p.q.mix.Len())
+			score/berth.WholeGPU, fitting, p.q.mix.Len())
 	}
 	return fmt.Sprintf("bestfit: %.3f of this worker's capacity is left after it (GPUs, CPUs and memory, each a share), the least of the %d workers it fits",
 		score, fitting)
 }
 
+// choices returns the GPUs one member of t may take on wk, where it fits
+// (fits chose fit): for a fraction, each GPU with room for it, one of
+// each amount free (the lowest index); else fit alone.
+func (p *pass) choices(wk *worker, t *Task, fit []int) [][]int {
+	r := &t.Resources
+	if r.GPUMilli == 0 {
+		return [][]int{fit}
+	}
+	var out [][]int
+	seen := make(map[int]bool, len(wk.w.GPUs))
+	for i, g := range wk.w.GPUs {
+		if seen[wk.gpuUsed[i]] || (!wk.cls.homogeneous && !gpuMatches(g, r)) || wk.gpuUsed[i]+r.MilliOn(g) > berth.WholeGPU {
+			continue
+		}
+		seen[wk.gpuUsed[i]] = true
+		out = append(out, []int{g.Index})
+	}
+	return out
+}
+
 // loadFree fills p.free with wk's free milli-GPUs per GPU.
 func (p *pass) loadFree(wk *worker) {
 	p.free = p.free[:0]
-	for i := range wk.w.GPUs {
-		f := FullGPU
-		if wk.gpuUsed[i] {
-			f = 0
-		}
-		p.free = append(p.free, f)
+	for _, used := range wk.gpuUsed {
+		p.free = append(p.free, berth.WholeGPU-used)
 	}
 }
 
@@ -107,12 +130,10 @@ func (p *pass) fragGrowth(wk *worker, t *Task, gpus []int, mix []MixEntry) float
 // take subtracts what one member of t takes on gpus from free, per GPU of
 // wk.
 func (p *pass) take(wk *worker, t *Task, gpus []int, free []int) {
-	d := demandOf(t)
+	milli := wk.milliFor(t, gpus)
 	for _, idx := range gpus {
-		for i, g := range wk.w.GPUs {
-			if g.Index == idx {
-				free[i] = max(free[i]-d.Milli, 0)
-			}
+		if i := wk.gpuAt(idx); i >= 0 {
+			free[i] = max(free[i]-milli, 0)
 		}
 	}
 }
@@ -128,7 +149,7 @@ func (p *pass) leftAfter(wk *worker, t *Task, gpus []int) float64 {
 		for _, f := range p.after {
 			sum += f
 		}
-		left += float64(sum) / float64(n*FullGPU)
+		left += float64(sum) / float64(n*berth.WholeGPU)
 	}
 	if wk.w.CPUs > 0 {
 		left += (wk.cpus - t.Resources.CPUs) / wk.w.CPUs

@@ -10,21 +10,24 @@ import (
 // Worker is a worker as the scheduler sees it: capacity, what is free now
 // and what runs on it.
 type Worker struct {
-	ID         string
-	Host       string
-	Queues     []string // empty: every queue
-	Labels     map[string]string
-	GPUs       []berth.GPU
-	GPUUsed    []bool  // aligned with GPUs
-	CPUs       float64 // total
-	Memory     berth.Bytes
-	FreeCPUs   float64
-	FreeMemory berth.Bytes
-	FreeSlots  int
-	Off        bool     // takes no new work (disconnected, parked, off)
-	OffQueues  []string // queues it serves but takes no new work from (turned off)
-	Models     []string // models loaded and warm
-	Running    []*Running
+	ID     string
+	Host   string
+	Queues []string // empty: every queue
+	Labels map[string]string
+	GPUs   []berth.GPU
+	// GPUMilliUsed is, aligned with GPUs, the share of each GPU in use in
+	// milli-GPUs: 0 untouched, berth.WholeGPU given whole, between them
+	// shared by fractions (never also given whole).
+	GPUMilliUsed []int
+	CPUs         float64 // total
+	Memory       berth.Bytes
+	FreeCPUs     float64
+	FreeMemory   berth.Bytes
+	FreeSlots    int
+	Off          bool     // takes no new work (disconnected, parked, off)
+	OffQueues    []string // queues it serves but takes no new work from (turned off)
+	Models       []string // models loaded and warm
+	Running      []*Running
 }
 
 func (w *Worker) serves(queue string) bool {
@@ -64,9 +67,18 @@ type Running struct {
 	Started     time.Time
 	MaxRuntime  time.Duration // 0: unknown
 	GPUs        []int
+	GPUMilli    int // the share of its one GPU it holds when a fraction (1..999, Resources.MilliOn); 0: GPUs whole
 	CPUs        float64
 	Memory      berth.Bytes
 	Stopping    bool // being stopped; its resources free soon
+}
+
+// milli returns the GPU share r holds in all, in milli-GPUs.
+func (r *Running) milli() int {
+	if r.GPUMilli > 0 {
+		return r.GPUMilli * len(r.GPUs)
+	}
+	return berth.WholeGPU * len(r.GPUs)
 }
 
 // end returns when the attempt ends at the latest, and false if unknown.
@@ -91,12 +103,14 @@ type Snapshot struct {
 }
 
 // Assignment places member Rank of a task on a worker with the listed GPU
-// indexes.
+// indexes: whole GPUs, or for a fraction one GPU, of which it takes
+// GPUMilli.
 type Assignment struct {
 	Task     *Task
 	Rank     int
 	WorkerID string
 	GPUs     []int
+	GPUMilli int // the share of GPUs[0] a fraction takes (Resources.MilliOn); 0: GPUs whole
 	// Why says how the placement chose the worker, for policies that
 	// explain it (fgd, bestfit); empty for Berth's default best fit.
 	Why string
@@ -124,7 +138,7 @@ type QuotaExceeded struct {
 	JobID     string
 	User      string
 	Rule      string // "user:alice"
-	Resource  string // "gpus" or "jobs"
+	Resource  string // "gpus", "gpu_milli" (GPUs counted in milli-GPUs, where a fraction is involved) or "jobs"
 	Requested int
 	InUse     int
 	Limit     int

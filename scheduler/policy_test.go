@@ -31,7 +31,7 @@ func gang(id string, nodes, ngpu int, submitted time.Time) *Task {
 func run(w *Worker, id string, prio int, started time.Time, gpuIdx ...int) *Running {
 	r := &Running{AttemptID: "a-" + id, JobID: id, Queue: "default", Priority: prio, Started: started, GPUs: gpuIdx}
 	for _, g := range gpuIdx {
-		w.GPUUsed[g] = true
+		w.GPUMilliUsed[g] = berth.WholeGPU
 	}
 	w.Running = append(w.Running, r)
 	w.FreeSlots--
@@ -520,7 +520,7 @@ func TestServiceReplicasSpreadAcrossHosts(t *testing.T) {
 	// A replica already running on a: the next goes to b.
 	running := newWorker("a", gpus(4, "H100", 80<<30))
 	running.Running = []*Running{{AttemptID: "x", JobID: "r-old", Spread: "alice/chat", GPUs: []int{0}, Started: t0}}
-	running.GPUUsed[0] = true
+	running.GPUMilliUsed[0] = berth.WholeGPU
 	q = NewQueue(DefaultConfig())
 	tk := task("r-new", 100, t0, 1)
 	tk.Spread = "alice/chat"

@@ -2,9 +2,12 @@ package scheduler
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/berth-dev/berth"
 )
 
 // reservation holds workers for a task during a pass.
@@ -57,26 +60,39 @@ func (p *pass) candidates(t *Task) []*worker {
 
 // avail is what a worker would have free once some attempts have gone.
 type avail struct {
-	gpus  int
+	gpus  int // untouched GPUs that match the task's needs
 	cpus  float64
 	mem   float64
 	slots int
+	// used is, for a fraction or where fractions share GPUs, the milli in
+	// use of each of gpuList (a copy); nil where every GPU is whole.
+	used    []int
+	gpuList []berth.GPU
 }
 
 func (a *avail) fits(t *Task) bool {
 	r := &t.Resources
-	return a.slots > 0 && a.gpus >= r.GPUs && a.cpus >= r.CPUs && a.mem >= float64(r.Memory)
+	if a.slots <= 0 || a.cpus < r.CPUs || a.mem < float64(r.Memory) {
+		return false
+	}
+	if r.GPUMilli > 0 {
+		return fractionFit(a.gpuList, a.used, r, false) >= 0
+	}
+	return a.gpus >= r.GPUs
 }
 
 // freeFor returns what wk has free now that matches t's GPU needs.
 func (wk *worker) freeFor(t *Task) avail {
 	a := avail{cpus: wk.cpus, mem: float64(wk.mem), slots: wk.slots}
+	if t.Resources.GPUMilli > 0 || wk.shared > 0 {
+		a.used, a.gpuList = slices.Clone(wk.gpuUsed), wk.w.GPUs
+	}
 	if wk.cls.homogeneous {
 		a.gpus = wk.freeGPUs // the class fits t, so every GPU matches
 		return a
 	}
 	for i, g := range wk.w.GPUs {
-		if !wk.gpuUsed[i] && (wk.cls.homogeneous || gpuMatches(g, &t.Resources)) {
+		if wk.gpuUsed[i] == 0 && gpuMatches(g, &t.Resources) {
 			a.gpus++
 		}
 	}
@@ -88,11 +104,22 @@ func (wk *worker) release(a *avail, r *Running, t *Task) {
 	a.cpus += r.CPUs
 	a.mem += float64(r.Memory)
 	a.slots++
+	share := berth.WholeGPU
+	if r.GPUMilli > 0 {
+		share = r.GPUMilli
+	}
 	for _, idx := range r.GPUs {
-		for _, g := range wk.w.GPUs {
-			if g.Index == idx && (wk.cls.homogeneous || gpuMatches(g, &t.Resources)) {
-				a.gpus++
-			}
+		i := wk.gpuAt(idx)
+		if i < 0 {
+			continue
+		}
+		freed := true
+		if a.used != nil {
+			a.used[i] -= share
+			freed = a.used[i] == 0
+		}
+		if freed && (wk.cls.homogeneous || gpuMatches(wk.w.GPUs[i], &t.Resources)) {
+			a.gpus++
 		}
 	}
 }

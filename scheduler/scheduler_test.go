@@ -22,7 +22,7 @@ func gpus(n int, model string, mem berth.Bytes) []berth.GPU {
 }
 
 func newWorker(id string, gs []berth.GPU) *Worker {
-	return &Worker{ID: id, Host: id, GPUs: gs, GPUUsed: make([]bool, len(gs)),
+	return &Worker{ID: id, Host: id, GPUs: gs, GPUMilliUsed: make([]int, len(gs)),
 		CPUs: 64, Memory: 512 << 30, FreeCPUs: 64, FreeMemory: 512 << 30, FreeSlots: 100}
 }
 
@@ -147,7 +147,7 @@ func TestBestFitKeepsWholeMachinesFree(t *testing.T) {
 	full := newWorker("empty8", gpus(8, "H100", 80<<30))
 	partial := newWorker("half", gpus(8, "H100", 80<<30))
 	for i := 0; i < 6; i++ {
-		partial.GPUUsed[i] = true
+		partial.GPUMilliUsed[i] = berth.WholeGPU
 	}
 	q := NewQueue(DefaultConfig())
 	q.Push(task("small", 100, t0, 2))
@@ -286,7 +286,7 @@ func TestUnfitReasonsNameWhatTheTaskAsks(t *testing.T) {
 func TestReasonsExplainEachTaskAsAlone(t *testing.T) {
 	t.Parallel()
 	w := newWorker("w", gpus(2, "H100", 80<<30))
-	w.GPUUsed[0], w.GPUUsed[1] = true, true
+	w.GPUMilliUsed[0], w.GPUMilliUsed[1] = berth.WholeGPU, berth.WholeGPU
 	q := NewQueue(DefaultConfig())
 	a, b, c, d := task("a", 100, t0, 2), task("b", 100, t0.Add(time.Second), 1),
 		task("c", 100, t0.Add(2*time.Second), 3), task("d", 100, t0.Add(3*time.Second), 1)
@@ -325,8 +325,10 @@ func TestNeverOvercommit(t *testing.T) {
 		var workers []*Worker
 		for i := 0; i < nw; i++ {
 			w := newWorker(fmt.Sprint("w", i), gpus(rapid.IntRange(0, 8).Draw(rt, "gpus"), rapid.SampledFrom([]string{"H100", "A100"}).Draw(rt, "model"), berth.Bytes(rapid.SampledFrom([]int64{40, 80}).Draw(rt, "mem"))<<30))
-			for g := range w.GPUUsed {
-				w.GPUUsed[g] = rapid.Bool().Draw(rt, "used")
+			for g := range w.GPUMilliUsed {
+				if rapid.Bool().Draw(rt, "used") {
+					w.GPUMilliUsed[g] = berth.WholeGPU
+				}
 			}
 			w.FreeCPUs = float64(rapid.IntRange(0, 16).Draw(rt, "cpus"))
 			w.FreeMemory = berth.Bytes(rapid.IntRange(0, 64).Draw(rt, "memgb")) << 30
@@ -378,7 +380,7 @@ func checkNoOvercommit(rt *rapid.T, workers []*Worker, plan Plan) {
 		}
 		for _, g := range a.GPUs {
 			key := fmt.Sprint(w.ID, "/", g)
-			if w.GPUUsed[g] || gpuTaken[key] {
+			if w.GPUMilliUsed[g] != 0 || gpuTaken[key] {
 				rt.Fatalf("GPU %s given twice", key)
 			}
 			gpuTaken[key] = true

@@ -28,7 +28,7 @@ func Synthetic(workers, pending int, now time.Time) (*Queue, *Snapshot) {
 			gs[g] = berth.GPU{Index: g, Model: model, Memory: mem}
 		}
 		s.Workers[i] = &Worker{ID: fmt.Sprintf("w%05d", i), Host: fmt.Sprintf("host%05d", i), Labels: labels,
-			GPUs: gs, GPUUsed: make([]bool, 8), CPUs: 128, Memory: 1 << 40, FreeCPUs: 128, FreeMemory: 1 << 40, FreeSlots: 16}
+			GPUs: gs, GPUMilliUsed: make([]int, 8), CPUs: 128, Memory: 1 << 40, FreeCPUs: 128, FreeMemory: 1 << 40, FreeSlots: 16}
 	}
 	const users = 50
 	for u := 0; u < users; u += 5 {

@@ -89,12 +89,12 @@ func Fill(ctx context.Context, c *Cluster, pool []Job, cfg scheduler.Config, opt
 	}
 	capacity := 0
 	for _, w := range e.workers {
-		capacity += scheduler.FullGPU * len(w.GPUs)
+		capacity += berth.WholeGPU * len(w.GPUs)
 	}
 	if capacity == 0 {
 		return FillResult{}, berth.Invalidf("workers", "the cluster has no GPUs")
 	}
-	res := FillResult{Seed: opt.Seed, GPUs: capacity / scheduler.FullGPU, Points: make([]FillPoint, 0, len(opt.Points))}
+	res := FillResult{Seed: opt.Seed, GPUs: capacity / berth.WholeGPU, Points: make([]FillPoint, 0, len(opt.Points))}
 	rng := rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15))
 	arrived, allocated := 0, 0
 	share := func(n int) float64 { return float64(n) / float64(capacity) }
@@ -114,7 +114,7 @@ func Fill(ctx context.Context, c *Cluster, pool []Job, cfg scheduler.Config, opt
 			return FillResult{}, err
 		}
 		res.Tasks++
-		milli := gpuMilli(&spec.Resources)
+		milli := spec.Resources.GPUsMilli()
 		before := arrived
 		arrived += milli
 		if placed {
@@ -140,11 +140,6 @@ func Fill(ctx context.Context, c *Cluster, pool []Job, cfg scheduler.Config, opt
 	}
 	res.WallSeconds = time.Since(start).Seconds()
 	return res, nil
-}
-
-// gpuMilli returns the GPU capacity r asks for, in milli-GPUs.
-func gpuMilli(r *berth.Resources) int {
-	return r.GPUs * scheduler.FullGPU
 }
 
 // place submits spec and runs one pass: it reports whether the pass

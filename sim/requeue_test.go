@@ -22,7 +22,7 @@ func TestSimRequeuedTaskIsPlacedOnce(t *testing.T) {
 	for i := range gpus {
 		gpus[i] = berth.GPU{Index: i, Model: "H100"}
 	}
-	s := &scheduler.Snapshot{Now: now, Workers: []*scheduler.Worker{{ID: "w", GPUs: gpus, GPUUsed: make([]bool, 8),
+	s := &scheduler.Snapshot{Now: now, Workers: []*scheduler.Worker{{ID: "w", GPUs: gpus, GPUMilliUsed: make([]int, 8),
 		CPUs: 64, Memory: 1 << 40, FreeCPUs: 64, FreeMemory: 1 << 40, FreeSlots: 100}}}
 	q := scheduler.NewQueue(scheduler.Config{})
 	task := func(id string, seq uint64) *scheduler.Task {

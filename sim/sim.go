@@ -242,7 +242,7 @@ func (e *engine) addWorkers(c *Cluster) error {
 		}
 		e.index[w.ID] = 0
 		e.workers = append(e.workers, &scheduler.Worker{ID: w.ID, Host: w.ID, GPUs: gpus,
-			GPUUsed: make([]bool, len(gpus)), CPUs: w.CPUs, Memory: w.Memory, FreeCPUs: w.CPUs,
+			GPUMilliUsed: make([]int, len(gpus)), CPUs: w.CPUs, Memory: w.Memory, FreeCPUs: w.CPUs,
 			FreeMemory: w.Memory, FreeSlots: freeSlots})
 	}
 	slices.SortFunc(e.workers, func(a, b *scheduler.Worker) int { return strings.Compare(a.ID, b.ID) })
@@ -480,11 +480,12 @@ func (e *engine) start(j *job, as []scheduler.Assignment) error {
 			return fmt.Errorf("sim: the plan places job %s on unknown worker %s", j.spec.ID, a.WorkerID)
 		}
 		w := e.workers[wi]
+		share := cmp.Or(a.GPUMilli, berth.WholeGPU)
 		for _, g := range a.GPUs {
-			if g < 0 || g >= len(w.GPUUsed) || w.GPUUsed[g] {
+			if g < 0 || g >= len(w.GPUMilliUsed) || w.GPUMilliUsed[g]+share > berth.WholeGPU {
 				return fmt.Errorf("sim: the plan gives job %s GPU %d of worker %s, which is not free", j.spec.ID, g, w.ID)
 			}
-			w.GPUUsed[g] = true
+			w.GPUMilliUsed[g] += share
 		}
 		r := &j.task.Resources
 		w.FreeCPUs -= r.CPUs
@@ -495,7 +496,7 @@ func (e *engine) start(j *job, as []scheduler.Assignment) error {
 		run := &scheduler.Running{AttemptID: fmt.Sprintf("%s/%d/%d", j.spec.ID, j.attempt, a.Rank), JobID: j.spec.ID,
 			Rank: a.Rank, Queue: j.task.Queue, User: j.task.User, Priority: j.task.Priority,
 			Preemptible: j.spec.Preemptible, Gang: j.task.Nodes > 1, Started: e.now, MaxRuntime: j.spec.MaxRuntime,
-			GPUs: a.GPUs, CPUs: r.CPUs, Memory: r.Memory}
+			GPUs: a.GPUs, GPUMilli: a.GPUMilli, CPUs: r.CPUs, Memory: r.Memory}
 		w.Running = append(w.Running, run)
 		e.byAttempt[run.AttemptID] = j
 		j.members = append(j.members, member{worker: wi, run: run})
@@ -505,7 +506,7 @@ func (e *engine) start(j *job, as []scheduler.Assignment) error {
 	j.state, j.started = running, e.now
 	j.waited += e.now.Sub(j.since)
 	e.running++
-	e.meter.busy += j.task.Resources.GPUs * j.task.Nodes
+	e.meter.busy += j.task.Resources.GPUsMilli() * j.task.Nodes
 	e.push(e.now.Add(j.run), complete, j)
 	if e.cfg.Preempt && j.spec.Preemptible && j.task.Nodes == 1 && e.cfg.PreemptMinRuntime > 0 {
 		e.wake(e.now.Add(e.cfg.PreemptMinRuntime), nil) // becomes a possible victim
@@ -518,7 +519,7 @@ func (e *engine) stop(j *job) {
 	for _, m := range j.members {
 		w := e.workers[m.worker]
 		for _, g := range m.run.GPUs {
-			w.GPUUsed[g] = false
+			w.GPUMilliUsed[g] -= cmp.Or(m.run.GPUMilli, berth.WholeGPU)
 		}
 		w.FreeCPUs += m.run.CPUs
 		w.FreeMemory += m.run.Memory
@@ -528,7 +529,7 @@ func (e *engine) stop(j *job) {
 	}
 	j.members = nil
 	e.running--
-	e.meter.busy -= j.task.Resources.GPUs * j.task.Nodes
+	e.meter.busy -= j.task.Resources.GPUsMilli() * j.task.Nodes
 }
 
 // preempt stops each victim job (all its members) and queues its same

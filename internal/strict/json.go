@@ -183,9 +183,16 @@ func walkJSON(dec *json.Decoder, t reflect.Type, path string, visit jsonVisitor)
 
 // decodedWhole reports whether values of type t decode themselves
 // (UnmarshalJSON or UnmarshalText) rather than field by field.
+// berth.Resources is decoded field by field: its UnmarshalJSON only
+// widens "gpus" to take a fraction, and refuses unknown fields itself.
 func decodedWhole(t reflect.Type) bool {
+	if t == resourcesType {
+		return false
+	}
 	return reflect.PointerTo(t).Implements(unmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler)
 }
+
+var resourcesType = reflect.TypeFor[berth.Resources]()
 
 var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 

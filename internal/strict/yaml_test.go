@@ -41,6 +41,11 @@ func TestDecodeYAML(t *testing.T) {
 		{"command: [x]\nenv: {NAME: x, EPOCHS: 3}\n", "env.EPOCHS", `must be a string; quote it: "3"`},
 		{"command: [x]\nenv: {DEBUG: true}\n", "env.DEBUG", "must be a string"},
 		{"command: {run: x}\n", "command", "must be a list of strings or one shell command string"},
+		// A fraction of one GPU: below 1, in thousandths, never also in gpu_milli.
+		{"command: [x]\nresources: {gpus: 1.5}\n", "resources.gpus", "a fraction never spans GPUs"},
+		{"command: [x]\nresources: {gpus: 0.0001}\n", "resources.gpus", "thousandths"},
+		{"command: [x]\nresources: {gpus: 0.5, gpu_milli: 500}\n", "resources.gpus", "not both"},
+		{"command: [x]\nresources: {gpus: [1]}\n", "resources.gpus", "must be a number of GPUs"},
 		{"[1, 2]\n", "", "must be an object"},
 	} {
 		var req berth.SubmitRequest
@@ -49,6 +54,11 @@ func TestDecodeYAML(t *testing.T) {
 		if !errors.As(err, &e) || e.Code != berth.ECodeInvalid || e.Field != tt.field || !strings.Contains(e.Message, tt.part) {
 			t.Errorf("DecodeYAML(%q) = %v; want invalid, field %q, saying %q", tt.doc, err, tt.field, tt.part)
 		}
+	}
+	var frac berth.SubmitRequest
+	if err := DecodeYAML([]byte("command: [x]\nresources: {gpus: 0.5, gpu_memory: 20GiB}\n"), &frac); err != nil ||
+		frac.Resources.GPUMilli != 500 || frac.Resources.GPUs != 0 || frac.Resources.GPUMemory != 20<<30 {
+		t.Errorf("DecodeYAML of gpus: 0.5 = %+v, %v; want gpu_milli 500", frac.Resources, err)
 	}
 	for _, doc := range []string{"", "\n  \n", "# only a comment\n"} {
 		var req berth.SubmitRequest

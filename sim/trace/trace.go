@@ -314,11 +314,10 @@ func alibabaWorkers(path string, data []byte) (*sim.Cluster, error) {
 
 // alibabaPods reads openb_pod_list_*.csv. A pod is submitted at
 // creation_time and runs deletion_time − scheduled_time seconds; pods that
-// never ran (no scheduled_time) or ran no time are skipped. Berth schedules
-// whole GPUs, so a pod asking for a GPU fraction (gpu_milli < 1000) takes
-// one whole GPU. A gpu_spec naming one model becomes the GPU type; one
-// naming several (V100M16|V100M32) is ignored. Pods have no user or
-// priority: all are the one user "trace", priority 100, queue default.
+// never ran (no scheduled_time) or ran no time are skipped. A pod asking
+// for part of one GPU (gpu_milli < 1000) asks for that fraction
+// (podResources). Pods have no user or priority: all are the one user
+// "trace", priority 100, queue default.
 func alibabaPods(path string, data []byte) (*sim.Workload, error) {
 	f, err := openCSV(path, data, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
 		"creation_time", "deletion_time", "scheduled_time")
@@ -395,11 +394,11 @@ func podResources(f *csvFile) (berth.Resources, error) {
 	if err != nil {
 		return berth.Resources{}, err
 	}
-	if gpus == 0 && gpuMilli > 0 {
-		gpus = 1 // a fraction of a GPU takes a whole one
-	}
 	r := berth.Resources{GPUs: gpus, CPUs: milli / 1000, Memory: berth.Bytes(mib * (1 << 20))}
-	if spec := f.str("gpu_spec"); gpus > 0 && spec != "" && spec != "nan" && !strings.Contains(spec, "|") {
+	if gpus <= 1 && gpuMilli > 0 && gpuMilli < berth.WholeGPU {
+		r.GPUs, r.GPUMilli = 0, int(math.Round(gpuMilli)) // a fraction of one GPU
+	}
+	if spec := f.str("gpu_spec"); r.WantsGPUs() && spec != "" && spec != "nan" && !strings.Contains(spec, "|") {
 		r.GPUType = spec
 	}
 	return r, nil
