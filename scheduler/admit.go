@@ -26,7 +26,7 @@ func NeverFits(ws iter.Seq[*Worker], r *berth.Resources, nodes int) *berth.Error
 	fit, n := 0, 0
 	for w := range ws {
 		n++
-		if m.count(w) >= r.GPUs && w.CPUs >= r.CPUs && w.Memory >= r.Memory {
+		if m.count(w) >= r.GPUDevices() && w.CPUs >= r.CPUs && w.Memory >= r.Memory {
 			if fit++; fit >= max(nodes, 1) {
 				return nil // the common case: stop at the first workers that fit
 			}
@@ -111,12 +111,12 @@ func shortOf(ws iter.Seq[*Worker], m *matcher) (field, why string) {
 		sized = sized || m.kinds[k] // count saw every kind
 	}
 	switch {
-	case r.GPUs > 0 && r.GPUType != "" && !typed:
+	case r.WantsGPUs() && r.GPUType != "" && !typed:
 		return "resources.gpu_type", fmt.Sprintf("%q requested; %s", r.GPUType, modelsDesc(models))
-	case r.GPUs > 0 && r.GPUMemory > 0 && !sized:
+	case r.WantsGPUs() && r.GPUMemory > 0 && !sized:
 		return "resources.gpu_memory", fmt.Sprintf("%s per GPU requested; the largest GPU%s has %s",
 			r.GPUMemory, gpuDesc(&berth.Resources{GPUType: r.GPUType}), typedMemory)
-	case bestN < r.GPUs:
+	case bestN < r.GPUDevices():
 		have := "no GPUs"
 		if len(best.GPUs) > 0 {
 			have = berth.GPUSpec(best.GPUs)
@@ -124,7 +124,7 @@ func shortOf(ws iter.Seq[*Worker], m *matcher) (field, why string) {
 		if r.GPUType != "" || r.GPUMemory > 0 {
 			have = fmt.Sprintf("%d%s (%s)", bestN, gpuDesc(r), have)
 		}
-		return "resources.gpus", fmt.Sprintf("%d requested; the largest worker has %s", r.GPUs, have)
+		return "resources.gpus", fmt.Sprintf("%s requested; the largest worker has %s", berth.FormatGPUs(r.GPUsMilli()), have)
 	case cpus < r.CPUs:
 		return "resources.cpus", fmt.Sprintf("%g requested; the largest worker has %g", r.CPUs, cpus)
 	case memory < r.Memory:

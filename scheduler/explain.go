@@ -15,7 +15,46 @@ func (p *pass) whyNot(t *Task) Reason {
 	if p.sawRes != nil {
 		return Reason{ReasonReserved, fmt.Sprintf("the resources it fits are reserved for job %s", p.sawRes.task.JobID)}
 	}
+	if t.Resources.GPUMilli > 0 {
+		if most, ok := p.mostFree(t); ok {
+			return Reason{ReasonCapacity, fractionWait(t) + fmt.Sprintf("; the most free on one that fits is %d", most)}
+		}
+	}
 	return capacityReason(t)
+}
+
+// mostFree returns the most milli-GPUs free on one GPU matching a fraction
+// t on the workers that could take it now but for their GPUs (on, with a
+// slot, CPUs and memory for it), and whether t waits for GPU share there:
+// none of those GPUs has room for it.
+func (p *pass) mostFree(t *Task) (most int, short bool) {
+	r := &t.Resources
+	most, seen := 0, false
+	for _, c := range p.eligibleClasses(t) {
+		for _, wk := range c.workers {
+			if wk.w.Off || wk.slots <= 0 || wk.cpus < r.CPUs || wk.mem < r.Memory {
+				continue
+			}
+			for i, g := range wk.w.GPUs {
+				if !gpuMatches(g, r) {
+					continue
+				}
+				free := berth.WholeGPU - wk.gpuUsed[i]
+				if free >= r.MilliOn(g) {
+					return 0, false // share is there: something else holds t back
+				}
+				most, seen = max(most, free), true
+			}
+		}
+	}
+	return most, seen
+}
+
+// fractionWait says what a fraction t waits for: "no GPU with 500 milli
+// free (0.5 of a GPU)".
+func fractionWait(t *Task) string {
+	r := &t.Resources
+	return fmt.Sprintf("no GPU with %d milli free (%s of a GPU%s)", r.GPUMilli, berth.FormatGPUs(r.GPUMilli), gpuDesc(r))
 }
 
 // staticFor returns the static reason of t's shape on the pass's workers
@@ -59,6 +98,10 @@ func onCount(w *Worker) int {
 func capacityReason(t *Task) Reason {
 	if n := t.nodes(); n > 1 {
 		return Reason{ReasonCapacity, fmt.Sprintf("waiting for %d workers to be free at once", n)}
+	}
+	if t.Resources.GPUMilli > 0 {
+		return Reason{ReasonCapacity, fmt.Sprintf("waiting for free resources (%s of a GPU%s: %d milli free on one GPU)",
+			berth.FormatGPUs(t.Resources.GPUMilli), gpuDesc(&t.Resources), t.Resources.GPUMilli)}
 	}
 	return Reason{ReasonCapacity, "waiting for free resources"}
 }
@@ -115,7 +158,7 @@ func requirementsMet(w *Worker, t *Task) int {
 		return needQueue
 	case !hasLabels(w, t.Constraints.Labels):
 		return needLabels
-	case matchingGPUs(w, r) < r.GPUs:
+	case matchingGPUs(w, r) < r.GPUDevices():
 		return needGPUs
 	case w.CPUs < r.CPUs:
 		return needCPUs
@@ -164,6 +207,8 @@ func requirement(i int, t *Task) string {
 		return fmt.Sprintf("host %q", t.Constraints.Host)
 	case i == needLabels && len(t.Constraints.Labels) > 0:
 		return "the required labels"
+	case i == needGPUs && r.GPUMilli > 0:
+		return "a GPU" + gpuDesc(r) + " to share"
 	case i == needGPUs && r.GPUs > 0:
 		return berth.Count(r.GPUs, "GPU") + gpuDesc(r)
 	case i == needCPUs && r.CPUs > 0:

@@ -79,7 +79,8 @@ type worker struct {
 	order    int   // position in the snapshot
 	gpuUsed  []int // milli-GPUs in use per GPU, as Worker.GPUMilliUsed
 	freeGPUs int   // GPUs untouched: the ones a whole-GPU request may take
-	shared   int   // GPUs shared by fractions, with room or not
+	shared   int   // GPUs shared by fractions with room left
+	sharing  bool  // some attempt running on it holds a fraction of a GPU
 	cpus     float64
 	mem      berth.Bytes
 	slots    int
@@ -147,6 +148,7 @@ func newPass(q *Queue, s *Snapshot) *pass {
 		}
 		for _, r := range w.Running {
 			p.count(r)
+			wk.sharing = wk.sharing || r.GPUMilli > 0
 			if !r.Stopping {
 				p.addReplica(r.Spread, w.Host, 1)
 			}

@@ -381,7 +381,11 @@ func (p *pass) place(t *Task) bool {
 	}
 	for rank, wk := range chosen {
 		wk.stamp = 0
-		p.plan.Assignments = append(p.plan.Assignments, Assignment{Task: t, Rank: rank, WorkerID: wk.w.ID, GPUs: gpus[rank], Why: whys[rank]})
+		as := Assignment{Task: t, Rank: rank, WorkerID: wk.w.ID, GPUs: gpus[rank], Why: whys[rank]}
+		if t.Resources.GPUMilli > 0 {
+			as.GPUMilli = wk.milliFor(t, as.GPUs)
+		}
+		p.plan.Assignments = append(p.plan.Assignments, as)
 	}
 	p.charge(t)
 	t.Reason = Reason{}

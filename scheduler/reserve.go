@@ -84,7 +84,7 @@ func (a *avail) fits(t *Task) bool {
 // freeFor returns what wk has free now that matches t's GPU needs.
 func (wk *worker) freeFor(t *Task) avail {
 	a := avail{cpus: wk.cpus, mem: float64(wk.mem), slots: wk.slots}
-	if t.Resources.GPUMilli > 0 || wk.shared > 0 {
+	if t.Resources.GPUMilli > 0 || wk.shared > 0 || wk.sharing {
 		a.used, a.gpuList = slices.Clone(wk.gpuUsed), wk.w.GPUs
 	}
 	if wk.cls.homogeneous {
