@@ -48,8 +48,10 @@ type pass struct {
 	stopping     map[*Running]bool
 	victims      bool // some running attempt could be preempted
 
-	free, after []int  // scoredFit's buffers: a worker's free milli-GPUs per GPU, before and after
-	why         string // how the last find chose, when the placement explains it (Assignment.Why)
+	free, after []int   // scoredFit's buffers: a worker's free milli-GPUs per GPU, before and after
+	seen        []int   // choices' buffer: the uses of the GPUs chosen
+	choice      [][]int // choices' result
+	why         string  // how the last find chose, when the placement explains it (Assignment.Why)
 }
 
 type memoKey struct {

@@ -3,6 +3,7 @@ package scheduler
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/berth-dev/berth"
 )
@@ -58,10 +59,14 @@ func (p *pass) scoredFit(t *Task) (*worker, []int) {
 			}
 			fitting++
 			p.loadFree(wk)
+			before := 0.0
+			if mix != nil {
+				before = Fragmentation(&FragNode{GPUs: wk.w.GPUs, FreeMilli: p.free, FreeCPUs: wk.cpus, FreeMemory: wk.mem}, mix)
+			}
 			for _, g := range p.choices(wk, t, g) {
 				var s float64
 				if mix != nil {
-					s = p.fragGrowth(wk, t, g, mix)
+					s = p.fragAfter(wk, t, g, mix) - before
 				} else {
 					s = p.leftAfter(wk, t, g)
 				}
@@ -96,15 +101,16 @@ func (p *pass) choices(wk *worker, t *Task, fit []int) [][]int {
 	if r.GPUMilli == 0 {
 		return [][]int{fit}
 	}
-	var out [][]int
-	seen := make(map[int]bool, len(wk.w.GPUs))
+	out := p.choice[:0]
+	seen := p.seen[:0]
 	for i, g := range wk.w.GPUs {
-		if seen[wk.gpuUsed[i]] || (!wk.cls.homogeneous && !gpuMatches(g, r)) || wk.gpuUsed[i]+r.MilliOn(g) > berth.WholeGPU {
+		if slices.Contains(seen, wk.gpuUsed[i]) || (!wk.cls.homogeneous && !gpuMatches(g, r)) || wk.gpuUsed[i]+r.MilliOn(g) > berth.WholeGPU {
 			continue
 		}
-		seen[wk.gpuUsed[i]] = true
+		seen = append(seen, wk.gpuUsed[i])
 		out = append(out, []int{g.Index})
 	}
+	p.choice, p.seen = out, seen
 	return out
 }
 
@@ -116,15 +122,13 @@ func (p *pass) loadFree(wk *worker) {
 	}
 }
 
-// fragGrowth returns how much wk's fragmentation against mix grows when
-// one member of t takes gpus there (p.free holds wk's free GPUs).
-func (p *pass) fragGrowth(wk *worker, t *Task, gpus []int, mix []MixEntry) float64 {
-	n := FragNode{GPUs: wk.w.GPUs, FreeMilli: p.free, FreeCPUs: wk.cpus, FreeMemory: wk.mem}
-	before := Fragmentation(&n, mix)
+// fragAfter returns wk's fragmentation against mix once one member of t
+// takes gpus there (p.free holds wk's free GPUs).
+func (p *pass) fragAfter(wk *worker, t *Task, gpus []int, mix []MixEntry) float64 {
 	p.after = append(p.after[:0], p.free...)
 	p.take(wk, t, gpus, p.after)
-	n.FreeMilli, n.FreeCPUs, n.FreeMemory = p.after, wk.cpus-t.Resources.CPUs, wk.mem-t.Resources.Memory
-	return Fragmentation(&n, mix) - before
+	return Fragmentation(&FragNode{GPUs: wk.w.GPUs, FreeMilli: p.after, FreeCPUs: wk.cpus - t.Resources.CPUs,
+		FreeMemory: wk.mem - t.Resources.Memory}, mix)
 }
 
 // take subtracts what one member of t takes on gpus from free, per GPU of
