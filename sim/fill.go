@@ -37,7 +37,8 @@ type FillResult struct {
 	GPUs   int    `json:"gpus"`
 	Tasks  int    `json:"tasks_arrived"`
 	Placed int    `json:"tasks_placed"`
-	Failed int    `json:"tasks_failed"`
+	Failed int    `json:"tasks_failed"` // could not be placed when they arrived
+	Unfit  int    `json:"tasks_unfit"`  // no worker could take them even idle: left out of the arrived load
 	// ArrivedAtFull is the arrived load when the first task failed;
 	// UnallocatedAtFull the share of GPU capacity unallocated then.
 	ArrivedAtFull     float64     `json:"arrived_at_full"`
@@ -58,7 +59,8 @@ const maxFillLoad = 4
 // (USENIX ATC '23, §6): tasks drawn at random (with replacement, seeded)
 // from pool arrive one at a time and never leave; each is placed by one
 // scheduler pass under cfg on c, or fails and is dropped (later ones still
-// arrive). As the arrived load (the GPU capacity the arrived tasks asked
+// arrive). A task no worker could take even idle is counted apart and
+// left out of the arrived load. As the arrived load (the GPU capacity the arrived tasks asked
 // for ÷ the cluster's) grows, it records the share of the cluster's GPU
 // capacity left unallocated: ideally 1 − arrived until the cluster is
 // full; fragmentation leaves more. It stops once the arrived load passes
@@ -99,6 +101,7 @@ func Fill(ctx context.Context, c *Cluster, pool []Job, cfg scheduler.Config, opt
 	arrived, allocated := 0, 0
 	share := func(n int) float64 { return float64(n) / float64(capacity) }
 	next := 0.0 // the next curve point
+	unfitKinds := map[int]bool{}
 	for failed := false; share(arrived) < upto || !failed; {
 		if res.Tasks%256 == 0 && ctx.Err() != nil {
 			return FillResult{}, ctx.Err()
@@ -106,14 +109,22 @@ func Fill(ctx context.Context, c *Cluster, pool []Job, cfg scheduler.Config, opt
 		if share(arrived) >= maxFillLoad {
 			break
 		}
-		spec := pool[rng.IntN(len(pool))]
+		k := rng.IntN(len(pool))
+		spec := pool[k]
 		spec.ID = fmt.Sprintf("%s#%d", spec.ID, res.Tasks)
 		spec.Submit, spec.Duration, spec.MaxRuntime = 0, forever, 0
-		placed, err := e.place(&spec, uint64(res.Tasks))
+		placed, unfit, err := e.place(&spec, uint64(res.Tasks))
 		if err != nil {
 			return FillResult{}, err
 		}
 		res.Tasks++
+		if unfit {
+			res.Unfit++
+			if unfitKinds[k] = true; len(unfitKinds) == len(pool) {
+				return FillResult{}, berth.Invalidf("tasks", "no task of the pool fits any worker of the cluster, even idle")
+			}
+			continue
+		}
 		milli := spec.Resources.GPUsMilli()
 		before := arrived
 		arrived += milli
@@ -143,8 +154,9 @@ func Fill(ctx context.Context, c *Cluster, pool []Job, cfg scheduler.Config, opt
 }
 
 // place submits spec and runs one pass: it reports whether the pass
-// placed it; if not, the task is dropped.
-func (e *engine) place(spec *Job, seq uint64) (bool, error) {
+// placed it; if not, the task is dropped, and unfit says it would not fit
+// even an idle cluster.
+func (e *engine) place(spec *Job, seq uint64) (placed, unfit bool, err error) {
 	t := newTask(spec, seq)
 	j := &job{spec: spec, task: t, run: spec.Duration, state: pending, since: e.now}
 	e.byTask[t] = j
@@ -154,11 +166,11 @@ func (e *engine) place(spec *Job, seq uint64) (bool, error) {
 	plan := scheduler.RunPass(e.q, &e.snap)
 	e.passes++
 	if err := e.assign(plan.Assignments); err != nil {
-		return false, err
+		return false, false, err
 	}
 	if j.state != running {
 		e.q.Remove(t)
-		return false, nil
+		return false, t.Reason.Code == scheduler.ReasonUnfit, nil
 	}
-	return true, nil
+	return true, false, nil
 }

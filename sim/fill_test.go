@@ -60,6 +60,17 @@ func TestFillCountsWhatFractionsStrand(t *testing.T) {
 	}
 }
 
+// TestFillLeavesOutWhatNeverFits: a 4-GPU task fits no 2-GPU worker: it
+// is counted apart and is not load; the 0.6 tasks fill as alone.
+func TestFillLeavesOutWhatNeverFits(t *testing.T) {
+	t.Parallel()
+	res := fill(t, fillCluster(2), []sim.Job{fillTask("p", 0, 600), fillTask("big", 4, 0)}, "fgd",
+		sim.FillOptions{Seed: 3, Points: []float64{1}})
+	if res.Unfit == 0 || res.Placed != 2 || res.Failed != 2 || res.Tasks != res.Unfit+4 || res.ArrivedAtFull != 0.9 || res.UnallocatedAtFull != 0.4 {
+		t.Fatalf("%+v", res)
+	}
+}
+
 // TestFillIsSeeded: fractions and whole GPUs drawn at random onto
 // workers of 1 to 8 GPUs. The same seed gives the same result under each
 // policy; another seed draws other tasks.
@@ -103,6 +114,7 @@ func TestFillRejectsBadInput(t *testing.T) {
 		{fillCluster(1), []sim.Job{fillTask("p", 1, 0)}, sim.FillOptions{Points: []float64{0}}, "points"},
 		{fillCluster(1), []sim.Job{gang}, sim.FillOptions{Points: []float64{1}}, "jobs[0].nodes"},
 		{fillCluster(0), []sim.Job{fillTask("p", 1, 0)}, sim.FillOptions{Points: []float64{1}}, "workers"},
+		{fillCluster(1), []sim.Job{fillTask("big", 4, 0)}, sim.FillOptions{Points: []float64{1}}, "no task of the pool fits"},
 	} {
 		_, err := sim.Fill(context.Background(), tc.c, tc.pool, cfg, tc.opt)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

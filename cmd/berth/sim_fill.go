@@ -143,7 +143,12 @@ func printFill(w io.Writer, rep *fillReport) error {
 		}
 		row("at first failure", func(r sim.FillResult) string { return fmt.Sprintf("%.1f%%", 100*r.UnallocatedAtFull) })
 		row("  (arrived then)", func(r sim.FillResult) string { return fmt.Sprintf("%.1f%%", 100*r.ArrivedAtFull) })
-		row("tasks placed", func(r sim.FillResult) string { return fmt.Sprintf("%d of %d", r.Placed, r.Tasks) })
+		row("tasks placed", func(r sim.FillResult) string {
+			if r.Unfit > 0 {
+				return fmt.Sprintf("%d of %d (%d never fit)", r.Placed, r.Tasks, r.Unfit)
+			}
+			return fmt.Sprintf("%d of %d", r.Placed, r.Tasks)
+		})
 		if err := t.flush(); err != nil {
 			return err
 		}
