@@ -57,7 +57,7 @@ func FormatGPUs(milli int) string {
 }
 
 // ParseGPUs reads a number of GPUs as `--gpus` and `gpus:` take it: a
-// whole number (0..MaxGPUsPerWorker) or a fraction of one GPU below 1 with
+// whole number (JobSpec.Validate checks its range) or a fraction of one GPU below 1 with
 // at most three decimals ("0.5", "0.25"). It returns the whole GPUs and the
 // fraction's milli-GPUs, one of them 0. Its errors say what is wrong, not
 // where.
@@ -69,11 +69,10 @@ func ParseGPUs(s string) (gpus, milli int, err error) {
 		return 0, 0, fmt.Errorf("%q is not a number of GPUs such as 2 or 0.5", s)
 	case f < 0:
 		return 0, 0, fmt.Errorf("%s: must not be negative", s)
+	case f == math.Trunc(f) && f > 1<<30:
+		return 0, 0, fmt.Errorf("%s: must be between 0 and %d", s, MaxGPUsPerWorker)
 	case f == math.Trunc(f):
-		if f > MaxGPUsPerWorker {
-			return 0, 0, fmt.Errorf("%s: must be between 0 and %d", s, MaxGPUsPerWorker)
-		}
-		return int(f), 0, nil
+		return int(f), 0, nil // its range is the spec's to check (resources.gpus)
 	case f > 1:
 		return 0, 0, fmt.Errorf("%s: a fraction of a GPU must be below 1 (a fraction never spans GPUs): ask for %d or %d GPUs, or a fraction such as 0.5",
 			s, int(f), int(f)+1)

@@ -22,7 +22,7 @@ func TestParseGPUs(t *testing.T) {
 		{"0", 0, 0, ""}, {"2", 2, 0, ""}, {"0.5", 0, 500, ""}, {".25", 0, 250, ""}, {"0.125", 0, 125, ""},
 		{"0.001", 0, 1, ""}, {"0.999", 0, 999, ""}, {"1.0", 1, 0, ""},
 		{"1.5", 0, 0, "never spans GPUs"}, {"0.0005", 0, 0, "thousandths"}, {"0.1234", 0, 0, "thousandths"},
-		{"-1", 0, 0, "negative"}, {"x", 0, 0, "not a number"}, {"NaN", 0, 0, "not a number"}, {"65", 0, 0, "between 0 and 64"},
+		{"-1", 0, 0, "negative"}, {"x", 0, 0, "not a number"}, {"NaN", 0, 0, "not a number"}, {"65", 65, 0, ""}, {"1e12", 0, 0, "between 0 and 64"},
 	} {
 		g, m, err := berth.ParseGPUs(tc.in)
 		if tc.wantErr != "" {

@@ -27,6 +27,10 @@ type GPU struct {
 	UUID   string `json:"uuid,omitempty"`
 	Model  string `json:"model"`
 	Memory Bytes  `json:"memory"`
+	// Parent is, for a MIG device (a GPU instance its agent schedules as
+	// a GPU of its own: Model is its profile, "1g.10gb"), the UUID of the
+	// GPU it is part of; empty for a whole GPU.
+	Parent string `json:"parent,omitempty"`
 }
 
 // HasType reports whether g's model is of the type a job asks for

@@ -80,8 +80,14 @@ type Config struct {
 	// NvidiaSMI is the path of nvidia-smi, with which the agent checks the
 	// health of GPUs and confirms that a hard stop released GPU memory;
 	// empty: neither (GPUs declared rather than discovered).
-	NvidiaSMI      string
-	HealthEvery    time.Duration // how often the GPUs' health is checked; default 30s
+	NvidiaSMI   string
+	HealthEvery time.Duration // how often the GPUs' health is checked; default 30s
+	// MPSPipeDir is the pipe directory of the CUDA MPS control daemon
+	// running on this machine (nvidia-cuda-mps-control -d with
+	// CUDA_MPS_PIPE_DIRECTORY set to it); empty: no MPS. With it, an
+	// attempt holding a fraction of a GPU runs as an MPS client limited
+	// to its share of the GPU's threads and memory (docs/gpu-sharing.md).
+	MPSPipeDir     string
 	ReleaseTimeout time.Duration // how long a hard stop waits for GPU memory to be released; default 30s
 	// Models are the models already warm here (their weights cached) when
 	// the agent starts; each must pass ValidModel.

@@ -39,11 +39,18 @@ type Spec struct {
 	LogPath          string            // combined stdout+stderr file, created or appended to by Start; its directory must exist
 	Groups           *GroupJournal     // where the process group is recorded while it lives; nil: nowhere
 	GPUs             []int             // CUDA_VISIBLE_DEVICES; empty: "" so the job sees no GPU
-	MaxRuntime       time.Duration     // 0: none; past it the attempt is stopped with cause budget
-	StallTimeout     time.Duration     // 0: none; with no output and no progress for this long the attempt is stopped with cause stall
-	Grace            time.Duration     // SIGTERM → wait Grace → SIGKILL; 0: DefaultGrace
-	ProgressURL      string            // BERTH_PROGRESS_URL when not empty
-	Sandbox          *Sandbox          // the account and cgroup it runs in; nil: the agent's
+	// GPUDevices, when not nil, are the CUDA_VISIBLE_DEVICES entries of
+	// GPUs, one each: an index, or a MIG device's UUID.
+	GPUDevices []string
+	// GPUShare, for an attempt holding a fraction of its one GPU, is its
+	// share in milli-GPUs (BERTH_GPU_FRACTION) and, with MPS, its client
+	// limits; nil: GPUs whole.
+	GPUShare     *GPUShare
+	MaxRuntime   time.Duration // 0: none; past it the attempt is stopped with cause budget
+	StallTimeout time.Duration // 0: none; with no output and no progress for this long the attempt is stopped with cause stall
+	Grace        time.Duration // SIGTERM → wait Grace → SIGKILL; 0: DefaultGrace
+	ProgressURL  string        // BERTH_PROGRESS_URL when not empty
+	Sandbox      *Sandbox      // the account and cgroup it runs in; nil: the agent's
 	// Detached leaves the process running when the agent dies (no
 	// Pdeathsig), for a restarted agent to adopt: services.
 	Detached bool
@@ -293,9 +300,13 @@ func environ(s Spec) []string {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendInt(b, int64(g), 10)
+		if i < len(s.GPUDevices) {
+			b = append(b, s.GPUDevices[i]...)
+		} else {
+			b = strconv.AppendInt(b, int64(g), 10)
+		}
 	}
-	return append(env, string(b))
+	return append(append(env, string(b)), s.GPUShare.env()...)
 }
 
 // process is a running attempt of ProcessExecutor.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,13 +54,28 @@ func (r smiRow) errorf(format string, args ...any) error {
 // fewer fields than q asks for. Without a deadline in ctx it gives
 // nvidia-smi 30 seconds (a wedged driver can hang it).
 func (q smiQuery) run(ctx context.Context, nvidiaSMI string) ([]smiRow, error) {
+	out, err := runSMI(ctx, nvidiaSMI, q.args()...)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := q.parse(out)
+	if err != nil {
+		return nil, fmt.Errorf("nvidia-smi: %w", err)
+	}
+	return rows, nil
+}
+
+// runSMI runs nvidiaSMI with args and returns what it printed, or an error
+// with nvidia-smi's own message when it cannot be run or exits non-zero.
+// Without a deadline in ctx it gives nvidia-smi 30 seconds.
+func runSMI(ctx context.Context, nvidiaSMI string, args ...string) (string, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, nvidiaSMI, q.args()...)
+	cmd := exec.CommandContext(ctx, nvidiaSMI, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
@@ -71,15 +87,11 @@ func (q smiQuery) run(ctx context.Context, nvidiaSMI string) ([]smiRow, error) {
 			msg = msg[:1000] + "…"
 		}
 		if msg != "" {
-			return nil, fmt.Errorf("nvidia-smi: %w: %s", err, msg)
+			return "", fmt.Errorf("nvidia-smi: %w: %s", err, msg)
 		}
-		return nil, fmt.Errorf("nvidia-smi: %w", err)
+		return "", fmt.Errorf("nvidia-smi: %w", err)
 	}
-	rows, err := q.parse(stdout.String())
-	if err != nil {
-		return nil, fmt.Errorf("nvidia-smi: %w", err)
-	}
-	return rows, nil
+	return stdout.String(), nil
 }
 
 // parse splits nvidia-smi's answer to q into rows of at least as many
@@ -111,7 +123,9 @@ func FindNvidiaSMI() (string, bool) {
 }
 
 // DiscoverGPUs lists the GPUs of this machine by running nvidiaSMI (the
-// path of nvidia-smi), ordered by index. It returns an error that includes
+// path of nvidia-smi), ordered by index; a GPU split into MIG devices
+// (nvidia-smi -L lists them under it) is replaced by its devices, each a
+// GPU of its own (see withMIG). It returns an error that includes
 // nvidia-smi's own message when it cannot be run or exits non-zero, and an
 // error naming the line when its output is malformed. Without a deadline in
 // ctx it gives nvidia-smi 30 seconds (a wedged driver can hang it).
@@ -124,7 +138,70 @@ func DiscoverGPUs(ctx context.Context, nvidiaSMI string) ([]berth.GPU, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nvidia-smi: %w", err)
 	}
+	list, err := runSMI(ctx, nvidiaSMI, "-L")
+	if err != nil {
+		return nil, err
+	}
+	if gpus, err = withMIG(gpus, list); err != nil {
+		return nil, fmt.Errorf("nvidia-smi -L: %w", err)
+	}
 	return gpus, nil
+}
+
+var (
+	listGPURE = regexp.MustCompile(`^GPU (\d+): .*\(UUID: (GPU-[^)]+)\)$`)
+	listMIGRE = regexp.MustCompile(`^MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)$`)
+	migMemRE  = regexp.MustCompile(`\.(\d+)gb`)
+)
+
+// withMIG replaces each of gpus that nvidia-smi -L (list, its output)
+// shows split into MIG devices ("  MIG 1g.10gb     Device  0: (UUID:
+// MIG-…)" under "GPU 0: … (UUID: GPU-…)") by those devices: schedulable
+// GPUs of their own, their profile as the model, the memory the profile
+// names (10gb: 10GB) and the parent GPU's UUID as Parent, indexed after
+// the machine's GPUs in the order listed. CUDA_VISIBLE_DEVICES names them
+// by UUID. Without MIG devices it returns gpus as they are.
+func withMIG(gpus []berth.GPU, list string) ([]berth.GPU, error) {
+	devices := map[string][]berth.GPU{} // by parent UUID
+	next := 0
+	for _, g := range gpus {
+		next = max(next, g.Index+1)
+	}
+	parent := ""
+	for n, line := range strings.Split(list, "\n") {
+		line = strings.TrimSpace(line)
+		if m := listGPURE.FindStringSubmatch(line); m != nil {
+			parent = m[2]
+			continue
+		}
+		m := listMIGRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		mem := migMemRE.FindStringSubmatch(m[1])
+		if parent == "" || mem == nil {
+			return nil, fmt.Errorf("line %d %q: a MIG device needs a GPU line above it and a profile naming its memory (1g.10gb)", n+1, line)
+		}
+		gb, _ := strconv.ParseInt(mem[1], 10, 64)
+		devices[parent] = append(devices[parent], berth.GPU{Index: next, UUID: m[3], Model: m[1], Memory: berth.Bytes(gb * 1e9), Parent: parent})
+		next++
+	}
+	if len(devices) == 0 {
+		return gpus, nil
+	}
+	var out []berth.GPU
+	for _, g := range gpus {
+		if _, split := devices[g.UUID]; !split {
+			out = append(out, g)
+		}
+	}
+	for _, g := range gpus {
+		out = append(out, devices[g.UUID]...)
+	}
+	if len(out) > berth.MaxGPUsPerWorker {
+		return nil, fmt.Errorf("%d GPUs and MIG devices: at most %d per worker", len(out), berth.MaxGPUsPerWorker)
+	}
+	return out, nil
 }
 
 // parseGPUs parses nvidia-smi's answer to gpuQuery.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -46,8 +47,9 @@ func (h *gpuHealth) check(ctx context.Context) (map[int]string, error) {
 	faults := map[int]string{}
 	for _, g := range h.gpus {
 		name := fmt.Sprintf("GPU %d (%s)", g.Index, g.UUID)
-		f, ok := byUUID[g.UUID]
-		if !ok { // its uuid may be unreadable: "[GPU requires reset]"
+		uuid := cmp.Or(g.Parent, g.UUID) // a MIG device is as healthy as its GPU
+		f, ok := byUUID[uuid]
+		if !ok && g.Parent == "" { // its uuid may be unreadable: "[GPU requires reset]"
 			if f, ok = byIndex[strconv.Itoa(g.Index)]; ok && !smiError(f[1]) {
 				ok = false
 			}
@@ -56,7 +58,7 @@ func (h *gpuHealth) check(ctx context.Context) (map[int]string, error) {
 			faults[g.Index] = name + " disappeared"
 			continue
 		}
-		if what := h.fault(g.UUID, f); what != "" {
+		if what := h.fault(uuid, f); what != "" {
 			faults[g.Index] = name + " " + what
 		}
 	}

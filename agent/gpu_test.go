@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,11 +17,23 @@ import (
 )
 
 // fakeSMI writes an nvidia-smi stand-in that checks it was asked the right
-// question, then prints out (to stdout) and exits with code.
+// question, then prints out (to stdout) and exits with code; asked -L, it
+// lists no MIG devices.
 func fakeSMI(t *testing.T, out string, code int) string {
+	t.Helper()
+	return fakeSMIList(t, out, "", code)
+}
+
+// fakeSMIList is fakeSMI answering -L with list.
+func fakeSMIList(t *testing.T, out, list string, code int) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "nvidia-smi")
 	script := `#!/bin/sh
+if [ "$*" = "-L" ]; then
+cat <<'LIST'
+` + list + `LIST
+exit 0
+fi
 if [ "$#" -ne 2 ] || [ "$1" != "--query-gpu=index,uuid,name,memory.total" ] || [ "$2" != "--format=csv,noheader,nounits" ]; then
 	echo "fake nvidia-smi: unexpected arguments: $*" >&2
 	exit 64
@@ -68,6 +81,42 @@ func TestDiscoverTwoGPUs(t *testing.T) {
 		if gpus[i] != want[i] {
 			t.Errorf("gpu %d = %+v, want %+v", i, gpus[i], want[i])
 		}
+	}
+}
+
+// TestDiscoverMIG: a GPU split into MIG devices (nvidia-smi -L lists them
+// under it) becomes its devices, GPUs of their own with the profile as the
+// model, indexed after the machine's GPUs; the other GPU stays whole.
+func TestDiscoverMIG(t *testing.T) {
+	t.Parallel()
+	smi := fakeSMIList(t, `0, GPU-aaaa, NVIDIA A100-SXM4-80GB, 81920
+1, GPU-bbbb, NVIDIA A100-SXM4-80GB, 81920
+`, `GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-aaaa)
+  MIG 3g.40gb     Device  0: (UUID: MIG-1111)
+  MIG 1g.10gb     Device  1: (UUID: MIG-2222)
+GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-bbbb)
+`, 0)
+	gpus, err := discover(t, smi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []berth.GPU{
+		{Index: 1, UUID: "GPU-bbbb", Model: "NVIDIA A100-SXM4-80GB", Memory: 80 << 30},
+		{Index: 2, UUID: "MIG-1111", Model: "3g.40gb", Memory: 40e9, Parent: "GPU-aaaa"},
+		{Index: 3, UUID: "MIG-2222", Model: "1g.10gb", Memory: 10e9, Parent: "GPU-aaaa"},
+	}
+	if fmt.Sprint(gpus) != fmt.Sprint(want) {
+		t.Fatalf("gpus = %+v\nwant %+v", gpus, want)
+	}
+	if got := gpuDevices([]int{1, 3}, gpus); fmt.Sprint(got) != "[1 MIG-2222]" {
+		t.Errorf("CUDA_VISIBLE_DEVICES entries = %q; want the index, then the MIG device's UUID", got)
+	}
+	if got := gpuDevices([]int{1}, gpus); got != nil {
+		t.Errorf("entries of a whole GPU = %q; want nil (its index)", got)
+	}
+	_, err = discover(t, fakeSMIList(t, "0, GPU-aaaa, NVIDIA A100, 81920\n", "GPU 0: NVIDIA A100 (UUID: GPU-aaaa)\n  MIG 1g.weird Device  0: (UUID: MIG-1)\n", 0))
+	if err == nil || !strings.Contains(err.Error(), "profile naming its memory") {
+		t.Errorf("a MIG profile without memory = %v; want an error", err)
 	}
 }
 

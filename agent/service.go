@@ -40,12 +40,15 @@ func (s *supervisor) prepareService(m *wire.JobAssign, svc *serviceRun) (*wire.J
 		}
 		svc.port = port
 	}
-	gpus := make([]string, len(m.GPUs))
-	for i, g := range m.GPUs {
-		gpus[i] = strconv.Itoa(g)
+	gpus := gpuDevices(m.GPUs, s.cfg.GPUs)
+	if gpus == nil {
+		gpus = make([]string, len(m.GPUs))
+		for i, g := range m.GPUs {
+			gpus[i] = strconv.Itoa(g)
+		}
 	}
 	rt := service.Runtime{ServicePort: svc.port, WorkerID: s.workerID, TaskID: fmt.Sprintf("%s-%d", m.JobID, m.TaskIndex),
-		ModelName: m.Service.Model, GPUCount: len(m.GPUs), GPUDevices: strings.Join(gpus, ","),
+		ModelName: m.Service.Model, GPUCount: len(m.GPUs), GPUDevices: strings.Join(gpus, ","), GPUMilli: m.GPUMilli,
 		ModelCache: s.cfg.ModelCache, Workspace: m.Workdir}
 	if rt.Workspace == "" {
 		rt.Workspace = filepath.Join(s.attDir, m.AttemptID)

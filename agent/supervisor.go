@@ -374,6 +374,7 @@ func (s *supervisor) start(runCtx, sctx context.Context, m *wire.JobAssign) {
 		at.spec = &Spec{AttemptID: m.AttemptID, JobID: m.JobID, TaskIndex: m.TaskIndex,
 			ArrayIndex: m.ArrayIndex, JobName: m.JobName, User: m.User, Attempt: m.Attempt, Host: s.cfg.Host, Server: s.cfg.Server,
 			Command: run.Command, Env: run.Env, Workdir: run.Workdir, Dir: dir, LogPath: at.log, GPUs: m.GPUs,
+			GPUDevices: gpuDevices(m.GPUs, s.cfg.GPUs), GPUShare: gpuShare(m, s.cfg.GPUs, s.cfg.MPSPipeDir),
 			MaxRuntime: m.MaxRuntime, StallTimeout: m.StallTimeout, Grace: m.Grace, Groups: s.groups,
 			ProgressURL: s.progressURL + url.PathEscape(m.AttemptID) + "/" + at.token, Detached: adoptable(m),
 			Streams: at.streams, Sandbox: sb}
@@ -450,7 +451,11 @@ func (s *supervisor) follow(runCtx context.Context, at *attempt, m *wire.JobAssi
 			s.models.add(m.Model) // before the result, so that a heartbeat after it reports the model
 		}
 		if ex.Cause == berth.CauseOperator {
-			ex.Reason += "; " + s.confirmStopped(runCtx, at.gpus, ex.Lingering)
+			held := at.gpus
+			if m.GPUMilli > 0 {
+				held = nil // a shared GPU: other attempts' memory stays on it
+			}
+			ex.Reason += "; " + s.confirmStopped(runCtx, held, ex.Lingering)
 		}
 		class, why := svc.failure()
 		if ex.Cause == berth.CauseOOM {

@@ -47,6 +47,9 @@ func (p *agentPool) Launch(j *berth.Job, a *berth.Attempt, env map[string]string
 		JobName: j.Name, User: j.User, Attempt: j.Attempts, Queue: j.Queue, Model: j.Model, Command: j.Command,
 		Env: mergeEnv(j.Env, env), Workdir: j.Workdir, GPUs: a.GPUs, CPUs: j.Resources.CPUs, Memory: j.Resources.Memory,
 		MaxRuntime: time.Duration(j.MaxRuntime), StallTimeout: time.Duration(j.StallTimeout), Grace: p.cfg.Grace}
+	if j.Resources.GPUMilli > 0 {
+		msg.GPUMilli, msg.GPUMemory = j.Resources.GPUMilli, j.Resources.GPUMemory
+	}
 	if a.TaskIndex == 0 && a.Port > 0 && j.Env["MASTER_PORT"] == "" {
 		msg.RendezvousPort = a.Port
 	}

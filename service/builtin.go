@@ -43,6 +43,7 @@ func Builtin() map[string]*Template {
 				"--port", "{{SERVICE_PORT}}", "--host", "0.0.0.0",
 				"--served-model-name", "{{MODEL_NAME}}",
 				"--tensor-parallel-size", "{{GPU_COUNT}}",
+				"--gpu-memory-utilization", "{{GPU_MEMORY_UTILIZATION}}",
 				"--max-model-len", "{{MAX_MODEL_LEN}}",
 				"{{EXTRA_ARGS}}"},
 			Env:  map[string]string{"HF_HOME": "{{MODEL_CACHE}}"},

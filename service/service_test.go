@@ -66,10 +66,10 @@ func TestExpandBuiltins(t *testing.T) {
 			name: "vllm with extra args",
 			spec: templateSpec("vllm", map[string]string{"MODEL_NAME": "Qwen/Qwen2-VL-7B-Instruct", "EXTRA_ARGS": " --enforce-eager  --limit-mm-per-prompt image=4 "}),
 			wantCmd: berth.Argv{"vllm", "serve", "Qwen/Qwen2-VL-7B-Instruct", "--port", "{{SERVICE_PORT}}", "--host", "0.0.0.0",
-				"--served-model-name", "Qwen/Qwen2-VL-7B-Instruct", "--tensor-parallel-size", "{{GPU_COUNT}}",
+				"--served-model-name", "Qwen/Qwen2-VL-7B-Instruct", "--tensor-parallel-size", "{{GPU_COUNT}}", "--gpu-memory-utilization", "{{GPU_MEMORY_UTILIZATION}}",
 				"--max-model-len", "8192", "--enforce-eager", "--limit-mm-per-prompt", "image=4"},
 			wantRun: berth.Argv{"vllm", "serve", "Qwen/Qwen2-VL-7B-Instruct", "--port", "8123", "--host", "0.0.0.0",
-				"--served-model-name", "Qwen/Qwen2-VL-7B-Instruct", "--tensor-parallel-size", "2",
+				"--served-model-name", "Qwen/Qwen2-VL-7B-Instruct", "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.9",
 				"--max-model-len", "8192", "--enforce-eager", "--limit-mm-per-prompt", "image=4"},
 			wantEnv:  map[string]string{"HF_HOME": "/models"},
 			wantPort: true,
@@ -78,9 +78,9 @@ func TestExpandBuiltins(t *testing.T) {
 			name: "vllm with defaults overridden, no extra args",
 			spec: templateSpec("vllm", map[string]string{"MODEL_NAME": "m", "MAX_MODEL_LEN": "32768"}),
 			wantCmd: berth.Argv{"vllm", "serve", "m", "--port", "{{SERVICE_PORT}}", "--host", "0.0.0.0",
-				"--served-model-name", "m", "--tensor-parallel-size", "{{GPU_COUNT}}", "--max-model-len", "32768"},
+				"--served-model-name", "m", "--tensor-parallel-size", "{{GPU_COUNT}}", "--gpu-memory-utilization", "{{GPU_MEMORY_UTILIZATION}}", "--max-model-len", "32768"},
 			wantRun: berth.Argv{"vllm", "serve", "m", "--port", "8123", "--host", "0.0.0.0",
-				"--served-model-name", "m", "--tensor-parallel-size", "2", "--max-model-len", "32768"},
+				"--served-model-name", "m", "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.9", "--max-model-len", "32768"},
 			wantEnv:  map[string]string{"HF_HOME": "/models"},
 			wantPort: true,
 		},
@@ -292,8 +292,13 @@ func TestRender(t *testing.T) {
 	if got := Render("{{SERVICE_PORT}}", Runtime{}); got != "" {
 		t.Errorf("unallocated port renders %q, want empty", got)
 	}
-	if n := len(rt.Values()); n != 8 {
-		t.Errorf("Values has %d entries, want 8", n)
+	if n := len(rt.Values()); n != 9 {
+		t.Errorf("Values has %d entries, want 9", n)
+	}
+	for milli, want := range map[int]string{0: "0.9", 500: "0.45", 250: "0.225", 1: "0.001"} {
+		if got := Render("{{GPU_MEMORY_UTILIZATION}}", Runtime{GPUMilli: milli}); got != want {
+			t.Errorf("GPU_MEMORY_UTILIZATION of %d milli = %q, want %q", milli, got, want)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package service
 
 import (
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -26,10 +27,10 @@ var workerVars = map[string]bool{
 // MODEL_CACHE and WORKSPACE may also be given at submit, which wins.
 var systemVars = map[string]bool{
 	"SERVICE_PORT": true, "WORKER_ID": true, "TASK_ID": true, "GPU_COUNT": true, "GPU_DEVICES": true,
-	"MODEL_NAME": true, "MODEL_CACHE": true, "WORKSPACE": true,
+	"GPU_MEMORY_UTILIZATION": true, "MODEL_NAME": true, "MODEL_CACHE": true, "WORKSPACE": true,
 }
 
-const systemVarList = "SERVICE_PORT, WORKER_ID, TASK_ID, MODEL_NAME, GPU_COUNT, GPU_DEVICES, MODEL_CACHE, WORKSPACE"
+const systemVarList = "SERVICE_PORT, WORKER_ID, TASK_ID, MODEL_NAME, GPU_COUNT, GPU_DEVICES, GPU_MEMORY_UTILIZATION, MODEL_CACHE, WORKSPACE"
 
 // Runtime holds the values of the system variables of one task, known on the
 // worker when it starts.
@@ -40,8 +41,12 @@ type Runtime struct {
 	ModelName   string // {{MODEL_NAME}}: the job's model
 	GPUCount    int    // {{GPU_COUNT}}
 	GPUDevices  string // {{GPU_DEVICES}}: comma-separated, as in CUDA_VISIBLE_DEVICES
-	ModelCache  string // {{MODEL_CACHE}}
-	Workspace   string // {{WORKSPACE}}
+	// GPUMilli is the task's share of its one GPU for a fraction
+	// (milli-GPUs), 0 for whole GPUs: {{GPU_MEMORY_UTILIZATION}} is
+	// MemoryUtilization of it.
+	GPUMilli   int
+	ModelCache string // {{MODEL_CACHE}}
+	Workspace  string // {{WORKSPACE}}
 }
 
 // Values returns every system variable's name (without braces) and value.
@@ -52,14 +57,15 @@ func (rt Runtime) Values() map[string]string {
 		port = strconv.Itoa(rt.ServicePort)
 	}
 	return map[string]string{
-		"SERVICE_PORT": port,
-		"WORKER_ID":    rt.WorkerID,
-		"TASK_ID":      rt.TaskID,
-		"MODEL_NAME":   rt.ModelName,
-		"GPU_COUNT":    strconv.Itoa(rt.GPUCount),
-		"GPU_DEVICES":  rt.GPUDevices,
-		"MODEL_CACHE":  rt.ModelCache,
-		"WORKSPACE":    rt.Workspace,
+		"SERVICE_PORT":           port,
+		"WORKER_ID":              rt.WorkerID,
+		"TASK_ID":                rt.TaskID,
+		"MODEL_NAME":             rt.ModelName,
+		"GPU_COUNT":              strconv.Itoa(rt.GPUCount),
+		"GPU_DEVICES":            rt.GPUDevices,
+		"GPU_MEMORY_UTILIZATION": MemoryUtilization(rt.GPUMilli),
+		"MODEL_CACHE":            rt.ModelCache,
+		"WORKSPACE":              rt.Workspace,
 	}
 }
 
@@ -238,3 +244,15 @@ func substitute(s string, values map[string]string) string {
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
+
+// MemoryUtilization is {{GPU_MEMORY_UTILIZATION}}, the share of its GPUs'
+// memory a task may take (vLLM's --gpu-memory-utilization): 0.9 of a
+// whole GPU, as vLLM's default, and 0.9 of a fraction's share of its one
+// GPU ("0.45" for 500 milli), leaving room for the CUDA context beside
+// the other fractions.
+func MemoryUtilization(milli int) string {
+	if milli <= 0 {
+		milli = berth.WholeGPU
+	}
+	return strconv.FormatFloat(math.Round(float64(milli)*0.9)/berth.WholeGPU, 'f', -1, 64)
+}

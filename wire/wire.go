@@ -270,6 +270,13 @@ type JobAssign struct {
 	Env     map[string]string `json:"env,omitempty"`
 	Workdir string            `json:"workdir,omitempty"`
 	GPUs    []int             `json:"gpus,omitempty"`
+	// GPUMilli, for a fraction of one GPU (GPUs then names that one GPU,
+	// shared), is the job's share in milli-GPUs (resources.gpu_milli):
+	// BERTH_GPU_FRACTION, and with MPS its thread percentage; GPUMemory
+	// is its resources.gpu_memory (MPS's pinned memory limit; 0: its share
+	// of the GPU's memory). 0 for whole GPUs.
+	GPUMilli  int         `json:"gpu_milli,omitempty"`
+	GPUMemory berth.Bytes `json:"gpu_memory,omitempty"`
 	// CPUs and Memory are the job's resources.cpus and resources.memory,
 	// which the agent enforces where it can (a cgroup per attempt); 0:
 	// no limit.

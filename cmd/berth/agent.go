@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,7 @@ type agentFlags struct {
 	runAs       string
 	userMap     string
 	allowRoot   bool
+	mpsPipeDir  string
 }
 
 func (m *Main) addAgentFlags(fs *flag.FlagSet, af *agentFlags) {
@@ -45,6 +47,7 @@ func (m *Main) addAgentFlags(fs *flag.FlagSet, af *agentFlags) {
 	fs.StringVar(&af.modelCache, "model-cache", "", "where services keep model weights ({{MODEL_CACHE}}; default DATA-DIR/models)")
 	fs.StringVar(&af.runAs, "run-as", agent.RunAsAgent, "whose Unix account jobs run as: agent (the agent's own) or map (an agent running as root runs\neach job as the account of its Berth user: --user-map's, else the account of the same name)")
 	fs.StringVar(&af.userMap, "user-map", "", "with --run-as map, a `file` of lines \"BERTHUSER UNIXACCOUNT\" (# comments); users not in it run\nas the account of their own name")
+	fs.StringVar(&af.mpsPipeDir, "mps-pipe-dir", "", "the pipe `directory` of the CUDA MPS daemon running here (its CUDA_MPS_PIPE_DIRECTORY): jobs\nholding a fraction of a GPU run as MPS clients limited to their share of its threads and\nmemory (default: no MPS; a fraction's share is then advisory)")
 	fs.BoolVar(&af.allowRoot, "allow-root-jobs", false, "with --run-as map, let a Berth user that maps to uid 0 run jobs as root (refused otherwise)")
 }
 
@@ -75,6 +78,10 @@ func (af *agentFlags) agentConfig(ctx context.Context) (agent.Config, error) {
 		}
 	}
 	cfg.Slots, cfg.HealthEvery, cfg.Prewarm, cfg.PrewarmTimeout = af.slots, af.healthEvery, af.prewarm, af.prewarmFor
+	if af.mpsPipeDir != "" && !filepath.IsAbs(af.mpsPipeDir) {
+		return cfg, berth.Invalidf("--mps-pipe-dir", "%q: must be an absolute path (the MPS daemon's CUDA_MPS_PIPE_DIRECTORY)", af.mpsPipeDir)
+	}
+	cfg.MPSPipeDir = af.mpsPipeDir
 	lo, hi, ok := strings.Cut(af.ports, "-")
 	var errLo, errHi error
 	cfg.PortLo, errLo = strconv.Atoi(lo)

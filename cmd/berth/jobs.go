@@ -194,7 +194,7 @@ func jobsTable(w io.Writer, rows []*jobRow, wide bool) error {
 	for _, r := range rows {
 		j := r.first
 		row := []string{r.id(), truncate(j.Name, 24), truncate(j.User, 16), j.Queue, r.state(), r.host(), strconv.Itoa(j.Priority),
-			strconv.Itoa(j.Resources.GPUs), ago(j.CreatedAt, now), truncate(j.Reason, 48)}
+			berth.FormatGPUs(j.Resources.GPUsMilli()), ago(j.CreatedAt, now), truncate(j.Reason, 48)}
 		if cluster {
 			row = slices.Insert(row, 5, orDash(j.Cluster))
 		}
@@ -262,7 +262,10 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 	}
 	fmt.Fprintf(w, "Priority:  %d\nCommand:   %s\n", j.Priority, j.Command)
 	r := j.Resources
-	fmt.Fprintf(w, "Resources: gpus=%d", r.GPUs)
+	fmt.Fprintf(w, "Resources: gpus=%s", berth.FormatGPUs(r.GPUsMilli()))
+	if r.GPUMilli > 0 {
+		fmt.Fprintf(w, " (a share of one GPU: %d milli)", r.GPUMilli)
+	}
 	if r.GPUType != "" {
 		fmt.Fprintf(w, " gpu_type=%s", r.GPUType)
 	}
@@ -313,7 +316,11 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 			for i, g := range a.GPUs {
 				gpus[i] = strconv.Itoa(g)
 			}
-			row := []string{"  " + a.ID, a.Host, orDash(strings.Join(gpus, ",")), string(a.State), exit, orDash(a.Progress), a.Reason}
+			devices := strings.Join(gpus, ",")
+			if r.GPUMilli > 0 && devices != "" {
+				devices += " (shared, " + berth.FormatGPUs(r.GPUMilli) + ")"
+			}
+			row := []string{"  " + a.ID, a.Host, orDash(devices), string(a.State), exit, orDash(a.Progress), a.Reason}
 			if j.Nodes > 1 {
 				row = slices.Insert(row, 1, strconv.Itoa(a.TaskIndex))
 			}

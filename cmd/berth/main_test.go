@@ -235,6 +235,10 @@ func TestBadInputFailsWithOneLineAndStoresNothing(t *testing.T) {
 		{[]string{"submit", "-f", write("memory.yaml", "command: [\"true\"]\nresources: {memory: -5GiB}\n")},
 			`resources.memory: in ` + filepath.Join(dir, "memory.yaml") + `: "-5GiB" is not a size`},
 		{[]string{"submit", "-f", write("priority.yaml", "command: [\"true\"]\npriority: high\n")}, "priority: in "},
+		// A fraction of a GPU is below 1: it never spans GPUs.
+		{[]string{"submit", "--gpus", "1.5", "--", "true"}, "--gpus: 1.5: a fraction of a GPU must be below 1 (a fraction never spans GPUs)"},
+		{[]string{"submit", "--gpu-milli", "1000", "--", "true"}, "resources.gpu_milli: must be between 1 and 999"},
+		{[]string{"submit", "-f", write("frac.yaml", "command: [\"true\"]\nresources: {gpus: 2.5}\n")}, "resources.gpus: in "},
 	} {
 		code, out, errOut := c.run(tc.args...)
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")

@@ -212,7 +212,9 @@ func defineJobFlags(fs *flag.FlagSet) []jobFlag {
 		keyValuesFlag(fs, "var", "KEY=VALUE template variable, e.g. MODEL_NAME=Qwen/Qwen2-7B-Instruct (repeatable)",
 			func(r *req) *map[string]string { return &r.Vars }),
 		field(fs.String, "queue", def.Queue, "queue", func(r *req, v string) { r.Queue = v }),
-		field(fs.Int, "gpus", def.Resources.GPUs, "GPUs per node", func(r *req, v int) { r.Resources.GPUs = v }),
+		gpusFlag(fs),
+		field(fs.Int, "gpu-milli", 0, "a fraction of one GPU per node in thousandths, 1-999 (500: --gpus 0.5)",
+			func(r *req, v int) { r.Resources.GPUs, r.Resources.GPUMilli = 0, v }),
 		field(fs.String, "gpu-type", "", "GPU model: a whole word of it, any case (H100 matches \"NVIDIA H100 80GB HBM3\"; A10 does not match A100)",
 			func(r *req, v string) { r.Resources.GPUType = v }),
 		field(fs.Float64, "cpus", def.Resources.CPUs, "CPUs per node", func(r *req, v float64) { r.Resources.CPUs = v }),
@@ -242,7 +244,7 @@ func defineJobFlags(fs *flag.FlagSet) []jobFlag {
 			func(r *req, v string) { r.Cluster = v }),
 		field(fs.String, "parent", "", "the job these are submitted under (in a job: $BERTH_JOB_ID); they are cancelled when it fails or is cancelled",
 			func(r *req, v string) { r.Parent = v }),
-		bytesFlag(fs, "gpu-memory", "least memory per GPU, e.g. 40GiB",
+		bytesFlag(fs, "gpu-memory", "least memory per GPU, e.g. 40GiB; for a fraction, the GPU memory it takes",
 			func(r *req) *berth.Bytes { return &r.Resources.GPUMemory }),
 		bytesFlag(fs, "memory", "memory per node, e.g. 16GiB", func(r *req) *berth.Bytes { return &r.Resources.Memory }),
 		labelsFlag(fs, "labels", "comma-separated KEY=VALUE worker labels required",
@@ -260,6 +262,20 @@ func field[T any](define func(name string, value T, usage string) *T, name strin
 	v := define(name, value, usage)
 	return jobFlag{name, func(r *berth.SubmitRequest) error {
 		set(r, *v)
+		return nil
+	}}
+}
+
+// gpusFlag defines --gpus: whole GPUs per node, or a fraction of one GPU
+// below 1 (0.5), which other fractions share.
+func gpusFlag(fs *flag.FlagSet) jobFlag {
+	v := fs.String("gpus", "", "GPUs per node: a whole `number`, or a fraction of one GPU such as 0.5, shared with other fractions")
+	return jobFlag{"gpus", func(r *berth.SubmitRequest) error {
+		gpus, milli, err := berth.ParseGPUs(*v)
+		if err != nil {
+			return &berth.Error{Code: berth.ECodeInvalid, Field: "--gpus", Err: err}
+		}
+		r.Resources.GPUs, r.Resources.GPUMilli = gpus, milli
 		return nil
 	}}
 }

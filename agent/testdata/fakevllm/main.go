@@ -8,7 +8,7 @@
 // Called as vLLM's own command line (as the fake marketplace's machines
 // run it for a bare vLLM node),
 //
-//	fakevllm serve MODEL --port P [--host H] [--served-model-name NAME] [--max-model-len N] [--tensor-parallel-size N]
+//	fakevllm serve MODEL --port P [--host H] [--served-model-name NAME] [--max-model-len N] [--tensor-parallel-size N] [--gpu-memory-utilization F]
 //
 // it prints the markers over a warm-up of FAKEVLLM_WARMUP (default 1s),
 // listens on loopback whatever --host says (the fake machine is this one),
@@ -149,7 +149,7 @@ func main() {
 // serveArgs turns vLLM's command line, vllm serve MODEL [flags], into
 // fakevllm's flags: the flags fakevllm shares with vLLM are kept
 // (--served-model-name is --serve-id), those it has no use for
-// (--max-model-len, --tensor-parallel-size) dropped, and the markers
+// (--max-model-len, --tensor-parallel-size, --gpu-memory-utilization) dropped, and the markers
 // printed over FAKEVLLM_WARMUP; FAKEVLLM_OOM crashes it.
 func serveArgs(model string, rest []string) []string {
 	warmup := os.Getenv("FAKEVLLM_WARMUP")
@@ -171,7 +171,7 @@ func serveArgs(model string, rest []string) []string {
 			args = append(args, "--port", value)
 		case "served-model-name":
 			args = append(args, "--serve-id", value)
-		case "host", "max-model-len", "tensor-parallel-size": // loopback; nothing to size
+		case "host", "max-model-len", "tensor-parallel-size", "gpu-memory-utilization": // loopback; nothing to size
 		default:
 			fmt.Fprintf(os.Stderr, "fakevllm serve: unknown argument %q\n", rest[i])
 			os.Exit(2)
