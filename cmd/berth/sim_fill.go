@@ -69,16 +69,9 @@ func runSimFill(ctx context.Context, m *Main, args []string) error {
 	}
 	rep := fillReport{Cluster: *cluster, Seed: *seed}
 	var configs []scheduler.Config
-	for _, name := range strings.Split(*policy, ",") {
-		name = strings.TrimSpace(name)
-		cfg, err := scheduler.PolicyConfig(name)
-		if err != nil {
-			return &berth.Error{Code: berth.ECodeInvalid, Field: "--policy", Err: err}
-		}
-		if slices.Contains(rep.Policies, name) {
-			return berth.Invalidf("--policy", "%s is named twice", name)
-		}
-		rep.Policies, configs = append(rep.Policies, name), append(configs, cfg)
+	var err error
+	if rep.Policies, configs, err = parsePolicies(*policy); err != nil {
+		return err
 	}
 	c, err := trace.LoadCluster(*cluster, trace.FormatAuto)
 	if err != nil {
