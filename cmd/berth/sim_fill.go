@@ -101,7 +101,7 @@ func runSimFill(ctx context.Context, m *Main, args []string) error {
 		rep.Traces = append(rep.Traces, ft)
 	}
 	if *svg != "" {
-		if err := writeFillSVG(*svg, &rep, slices.Max(loads)); err != nil {
+		if err := writeFillSVG(*svg, &rep, slices.Min(loads), slices.Max(loads)); err != nil {
 			return err
 		}
 	}
@@ -160,40 +160,53 @@ const (
 var fillColors = []string{"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e"}
 
 // writeFillSVG plots, for each trace, the unallocated share against the
-// arrived load (0 to upto) of each policy, with the ideal (1 − arrived)
-// dashed.
-func writeFillSVG(path string, rep *fillReport, upto float64) error {
+// arrived load from lo to hi, a line per policy with a dot where its first
+// task failed, and the ideal (1 − arrived) dashed.
+func writeFillSVG(path string, rep *fillReport, lo, hi float64) error {
 	var b strings.Builder
 	width, height := panelW*len(rep.Traces), panelH+20*len(rep.Policies)+20
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	x := func(p float64) float64 { return plotX + plotW*p/upto }
-	y := func(u float64) float64 { return plotY + plotH*(1-u) }
+	if lo >= hi {
+		lo = 0
+	}
+	top := max(1-lo, 0.05) // the y axis: 0 to what is unallocated at lo, ideally
+	x := func(p float64) float64 { return plotX + plotW*(p-lo)/(hi-lo) }
+	y := func(u float64) float64 { return plotY + plotH*(1-min(u, top)/top) }
 	for i, ft := range rep.Traces {
 		fmt.Fprintf(&b, `<g transform="translate(%d,0)">`+"\n", i*panelW)
 		fmt.Fprintf(&b, `<text x="%d" y="18" text-anchor="middle" font-weight="bold">%s</text>`+"\n", plotX+plotW/2, html.EscapeString(filepath.Base(ft.Trace)))
 		fmt.Fprintf(&b, `<path d="M%d %d V%d H%d" fill="none" stroke="black"/>`+"\n", plotX, plotY, plotY+plotH, plotX+plotW)
-		for _, tick := range []float64{0, 0.25, 0.5, 0.75, 1} {
-			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`+"\n", plotX-4, y(tick)+4, 100*tick)
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%.0f%%</text>`+"\n", x(tick*upto), plotY+plotH+14, 100*tick*upto)
+		for k := range 5 {
+			f := float64(k) / 4
+			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`+"\n", plotX-4, y(f*top)+4, 100*f*top)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%.0f%%</text>`+"\n", x(lo+f*(hi-lo)), plotY+plotH+14, 100*(lo+f*(hi-lo)))
 		}
 		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">arrived load (%% of GPU capacity)</text>`+"\n", plotX+plotW/2, plotY+plotH+30)
 		fmt.Fprintf(&b, `<text transform="translate(12,%d) rotate(-90)" text-anchor="middle">unallocated GPU capacity</text>`+"\n", plotY+plotH/2)
-		fmt.Fprintf(&b, `<path d="M%.1f %.1f L%.1f %.1f" stroke="gray" stroke-dasharray="4 3"/>`+"\n", x(0), y(1), x(upto), y(max(1-upto, 0)))
+		fmt.Fprintf(&b, `<path d="M%.1f %.1f L%.1f %.1f" stroke="gray" stroke-dasharray="4 3"/>`+"\n", x(lo), y(1-lo), x(hi), y(max(1-hi, 0)))
 		for k, name := range rep.Policies {
+			r := ft.Results[name]
+			color := fillColors[k%len(fillColors)]
 			var d strings.Builder
-			for n, p := range ft.Results[name].Curve {
+			for _, p := range r.Curve {
+				if p.Arrived < lo-1e-9 {
+					continue
+				}
 				cmd := "L"
-				if n == 0 {
+				if d.Len() == 0 {
 					cmd = "M"
 				}
 				fmt.Fprintf(&d, "%s%.1f %.1f ", cmd, x(p.Arrived), y(p.Unallocated))
 			}
-			fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.TrimSpace(d.String()), fillColors[k%len(fillColors)])
+			fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="1.5"/>`+"\n", strings.TrimSpace(d.String()), color)
+			if r.ArrivedAtFull >= lo && r.ArrivedAtFull <= hi {
+				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`+"\n", x(r.ArrivedAtFull), y(r.UnallocatedAtFull), color)
+			}
 		}
 		b.WriteString("</g>\n")
 	}
-	for k, name := range append(slices.Clone(rep.Policies), "ideal (1 − arrived)") {
+	for k, name := range append(slices.Clone(rep.Policies), "ideal (1 − arrived); a dot: the first task that failed") {
 		ly := panelH + 20*k + 10
 		color, dash := "gray", ` stroke-dasharray="4 3"`
 		if k < len(rep.Policies) {
