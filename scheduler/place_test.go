@@ -228,3 +228,42 @@ func TestFGDChoosesTheLeastGrowth(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkPlacement is one pass placing one 0.5-GPU task on 1,200
+// workers (600 with 8 GPUs, 600 with 2) whose GPUs are a third idle, a
+// third shared and a third given whole, with 1,000 recent requests of
+// eight kinds in the mix: the cost of one placement under each policy.
+func BenchmarkPlacement(b *testing.B) {
+	for _, policy := range []string{"berth", "bestfit", "fgd"} {
+		b.Run(policy, func(b *testing.B) {
+			cfg, err := PolicyConfig(policy)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ws := make([]*Worker, 1200)
+			for i := range ws {
+				ws[i] = newWorker(fmt.Sprintf("w%04d", i), gpus(8-6*(i%2), "A100", 80<<30))
+				for g := range ws[i].GPUMilliUsed {
+					ws[i].GPUMilliUsed[g] = []int{0, 300, berth.WholeGPU}[(i+g)%3]
+				}
+			}
+			kinds := []Demand{{GPUs: 1, Milli: berth.WholeGPU, CPUs: 8}, {GPUs: 1, Milli: 500, CPUs: 4}, {GPUs: 1, Milli: 250},
+				{GPUs: 2, Milli: berth.WholeGPU}, {GPUs: 8, Milli: berth.WholeGPU, CPUs: 32}, {CPUs: 4}, {GPUs: 1, Milli: 700}, {GPUs: 4, Milli: berth.WholeGPU}}
+			for b.Loop() {
+				b.StopTimer()
+				q := NewQueue(cfg)
+				if q.mix != nil {
+					for i := range DefaultMixWindow {
+						q.mix.Observe(kinds[i%len(kinds)])
+					}
+				}
+				q.Push(fraction("j", 100, 500))
+				s := &Snapshot{Now: t0, Workers: ws}
+				b.StartTimer()
+				if len(RunPass(q, s).Assignments) != 1 {
+					b.Fatal("not placed")
+				}
+			}
+		})
+	}
+}
