@@ -41,8 +41,8 @@ func demandOf(t *Task) Demand {
 
 // scoredFit returns the fitting worker, with the GPUs one member of t
 // would take there, that the placement scores lowest; ties go to the
-// worker with the fewest free GPUs, then the earlier one. It sets
-// t's placement note (Task.Why).
+// worker with the fewest free GPUs, then the earlier one. It sets the
+// placement's note (p.why, Assignment.Why).
 func (p *pass) scoredFit(t *Task) (*worker, []int) {
 	var best *worker
 	var bestGPUs []int
@@ -94,8 +94,9 @@ func (p *pass) placementNote(score float64, fitting int) string {
 }
 
 // choices returns the GPUs one member of t may take on wk, where it fits
-// (fits chose fit): for a fraction, each GPU with room for it, one of
-// each amount free (the lowest index); else fit alone.
+// (fits chose fit): for a fraction, each GPU with room for it (where all
+// GPUs are alike, one of each amount free, the lowest index); else fit
+// alone.
 func (p *pass) choices(wk *worker, t *Task, fit []int) [][]int {
 	r := &t.Resources
 	if r.GPUMilli == 0 {
@@ -104,7 +105,8 @@ func (p *pass) choices(wk *worker, t *Task, fit []int) [][]int {
 	out := p.choice[:0]
 	seen := p.seen[:0]
 	for i, g := range wk.w.GPUs {
-		if slices.Contains(seen, wk.gpuUsed[i]) || (!wk.cls.homogeneous && !gpuMatches(g, r)) || wk.gpuUsed[i]+r.MilliOn(g) > berth.WholeGPU {
+		alike := wk.cls.homogeneous && slices.Contains(seen, wk.gpuUsed[i])
+		if alike || (!wk.cls.homogeneous && !gpuMatches(g, r)) || wk.gpuUsed[i]+r.MilliOn(g) > berth.WholeGPU {
 			continue
 		}
 		seen = append(seen, wk.gpuUsed[i])
