@@ -177,8 +177,8 @@ func writeFillSVG(path string, rep *fillReport, lo, hi float64) error {
 		fmt.Fprintf(&b, `<g transform="translate(%d,0)">`+"\n", i*panelW)
 		fmt.Fprintf(&b, `<text x="%d" y="18" text-anchor="middle" font-weight="bold">%s</text>`+"\n", plotX+plotW/2, html.EscapeString(filepath.Base(ft.Trace)))
 		fmt.Fprintf(&b, `<path d="M%d %d V%d H%d" fill="none" stroke="black"/>`+"\n", plotX, plotY, plotY+plotH, plotX+plotW)
-		for k := range 5 {
-			f := float64(k) / 4
+		for k := range 6 {
+			f := float64(k) / 5
 			fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end">%.0f%%</text>`+"\n", plotX-4, y(f*top)+4, 100*f*top)
 			fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%.0f%%</text>`+"\n", x(lo+f*(hi-lo)), plotY+plotH+14, 100*(lo+f*(hi-lo)))
 		}
