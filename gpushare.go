@@ -1,7 +1,6 @@
 package berth
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -88,16 +87,13 @@ func ParseGPUs(s string) (gpus, milli int, err error) {
 // fraction of one, in milli-GPUs.
 type gpuCount int
 
-// UnmarshalJSON accepts a number (2, 0.5) or the same in a string.
+// UnmarshalJSON accepts a number: 2, 0.5.
 func (c *gpuCount) UnmarshalJSON(data []byte) error {
 	s := string(data)
-	if len(data) > 0 && data[0] == '"' {
-		if err := json.Unmarshal(data, &s); err != nil {
-			return rejectValue[gpuCount]("must be a number of GPUs such as 2 or 0.5")
-		}
-	} else if s == "null" {
+	if s == "null" {
 		return nil
-	} else if len(data) == 0 || !strings.ContainsRune("-.0123456789", rune(data[0])) {
+	}
+	if len(data) == 0 || !strings.ContainsRune("-0123456789", rune(data[0])) {
 		return rejectValue[gpuCount]("must be a number of GPUs such as 2 or 0.5")
 	}
 	gpus, milli, err := ParseGPUs(s)
@@ -108,9 +104,10 @@ func (c *gpuCount) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// UnmarshalJSON reads Resources field by field, unknown fields refused,
-// taking in "gpus" a whole number of GPUs or a fraction of one below 1
-// (0.5), which is kept in GPUMilli as gpu_milli.
+// UnmarshalJSON reads Resources field by field, taking in "gpus" a whole
+// number of GPUs or a fraction of one below 1 (0.5), which is kept in
+// GPUMilli as gpu_milli. Like encoding/json's own decoding it ignores
+// unknown fields; internal/strict refuses them.
 func (r *Resources) UnmarshalJSON(data []byte) error {
 	type fields Resources // no methods: decoded field by field
 	var v struct {
@@ -118,9 +115,7 @@ func (r *Resources) UnmarshalJSON(data []byte) error {
 		GPUs *gpuCount `json:"gpus,omitempty"` // shadows fields.GPUs
 	}
 	v.fields = fields(*r)
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
+	if err := json.Unmarshal(data, &v); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
 			typeErr.Field = strings.TrimPrefix(typeErr.Field, "fields.") // the path as Resources' own

@@ -121,26 +121,30 @@ func ValidIsolation(s string) bool {
 // address the agent reaches the server from; empty for an agent that sent
 // none.
 type Worker struct {
-	ID            string            `json:"id"`
-	Host          string            `json:"host"`
-	Advertise     string            `json:"advertise,omitempty"`
-	Queues        []string          `json:"queues,omitempty"` // empty: every queue
-	GPUs          []GPU             `json:"gpus,omitempty"`
-	GPUStats      []GPUStat         `json:"gpu_stats,omitempty"` // the GPUs' load at the last heartbeat
-	CPUs          float64           `json:"cpus"`
-	Memory        Bytes             `json:"memory"`
-	Slots         int               `json:"slots"` // most attempts at once
-	Labels        map[string]string `json:"labels,omitempty"`
-	Version       string            `json:"version,omitempty"`
-	Isolation     string            `json:"isolation,omitempty"` // Isolation*, as its agent reports
-	State         WorkerState       `json:"state"`
-	Running       int               `json:"running"`
-	GPUsInUse     int               `json:"gpus_in_use"` // GPUs its running attempts hold
-	LastHeartbeat time.Time         `json:"last_heartbeat"`
-	RegisteredAt  time.Time         `json:"registered_at"`
-	ReservedFor   string            `json:"reserved_for,omitempty"` // job the scheduler holds this worker for
-	FaultyGPUs    []int             `json:"faulty_gpus,omitempty"`  // GPUs the agent's health check found missing or faulted
-	Models        []string          `json:"models,omitempty"`       // models warm on it, as its agent reports
+	ID        string            `json:"id"`
+	Host      string            `json:"host"`
+	Advertise string            `json:"advertise,omitempty"`
+	Queues    []string          `json:"queues,omitempty"` // empty: every queue
+	GPUs      []GPU             `json:"gpus,omitempty"`
+	GPUStats  []GPUStat         `json:"gpu_stats,omitempty"` // the GPUs' load at the last heartbeat
+	CPUs      float64           `json:"cpus"`
+	Memory    Bytes             `json:"memory"`
+	Slots     int               `json:"slots"` // most attempts at once
+	Labels    map[string]string `json:"labels,omitempty"`
+	Version   string            `json:"version,omitempty"`
+	Isolation string            `json:"isolation,omitempty"` // Isolation*, as its agent reports
+	State     WorkerState       `json:"state"`
+	Running   int               `json:"running"`
+	GPUsInUse int               `json:"gpus_in_use"` // GPUs its running attempts hold, whole or a share of them
+	// GPUMilliShared is what fractions leave free on the GPUs they share
+	// (not faulty), in milli-GPUs: room for more fractions, not for a
+	// whole GPU.
+	GPUMilliShared int       `json:"gpu_milli_shared,omitempty"`
+	LastHeartbeat  time.Time `json:"last_heartbeat"`
+	RegisteredAt   time.Time `json:"registered_at"`
+	ReservedFor    string    `json:"reserved_for,omitempty"` // job the scheduler holds this worker for
+	FaultyGPUs     []int     `json:"faulty_gpus,omitempty"`  // GPUs the agent's health check found missing or faulted
+	Models         []string  `json:"models,omitempty"`       // models warm on it, as its agent reports
 	// Controls is the desired state of its host's queues (absent: on).
 	Controls []*WorkerControl `json:"controls,omitempty"`
 }

@@ -158,7 +158,7 @@ var (
 // shows split into MIG devices ("  MIG 1g.10gb     Device  0: (UUID:
 // MIG-…)" under "GPU 0: … (UUID: GPU-…)") by those devices: schedulable
 // GPUs of their own, their profile as the model, the memory the profile
-// names (10gb: 10GB) and the parent GPU's UUID as Parent, indexed after
+// names (10gb: 10GB, in whole MiB: 9536MiB) and the parent GPU's UUID as Parent, indexed after
 // the machine's GPUs in the order listed. CUDA_VISIBLE_DEVICES names them
 // by UUID. Without MIG devices it returns gpus as they are.
 func withMIG(gpus []berth.GPU, list string) ([]berth.GPU, error) {
@@ -183,7 +183,7 @@ func withMIG(gpus []berth.GPU, list string) ([]berth.GPU, error) {
 			return nil, fmt.Errorf("line %d %q: a MIG device needs a GPU line above it and a profile naming its memory (1g.10gb)", n+1, line)
 		}
 		gb, _ := strconv.ParseInt(mem[1], 10, 64)
-		devices[parent] = append(devices[parent], berth.GPU{Index: next, UUID: m[3], Model: m[1], Memory: berth.Bytes(gb * 1e9), Parent: parent})
+		devices[parent] = append(devices[parent], berth.GPU{Index: next, UUID: m[3], Model: m[1], Memory: berth.Bytes(gb*1e9) &^ (1<<20 - 1), Parent: parent})
 		next++
 	}
 	if len(devices) == 0 {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -214,4 +215,32 @@ func TestAgentGPUHealth(t *testing.T) {
 	})
 	fs.send(wire.TypeJobCancel, &wire.JobCancel{AttemptID: "on0", Reason: "cancelled by erin"})
 	checkResult(t, fs.result("on0"), berth.AttemptCancelled, "", nil, "cancelled by erin")
+}
+
+// TestGPUHealthMIG: a MIG device is as healthy as the GPU it is part of,
+// which the health query lists by the parent's UUID.
+func TestGPUHealthMIG(t *testing.T) {
+	t.Parallel()
+	smi := newStateSMI(t)
+	gpus := []berth.GPU{
+		{Index: 1, UUID: "GPU-bbbb", Model: "NVIDIA A100", Memory: 80 << 30},
+		{Index: 2, UUID: "MIG-1111", Model: "3g.40gb", Memory: 40e9, Parent: "GPU-aaaa"},
+		{Index: 3, UUID: "MIG-2222", Model: "3g.40gb", Memory: 40e9, Parent: "GPU-aaaa"},
+	}
+	h := newGPUHealth(smi.path, gpus)
+	for _, step := range []struct {
+		name, gpus string
+		want       string
+	}{
+		{"healthy", "0, GPU-aaaa, 0\n1, GPU-bbbb, 0\n", "map[]"},
+		{"parent faulted", "0, GPU-aaaa, ERR!\n1, GPU-bbbb, 0\n",
+			"map[2:GPU 2 (MIG-1111) reported an error: ERR! 3:GPU 3 (MIG-2222) reported an error: ERR!]"},
+		{"parent gone", "1, GPU-bbbb, 0\n", "map[2:GPU 2 (MIG-1111) disappeared 3:GPU 3 (MIG-2222) disappeared]"},
+	} {
+		smi.set("gpus", step.gpus)
+		got, err := h.check(context.Background())
+		if err != nil || fmt.Sprint(got) != step.want {
+			t.Errorf("%s: faults = %v, %v; want %s", step.name, got, err, step.want)
+		}
+	}
 }

@@ -102,8 +102,8 @@ GPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-bbbb)
 	}
 	want := []berth.GPU{
 		{Index: 1, UUID: "GPU-bbbb", Model: "NVIDIA A100-SXM4-80GB", Memory: 80 << 30},
-		{Index: 2, UUID: "MIG-1111", Model: "3g.40gb", Memory: 40e9, Parent: "GPU-aaaa"},
-		{Index: 3, UUID: "MIG-2222", Model: "1g.10gb", Memory: 10e9, Parent: "GPU-aaaa"},
+		{Index: 2, UUID: "MIG-1111", Model: "3g.40gb", Memory: 38146 << 20, Parent: "GPU-aaaa"},
+		{Index: 3, UUID: "MIG-2222", Model: "1g.10gb", Memory: 9536 << 20, Parent: "GPU-aaaa"},
 	}
 	if fmt.Sprint(gpus) != fmt.Sprint(want) {
 		t.Fatalf("gpus = %+v\nwant %+v", gpus, want)

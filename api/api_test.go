@@ -288,6 +288,20 @@ func TestSubmitCreatesJob(t *testing.T) {
 	}
 }
 
+// TestSubmitFraction: "gpus": 0.5 is stored and returned as gpu_milli 500.
+func TestSubmitFraction(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	j := s.submit(`{"command":["true"],"resources":{"gpus":0.5,"gpu_memory":"20GiB"}}`, http.StatusCreated)[0]
+	if j.Resources.GPUs != 0 || j.Resources.GPUMilli != 500 || j.Resources.GPUMemory != 20<<30 {
+		t.Errorf("resources = %+v, want gpu_milli 500", j.Resources)
+	}
+	status, _, data := s.do("GET", "/api/v1/jobs/"+j.ID, "")
+	if status != http.StatusOK || !strings.Contains(string(data), `"resources":{"gpu_milli":500,"gpu_memory":21474836480}`) {
+		t.Errorf("GET job: %d %s", status, data)
+	}
+}
+
 func TestSubmitDefaults(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
@@ -458,6 +472,10 @@ func TestSubmitRejectsBadInputAndStoresNothing(t *testing.T) {
 		{"gpus as string", `{"command":["true"],"resources":{"gpus":"2"}}`, 400, "resources.gpus"},
 		{"negative gpus", `{"command":["true"],"resources":{"gpus":-1}}`, 400, "resources.gpus"},
 		{"10000 gpus", `{"command":["true"],"resources":{"gpus":10000}}`, 400, "resources.gpus"},
+		{"a fraction over 1", `{"command":["true"],"resources":{"gpus":1.5}}`, 400, "resources.gpus"},
+		{"a fraction in gpus and gpu_milli", `{"command":["true"],"resources":{"gpus":0.5,"gpu_milli":500}}`, 400, "resources.gpus"},
+		{"gpu_milli of a whole GPU", `{"command":["true"],"resources":{"gpu_milli":1000}}`, 400, "resources.gpu_milli"},
+		{"gpu_milli beside gpus", `{"command":["true"],"resources":{"gpus":1,"gpu_milli":500}}`, 400, "resources.gpu_milli"},
 		{"empty command list", `{"command":[]}`, 400, "command"},
 		{"empty program", `{"command":[""]}`, 400, "command"},
 		{"blank program", `{"command":["   ", "x"]}`, 400, "command"},

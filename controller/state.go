@@ -224,7 +224,7 @@ func (ws *workerState) recompute() {
 	s.CPUs, s.Memory = w.CPUs, w.Memory
 	s.GPUMilliUsed, ws.gpuMilli = make([]int, len(w.GPUs)), make([]int, len(w.GPUs))
 	s.FreeCPUs, s.FreeMemory, s.FreeSlots = w.CPUs, w.Memory, w.Slots
-	s.Running, w.GPUsInUse = s.Running[:0], 0
+	s.Running, w.GPUsInUse, w.GPUMilliShared = s.Running[:0], 0, 0
 	for _, as := range ws.attempts {
 		ws.take(as)
 	}
@@ -263,6 +263,12 @@ func (ws *workerState) addGPUUse(idx, milli int) {
 			ws.w.GPUsInUse++
 		case before > 0 && ws.gpuMilli[i] <= 0:
 			ws.w.GPUsInUse--
+		}
+	}
+	ws.w.GPUMilliShared = 0
+	for i, m := range ws.gpuMilli {
+		if m > 0 && m < berth.WholeGPU && !slices.Contains(ws.faulty, s.GPUs[i].Index) {
+			ws.w.GPUMilliShared += berth.WholeGPU - m
 		}
 	}
 }

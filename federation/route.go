@@ -76,7 +76,7 @@ func fits(spec *berth.JobSpec, c Candidate) (now bool, lack string) {
 		}
 		w := &scheduler.Worker{Queues: pw.Queues, Labels: pw.Labels, GPUs: pw.GPUs, CPUs: pw.CPUs, Memory: pw.Memory, Off: pw.Off}
 		ws = append(ws, w)
-		if !pw.Off && pw.FreeGPUs >= spec.Resources.GPUs {
+		if !pw.Off && pw.FreeGPUs >= spec.Resources.GPUDevices() {
 			free = append(free, w)
 		}
 	}

@@ -99,7 +99,7 @@ func runsJobs(p *berth.Pool) bool { return p.Workload != berth.WorkloadVLLM }
 
 // rentsFor reports whether pools rent for jobs asking r with c: they ask
 // for GPUs and are pinned to no host.
-func rentsFor(r *berth.Resources, c *berth.Constraints) bool { return r.GPUs >= 1 && c.Host == "" }
+func rentsFor(r *berth.Resources, c *berth.Constraints) bool { return r.WantsGPUs() && c.Host == "" }
 
 // supplies reports whether an instance of pool p (its Worker w) can run
 // the jobs of demand d: they ask for GPUs, of a type it has and no more
@@ -200,6 +200,9 @@ func Decide(p *berth.Pool, demand []controller.Demand, instances []*berth.Instan
 		jobs += dm.Jobs
 		if dm.Nodes > 1 {
 			need += dm.Jobs * dm.Nodes
+		} else if m := dm.Resources.GPUMilli; m > 0 { // fractions: as many as fit each GPU
+			per := max(p.GPUs*(berth.WholeGPU/m), 1)
+			need += (dm.Jobs + per - 1) / per
 		} else {
 			per := max(p.GPUs/dm.Resources.GPUs, 1)
 			need += (dm.Jobs + per - 1) / per
@@ -229,7 +232,7 @@ func Decide(p *berth.Pool, demand []controller.Demand, instances []*berth.Instan
 
 // shapeText is a demand's resources as an event says them.
 func shapeText(d *controller.Demand) string {
-	s := fmt.Sprintf("%d GPU", d.Resources.GPUs)
+	s := berth.FormatGPUs(d.Resources.GPUsMilli()) + " GPU"
 	if d.Resources.GPUType != "" {
 		s += " " + d.Resources.GPUType
 	}

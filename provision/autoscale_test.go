@@ -50,6 +50,11 @@ func TestDecide(t *testing.T) {
 		{name: "a GPU type the pool lacks rents nothing", demand: []controller.Demand{wants(3, "A100", 1)}},
 		{name: "more GPUs than an instance has rent nothing", demand: []controller.Demand{wants(3, "4090", 2)}},
 		{name: "CPU-only jobs rent nothing", demand: []controller.Demand{wants(3, "", 0)}},
+		{name: "fractions fill each GPU: five quarters want two", demand: []controller.Demand{func() controller.Demand {
+			d := wants(5, "4090", 0)
+			d.Resources.GPUMilli = 250
+			return d
+		}()}, rent: 1, wanted: 2},
 		{name: "no GPU type asked: any GPU serves", demand: []controller.Demand{wants(1, "", 1)}, rent: 1, wanted: 1},
 		{name: "a queue the pool does not serve rents nothing", pool: func(p *berth.Pool) { p.Queues = []string{"gpu"} }, demand: one},
 		{name: "labels the pool lacks rent nothing", demand: []controller.Demand{labelled(wants(1, "4090", 1))}},

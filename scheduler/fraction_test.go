@@ -183,20 +183,22 @@ func TestFractionProperties(t *testing.T) {
 			}
 			reqs = append(reqs, r)
 		}
-		build := func(withFractions bool) *Queue {
+		maxGPUs := rapid.IntRange(0, 6).Draw(rt, "quota")
+		quota := []berth.QuotaRule{{Scope: berth.QuotaUser, Name: "q", MaxGPUs: maxGPUs, MaxJobs: berth.NoLimit}}
+		build := func(withFractions bool, user string) *Queue {
 			q := NewQueue(DefaultConfig())
 			for i, r := range reqs {
 				if r.milli > 0 && !withFractions {
 					continue
 				}
 				prio := 900 - i // whole requests first: they come first in reqs
-				tk := &Task{JobID: fmt.Sprint("j", i), Queue: "default", Priority: prio, Submitted: t0, Nodes: r.nodes, Seq: uint64(i),
+				tk := &Task{JobID: fmt.Sprint("j", i), Queue: "default", User: user, Priority: prio, Submitted: t0, Nodes: r.nodes, Seq: uint64(i),
 					Resources: berth.Resources{GPUs: r.whole, GPUMilli: r.milli, GPUMemory: r.mem}}
 				q.Push(tk)
 			}
 			return q
 		}
-		plan := RunPass(build(true), &Snapshot{Now: t0, Workers: workers})
+		plan := RunPass(build(true, ""), &Snapshot{Now: t0, Workers: workers})
 		used := map[*Worker][]int{}
 		byID := map[string]*Worker{}
 		for _, w := range workers {
@@ -242,11 +244,20 @@ func TestFractionProperties(t *testing.T) {
 				wholeWith = append(wholeWith, s)
 			}
 		}
-		if without := summary(RunPass(build(false), &Snapshot{Now: t0, Workers: workers})); fmt.Sprint(without) != fmt.Sprint(wholeWith) {
+		if without := summary(RunPass(build(false, ""), &Snapshot{Now: t0, Workers: workers})); fmt.Sprint(without) != fmt.Sprint(wholeWith) {
 			rt.Fatalf("whole-GPU placements change with fractions behind them:\n%v\n%v", without, wholeWith)
 		}
-		if again := RunPass(build(true), &Snapshot{Now: t0, Workers: workers}); fmt.Sprint(summary(again)) != fmt.Sprint(summary(plan)) {
+		if again := RunPass(build(true, ""), &Snapshot{Now: t0, Workers: workers}); fmt.Sprint(summary(again)) != fmt.Sprint(summary(plan)) {
 			rt.Fatalf("plans differ for the same input:\n%v\n%v", summary(plan), summary(again))
+		}
+		// Under a GPU quota on their user, fractions count as fractions.
+		limited := build(true, "q")
+		charged := 0
+		for _, a := range RunPass(limited, &Snapshot{Now: t0, Workers: workers, Quotas: quota}).Assignments {
+			charged += a.Task.Resources.GPUsMilli()
+		}
+		if charged > maxGPUs*berth.WholeGPU {
+			rt.Fatalf("%d milli-GPUs placed under a quota of %d GPUs", charged, maxGPUs)
 		}
 	})
 }
@@ -285,5 +296,57 @@ func TestFractionPreemption(t *testing.T) {
 	}
 	if got := fmt.Sprint(victims(task("whole", 500, now, 1))); got != "[q0 q1 q2 q3]" {
 		t.Errorf("a whole GPU preempts %s; want every quarter on it", got)
+	}
+}
+
+// BenchmarkPassFractions is one pass over an empty cluster of 1,000
+// workers with 8 GPUs each and 20,000 pending tasks, half of them
+// fractions (0.1 to 0.9 of a GPU), half 1 or 2 whole GPUs.
+func BenchmarkPassFractions(b *testing.B) {
+	placed := 0
+	var pass time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		var ws []*Worker
+		for i := range 1000 {
+			ws = append(ws, newWorker(fmt.Sprintf("w%04d", i), gpus(8, "H100", 80<<30)))
+		}
+		q := NewQueue(DefaultConfig())
+		for i := range 20_000 {
+			tk := task(fmt.Sprint("j", i), 100+i%7, t0, 1+i%2)
+			if i%2 == 0 {
+				tk.Resources.GPUs, tk.Resources.GPUMilli = 0, 100*(1+i%9)
+			}
+			tk.Seq = uint64(i)
+			q.Push(tk)
+		}
+		b.StartTimer()
+		start := time.Now()
+		placed += len(RunPass(q, &Snapshot{Now: t0, Workers: ws}).Assignments)
+		pass += time.Since(start)
+	}
+	b.ReportMetric(float64(placed)/pass.Seconds(), "placements/s")
+}
+
+// TestFractionReservation: a half that has waited long reserves the
+// worker whose fraction ends first, expecting to start when it ends.
+func TestFractionReservation(t *testing.T) {
+	t.Parallel()
+	now := t0.Add(time.Hour)
+	var ws []*Worker
+	for i, ends := range []time.Duration{3 * time.Hour, time.Hour} {
+		w := newWorker(fmt.Sprint("w", i), gpus(1, "H100", 80<<30))
+		w.GPUMilliUsed[0] = 750
+		w.Running = append(w.Running, &Running{AttemptID: fmt.Sprint("a", i), JobID: fmt.Sprint("r", i), Queue: "default",
+			Priority: 100, Started: t0, MaxRuntime: ends, GPUs: []int{0}, GPUMilli: 750})
+		ws = append(ws, w)
+	}
+	q := NewQueue(Config{ReserveAfter: 10 * time.Minute})
+	half := fraction("half", 100, 500)
+	q.Push(half)
+	plan := RunPass(q, &Snapshot{Now: now, Workers: ws})
+	if len(plan.Assignments) != 0 || len(plan.Reservations) != 1 || fmt.Sprint(plan.Reservations[0].Workers) != "[w1]" ||
+		!plan.Reservations[0].Start.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("plan %+v; want w1 reserved from %s", plan, t0.Add(time.Hour))
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -156,5 +157,42 @@ func TestAgentRejectsBadRunAsFlags(t *testing.T) {
 		{[]string{"--run-as", "map", "--user-map", bad}, "--user-map: user map " + bad + `:2: "bob": want BERTHUSER UNIXACCOUNT`},
 	} {
 		checkAgentUsageError(t, tc.args, tc.want)
+	}
+}
+
+// TestAgentMPSPipeDirMustBeAbsolute: --mps-pipe-dir names the MPS
+// daemon's directory, an absolute path.
+func TestAgentMPSPipeDirMustBeAbsolute(t *testing.T) {
+	t.Parallel()
+	checkAgentUsageError(t, []string{"--mps-pipe-dir", "run/mps"}, `--mps-pipe-dir: "run/mps": must be an absolute path`)
+}
+
+// TestAgentDiscoversMIGDevices runs berth agent's configuration with a
+// fake nvidia-smi on PATH whose GPU 0 is split into two MIG devices: the
+// agent offers GPU 1 whole and each MIG device as a GPU of its own, the
+// profile as its model, and health-checks them with that nvidia-smi.
+func TestAgentDiscoversMIGDevices(t *testing.T) {
+	dir := t.TempDir()
+	script := `#!/bin/sh
+case "$*" in
+"-L") printf 'GPU 0: NVIDIA A100-SXM4-80GB (UUID: GPU-aaaa)\n  MIG 3g.40gb     Device  0: (UUID: MIG-1111)\n  MIG 3g.40gb     Device  1: (UUID: MIG-2222)\nGPU 1: NVIDIA A100-SXM4-80GB (UUID: GPU-bbbb)\n' ;;
+"--query-gpu=index,uuid,name,memory.total --format=csv,noheader,nounits") printf '0, GPU-aaaa, NVIDIA A100-SXM4-80GB, 81920\n1, GPU-bbbb, NVIDIA A100-SXM4-80GB, 81920\n' ;;
+*) echo "unexpected: $*" >&2; exit 64 ;;
+esac
+`
+	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	af := &agentFlags{}
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	(&Main{}).addAgentFlags(fs, af) // every flag at its default
+	cfg, err := af.agentConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := berth.GPUSpec(cfg.GPUs); got != "1xNVIDIA A100-SXM4-80GB:80GiB,2x3g.40gb:38146MiB" ||
+		cfg.GPUs[1].UUID != "MIG-1111" || cfg.GPUs[2].Parent != "GPU-aaaa" || cfg.NvidiaSMI != filepath.Join(dir, "nvidia-smi") {
+		t.Fatalf("GPUs %s (%+v), nvidia-smi %q", got, cfg.GPUs, cfg.NvidiaSMI)
 	}
 }

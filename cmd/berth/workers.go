@@ -37,6 +37,9 @@ func runWorkers(ctx context.Context, m *Main, args []string) error {
 				gpus += fmt.Sprintf(" (%d faulty)", len(w.FaultyGPUs))
 			}
 			free = strconv.Itoa(max(len(w.GPUs)-len(w.FaultyGPUs)-w.GPUsInUse, 0))
+			if w.GPUMilliShared > 0 {
+				free += " +" + berth.FormatGPUs(w.GPUMilliShared) + " shared"
+			}
 		}
 		queues := "*"
 		if len(w.Queues) > 0 {

@@ -184,7 +184,8 @@ func walkJSON(dec *json.Decoder, t reflect.Type, path string, visit jsonVisitor)
 // decodedWhole reports whether values of type t decode themselves
 // (UnmarshalJSON or UnmarshalText) rather than field by field.
 // berth.Resources is decoded field by field: its UnmarshalJSON only
-// widens "gpus" to take a fraction, and refuses unknown fields itself.
+// widens "gpus" to take a fraction (checkStrings refuses its unknown
+// fields, which encoding/json does not see).
 func decodedWhole(t reflect.Type) bool {
 	if t == resourcesType {
 		return false

@@ -13,7 +13,8 @@ import (
 )
 
 // checkStrings finds what encoding/json would change in data, one JSON
-// value it has decoded without error into a value of type t: a string
+// value it has decoded without error into a value of type t: a key
+// berth.Resources has no field for (its own UnmarshalJSON takes any), a string
 // (key or value) that is not valid UTF-8 — invalid bytes or a lone
 // surrogate escape, which encoding/json turns into U+FFFD — or a key that
 // an object repeats, of which encoding/json keeps the last (in an object
@@ -68,6 +69,12 @@ func checkStrings(data []byte, t reflect.Type) error {
 				keys = append(keys, key)
 				if frames[len(frames)-1].repeats(keys) {
 					return berth.Invalidf(fieldPath(frames, keys), "given twice")
+				}
+				if top := frames[len(frames)-1]; top.t == resourcesType {
+					if _, ok := jsonField(top.t, string(key)); !ok { // decoded by its own UnmarshalJSON, which takes any key
+						path := fieldPath(frames, keys)
+						return berth.Invalidf(path, "unknown field %q", path)
+					}
 				}
 				atKey = false
 			}

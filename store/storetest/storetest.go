@@ -146,8 +146,8 @@ func fullJob(id string) *berth.Job {
 			Kind:     berth.KindService,
 			Priority: 737,
 			Nodes:    2,
-			Resources: berth.Resources{GPUs: 4, GPUMemory: 80 << 30, GPUType: "H100", CPUs: 12.25,
-				Memory: 3<<40 + 17},
+			Resources: berth.Resources{GPUs: 4, GPUMilli: 250, GPUMemory: 80 << 30, GPUType: "H100", CPUs: 12.25,
+				Memory: 3<<40 + 17}, // GPUs and GPUMilli together only to round-trip both (no valid spec has both)
 			Constraints:    berth.Constraints{Host: "node-7", Labels: map[string]string{"zone": "eu-1", "ib": "true"}},
 			Command:        berth.Argv{"python", "-c", "print('héllo, \"world\"')\n", "", "a b\tc"},
 			Env:            map[string]string{"A": "1", "EMPTY": "", "UNICODE": "ünï ☃", "QUOTE": `'"\`},
