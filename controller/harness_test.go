@@ -52,8 +52,15 @@ func newHarness(t *testing.T) *harness {
 // default Config, whose pass places the queue on the fakeBackend's
 // workers and applies the plan.
 func newLifecycleHarness(t *testing.T) *harness {
+	return newLifecycleHarnessWith(t, func(*Config) {})
+}
+
+// newLifecycleHarnessWith is newLifecycleHarness with the Config edit
+// makes before its defaults are set.
+func newLifecycleHarnessWith(t *testing.T, edit func(*Config)) *harness {
 	clock := fakeclock.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	cfg := Config{Now: clock.Now}
+	edit(&cfg)
 	cfg.setDefaults()
 	l := newLifecycle(&cfg)
 	be := &fakeBackend{l: &l}

@@ -130,6 +130,7 @@ func (l *lifecycle) assign(members []scheduler.Assignment, now time.Time, b *sto
 		ws := l.workers[pa.WorkerID]
 		a := &berth.Attempt{ID: l.ids.New(now), JobID: j.ID, TaskIndex: pa.Rank, WorkerID: ws.w.ID,
 			Host: ws.w.Host, GPUs: pa.GPUs, State: berth.AttemptAssigned, CreatedAt: now}
+		a.Reason = pa.Why // how the placement chose the worker (fgd, bestfit), until the attempt ends
 		as := &attemptState{a: a, job: js, worker: ws}
 		as.run = l.running(as)
 		js.addMember(as)
@@ -151,7 +152,7 @@ func (l *lifecycle) assign(members []scheduler.Assignment, now time.Time, b *sto
 		}
 		b.Attempts = append(b.Attempts, as.copy())
 		l.audit(berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
-			Attempts: []string{a.ID}})
+			Attempts: []string{a.ID}, Reason: pa.Why})
 		l.backendOf(ws).Launch(j, a, env)
 	}
 	l.stats.placed.observe(now.Sub(j.CreatedAt))

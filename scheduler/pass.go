@@ -47,6 +47,11 @@ type pass struct {
 	budget       int
 	stopping     map[*Running]bool
 	victims      bool // some running attempt could be preempted
+
+	free, after []int   // scoredFit's buffers: a worker's free milli-GPUs per GPU, before and after
+	seen        []int   // choices' buffer: the uses of the GPUs chosen
+	choice      [][]int // choices' result
+	why         string  // how the last find chose, when the placement explains it (Assignment.Why)
 }
 
 type memoKey struct {
@@ -453,6 +458,7 @@ func (wk *worker) countGPU(used, delta int) {
 // it would take: the best by findBest, unless it is a worker t avoids and
 // one it does not avoid fits now.
 func (p *pass) find(t *Task) (*worker, []int) {
+	p.why = ""
 	wk, g := p.findBest(t)
 	if wk == nil || !slices.Contains(t.Avoid, wk.w.ID) {
 		return wk, g
@@ -466,6 +472,7 @@ func (p *pass) find(t *Task) (*worker, []int) {
 		}
 	}
 	if o, h := p.bestOf(t, others); o != nil {
+		p.why = ""
 		return o, h
 	}
 	return wk, g
@@ -489,6 +496,9 @@ func (p *pass) findBest(t *Task) (*worker, []int) {
 		if wk, g := p.bestOf(t, p.byModel[t.Model]); wk != nil {
 			return wk, g
 		}
+	}
+	if p.cfg.Placement != PlacementDefault {
+		return p.scoredFit(t)
 	}
 	if t.Resources.GPUMilli > 0 {
 		return p.bestFraction(t)

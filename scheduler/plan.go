@@ -111,6 +111,9 @@ type Assignment struct {
 	WorkerID string
 	GPUs     []int
 	GPUMilli int // the share of GPUs[0] a fraction takes (Resources.MilliOn); 0: GPUs whole
+	// Why says how the placement chose the worker, for policies that
+	// explain it (fgd, bestfit); empty for Berth's default best fit.
+	Why string
 }
 
 // Preemption stops a running attempt so that job For can start.
@@ -358,6 +361,7 @@ func (p *pass) place(t *Task) bool {
 	p.sawRes = nil
 	chosen := make([]*worker, 0, n)
 	gpus := make([][]int, 0, n)
+	whys := make([]string, 0, n)
 	for range n {
 		wk, g := p.find(t)
 		if wk == nil {
@@ -373,10 +377,11 @@ func (p *pass) place(t *Task) bool {
 		wk.stamp = p.stamp
 		chosen = append(chosen, wk)
 		gpus = append(gpus, g)
+		whys = append(whys, p.why)
 	}
 	for rank, wk := range chosen {
 		wk.stamp = 0
-		as := Assignment{Task: t, Rank: rank, WorkerID: wk.w.ID, GPUs: gpus[rank]}
+		as := Assignment{Task: t, Rank: rank, WorkerID: wk.w.ID, GPUs: gpus[rank], Why: whys[rank]}
 		if t.Resources.GPUMilli > 0 {
 			as.GPUMilli = wk.milliFor(t, as.GPUs)
 		}

@@ -17,6 +17,13 @@ var policies = map[string]func() Config{
 	// berth is the default: aging, starvation boost, fair share,
 	// reservations with backfill, and preemption.
 	"berth": DefaultConfig,
+	// bestfit is berth with the paper's best fit: the worker with the
+	// least GPU, CPU and memory capacity left (PlacementBestFit).
+	"bestfit": func() Config { c := DefaultConfig(); c.Placement = PlacementBestFit; return c },
+	// fgd is berth with fragmentation gradient descent: the worker and
+	// GPU where fragmentation against recent requests grows least
+	// (PlacementFGD).
+	"fgd": func() Config { c := DefaultConfig(); c.Placement = PlacementFGD; return c },
 }
 
 // PolicyConfig returns the configuration of a named policy.

@@ -18,6 +18,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"sort"
@@ -116,6 +117,12 @@ type Config struct {
 	PreemptMinRuntime time.Duration
 	PreemptLimit      int
 	PreemptWindow     time.Duration
+	// Placement chooses among the workers a task fits: PlacementDefault,
+	// PlacementBestFit or PlacementFGD.
+	Placement string
+	// MixWindow is how many recent submissions PlacementFGD learns the
+	// mix of requests from; 0 means DefaultMixWindow.
+	MixWindow int
 }
 
 // DefaultConfig ages one point a minute, boosts tasks waiting over an hour
@@ -196,6 +203,7 @@ func (l *list) count(t *Task, delta int) {
 // controller owns it.
 type Queue struct {
 	cfg    Config
+	mix    *Mix // the requests of recent submissions (PlacementFGD), or nil
 	lists  map[listKey]*list
 	shapes map[shape]*shape
 	live   int
@@ -204,16 +212,26 @@ type Queue struct {
 
 // NewQueue returns an empty queue ordered by cfg.
 func NewQueue(cfg Config) *Queue {
-	return &Queue{cfg: cfg, lists: map[listKey]*list{}, shapes: map[shape]*shape{}}
+	q := &Queue{cfg: cfg, lists: map[listKey]*list{}, shapes: map[shape]*shape{}}
+	if cfg.Placement == PlacementFGD {
+		q.mix = NewMix(cmp.Or(cfg.MixWindow, DefaultMixWindow))
+	}
+	return q
 }
 
 // Len returns the number of tasks queued.
 func (q *Queue) Len() int { return q.live }
 
-// Push queues t. Pushing a queued task does nothing.
+// Push queues t. Pushing a queued task does nothing. Under PlacementFGD
+// the mix learns t's request, unless t is a requeue put at the Front.
 func (q *Queue) Push(t *Task) {
 	if t.queued {
 		return
+	}
+	if q.mix != nil && !t.Front {
+		for range t.nodes() {
+			q.mix.Observe(demandOf(t))
+		}
 	}
 	k := listKey{t.Queue, t.User}
 	l := q.lists[k]

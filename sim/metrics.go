@@ -17,7 +17,7 @@ import (
 //   - Makespan: from the first submission to the last completion.
 //   - GPUUtilization: busy GPU-seconds ÷ (GPUs in the cluster × makespan); a
 //     GPU is busy while an attempt holds it, including attempts later
-//     preempted.
+//     preempted, and a fraction's share of it while the fraction runs.
 //   - JCT (job completion time): completion − submission, of completed jobs.
 //   - Wait: time pending, summed over every time a job waited (preempted
 //     jobs wait again), of completed jobs.
@@ -133,7 +133,7 @@ func (e *engine) result() Result {
 		res.MakespanSeconds = last.Sub(first).Seconds()
 	}
 	if span := res.MakespanSeconds; span > 0 && e.meter.gpus > 0 {
-		res.GPUUtilization = e.meter.busySeconds / (float64(e.meter.gpus) * span)
+		res.GPUUtilization = e.meter.busySeconds / (float64(e.meter.gpus*berth.WholeGPU) * span)
 		res.Fragmentation = e.meter.fragSeconds / span
 	}
 	res.JCT, res.Wait = stats(jct), stats(wait)
@@ -182,7 +182,7 @@ type meter struct {
 	sumFree     int
 	dirty       []int
 	isDirty     []bool
-	busy        int // GPUs held now
+	busy        int // milli-GPUs held now
 	busySeconds float64
 	fragSeconds float64
 }

@@ -506,7 +506,7 @@ func (e *engine) start(j *job, as []scheduler.Assignment) error {
 	j.state, j.started = running, e.now
 	j.waited += e.now.Sub(j.since)
 	e.running++
-	e.meter.busy += j.task.Resources.GPUs * j.task.Nodes
+	e.meter.busy += j.task.Resources.GPUsMilli() * j.task.Nodes
 	e.push(e.now.Add(j.run), complete, j)
 	if e.cfg.Preempt && j.spec.Preemptible && j.task.Nodes == 1 && e.cfg.PreemptMinRuntime > 0 {
 		e.wake(e.now.Add(e.cfg.PreemptMinRuntime), nil) // becomes a possible victim
@@ -529,7 +529,7 @@ func (e *engine) stop(j *job) {
 	}
 	j.members = nil
 	e.running--
-	e.meter.busy -= j.task.Resources.GPUs * j.task.Nodes
+	e.meter.busy -= j.task.Resources.GPUsMilli() * j.task.Nodes
 }
 
 // preempt stops each victim job (all its members) and queues its same

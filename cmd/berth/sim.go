@@ -28,7 +28,10 @@ func runSim(ctx context.Context, m *Main, args []string) error {
 	if len(args) > 0 && args[0] == "market" {
 		return runSimMarket(m, args[1:])
 	}
-	fs := m.flagSet("sim", "[--trace] TRACE --cluster FILE [flags]   (or: berth sim market [flags])")
+	if len(args) > 0 && args[0] == "fill" {
+		return runSimFill(ctx, m, args[1:])
+	}
+	fs := m.flagSet("sim", "[--trace] TRACE --cluster FILE [flags]   (or: berth sim market|fill [flags])")
 	workload := fs.String("trace", "", "workload: an Alibaba pod list, a Tiresias job list or Berth YAML (jobs:)")
 	cluster := fs.String("cluster", "", "cluster: an Alibaba node list, a Tiresias cluster spec or Berth YAML (workers:)")
 	policy := fs.String("policy", strings.Join(scheduler.PolicyNames(), ","), "policies to compare, comma-separated")
@@ -91,18 +94,10 @@ func runSim(ctx context.Context, m *Main, args []string) error {
 // loadSim reads the files and checks the policies and speed-up.
 func loadSim(workloadPath, cluster, format, policies string, speedup float64) (*simRun, error) {
 	r := &simRun{tracePath: workloadPath, clusterPath: cluster, speedup: speedup}
-	for _, name := range strings.Split(policies, ",") {
-		name = strings.TrimSpace(name)
-		cfg, err := scheduler.PolicyConfig(name)
-		if err != nil {
-			return nil, &berth.Error{Code: berth.ECodeInvalid, Field: "--policy", Err: err}
-		}
-		if slices.Contains(r.policies, name) {
-			return nil, berth.Invalidf("--policy", "%s is named twice", name)
-		}
-		r.policies, r.configs = append(r.policies, name), append(r.configs, cfg)
-	}
 	var err error
+	if r.policies, r.configs, err = parsePolicies(policies); err != nil {
+		return nil, err
+	}
 	if r.cluster, err = trace.LoadCluster(cluster, format); err != nil {
 		return nil, err
 	}
@@ -113,6 +108,22 @@ func loadSim(workloadPath, cluster, format, policies string, speedup float64) (*
 		return nil, berth.Invalidf("--speedup", "must be a positive number")
 	}
 	return r, nil
+}
+
+// parsePolicies reads --policy: policy names, comma-separated, each once.
+func parsePolicies(list string) (names []string, configs []scheduler.Config, err error) {
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		cfg, err := scheduler.PolicyConfig(name)
+		if err != nil {
+			return nil, nil, &berth.Error{Code: berth.ECodeInvalid, Field: "--policy", Err: err}
+		}
+		if slices.Contains(names, name) {
+			return nil, nil, berth.Invalidf("--policy", "%s is named twice", name)
+		}
+		names, configs = append(names, name), append(configs, cfg)
+	}
+	return names, configs, nil
 }
 
 // print writes one column per policy.

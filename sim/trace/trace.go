@@ -314,11 +314,10 @@ func alibabaWorkers(path string, data []byte) (*sim.Cluster, error) {
 
 // alibabaPods reads openb_pod_list_*.csv. A pod is submitted at
 // creation_time and runs deletion_time − scheduled_time seconds; pods that
-// never ran (no scheduled_time) or ran no time are skipped. Berth schedules
-// whole GPUs, so a pod asking for a GPU fraction (gpu_milli < 1000) takes
-// one whole GPU. A gpu_spec naming one model becomes the GPU type; one
-// naming several (V100M16|V100M32) is ignored. Pods have no user or
-// priority: all are the one user "trace", priority 100, queue default.
+// never ran (no scheduled_time) or ran no time are skipped. A pod asking
+// for part of one GPU (gpu_milli < 1000) asks for that fraction
+// (podResources). Pods have no user or priority: all are the one user
+// "trace", priority 100, queue default.
 func alibabaPods(path string, data []byte) (*sim.Workload, error) {
 	f, err := openCSV(path, data, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
 		"creation_time", "deletion_time", "scheduled_time")
@@ -367,30 +366,98 @@ func alibabaPod(f *csvFile) (sim.Job, bool, error) {
 	if j.Duration = deleted - scheduled; j.Duration <= 0 {
 		return j, false, nil
 	}
+	if j.Resources, err = podResources(f); err != nil {
+		return j, false, err
+	}
+	return j, true, nil
+}
+
+// podResources reads a pod's request: cpu_milli, memory_mib, num_gpu,
+// gpu_milli and gpu_spec. A pod asking for part of one GPU (num_gpu 1,
+// gpu_milli below 1000) asks for that fraction; a gpu_spec naming one
+// model becomes the GPU type, one naming several (V100M16|V100M32) is
+// ignored.
+func podResources(f *csvFile) (berth.Resources, error) {
 	milli, err := f.number("cpu_milli", 0, maxCPUs*1000)
 	if err != nil {
-		return j, false, err
+		return berth.Resources{}, err
 	}
 	mib, err := f.number("memory_mib", 0, 1<<40)
 	if err != nil {
-		return j, false, err
+		return berth.Resources{}, err
 	}
 	gpus, err := f.integer("num_gpu", 0, berth.MaxGPUsPerWorker)
 	if err != nil {
-		return j, false, err
+		return berth.Resources{}, err
 	}
 	gpuMilli, err := f.number("gpu_milli", 0, 1000*berth.MaxGPUsPerWorker)
 	if err != nil {
-		return j, false, err
+		return berth.Resources{}, err
 	}
-	if gpus == 0 && gpuMilli > 0 {
-		gpus = 1 // a fraction of a GPU takes a whole one
+	r := berth.Resources{GPUs: gpus, CPUs: milli / 1000, Memory: berth.Bytes(mib * (1 << 20))}
+	if gpus <= 1 && gpuMilli > 0 && gpuMilli < berth.WholeGPU {
+		r.GPUs, r.GPUMilli = 0, int(math.Round(gpuMilli)) // a fraction of one GPU
 	}
-	j.Resources = berth.Resources{GPUs: gpus, CPUs: milli / 1000, Memory: berth.Bytes(mib * (1 << 20))}
-	if spec := f.str("gpu_spec"); gpus > 0 && spec != "" && spec != "nan" && !strings.Contains(spec, "|") {
-		j.Resources.GPUType = spec
+	if spec := f.str("gpu_spec"); r.WantsGPUs() && spec != "" && spec != "nan" && !strings.Contains(spec, "|") {
+		r.GPUType = spec
 	}
-	return j, true, nil
+	return r, nil
+}
+
+// LoadTasks reads the tasks a fill experiment draws from (sim.Fill): an
+// Alibaba pod list, every record whether it ran or not and with or
+// without times (only name, cpu_milli, memory_mib, num_gpu and gpu_milli
+// are required), or Berth's YAML (jobs:). It returns a *LoadError naming
+// the file, line and field for bad input.
+func LoadTasks(path, format string) ([]sim.Job, error) {
+	data, format, err := read(path, format, "trace")
+	if err != nil {
+		return nil, err
+	}
+	var jobs []sim.Job
+	switch format {
+	case FormatAlibaba:
+		jobs, err = alibabaTasks(path, data)
+	case FormatBerth:
+		var w *sim.Workload
+		if w, err = berthJobs(path, data); w != nil {
+			jobs = w.Jobs
+		}
+	default:
+		return nil, loadErr(path, 0, "", "a fill experiment takes an Alibaba pod list or Berth's YAML, not the %s format", format)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(jobs) == 0 {
+		return nil, loadErr(path, 0, "", "the file has no tasks")
+	}
+	return jobs, nil
+}
+
+// alibabaTasks reads every record of an Alibaba pod list as a task that
+// runs for a second.
+func alibabaTasks(path string, data []byte) ([]sim.Job, error) {
+	f, err := openCSV(path, data, "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+	if err != nil {
+		return nil, err
+	}
+	var jobs []sim.Job
+	for {
+		ok, err := f.next()
+		if err != nil || !ok {
+			return jobs, err
+		}
+		j := sim.Job{ID: f.str("name"), User: traceUser, Queue: traceQueue, Priority: berth.DefaultPriority,
+			Nodes: 1, Duration: time.Second}
+		if j.ID == "" {
+			return nil, f.err("name", "must not be empty")
+		}
+		if j.Resources, err = podResources(f); err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
 }
 
 // tiresiasCluster reads a Tiresias cluster spec (cluster_spec.csv,

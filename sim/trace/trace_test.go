@@ -53,25 +53,28 @@ func TestSimLoadAlibabaPods(t *testing.T) {
 		t.Fatalf("%d jobs, %d skipped; want 7255 and 897", len(w.Jobs), w.Skipped)
 	}
 	// openb-pod-0001,6000,12288,1,460,,LS,Running,427061,12902960,427061:
-	// a GPU fraction takes one whole GPU.
+	// a fraction of one GPU, 460 milli-GPUs.
 	j := w.Jobs[1]
 	want := sim.Job{ID: "openb-pod-0001", User: "trace", Queue: berth.DefaultQueue, Priority: berth.DefaultPriority, Nodes: 1,
 		Submit: 427061 * time.Second, Duration: (12902960 - 427061) * time.Second,
-		Resources: berth.Resources{GPUs: 1, CPUs: 6, Memory: 12288 << 20}}
+		Resources: berth.Resources{GPUMilli: 460, CPUs: 6, Memory: 12288 << 20}}
 	if j != want {
 		t.Fatalf("pod 1 = %+v\nwant     %+v", j, want)
 	}
-	cpuOnly, multi := 0, 0
+	cpuOnly, multi, shares := 0, 0, 0
 	for _, j := range w.Jobs {
-		switch {
-		case j.Resources.GPUs == 0:
+		switch r := j.Resources; {
+		case r.GPUMilli > 0:
+			shares++
+		case r.GPUs == 0:
 			cpuOnly++
-		case j.Resources.GPUs > 1:
+		case r.GPUs > 1:
 			multi++
 		}
 	}
-	if cpuOnly == 0 || multi == 0 {
-		t.Fatalf("%d CPU-only and %d multi-GPU pods; the trace has both", cpuOnly, multi)
+	// awk -F, 'NR>1 && $11!="" && $10-$11>0 && $4==1 && $5<1000' counts the shares.
+	if cpuOnly == 0 || multi == 0 || shares != 2573 {
+		t.Fatalf("%d CPU-only, %d multi-GPU and %d fractional pods; want some, some and 2573", cpuOnly, multi, shares)
 	}
 }
 

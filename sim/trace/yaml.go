@@ -32,7 +32,8 @@ import (
 // Job fields: id (default j<entry>; with count > 1 the jobs are id-0,
 // id-1, …), user ("user"), queue ("default"), priority (100), submit (0s),
 // count (1), every (0s: the gap between the submissions of the copies),
-// nodes (1), gpus, gpu_type, gpu_memory, cpus, memory (per node),
+// nodes (1), gpus (whole, or a fraction of one GPU: 0.5), gpu_type,
+// gpu_memory, cpus, memory (per node),
 // duration (required), max_runtime (none), preemptible (false). Durations
 // are Go durations (90s, 1h30m) or numbers of seconds.
 
@@ -388,8 +389,11 @@ func setJobField(j *sim.Job, key string, s scalar) error {
 		j.MaxRuntime, err = s.duration()
 	case "nodes":
 		j.Nodes, err = s.integer(1, berth.MaxNodes)
-	case "gpus":
-		r.GPUs, err = s.integer(0, berth.MaxGPUsPerWorker)
+	case "gpus": // whole GPUs, or a fraction of one (0.5)
+		var perr error
+		if r.GPUs, r.GPUMilli, perr = berth.ParseGPUs(s.text); perr != nil {
+			err = s.err("%v", perr)
+		}
 	case "gpu_memory":
 		r.GPUMemory, err = s.bytes()
 	case "cpus":
