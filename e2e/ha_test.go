@@ -37,29 +37,8 @@ func healthz(t *testing.T, url string) map[string]string {
 // creates its own file with O_EXCL, so a second run of any job fails it.
 func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 	t.Parallel()
-	db := pgtest.NewDatabase(t)
-	dir := t.TempDir()
-	urlA, urlB := "http://"+freeAddr(t), "http://"+freeAddr(t)
-	server := func(name, url string) *proc {
-		return start(t, "server "+name, "server", "--store", db, "--listen", strings.TrimPrefix(url, "http://"),
-			"--data-dir", filepath.Join(dir, name), "--heartbeat", "1s", "--key-file", filepath.Join(dir, "berth.key"))
-	}
-	a := server("a", urlA)
-	if _, ok := a.out.await("listening on", 30*time.Second); !ok {
-		t.Fatal("server a did not start")
-	}
-	// Loopback trust is each server's own: a request a standby forwards is
-	// admitted by the leader by its token, signed with the key the servers
-	// share.
-	admin, err := os.ReadFile(filepath.Join(dir, "a", "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := strings.TrimSpace(string(admin))
-	b := server("b", urlB)
-	if _, ok := b.out.await("standby", 30*time.Second); !ok {
-		t.Fatal("server b did not stand by")
-	}
+	pair := startHAPair(t)
+	a, b, urlA, urlB, token, dir := pair.a, pair.b, pair.urlA, pair.urlB, pair.token, pair.dir
 	if h := healthz(t, urlB); h["status"] != "standby" || h["leader"] != urlA {
 		t.Fatalf("standby's healthz = %v, want standby naming %s", h, urlA)
 	}
@@ -145,4 +124,40 @@ func TestFailoverRunsEveryJobExactlyOnce(t *testing.T) {
 	awaitEventAt(t, urlB, 10*time.Second, "the first job's submission, from before the failover", func(e map[string]any) bool {
 		return e["type"] == "job.submitted" && e["job_id"] == ids[0]
 	})
+}
+
+// haPair is two servers on one PostgreSQL database sharing a signing key:
+// a leads, b stands by.
+type haPair struct {
+	a, b              *proc
+	urlA, urlB, token string
+	dir               string // holds each server's data dir (a, b) and the key
+}
+
+// startHAPair starts a, waits for it to listen, then b, and waits for b
+// to stand by; token is a's first admin token. Loopback trust is each
+// server's own: a request a standby forwards is admitted by the leader by
+// its token, signed with the key the servers share.
+func startHAPair(t *testing.T) haPair {
+	t.Helper()
+	db := pgtest.NewDatabase(t)
+	p := haPair{dir: t.TempDir(), urlA: "http://" + freeAddr(t), urlB: "http://" + freeAddr(t)}
+	server := func(name, url string) *proc {
+		return start(t, "server "+name, "server", "--store", db, "--listen", strings.TrimPrefix(url, "http://"),
+			"--data-dir", filepath.Join(p.dir, name), "--heartbeat", "1s", "--key-file", filepath.Join(p.dir, "berth.key"))
+	}
+	p.a = server("a", p.urlA)
+	if _, ok := p.a.out.await("listening on", 30*time.Second); !ok {
+		t.Fatal("server a did not start")
+	}
+	admin, err := os.ReadFile(filepath.Join(p.dir, "a", "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.token = strings.TrimSpace(string(admin))
+	p.b = server("b", p.urlB)
+	if _, ok := p.b.out.await("standby", 30*time.Second); !ok {
+		t.Fatal("server b did not stand by")
+	}
+	return p
 }

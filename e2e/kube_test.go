@@ -10,8 +10,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +17,6 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/client"
 	"github.com/berth-dev/berth/internal/kubetest"
-	"github.com/berth-dev/berth/postgres/pgtest"
 )
 
 // kubeAPI speaks to a test API server's REST API as the kubelet and an
@@ -251,26 +248,8 @@ func TestKubeFailover(t *testing.T) {
 	ks := kubetest.Start(t)
 	api := newKubeAPI(t, ks)
 	api.addNode("gpu-1", 4)
-	db := pgtest.NewDatabase(t)
-	dir := t.TempDir()
-	urlA, urlB := "http://"+freeAddr(t), "http://"+freeAddr(t)
-	server := func(name, url string) *proc {
-		return start(t, "server "+name, "server", "--store", db, "--listen", strings.TrimPrefix(url, "http://"),
-			"--data-dir", filepath.Join(dir, name), "--heartbeat", "1s", "--key-file", filepath.Join(dir, "berth.key"))
-	}
-	a := server("a", urlA)
-	if _, ok := a.out.await("listening on", 30*time.Second); !ok {
-		t.Fatal("server a did not start")
-	}
-	admin, err := os.ReadFile(filepath.Join(dir, "a", "admin.token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := strings.TrimSpace(string(admin))
-	b := server("b", urlB)
-	if _, ok := b.out.await("standby", 30*time.Second); !ok {
-		t.Fatal("server b did not stand by")
-	}
+	pair := startHAPair(t)
+	a, b, urlA, urlB, token := pair.a, pair.b, pair.urlA, pair.urlB, pair.token
 	mustCLI(t, token, "", "--server", urlA, "backend", "add", "k8s", "--kind", "kubernetes", "--kubeconfig", inlineKubeconfig(t, ks), "--namespace", "ha")
 	ready := func(url string) {
 		t.Helper()
