@@ -83,6 +83,7 @@ type tracked struct {
 	started, ended, stopping bool
 	launched                 bool      // by this process: its log is all new
 	group                    string    // its gang's PodGroup, if any
+	service                  string    // its gang's rendezvous Service, for rank 0
 	pending                  string    // the reason last reported
 	since                    time.Time // when it became pending for that reason
 	logs                     chan struct{}
@@ -310,6 +311,9 @@ func (b *Backend) podChanged(o any) {
 		return
 	}
 	t.group = p.Labels[LabelPodGroup]
+	if p.Labels[LabelRank] == "0" {
+		t.service = p.Labels[LabelGang]
+	}
 	if st.started && !t.started {
 		t.started = true
 		b.host.Started(id)
@@ -395,12 +399,12 @@ func (b *Backend) finish(id, name string, t *tracked, end controller.AttemptEnd)
 	}
 	b.host.Ended(id, end)
 	b.mu.Lock()
-	group := t.group
+	group, service := t.group, t.service
 	b.mu.Unlock()
 	if name != "" {
-		b.ops.push(op{del: true, name: name, group: group})
+		b.ops.push(op{del: true, name: name, group: group, serviceName: service})
 	} else {
-		b.ops.push(op{del: true, name: PodName(id), secretOnly: true, group: group})
+		b.ops.push(op{del: true, name: PodName(id), secretOnly: true, group: group, serviceName: service})
 	}
 }
 
@@ -472,6 +476,10 @@ func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) 
 	case kubePlaced && j.Nodes > 1 && !b.podGroups.Load():
 		why = b.noGang()
 	}
+	var service *corev1.Service
+	if j.Nodes > 1 {
+		service, env = gangService(j, a, b.ns, b.spec.Name, env)
+	}
 	pod, secret, err := translate(j, a, env, ps)
 	if err != nil {
 		why = err.Error()
@@ -488,8 +496,11 @@ func (b *Backend) Launch(j *berth.Job, a *berth.Attempt, env map[string]string) 
 	b.mu.Lock()
 	t := b.track(a.ID)
 	t.launched, t.group = true, group
+	if service != nil {
+		t.service = service.Name
+	}
 	b.mu.Unlock()
-	o := op{pod: pod, secret: secret, attempt: a.ID, group: group, members: j.Nodes}
+	o := op{pod: pod, secret: secret, service: service, attempt: a.ID, group: group, members: j.Nodes}
 	b.host.Durable(func() { b.ops.push(o) })
 }
 
@@ -585,6 +596,10 @@ type op struct {
 	grace      int64
 	graceSet   bool
 	secretOnly bool
+	// service is a gang's rendezvous Service, made before rank 0's pod;
+	// serviceName the one deleted with it.
+	service     *corev1.Service
+	serviceName string
 }
 
 // opQueue is an unbounded queue of ops: Launch and Stop, on the
@@ -651,6 +666,12 @@ func (b *Backend) create(o op) {
 			return
 		}
 	}
+	if o.service != nil {
+		if _, err := b.cs.CoreV1().Services(b.ns).Create(b.ctx, o.service, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			b.createFailed(o, err)
+			return
+		}
+	}
 	if o.secret != nil {
 		if _, err := secrets.Create(b.ctx, o.secret, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			b.createFailed(o, err)
@@ -703,6 +724,11 @@ func (b *Backend) delete(o op) {
 	}
 	if err := b.cs.CoreV1().Secrets(b.ns).Delete(b.ctx, o.name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) && b.ctx.Err() == nil {
 		b.log.Warn("kubernetes backend: delete secret", "secret", o.name, "err", err)
+	}
+	if o.serviceName != "" {
+		if err := b.cs.CoreV1().Services(b.ns).Delete(b.ctx, o.serviceName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) && b.ctx.Err() == nil {
+			b.log.Warn("kubernetes backend: delete service", "service", o.serviceName, "err", err)
+		}
 	}
 	if o.group != "" {
 		err := b.cs.Discovery().RESTClient().Delete().AbsPath("/apis", PodGroupVersion, "namespaces", b.ns, "podgroups", o.group).Do(b.ctx).Error()

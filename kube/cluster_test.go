@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -466,4 +468,68 @@ func refused(t *testing.T, k *cluster, field string, edit func(*berth.JobSpec)) 
 	if !errors.As(err, &e) || e.Code != berth.ECodeInvalid || e.Field != field {
 		t.Fatalf("submit: %v, want refused on %s", err, field)
 	}
+}
+
+// TestGangRendezvous: a gang's members reach rank 0 through a headless
+// Service in the cluster's DNS, not through a node's name (which a pod on
+// the pod network cannot resolve): the Service selects rank 0's pod, its
+// port is the rendezvous port, every member's MASTER_ADDR names it, and
+// it is deleted with rank 0's pod.
+func TestGangRendezvous(t *testing.T) {
+	srv := kubetest.Start(t)
+	cs := clientset(t, srv)
+	addNode(t, cs, "gpu-1", 8, "NVIDIA-H100-80GB-HBM3")
+	addNode(t, cs, "gpu-2", 8, "NVIDIA-H100-80GB-HBM3")
+	k := startController(t, srv, cs, filepath.Join(t.TempDir(), "b.db"), "gang", nil)
+	var id string
+	await(t, "the gang accepted once the backend has synced", func() (bool, string) {
+		spec := berth.DefaultJobSpec()
+		spec.Command, spec.Backend, spec.Image, spec.Nodes, spec.Resources.GPUs = berth.Argv{"torchrun", "train.py"}, "gang", "img:1", 2, 8
+		jobs, err := k.c.Submit(t.Context(), &berth.SubmitRequest{JobSpec: spec})
+		if err == nil {
+			id = jobs[0].ID
+		}
+		return err == nil, fmt.Sprint(err)
+	})
+	name := GangServiceName(&berth.Job{ID: id, Attempts: 1})
+	var members []corev1.Pod
+	await(t, "both members' pods", func() (bool, string) {
+		pods, err := cs.CoreV1().Pods("gang").List(t.Context(), metav1.ListOptions{LabelSelector: LabelGang + "=" + name})
+		if err != nil {
+			return false, err.Error()
+		}
+		members = pods.Items
+		return len(members) == 2, fmt.Sprintf("%d pods", len(members))
+	})
+	svc, err := cs.CoreV1().Services("gang").Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || !maps.Equal(svc.Spec.Selector, map[string]string{LabelGang: name, LabelRank: "0"}) ||
+		len(svc.Spec.Ports) != 1 {
+		t.Fatalf("service %+v", svc.Spec)
+	}
+	ranks := map[string]bool{}
+	for _, p := range members {
+		env := map[string]string{}
+		for _, e := range p.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		ranks[p.Labels[LabelRank]] = true
+		if env["MASTER_ADDR"] != name+".gang.svc" || env["MASTER_PORT"] != fmt.Sprint(svc.Spec.Ports[0].Port) ||
+			env["BERTH_COORDINATOR"] != name+".gang.svc:"+env["MASTER_PORT"] || env["WORLD_SIZE"] != "2" {
+			t.Fatalf("pod %s env %v", p.Name, env)
+		}
+	}
+	if !ranks["0"] || !ranks["1"] {
+		t.Fatalf("ranks %v", ranks)
+	}
+	for i := range members {
+		k.setStatus(&members[i], corev1.PodSucceeded, exited(0, "Completed"))
+	}
+	k.job(id, func(d *berth.JobDetail) bool { return d.State == berth.JobSucceeded })
+	await(t, "the rendezvous service deleted", func() (bool, string) {
+		_, err := cs.CoreV1().Services("gang").Get(t.Context(), name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
 }

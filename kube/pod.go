@@ -1,8 +1,10 @@
 package kube
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +25,11 @@ const (
 	LabelJob     = "berth.dev/job"
 	LabelAttempt = "berth.dev/attempt"
 	LabelBackend = "berth.dev/backend"
+	// LabelGang and LabelRank label a gang member's pod with its
+	// placement's rendezvous Service and its rank; the Service selects
+	// rank 0.
+	LabelGang = "berth.dev/gang"
+	LabelRank = "berth.dev/rank"
 	// ResourceGPU is the extended resource of NVIDIA's device plugin.
 	ResourceGPU corev1.ResourceName = "nvidia.com/gpu"
 	// LabelGPUProduct is the node label GPU feature discovery sets to
@@ -57,13 +64,16 @@ type podSpec struct {
 func translate(j *berth.Job, a *berth.Attempt, env map[string]string, ps podSpec) (*corev1.Pod, *corev1.Secret, error) {
 	name := PodName(a.ID)
 	labels := map[string]string{LabelJob: j.ID, LabelAttempt: a.ID, LabelBackend: ps.backend}
+	if j.Nodes > 1 {
+		labels[LabelGang], labels[LabelRank] = GangServiceName(j), strconv.Itoa(a.TaskIndex)
+	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ps.namespace, Labels: labels},
 		Type: corev1.SecretTypeOpaque, Data: map[string][]byte{}}
-	all := maps.Clone(j.Env)
+	all := maps.Clone(env) // the job's own env over Berth's, as on agents (a job's MASTER_PORT is kept)
 	if all == nil {
 		all = map[string]string{}
 	}
-	maps.Copy(all, env)
+	maps.Copy(all, j.Env)
 	all["BERTH_JOB_ID"], all["BERTH_ATTEMPT_ID"] = j.ID, a.ID
 	if j.ArrayIndex != nil {
 		all["BERTH_ARRAY_INDEX"] = strconv.Itoa(*j.ArrayIndex)
@@ -151,4 +161,37 @@ func affinity(j *berth.Job, products []string) *corev1.Affinity {
 	}
 	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: exprs}}}}}
+}
+
+// GangServiceName returns the name of the headless Service through which
+// the members of a gang's placement reach rank 0 (one per placement, as
+// the PodGroup).
+func GangServiceName(j *berth.Job) string { return PodGroupName(j) }
+
+// gangService returns, for rank 0 of a gang (nil for the other ranks),
+// the headless Service that gives rank 0's pod a name in the cluster's
+// DNS, and env with the rendezvous pointed at that name: a node's name
+// (the agents' MASTER_ADDR) does not reach a pod on the pod network.
+func gangService(j *berth.Job, a *berth.Attempt, ns, backend string, env map[string]string) (*corev1.Service, map[string]string) {
+	name := GangServiceName(j)
+	addr := name + "." + ns + ".svc"
+	env = maps.Clone(env)
+	env["MASTER_ADDR"] = addr
+	portName := cmp.Or(j.Env["MASTER_PORT"], env["MASTER_PORT"]) // the job's own wins, as in its pod's env
+	if portName != "" {
+		env["BERTH_COORDINATOR"] = net.JoinHostPort(addr, portName)
+	}
+	if a.TaskIndex != 0 {
+		return nil, env
+	}
+	port, _ := strconv.Atoi(portName)
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelJob: j.ID, LabelBackend: backend}},
+		Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, PublishNotReadyAddresses: true,
+			Selector: map[string]string{LabelGang: name, LabelRank: "0"}},
+	}
+	if port > 0 {
+		svc.Spec.Ports = []corev1.ServicePort{{Name: "rendezvous", Protocol: corev1.ProtocolTCP, Port: int32(port)}}
+	}
+	return svc, env
 }
