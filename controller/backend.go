@@ -229,8 +229,20 @@ func (c *Controller) RemoveBackend(ctx context.Context, name string) error {
 	c.hosted.mu.Lock()
 	delete(c.hosted.byName, name)
 	c.hosted.mu.Unlock()
+	if r, ok := hb.be.(Remover); ok {
+		if err := r.Remove(ctx); err != nil {
+			c.log.Warn("backend removed; what it made is left", "backend", name, "err", err)
+		}
+	}
 	hb.be.Close()
 	return nil
+}
+
+// Remover is a Backend that deletes what it made (a cluster's pods) when
+// it is removed: the attempts there are lost to the controller, and are
+// not to run on beside their retries.
+type Remover interface {
+	Remove(ctx context.Context) error
 }
 
 // BackendStatuses returns every backend's status, the agent pool's

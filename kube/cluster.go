@@ -210,6 +210,31 @@ func (b *Backend) run(fn func()) {
 	}()
 }
 
+// Remove deletes every pod, Secret and rendezvous Service of the
+// backend's (by its label), with the grace period, for a backend being
+// removed: their attempts were declared lost and are retried elsewhere.
+func (b *Backend) Remove(ctx context.Context) error {
+	core := b.cs.CoreV1()
+	sel := metav1.ListOptions{LabelSelector: LabelBackend + "=" + b.spec.Name}
+	grace := int64(b.host.Grace().Seconds())
+	if err := core.Pods(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, sel); err != nil {
+		return fmt.Errorf("kubernetes backend %s: delete pods: %w", b.spec.Name, err)
+	}
+	if err := core.Secrets(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+		return fmt.Errorf("kubernetes backend %s: delete secrets: %w", b.spec.Name, err)
+	}
+	services, err := core.Services(b.ns).List(ctx, sel)
+	if err != nil {
+		return fmt.Errorf("kubernetes backend %s: list services: %w", b.spec.Name, err)
+	}
+	for _, s := range services.Items {
+		if err := core.Services(b.ns).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("kubernetes backend %s: delete service %s: %w", b.spec.Name, s.Name, err)
+		}
+	}
+	return nil
+}
+
 // Close stops the informers and the creators; pods are left as they are.
 func (b *Backend) Close() {
 	b.stop()

@@ -533,3 +533,35 @@ func TestGangRendezvous(t *testing.T) {
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
+
+// TestRemoveDeletesPods: removing a backend (forced, while an attempt runs
+// there) deletes its pods and Secrets, so that the lost attempt does not
+// run on beside its retry; another tenant's pod is left alone.
+func TestRemoveDeletesPods(t *testing.T) {
+	srv := kubetest.Start(t)
+	cs := clientset(t, srv)
+	addNode(t, cs, "gpu-1", 8, "NVIDIA-H100-80GB-HBM3")
+	k := startController(t, srv, cs, filepath.Join(t.TempDir(), "b.db"), "rm", nil)
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "tenant", Namespace: "rm"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "img:1"}}}}
+	if _, err := cs.CoreV1().Pods("rm").Create(t.Context(), other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	id := k.submit(func(s *berth.JobSpec) { s.Resources.GPUs, s.Env = 1, map[string]string{"T": "{{SECRET:TOKEN}}"} })
+	p := k.pod(id)
+	if _, err := cs.CoreV1().Secrets("rm").Get(t.Context(), p.Name, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the attempt's secret: %v", err)
+	}
+	k.setStatus(p, corev1.PodRunning, &corev1.ContainerState{Running: &corev1.ContainerStateRunning{}})
+	k.job(id, func(d *berth.JobDetail) bool { return d.State == berth.JobRunning })
+	if err := k.c.RemoveBackend(t.Context(), "rm"); err != nil {
+		t.Fatal(err)
+	}
+	k.gone(p.Name)
+	if _, err := cs.CoreV1().Secrets("rm").Get(t.Context(), p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("secret %s: %v, want deleted", p.Name, err)
+	}
+	if tp, err := cs.CoreV1().Pods("rm").Get(t.Context(), "tenant", metav1.GetOptions{}); err != nil || tp.DeletionTimestamp != nil {
+		t.Fatalf("the other tenant's pod: %v", err)
+	}
+}
