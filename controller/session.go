@@ -250,9 +250,11 @@ func (c *Controller) onRegister(s *session, m *wire.Register) {
 	c.applyControl(ws)
 	c.write(&store.Batch{Workers: []*berth.Worker{c.workerCopy(ws)}})
 	ctl := c.wireControl(w.Host, ws)
+	// Published before the ack is sent, so that whoever holds the ack
+	// also sees the event.
+	c.emit(berth.Event{Time: now, Type: berth.EventWorkerRegistered, WorkerID: w.ID, Host: w.Host})
 	c.sendAfterCommit(s, wire.TypeAck, ack)
 	c.sendAfterCommit(s, wire.TypeControl, ctl)
-	c.emit(berth.Event{Time: now, Type: berth.EventWorkerRegistered, WorkerID: w.ID, Host: w.Host})
 	for _, as := range ws.attempts {
 		if why := as.stopReason(); why != "" {
 			c.sendCancel(as, why)
