@@ -282,17 +282,19 @@ func (l *lifecycle) createJobs(req *berth.SubmitRequest, actor string) []*berth.
 	}
 	for i := 0; i < n; i++ {
 		j := &berth.Job{ID: l.ids.New(now), JobSpec: spec, State: berth.JobPending, CreatedAt: now}
-		reply := *j
-		out[i] = &reply
 		var js *jobState
 		if template != nil {
+			// The loop keeps no pointer to j: the batch and the caller
+			// share it (a copy each would be a million at a million
+			// jobs). federate sets its Reason before the batch is
+			// written, as the job's update in the same batch does.
 			idx := i
-			j.ArrayIndex, reply.ArrayIndex = &idx, &idx
+			j.ArrayIndex = &idx
 			js = sharedJobState(template, j.ID, i)
-			b.Jobs[i] = j // the loop keeps no pointer to it
+			b.Jobs[i], out[i] = j, j
 		} else {
-			stored := *j
-			b.Jobs[i] = &stored
+			stored, reply := *j, *j
+			b.Jobs[i], out[i] = &stored, &reply
 			js = newJobState(j)
 		}
 		l.addJob(js)

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"time"
 )
 
 // heapFloor is the heap a server grows to before its garbage collector
@@ -20,7 +21,8 @@ var heapFloorOnce sync.Once
 // to the larger of twice the live heap (GOGC=100's goal) and floor bytes,
 // for the rest of the process, unless the environment sets GOGC or
 // GOMEMLIMIT: a heap above floor/2 live is collected as by default. Only
-// the first call does anything.
+// the first call does anything. It also returns what a burst of
+// allocation leaves behind once the burst is over (burstWatch).
 func keepHeapFloor(floor uint64) {
 	heapFloorOnce.Do(func() {
 		if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
@@ -28,7 +30,59 @@ func keepHeapFloor(floor uint64) {
 		}
 		t := &floorTuner{floor: floor, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 		t.tune()
+		go watchBursts(&burstWatch{floor: floor}, burstTick)
 	})
+}
+
+// burstTick is how often watchBursts samples the allocation.
+const burstTick = time.Second
+
+// burstWatch tells when a burst of allocation is over and left more
+// garbage behind than the heap holds live: a load of a million jobs at a
+// start, or a million submitted through the API. The collector's goal is
+// twice the live heap it last marked, and a collection in the middle of
+// such a burst marks its transient data live (the rows being read, the
+// batch being written): the heap grows to twice that, and nothing returns
+// it until the next collection, which on a server gone quiet the runtime
+// forces only after two minutes. The watch collects and returns the heap
+// to the operating system at once instead (debug.FreeOSMemory), when a
+// tick allocates a quarter of the most recent peak or less and at least
+// max(floor/2, live) was allocated since its last collection: at most one
+// collection per that much allocation, where the runtime makes one per
+// max(floor, live) (the heap floor), and none while a rate holds steady.
+type burstWatch struct {
+	floor  uint64
+	allocs uint64 // bytes allocated by the last sample
+	since  uint64 // bytes allocated since the watch last collected
+	peak   uint64 // the most allocated in one tick, halved each tick
+}
+
+// observe takes a tick's sample, the bytes allocated since the process
+// began and the live heap the last collection marked, and reports
+// whether to collect now.
+func (w *burstWatch) observe(allocs, live uint64) bool {
+	tick := allocs - w.allocs
+	w.allocs = allocs
+	w.since += tick
+	slowed := tick*4 <= w.peak
+	w.peak = max(tick, w.peak/2)
+	if !slowed || w.since < max(w.floor/2, live) {
+		return false
+	}
+	w.since = 0
+	return true
+}
+
+// watchBursts samples the allocation every tick for the rest of the
+// process, and collects when w says so.
+func watchBursts(w *burstWatch, tick time.Duration) {
+	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	for range time.Tick(tick) {
+		metrics.Read(sample)
+		if w.observe(sample[0].Value.Uint64(), sample[1].Value.Uint64()) {
+			debug.FreeOSMemory()
+		}
+	}
 }
 
 // floorTuner sets GOGC after each collection; it runs on the goroutine

@@ -114,3 +114,41 @@ func gcPercent() int {
 	metrics.Read(s)
 	return int(s[0].Value.Uint64())
 }
+
+// TestBurstWatch feeds burstWatch ticks of allocation (MiB per tick) with
+// a floor of 256 MiB and a live heap of 100 MiB, and checks the ticks it
+// collects at: once a burst of at least floor/2 slows to a quarter of its
+// peak, never at a steady rate, never for a small burst, and not at a
+// pause in a burst too small yet (the load's reads stalling on a busy
+// machine), but at its end.
+func TestBurstWatch(t *testing.T) {
+	const mib = 1 << 20
+	for _, tt := range []struct {
+		name  string
+		ticks []uint64
+		want  []int
+	}{
+		{"steady", []uint64{50, 60, 50, 55, 45, 60, 50, 50, 55, 60, 50, 50}, nil},
+		{"idle", []uint64{0, 0, 1, 0, 0, 2, 0, 0}, nil},
+		{"small burst", []uint64{1, 100, 1, 1, 1}, nil},
+		{"burst then quiet", []uint64{1, 200, 200, 200, 10, 1, 1, 1}, []int{4}},
+		{"burst then slower", []uint64{300, 300, 300, 70, 70, 70, 70}, []int{3}},
+		{"pause, then the end", []uint64{100, 10, 100, 100, 5, 5}, []int{4}},
+		{"two bursts", []uint64{300, 300, 1, 1, 300, 300, 1, 1}, []int{2, 6}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &burstWatch{floor: 256 * mib}
+			var allocs uint64
+			var got []int
+			for i, tick := range tt.ticks {
+				allocs += tick * mib
+				if w.observe(allocs, 100*mib) {
+					got = append(got, i)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("collected at ticks %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
