@@ -46,15 +46,18 @@ const burstTick = time.Second
 // it until the next collection, which on a server gone quiet the runtime
 // forces only after two minutes. The watch collects and returns the heap
 // to the operating system at once instead (debug.FreeOSMemory), when a
-// tick allocates a quarter of the most recent peak or less and at least
-// max(floor/2, live) was allocated since its last collection: at most one
-// collection per that much allocation, where the runtime makes one per
-// max(floor, live) (the heap floor), and none while a rate holds steady.
+// tick allocates a quarter of the recent peak or less, or under
+// floor/256 (the server is idle), and at least max(floor/2, live) was
+// allocated since its last collection: at most one collection per that
+// much allocation, where the runtime makes one per max(floor, live) (the
+// heap floor), and none while a rate holds steady.
 type burstWatch struct {
 	floor  uint64
 	allocs uint64 // bytes allocated by the last sample
 	since  uint64 // bytes allocated since the watch last collected
-	peak   uint64 // the most allocated in one tick, halved each tick
+	// peak is the most allocated in one tick, less an eighth each tick:
+	// a rate that falls by half a tick is seen to fall.
+	peak uint64
 }
 
 // observe takes a tick's sample, the bytes allocated since the process
@@ -64,8 +67,8 @@ func (w *burstWatch) observe(allocs, live uint64) bool {
 	tick := allocs - w.allocs
 	w.allocs = allocs
 	w.since += tick
-	slowed := tick*4 <= w.peak
-	w.peak = max(tick, w.peak/2)
+	slowed := tick*4 <= w.peak || tick < w.floor/256
+	w.peak = max(tick, w.peak-w.peak/8)
 	if !slowed || w.since < max(w.floor/2, live) {
 		return false
 	}

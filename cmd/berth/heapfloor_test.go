@@ -130,6 +130,8 @@ func TestBurstWatch(t *testing.T) {
 	}{
 		{"steady", []uint64{50, 60, 50, 55, 45, 60, 50, 50, 55, 60, 50, 50}, nil},
 		{"idle", []uint64{0, 0, 1, 0, 0, 2, 0, 0}, nil},
+		{"a tail that halves each tick", []uint64{400, 200, 100, 50, 25, 12, 6, 3}, []int{3}},
+		{"a tail to a trickle", []uint64{300, 300, 150, 80, 40, 30, 20, 20, 2, 2}, []int{4}},
 		{"small burst", []uint64{1, 100, 1, 1, 1}, nil},
 		{"burst then quiet", []uint64{1, 200, 200, 200, 10, 1, 1, 1}, []int{4}},
 		{"burst then slower", []uint64{300, 300, 300, 70, 70, 70, 70}, []int{3}},
