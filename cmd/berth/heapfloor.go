@@ -45,19 +45,20 @@ const burstTick = time.Second
 // batch being written): the heap grows to twice that, and nothing returns
 // it until the next collection, which on a server gone quiet the runtime
 // forces only after two minutes. The watch collects and returns the heap
-// to the operating system at once instead (debug.FreeOSMemory), when a
-// tick allocates a quarter of the recent peak or less, or under
-// floor/256 (the server is idle), and at least max(floor/2, live) was
-// allocated since its last collection: at most one collection per that
-// much allocation, where the runtime makes one per max(floor, live) (the
-// heap floor), and none while a rate holds steady.
+// to the operating system at once instead (debug.FreeOSMemory), after two
+// quiet ticks in a row, each allocating a quarter of the recent peak or
+// less, or under floor/256 (idle), once at least max(floor/2, live/4) was
+// allocated since its last collection. One quiet tick is not enough: a
+// collection in the middle of a burst slows it for a second. None while a
+// rate holds steady, whose collections the heap floor paces.
 type burstWatch struct {
 	floor  uint64
 	allocs uint64 // bytes allocated by the last sample
 	since  uint64 // bytes allocated since the watch last collected
-	// peak is the most allocated in one tick, less an eighth each tick:
-	// a rate that falls by half a tick is seen to fall.
-	peak uint64
+	// peak is the most allocated in one tick, less an eighth each busy
+	// tick: a rate that falls by half a tick is seen to fall.
+	peak  uint64
+	quiet int // quiet ticks in a row
 }
 
 // observe takes a tick's sample, the bytes allocated since the process
@@ -67,12 +68,15 @@ func (w *burstWatch) observe(allocs, live uint64) bool {
 	tick := allocs - w.allocs
 	w.allocs = allocs
 	w.since += tick
-	slowed := tick*4 <= w.peak || tick < w.floor/256
-	w.peak = max(tick, w.peak-w.peak/8)
-	if !slowed || w.since < max(w.floor/2, live) {
+	if tick*4 <= w.peak || tick < w.floor/256 {
+		w.quiet++ // measured against the peak before the quiet began
+	} else {
+		w.quiet, w.peak = 0, max(tick, w.peak-w.peak/8)
+	}
+	if w.quiet < 2 || w.since < max(w.floor/2, live/4) {
 		return false
 	}
-	w.since = 0
+	w.since, w.quiet, w.peak = 0, 0, tick // the rate now is the next one to fall from
 	return true
 }
 

@@ -117,10 +117,10 @@ func gcPercent() int {
 
 // TestBurstWatch feeds burstWatch ticks of allocation (MiB per tick) with
 // a floor of 256 MiB and a live heap of 100 MiB, and checks the ticks it
-// collects at: once a burst of at least floor/2 slows to a quarter of its
-// peak, never at a steady rate, never for a small burst, and not at a
-// pause in a burst too small yet (the load's reads stalling on a busy
-// machine), but at its end.
+// collects at: the second quiet tick after a burst of at least floor/2,
+// never at a steady rate, never for a small burst, and not at a pause of
+// one tick (a collection slowing the burst), nor at a pause in a burst too
+// small yet, but at its end.
 func TestBurstWatch(t *testing.T) {
 	const mib = 1 << 20
 	for _, tt := range []struct {
@@ -130,13 +130,14 @@ func TestBurstWatch(t *testing.T) {
 	}{
 		{"steady", []uint64{50, 60, 50, 55, 45, 60, 50, 50, 55, 60, 50, 50}, nil},
 		{"idle", []uint64{0, 0, 1, 0, 0, 2, 0, 0}, nil},
-		{"a tail that halves each tick", []uint64{400, 200, 100, 50, 25, 12, 6, 3}, []int{3}},
-		{"a tail to a trickle", []uint64{300, 300, 150, 80, 40, 30, 20, 20, 2, 2}, []int{4}},
+		{"a tail that halves each tick", []uint64{400, 200, 100, 50, 25, 12, 6, 3}, []int{4}},
+		{"a tail to a trickle", []uint64{300, 300, 150, 80, 40, 30, 20, 20, 2, 2}, []int{5}},
 		{"small burst", []uint64{1, 100, 1, 1, 1}, nil},
-		{"burst then quiet", []uint64{1, 200, 200, 200, 10, 1, 1, 1}, []int{4}},
-		{"burst then slower", []uint64{300, 300, 300, 70, 70, 70, 70}, []int{3}},
-		{"pause, then the end", []uint64{100, 10, 100, 100, 5, 5}, []int{4}},
-		{"two bursts", []uint64{300, 300, 1, 1, 300, 300, 1, 1}, []int{2, 6}},
+		{"burst then quiet", []uint64{1, 200, 200, 200, 10, 1, 1, 1}, []int{5}},
+		{"burst then slower", []uint64{300, 300, 300, 70, 70, 70, 70}, []int{4}},
+		{"a one-tick stall", []uint64{200, 200, 40, 200, 200, 5, 5}, []int{6}},
+		{"pause, then the end", []uint64{100, 10, 10, 100, 5, 5}, []int{5}},
+		{"two bursts", []uint64{300, 300, 1, 1, 1, 300, 300, 1, 1}, []int{3, 8}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			w := &burstWatch{floor: 256 * mib}
