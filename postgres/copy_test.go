@@ -1,0 +1,116 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth"
+	"github.com/berth-dev/berth/postgres/pgtest"
+	"github.com/berth-dev/berth/store"
+)
+
+// copyArray returns a batch that creates an array of copyJobs jobs, enough
+// that Write and Stage insert them with COPY; the last has a reason that
+// PostgreSQL's text cannot hold as it is.
+func copyArray(gen *berth.IDGen) *store.Batch {
+	now := time.Now().UTC()
+	spec := berth.JobSpec{Queue: "gpu", Name: "nul\x00", User: "ann", Command: berth.Argv{"true"}}
+	b := &store.Batch{}
+	for i := range copyJobs {
+		idx := i
+		b.Jobs = append(b.Jobs, &berth.Job{ID: gen.New(now), JobSpec: spec, State: berth.JobPending, CreatedAt: now, ArrayIndex: &idx})
+	}
+	b.Jobs[copyJobs-1].Reason = "bad \xff\x00 bytes"
+	return b
+}
+
+// countJobs returns how many jobs s stores, and how many of them share
+// their array's spec.
+func countJobs(t *testing.T, s *Store) (all, shared int) {
+	t.Helper()
+	if err := s.pool.QueryRow(t.Context(), `SELECT count(*), count(array_id) FROM jobs`).Scan(&all, &shared); err != nil {
+		t.Fatal(err)
+	}
+	return all, shared
+}
+
+// TestCopiedJobsAsInserted writes a batch of new jobs large enough to be
+// copied (COPY) rather than inserted: the rows read back are those an
+// INSERT writes (the array's spec stored once, text made storable), and a
+// batch with an audit head commits them with it.
+func TestCopiedJobsAsInserted(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var gen berth.IDGen
+	b := copyArray(&gen)
+	b.BeforeCommit = func() (*store.AuditHead, error) { return &store.AuditHead{Seq: 7, Hash: "h"}, nil }
+	if err := s.Write(ctx, b); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	if all, shared := countJobs(t, s); all != copyJobs || shared != copyJobs-1 {
+		t.Fatalf("%d jobs stored, %d sharing the array's spec; want %d and %d", all, shared, copyJobs, copyJobs-1)
+	}
+	last, err := s.Job(ctx, b.Jobs[copyJobs-1].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last.Reason != "bad \uFFFD\uFFFD bytes" || last.Name != "nul\x00" || last.User != "ann" || *last.ArrayIndex != copyJobs-1 ||
+		!last.CreatedAt.Equal(b.Jobs[0].CreatedAt) {
+		t.Errorf("last job read back as %+v", last)
+	}
+	var seq int64
+	if err := s.pool.QueryRow(ctx, `SELECT seq FROM audit_head`).Scan(&seq); err != nil || seq != 7 {
+		t.Errorf("audit head seq %d, %v; want 7", seq, err)
+	}
+}
+
+// TestStagedCopyCommitsWithItsGroup stages copied jobs: a rollback leaves
+// none, a copy that fails (a job stored already) fails the stage and
+// leaves the store as it was, and a commit stores them all.
+func TestStagedCopyCommitsWithItsGroup(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var gen berth.IDGen
+	b := copyArray(&gen)
+	staged, err := s.Stage(ctx, b)
+	if err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+	staged.Rollback()
+	if all, _ := countJobs(t, s); all != 0 {
+		t.Fatalf("%d jobs stored after a rollback; want none", all)
+	}
+	stored := &store.Batch{Jobs: b.Jobs[copyJobs-1:]}
+	if err := s.Write(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Stage(ctx, b); err == nil {
+		t.Fatal("Stage of jobs of which one is stored: no error")
+	}
+	if all, _ := countJobs(t, s); all != 1 {
+		t.Fatalf("%d jobs stored after a failed stage; want 1", all)
+	}
+	b.Jobs = b.Jobs[:copyJobs-1]
+	b.Jobs = append(b.Jobs, copyArray(&gen).Jobs[0])
+	staged, err = s.Stage(ctx, b)
+	if err != nil {
+		t.Fatalf("Stage: %v", err)
+	}
+	if err := staged.Commit(context.Background(), nil); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	if all, _ := countJobs(t, s); all != copyJobs+1 {
+		t.Fatalf("%d jobs stored; want %d", all, copyJobs+1)
+	}
+}
