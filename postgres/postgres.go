@@ -333,7 +333,7 @@ func (t *staged) Rollback() {
 func send(ctx context.Context, db sender, stmts []statement) error {
 	for len(stmts) > 0 {
 		if st := stmts[0]; st.copy != nil {
-			if _, err := db.CopyFrom(ctx, pgx.Identifier{st.copy.table}, st.copy.columns, pgx.CopyFromRows(st.copy.rows)); err != nil {
+			if _, err := db.CopyFrom(ctx, pgx.Identifier{st.copy.table}, st.copy.columns, st.copy.rows); err != nil {
 				return fmt.Errorf("write: %s: %w", st.what, err)
 			}
 			stmts = stmts[1:]
@@ -394,7 +394,7 @@ type statement struct {
 type copyRows struct {
 	table   string
 	columns []string
-	rows    [][]any
+	rows    pgx.CopyFromSource
 }
 
 // copyJobs is how many new jobs a batch inserts with COPY rather than one
@@ -543,13 +543,9 @@ func planBatch(b *store.Batch) ([]statement, error) {
 			row = sqlstore.Steps[i].Row
 		}
 		if i == int(sqlstore.InsertJobs) && n >= copyJobs {
-			rows := make([][]any, n)
-			for r := range rows {
-				var err error
-				if rows[r], err = storableRow(b, r, row); err != nil {
-					return nil, err
-				}
-			}
+			// The rows are made as COPY sends them, while PostgreSQL
+			// writes those before.
+			rows := pgx.CopyFromSlice(n, func(r int) ([]any, error) { return storableRow(b, r, row) })
 			stmts = append(stmts, statement{what: sqlstore.Steps[i].What,
 				copy: &copyRows{table: "jobs", columns: strings.Split(sqlstore.JobColumns, ", "), rows: rows}})
 			continue
