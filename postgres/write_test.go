@@ -114,3 +114,38 @@ func TestStagedCopyCommitsWithItsGroup(t *testing.T) {
 		t.Fatalf("%d jobs stored; want %d", all, copyJobs+1)
 	}
 }
+
+// TestEventSeqsStoredUncompressed writes enough events that their seqs
+// would be compressed under PostgreSQL's default storage: they are kept
+// as they are, as the body is.
+func TestEventSeqsStoredUncompressed(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s, err := Open(ctx, pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := &store.Batch{}
+	for i := range 2000 {
+		b.Events = append(b.Events, &berth.Event{Seq: uint64(i + 1), Type: berth.EventJobSubmitted, JobID: "j"})
+	}
+	if err := s.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	var seqs, body *string
+	if err := s.pool.QueryRow(ctx, `SELECT pg_column_compression(seqs), pg_column_compression(body) FROM event_batches`).Scan(&seqs, &body); err != nil {
+		t.Fatal(err)
+	}
+	if seqs != nil || body != nil {
+		t.Errorf("event_batches compresses: seqs %v, body %v; want neither", deref(seqs), deref(body))
+	}
+}
+
+// deref returns *s, or "none" for nil.
+func deref(s *string) string {
+	if s == nil {
+		return "none"
+	}
+	return *s
+}
