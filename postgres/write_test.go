@@ -14,15 +14,28 @@ import (
 // that Write and Stage insert them with COPY; the last has a reason that
 // PostgreSQL's text cannot hold as it is.
 func copyArray(gen *berth.IDGen) *store.Batch {
-	now := time.Now().UTC()
 	spec := berth.JobSpec{Queue: "gpu", Name: "nul\x00", User: "ann", Command: berth.Argv{"true"}}
-	b := &store.Batch{}
-	for i := range copyJobs {
-		idx := i
-		b.Jobs = append(b.Jobs, &berth.Job{ID: gen.New(now), JobSpec: spec, State: berth.JobPending, CreatedAt: now, ArrayIndex: &idx})
-	}
+	b := &store.Batch{Jobs: arrayJobs(gen, spec, time.Now().UTC(), copyJobs)}
 	b.Jobs[copyJobs-1].Reason = "bad \xff\x00 bytes"
 	return b
+}
+
+// copyFixture returns a store of t's own, the IDs its jobs are given and
+// a batch of copyArray.
+func copyFixture(t *testing.T) (*Store, *berth.IDGen, *store.Batch) {
+	gen := &berth.IDGen{}
+	return openTest(t), gen, copyArray(gen)
+}
+
+// openTest opens a store on a database of tb's own, closed when tb ends.
+func openTest(tb testing.TB) *Store {
+	tb.Helper()
+	s, err := Open(tb.Context(), pgtest.NewDatabase(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
 }
 
 // countJobs returns how many jobs s stores, and how many of them share
@@ -42,13 +55,7 @@ func countJobs(t *testing.T, s *Store) (all, shared int) {
 func TestCopiedJobsAsInserted(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var gen berth.IDGen
-	b := copyArray(&gen)
+	s, _, b := copyFixture(t)
 	b.BeforeCommit = func() (*store.AuditHead, error) { return &store.AuditHead{Seq: 7, Hash: "h"}, nil }
 	if err := s.Write(ctx, b); err != nil {
 		t.Fatalf("Write: %v", err)
@@ -76,13 +83,7 @@ func TestCopiedJobsAsInserted(t *testing.T) {
 func TestStagedCopyCommitsWithItsGroup(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	var gen berth.IDGen
-	b := copyArray(&gen)
+	s, gen, b := copyFixture(t)
 	staged, err := s.Stage(ctx, b)
 	if err != nil {
 		t.Fatalf("Stage: %v", err)
@@ -102,7 +103,7 @@ func TestStagedCopyCommitsWithItsGroup(t *testing.T) {
 		t.Fatalf("%d jobs stored after a failed stage; want 1", all)
 	}
 	b.Jobs = b.Jobs[:copyJobs-1]
-	b.Jobs = append(b.Jobs, copyArray(&gen).Jobs[0])
+	b.Jobs = append(b.Jobs, copyArray(gen).Jobs[0])
 	staged, err = s.Stage(ctx, b)
 	if err != nil {
 		t.Fatalf("Stage: %v", err)
@@ -121,11 +122,7 @@ func TestStagedCopyCommitsWithItsGroup(t *testing.T) {
 func TestEventSeqsStoredUncompressed(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	s, err := Open(ctx, pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTest(t)
 	b := &store.Batch{}
 	for i := range 2000 {
 		b.Events = append(b.Events, &berth.Event{Seq: uint64(i + 1), Type: berth.EventJobSubmitted, JobID: "j"})
