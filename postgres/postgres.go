@@ -16,7 +16,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
@@ -471,15 +470,20 @@ var steps = [sqlstore.StepCount]step{
 // newest seq, every seq, and the events as one JSON array in the same
 // order.
 func eventBatch(b *store.Batch) ([]any, error) {
-	body, err := json.Marshal(b.Events)
-	if err != nil {
-		return nil, fmt.Errorf("encode events: %w", err)
-	}
+	body := make([]byte, 0, 256*len(b.Events))
+	body = append(body, '[')
 	seqs := make([]int64, len(b.Events))
 	for i, e := range b.Events {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		var err error
+		if body, err = e.AppendJSON(body); err != nil {
+			return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
+		}
 		seqs[i] = int64(e.Seq)
 	}
-	return []any{int64(newestSeq(b.Events)), seqs, body}, nil
+	return []any{int64(newestSeq(b.Events)), seqs, append(body, ']')}, nil
 }
 
 // newestSeq returns the highest seq of events, 0 for none.
