@@ -614,3 +614,27 @@ func storable(s string) string {
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
+
+// JobStates returns the state of each existing job in ids
+// (store.JobStore) in one query, ids one array parameter: sqlstore's
+// lists of 500 parameters are each planned on every call, several times
+// the work of finding the rows.
+func (s *Store) JobStates(ctx context.Context, ids []string) (map[string]berth.JobState, error) {
+	states := make(map[string]berth.JobState, len(ids))
+	rows, err := s.pool.Query(ctx, `SELECT id, state FROM jobs WHERE id = ANY($1::text[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("job states: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			return nil, fmt.Errorf("job states: %w", err)
+		}
+		states[id] = berth.JobState(st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("job states: %w", err)
+	}
+	return states, nil
+}
