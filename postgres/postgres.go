@@ -2,7 +2,9 @@
 // a pgx connection pool. Every Write is one implicit transaction sent in
 // one round trip (a pipeline of one set-based statement per list of the
 // batch, the events as one row, and one that deletes the events the
-// batch's push out of those kept), committed with synchronous_commit on before Write returns.
+// batch's push out of those kept), committed with synchronous_commit on before Write returns;
+// a batch that creates many jobs copies them (COPY) first, in the same
+// transaction.
 // The store is also a store.Stager: the committer makes a group's changes
 // on one of writeLanes connections while the group before it commits on
 // another.
@@ -14,9 +16,9 @@ package postgres
 import (
 	"context"
 	"embed"
-	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,13 +220,15 @@ func (s *Store) Close() error {
 // With b.BeforeCommit (the audit log's append and fsync), the batch's
 // statements run in an open transaction while it finishes, and the audit
 // head and the commit follow it: the two wait for each other only at the
-// end. Without it the batch is one round trip, committed by its Sync.
+// end. Without it the batch is one round trip, committed by its Sync,
+// unless it copies jobs (copyJobs): then it is an explicit transaction.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 	stmts, err := planBatch(b.Deduplicated())
 	if err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
-	if b.BeforeCommit == nil || len(stmts) == 0 {
+	copies := slices.ContainsFunc(stmts, func(st statement) bool { return st.copy != nil })
+	if !copies && (b.BeforeCommit == nil || len(stmts) == 0) {
 		if b.BeforeCommit != nil {
 			head, err := b.BeforeCommit()
 			if err != nil {
@@ -247,9 +251,11 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 	if err := send(ctx, tx, stmts); err != nil {
 		return err
 	}
-	head, err := b.BeforeCommit()
-	if err != nil {
-		return err
+	var head *store.AuditHead
+	if b.BeforeCommit != nil {
+		if head, err = b.BeforeCommit(); err != nil {
+			return err
+		}
 	}
 	if head != nil {
 		if _, err := tx.Exec(ctx, auditHeadQuery, int64(head.Seq), head.Hash); err != nil {
@@ -321,10 +327,37 @@ func (t *staged) Rollback() {
 }
 
 // send runs stmts in one round trip (a pipeline): outside a transaction,
-// as one implicit transaction that its Sync commits.
-func send(ctx context.Context, db interface {
+// as one implicit transaction that its Sync commits. A COPY (statement.copy)
+// ends the pipeline before it and runs on its own: only in a transaction.
+func send(ctx context.Context, db sender, stmts []statement) error {
+	for len(stmts) > 0 {
+		if st := stmts[0]; st.copy != nil {
+			if _, err := db.CopyFrom(ctx, pgx.Identifier{st.copy.table}, st.copy.columns, st.copy.rows); err != nil {
+				return fmt.Errorf("write: %s: %w", st.what, err)
+			}
+			stmts = stmts[1:]
+			continue
+		}
+		n := 0
+		for n < len(stmts) && stmts[n].copy == nil {
+			n++
+		}
+		if err := pipeline(ctx, db, stmts[:n]); err != nil {
+			return err
+		}
+		stmts = stmts[n:]
+	}
+	return nil
+}
+
+// sender is a connection, a pool or a transaction.
+type sender interface {
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-}, stmts []statement) error {
+	CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error)
+}
+
+// pipeline runs stmts, none a COPY, in one round trip.
+func pipeline(ctx context.Context, db sender, stmts []statement) error {
 	batch := &pgx.Batch{}
 	for _, st := range stmts {
 		batch.Queue(st.query, st.args...)
@@ -353,7 +386,20 @@ type statement struct {
 	what  string // for errors
 	query string
 	args  []any
+	copy  *copyRows // when set, the statement is a COPY of these rows
 }
+
+// copyRows is the rows a COPY writes.
+type copyRows struct {
+	table   string
+	columns []string
+	rows    pgx.CopyFromSource
+}
+
+// copyJobs is how many new jobs a batch inserts with COPY rather than one
+// INSERT of arrays: PostgreSQL takes rows from COPY for less work a row
+// than from unnest, which outweighs the round trips it adds.
+const copyJobs = 1000
 
 // Column types of each table, in sqlstore's column order.
 var (
@@ -424,15 +470,20 @@ var steps = [sqlstore.StepCount]step{
 // newest seq, every seq, and the events as one JSON array in the same
 // order.
 func eventBatch(b *store.Batch) ([]any, error) {
-	body, err := json.Marshal(b.Events)
-	if err != nil {
-		return nil, fmt.Errorf("encode events: %w", err)
-	}
+	body := make([]byte, 0, 256*len(b.Events))
+	body = append(body, '[')
 	seqs := make([]int64, len(b.Events))
 	for i, e := range b.Events {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		var err error
+		if body, err = e.AppendJSON(body); err != nil {
+			return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
+		}
 		seqs[i] = int64(e.Seq)
 	}
-	return []any{int64(newestSeq(b.Events)), seqs, body}, nil
+	return []any{int64(newestSeq(b.Events)), seqs, append(body, ']')}, nil
 }
 
 // newestSeq returns the highest seq of events, 0 for none.
@@ -495,6 +546,14 @@ func planBatch(b *store.Batch) ([]statement, error) {
 		if row == nil {
 			row = sqlstore.Steps[i].Row
 		}
+		if i == int(sqlstore.InsertJobs) && n >= copyJobs {
+			// The rows are made as COPY sends them, while PostgreSQL
+			// writes those before.
+			rows := pgx.CopyFromSlice(n, func(r int) ([]any, error) { return storableRow(b, r, row) })
+			stmts = append(stmts, statement{what: sqlstore.Steps[i].What,
+				copy: &copyRows{table: "jobs", columns: strings.Split(sqlstore.JobColumns, ", "), rows: rows}})
+			continue
+		}
 		args, err := columns(b, n, row)
 		if err != nil {
 			return nil, err
@@ -512,7 +571,7 @@ func planBatch(b *store.Batch) ([]statement, error) {
 func columns(b *store.Batch, n int, row func(b *store.Batch, i int) ([]any, error)) ([]any, error) {
 	var cols [][]any
 	for i := range n {
-		values, err := row(b, i)
+		values, err := storableRow(b, i, row)
 		if err != nil {
 			return nil, err
 		}
@@ -523,9 +582,6 @@ func columns(b *store.Batch, n int, row func(b *store.Batch, i int) ([]any, erro
 			}
 		}
 		for c, v := range values {
-			if s, ok := v.(string); ok {
-				v = storable(s)
-			}
 			cols[c] = append(cols[c], v)
 		}
 	}
@@ -536,10 +592,49 @@ func columns(b *store.Batch, n int, row func(b *store.Batch, i int) ([]any, erro
 	return args, nil
 }
 
+// storableRow returns row i of b as row returns it, strings made storable
+// as text.
+func storableRow(b *store.Batch, i int, row func(b *store.Batch, i int) ([]any, error)) ([]any, error) {
+	values, err := row(b, i)
+	if err != nil {
+		return nil, err
+	}
+	for c, v := range values {
+		if s, ok := v.(string); ok {
+			values[c] = storable(s)
+		}
+	}
+	return values, nil
+}
+
 // storable returns s with invalid UTF-8 and NUL bytes replaced by U+FFFD.
 func storable(s string) string {
 	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
 		return s
 	}
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+}
+
+// JobStates returns the state of each existing job in ids
+// (store.JobStore) in one query, ids one array parameter: sqlstore's
+// lists of 500 parameters are each planned on every call, several times
+// the work of finding the rows.
+func (s *Store) JobStates(ctx context.Context, ids []string) (map[string]berth.JobState, error) {
+	states := make(map[string]berth.JobState, len(ids))
+	rows, err := s.pool.Query(ctx, `SELECT id, state FROM jobs WHERE id = ANY($1::text[])`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("job states: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			return nil, fmt.Errorf("job states: %w", err)
+		}
+		states[id] = berth.JobState(st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("job states: %w", err)
+	}
+	return states, nil
 }

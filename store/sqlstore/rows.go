@@ -155,7 +155,7 @@ func LogRow(l *store.LogChunk) []any {
 // EventRow returns the values of e's row, in EventColumns order. It fails
 // if e cannot be encoded.
 func EventRow(e *berth.Event) ([]any, error) {
-	body, err := json.Marshal(e)
+	body, err := e.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
 		return nil, fmt.Errorf("encode event %d: %w", e.Seq, err)
 	}
