@@ -391,9 +391,10 @@ func (c *Controller) rebuild(a *store.Active) {
 		ws.lastSeen = now.UnixNano()
 		c.addWorker(ws)
 	}
-	loaded := make([]*jobState, len(a.Jobs)) // in id order, as a.Jobs
-	c.jobs = make(map[string]*jobState, len(a.Jobs))
-	for i, j := range a.Jobs {
+	jobs := a.AllJobs()
+	loaded := make([]*jobState, len(jobs)) // in id order, as jobs
+	c.jobs = make(map[string]*jobState, len(jobs))
+	for i, j := range jobs {
 		js := &jobState{job: j}
 		loaded[i] = js
 		c.addJob(js)

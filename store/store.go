@@ -127,7 +127,14 @@ type JobFilter struct {
 
 // Active is what the controller rebuilds its memory from at start.
 type Active struct {
-	Jobs     []*berth.Job     // pending and running jobs, by id
+	// Jobs are the pending and running jobs, by id, but for those of
+	// Members: together they are every pending and running job once.
+	Jobs []*berth.Job
+	// Members are the pending jobs of arrays that are still as they were
+	// submitted, by id: what a backlog of a million jobs mostly is. Each
+	// is a few bytes that point at a job its array shares, so that a
+	// start neither reads nor makes a whole job for each.
+	Members  []ArrayMember
 	Attempts []*berth.Attempt // assigned and running attempts
 	Workers  []*berth.Worker
 	Quotas   []*berth.QuotaRule     // every quota rule, by id
@@ -138,6 +145,38 @@ type Active struct {
 	// Federation is the federation's state: epoch, changelog head,
 	// peers, live handles and mirror cursors.
 	Federation FederationState
+}
+
+// ArrayMember is a pending job of an array still as it was submitted: its
+// array's spec, never started, no reason, no cluster of its own.
+type ArrayMember struct {
+	// Like is the job but for its ID and ArrayIndex, which are empty:
+	// shared by the members of its array made at the same time, and
+	// never changed (Job makes a job of its own).
+	Like  *berth.Job
+	ID    string
+	Index int
+}
+
+// Job returns the member as a job of its own.
+func (m ArrayMember) Job() *berth.Job {
+	j := *m.Like
+	j.ID, j.ArrayIndex = m.ID, &m.Index
+	return &j
+}
+
+// AllJobs returns every job of a: Jobs and the jobs of Members, by id.
+func (a *Active) AllJobs() []*berth.Job {
+	out := make([]*berth.Job, 0, len(a.Jobs)+len(a.Members))
+	jobs, members := a.Jobs, a.Members
+	for len(jobs) > 0 || len(members) > 0 {
+		if len(members) == 0 || len(jobs) > 0 && jobs[0].ID < members[0].ID {
+			out, jobs = append(out, jobs[0]), jobs[1:]
+		} else {
+			out, members = append(out, members[0].Job()), members[1:]
+		}
+	}
+	return out
 }
 
 // Store is durable storage: every role below, as the drivers (sqlite,

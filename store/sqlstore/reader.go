@@ -151,11 +151,11 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 				total += n
 			}
 			var err error
-			pending, err = r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending], total)
+			pending, a.Members, err = r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending], total)
 			return err
 		},
 		func() (err error) {
-			running, err = r.jobsIn(ctx, berth.JobRunning, 0, 0)
+			running, _, err = r.jobsIn(ctx, berth.JobRunning, 0, 0)
 			return err
 		},
 		func() (err error) {
@@ -240,44 +240,118 @@ const (
 	jobsPerRange = 10_000
 )
 
-// jobsIn returns the jobs in state st, by id; n is about how many there
-// are and total how many jobs there are in all (0 when not known): n
-// splits them into ranges of ids read at once. Each read walks the
-// jobs_state index in id order (a list of states with ORDER BY id would
-// sort every row first), or, when the state holds half the jobs or more,
-// the table itself by id (Dialect.Unindexed): one walk of the table reads
-// fewer pages than a walk of the index with a look-up of each row in the
-// table. The jobs of an array share one decoded spec (per range).
-func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int) ([]*berth.Job, error) {
+// jobsIn returns the jobs in state st, by id: the pending jobs of arrays
+// still as submitted as members (memberWhere), the others whole. n is
+// about how many there are and total how many jobs there are in all (0
+// when not known): n splits them into ranges of ids read at once. Each
+// read walks the jobs_state index in id order (a list of states with
+// ORDER BY id would sort every row first), or, when the state holds half
+// the jobs or more, the table itself by id (Dialect.Unindexed): one walk
+// of the table reads fewer pages than a walk of the index with a look-up
+// of each row in the table. The jobs of an array share one decoded spec
+// (per range). LoadActive runs before anything writes (the controller's
+// start): the reads of a range are not one snapshot.
+func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int) ([]*berth.Job, []store.ArrayMember, error) {
 	bounds, err := r.rangeBounds(ctx, st, n, min(loadRanges, runtime.GOMAXPROCS(0), n/jobsPerRange))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	members := st == berth.JobPending
 	parts := make([][]*berth.Job, len(bounds)+1)
-	reads := make([]func() error, len(parts))
+	memberParts := make([][]store.ArrayMember, len(parts))
+	var reads []func() error
 	for i := range parts {
 		a := args{d: &r.dialect}
 		state := "state"
 		if total > 0 && 2*n >= total {
 			state = r.dialect.Unindexed(state)
 		}
-		q := selectJobs + ` WHERE ` + state + ` = ` + a.add(string(st))
+		where := ` WHERE ` + state + ` = ` + a.add(string(st))
 		if i > 0 {
-			q += ` AND id >= ` + a.add(bounds[i-1])
+			where += ` AND id >= ` + a.add(bounds[i-1])
 		}
 		if i < len(bounds) {
-			q += ` AND id < ` + a.add(bounds[i])
+			where += ` AND id < ` + a.add(bounds[i])
 		}
-		q += ` ORDER BY id`
-		reads[i] = func() (err error) {
-			parts[i], err = r.jobs(ctx, n/len(parts)+n/8/len(parts), q, a.list...)
-			return err
+		size := n/len(parts) + n/8/len(parts)
+		if !members {
+			reads = append(reads, func() (err error) {
+				parts[i], err = r.jobs(ctx, size, selectJobs+where+` ORDER BY id`, a.list...)
+				return err
+			})
+			continue
 		}
+		reads = append(reads,
+			func() (err error) {
+				parts[i], err = r.jobs(ctx, 0, selectJobs+where+` AND NOT (`+memberWhere+`) ORDER BY id`, a.list...)
+				return err
+			},
+			func() (err error) {
+				memberParts[i], err = r.members(ctx, size, selectMembers+where+` AND `+memberWhere+` ORDER BY id`, a.list...)
+				return err
+			})
 	}
 	if err := parallel(reads...); err != nil {
-		return nil, fmt.Errorf("load %s jobs: %w", st, err)
+		return nil, nil, fmt.Errorf("load %s jobs: %w", st, err)
 	}
-	return slices.Concat(parts...), nil
+	return slices.Concat(parts...), slices.Concat(memberParts...), nil
+}
+
+// memberWhere selects the pending jobs of arrays still as submitted
+// (store.ArrayMember): they share their array's first job's spec, and
+// nothing was set on them since (LoadActive selects pending jobs only).
+const memberWhere = `array_id IS NOT NULL AND reason = '' AND attempts = 0 AND exit_code IS NULL
+	AND started_at = 0 AND finished_at = 0 AND cluster IS NULL`
+
+// selectMembers reads what a member (memberWhere) has of its own: its id,
+// its index, the job whose spec it shares, and its creation time.
+const selectMembers = `SELECT id, array_index, array_id, created_at FROM jobs`
+
+// members runs query, a selectMembers of about size jobs, and returns its
+// jobs as members: those of one array made at the same time share one
+// job, whose spec is read once, at the end.
+func (r *Reader) members(ctx context.Context, size int, query string, args ...any) ([]store.ArrayMember, error) {
+	type shape struct {
+		head    string
+		created int64
+	}
+	likes := map[shape]*berth.Job{}
+	out := make([]store.ArrayMember, 0, max(size, 0))
+	var last shape
+	var like *berth.Job
+	err := r.each(ctx, query, args, func(row scanner) error {
+		var m store.ArrayMember
+		var index, created intCell
+		var head string
+		if err := row.Scan(&m.ID, &index, &head, &created); err != nil {
+			return err
+		}
+		m.Index = int(index.v)
+		if head != last.head || created.v != last.created {
+			last = shape{head, created.v}
+			if like = likes[last]; like == nil {
+				like = &berth.Job{State: berth.JobPending, CreatedAt: fromNanos(created.v)}
+				likes[last] = like
+			}
+		}
+		m.Like = like
+		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	specs := newSpecCache()
+	for s := range likes {
+		specs.byHead[s.head] = nil
+	}
+	if err := r.readHeads(ctx, specs); err != nil {
+		return nil, err
+	}
+	for s, like := range likes {
+		like.JobSpec = *specs.byHead[s.head]
+	}
+	return out, nil
 }
 
 // rangeBounds returns the ids that split the n jobs in state st into
