@@ -448,10 +448,10 @@ func (h *backendHost) Pending(id, reason string) {
 			return
 		}
 		js := as.job
-		if js.cancelRequested() || js.job.Reason == reason {
+		if js.cancelRequested() || js.view().Reason == reason {
 			return
 		}
-		js.job.Reason = reason
+		js.own().Reason = reason
 		h.c.writeJob(js)
 	})
 }
@@ -497,7 +497,7 @@ func (h *backendHost) Reconcile(running, finished []string, done func(kill []str
 					c.markRunning(as, now)
 				case runs[id] || ended[id]: // its end is on its way
 				case as.a.State == berth.AttemptAssigned:
-					h.hb.be.Launch(as.job.job, as.a, nil)
+					h.hb.be.Launch(as.job.own(), as.a, nil)
 				default:
 					c.endAttempt(as, berth.AttemptLost, nil, "its pod is gone", now)
 				}

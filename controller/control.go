@@ -128,7 +128,7 @@ func (l *lifecycle) applyControl(ws *workerState) []string {
 	}
 	var stopping []string
 	for _, as := range ws.attempts {
-		if ctl := l.controlOf(host, as.job.job.Queue); ctl != nil {
+		if ctl := l.controlOf(host, as.job.view().Queue); ctl != nil {
 			policyOf(ctl).onOff(l, as, ctl)
 			if as.stoppedBy != nil {
 				stopping = append(stopping, as.a.ID)
@@ -144,7 +144,7 @@ func (l *lifecycle) applyControl(ws *workerState) []string {
 // policy still runs on ws.
 func (l *lifecycle) draining(ws *workerState) bool {
 	for _, as := range ws.attempts {
-		if ctl := l.controlOf(ws.w.Host, as.job.job.Queue); ctl != nil && policyOf(ctl).drains {
+		if ctl := l.controlOf(ws.w.Host, as.job.view().Queue); ctl != nil && policyOf(ctl).drains {
 			return true
 		}
 	}

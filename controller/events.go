@@ -28,7 +28,7 @@ func (l *lifecycle) emit(events ...berth.Event) {
 		l.eventSeq++
 		events[i].Seq = l.eventSeq
 		if e := &events[i]; e.JobID != "" && e.Name == "" && l.jobs[e.JobID] != nil {
-			e.Name = l.jobs[e.JobID].job.Name // a job event carries the job's name
+			e.Name = l.jobs[e.JobID].view().Name // a job event carries the job's name
 		}
 	}
 	l.audit(events...)

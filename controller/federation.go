@@ -76,7 +76,7 @@ var _ federation.Origin = (*Controller)(nil)
 // federated reports whether js is handed to a peer: its live handle's
 // peer is its spec.cluster. The one test that keeps a job out of the
 // scheduler queue.
-func (js *jobState) federated() bool { return js.job.Cluster != "" }
+func (js *jobState) federated() bool { return js.view().Cluster != "" }
 
 // live reports whether h is the handle of a job in a peer's hands, or on
 // its way there.
@@ -135,7 +135,7 @@ func (c *Controller) settle(id string) {
 // submit, written in the loop's batch (the batch that creates the job, at
 // submit). The job leaves the queue. Loop only.
 func (c *Controller) handOff(js *jobState, peer string, pinned bool, now time.Time) {
-	j := js.job
+	j := js.own()
 	if js.task != nil {
 		c.queue.Remove(js.task)
 	}
@@ -156,7 +156,7 @@ func (c *Controller) handOff(js *jobState, peer string, pinned bool, now time.Ti
 // counts it in or out of its queue's backlog. Loop only.
 func (l *lifecycle) setCluster(js *jobState, peer string) {
 	was := js.waiting()
-	js.job.Cluster = peer
+	js.own().Cluster = peer
 	l.stats.counted(js, was)
 }
 
@@ -241,11 +241,11 @@ func (c *Controller) federate(out []*berth.Job, pl placement) {
 		if pl.peer != "" {
 			c.handOff(js, pl.peer, pl.pinned, now)
 		} else {
-			js.job.Reason = pl.wait
+			js.own().Reason = pl.wait
 		}
 		b := c.fx.rows()
 		b.JobUpdates = append(b.JobUpdates, js.update())
-		o.Reason = js.job.Reason
+		o.Reason = js.view().Reason
 	}
 }
 
@@ -256,7 +256,7 @@ func (c *Controller) federate(out []*berth.Job, pl placement) {
 // answers that it never had it). Its children are cancelled with it.
 // Loop only.
 func (c *Controller) stopFederated(js *jobState, requested string, now time.Time) {
-	j := js.job
+	j := js.own()
 	h := c.currentHandle(j.ID)
 	switch {
 	case h == nil: // cannot be: a federated job has its live handle
@@ -318,7 +318,7 @@ func (c *Controller) work(peer string) *FederationWork {
 				c.writeHandle(h, now)
 			}
 			cp := *h
-			w.Deliver = append(w.Deliver, Delivery{Handoff: &cp, Spec: c.jobs[id].job.JobSpec})
+			w.Deliver = append(w.Deliver, Delivery{Handoff: &cp, Spec: c.jobs[id].view().JobSpec})
 		}
 	}
 	return w
@@ -373,8 +373,8 @@ func (c *Controller) recordHandoff(h *berth.Handoff) error {
 		if cur := c.origin.cursors[held.Peer]; federation.ResyncNeeded(cur, h.CreateRow) {
 			c.setCursor(held.Peer, berth.ChangeCursor{}) // the next pull is full: it shows whether the peer has the job
 		}
-		if js := c.jobs[h.JobID]; js != nil && held == c.currentHandle(h.JobID) && js.job.State == berth.JobPending && !js.cancelRequested() {
-			js.job.Reason = fmt.Sprintf("handed off to peer %s (its job %s)", held.Peer, h.RemoteJobID)
+		if js := c.jobs[h.JobID]; js != nil && held == c.currentHandle(h.JobID) && js.view().State == berth.JobPending && !js.cancelRequested() {
+			js.own().Reason = fmt.Sprintf("handed off to peer %s (its job %s)", held.Peer, h.RemoteJobID)
 			b := c.fx.rows()
 			b.JobUpdates = append(b.JobUpdates, js.update())
 		}
@@ -419,7 +419,7 @@ func (c *Controller) recordCancelAck(jobID string, incarnation, version int) {
 	h.CancelAcked = version
 	c.writeHandle(h, now)
 	if js := c.jobs[jobID]; js != nil && h == c.currentHandle(jobID) && h.State == berth.HandoffPending && js.cancelRequested() {
-		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(js.job.Reason), now)
+		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(js.view().Reason), now)
 	}
 	c.settle(jobID)
 }
@@ -456,7 +456,7 @@ func (c *Controller) lose(js *jobState, h *berth.Handoff, why string, now time.T
 		h.CancelVersion++
 	}
 	c.writeHandle(h, now)
-	j := js.job
+	j := js.own()
 	switch {
 	case js.cancelRequested():
 		c.finishJob(js, berth.JobCancelled, nil, cancelledFor(j.Reason), now)
@@ -474,7 +474,7 @@ func (c *Controller) lose(js *jobState, h *berth.Handoff, why string, now time.T
 // the peer the manager picks, else it waits here. The job goes back to
 // pending, with why. Loop only.
 func (c *Controller) reroute(js *jobState, lost *berth.Handoff, why string, now time.Time) {
-	j := js.job
+	j := js.own()
 	peer := ""
 	if lost.Pinned {
 		peer = lost.Peer
@@ -498,7 +498,7 @@ func (c *Controller) reroute(js *jobState, lost *berth.Handoff, why string, now 
 // writeCluster writes the spec.cluster of js, a stored job handed to a
 // peer, or back here, after it was created.
 func (c *Controller) writeCluster(js *jobState) {
-	c.write(&store.Batch{Federation: &store.FederationBatch{JobClusters: []store.JobCluster{{JobID: js.job.ID, Cluster: js.job.Cluster}}}})
+	c.write(&store.Batch{Federation: &store.FederationBatch{JobClusters: []store.JobCluster{{JobID: js.id, Cluster: js.view().Cluster}}}})
 }
 
 // RouteWaiting hands to a peer each job waiting here that no worker here
@@ -516,17 +516,17 @@ func (c *Controller) routeWaiting() {
 	now := c.now().UTC()
 	var ids []string
 	for id, js := range c.jobs {
-		if j := js.job; j.State == berth.JobPending && j.Parent == "" && !js.federated() && !js.placed() && !js.cancelRequested() {
+		if j := js.view(); j.State == berth.JobPending && j.Parent == "" && !js.federated() && !js.placed() && !js.cancelRequested() {
 			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
 		js := c.jobs[id]
-		if unfit, seen := c.neverFits(&js.job.JobSpec); seen && unfit == nil {
+		if unfit, seen := c.neverFits(&js.view().JobSpec); seen && unfit == nil {
 			continue
 		}
-		if peer, _ := c.origin.f.Route(&js.job.JobSpec); peer != "" {
+		if peer, _ := c.origin.f.Route(&js.view().JobSpec); peer != "" {
 			delete(c.restarting, js)
 			js.restarted()
 			c.handOff(js, peer, false, now)
@@ -569,9 +569,9 @@ func (c *Controller) loadFederation(f *store.FederationState) {
 		if len(c.origin.handles[id]) == 0 {
 			continue // none: as stored (a job is written with its first handle)
 		}
-		js.job.Cluster = ""
+		js.own().Cluster = ""
 		if h := c.currentHandle(id); h != nil {
-			js.job.Cluster = h.Peer
+			js.own().Cluster = h.Peer
 		}
 	}
 	for id := range c.origin.handles {
@@ -592,14 +592,14 @@ func (c *Controller) federatedUsage(ws []*scheduler.Worker) []*scheduler.Worker 
 	var w *scheduler.Worker
 	for id := range c.origin.handles {
 		js := c.jobs[id]
-		if js == nil || !js.federated() || js.job.State != berth.JobRunning {
+		if js == nil || !js.federated() || js.view().State != berth.JobRunning {
 			continue
 		}
 		if w == nil {
 			w = &scheduler.Worker{ID: "federation", Off: true}
 		}
-		j := js.job
-		w.Running = append(w.Running, &scheduler.Running{JobID: j.ID, Queue: j.Queue, User: j.User, Template: j.Template,
+		j := js.view()
+		w.Running = append(w.Running, &scheduler.Running{JobID: js.id, Queue: j.Queue, User: j.User, Template: j.Template,
 			Priority: j.Priority, Started: j.StartedAt, GPUs: make([]int, j.Resources.GPUDevices()*max(j.Nodes, 1)),
 			GPUMilli: j.Resources.GPUMilli, CPUs: j.Resources.CPUs, Memory: j.Resources.Memory})
 	}
@@ -683,7 +683,7 @@ func (c *Controller) setCursor(peer string, cursor berth.ChangeCursor) {
 // whether or not its acknowledgement arrived. While the job's cancel is
 // requested its reason stays. Loop only.
 func (c *Controller) applyMirror(js *jobState, h *berth.Handoff, rj *berth.RemoteJob, now time.Time) {
-	j := js.job
+	j := js.own()
 	if h.State == berth.HandoffPending || h.RemoteJobID != rj.JobID {
 		h.State, h.RemoteJobID, h.Sent = berth.HandoffDone, rj.JobID, true
 		c.writeHandle(h, now)

@@ -235,14 +235,14 @@ func TestRoutingAtSubmit(t *testing.T) {
 			}
 			j := sub.Jobs[0]
 			js := h.c.jobs[j.ID]
-			if j.Cluster != tt.wantPeer || js.job.Cluster != tt.wantPeer {
-				t.Fatalf("cluster %q (in memory %q), want %q", j.Cluster, js.job.Cluster, tt.wantPeer)
+			if j.Cluster != tt.wantPeer || js.view().Cluster != tt.wantPeer {
+				t.Fatalf("cluster %q (in memory %q), want %q", j.Cluster, js.view().Cluster, tt.wantPeer)
 			}
 			if tt.wantPeer == "" {
 				if js.task == nil || js.federated() || (h.c.queue.Len() != 1 && !js.placed()) {
 					t.Errorf("a job kept here is neither queued nor placed")
 				}
-				if !strings.Contains(j.Reason, tt.wantWait) || !strings.Contains(js.job.Reason, tt.wantWait) {
+				if !strings.Contains(j.Reason, tt.wantWait) || !strings.Contains(js.view().Reason, tt.wantWait) {
 					t.Errorf("reason %q, want it to hold %q", j.Reason, tt.wantWait)
 				}
 				if len(h.storedHandles(j.ID)) != 0 {
@@ -308,8 +308,8 @@ func TestFederatedJobIsNeverScheduled(t *testing.T) {
 			t.Fatalf("a federated job was assigned: %+v", m.msg)
 		}
 	}
-	if js.job.State != berth.JobPending || js.placed() || h.c.queue.Len() != 0 {
-		t.Errorf("job %s state %s, placed %v, queue %d; want pending, unplaced, not queued", js.job.ID, js.job.State, js.placed(), h.c.queue.Len())
+	if js.view().State != berth.JobPending || js.placed() || h.c.queue.Len() != 0 {
+		t.Errorf("job %s state %s, placed %v, queue %d; want pending, unplaced, not queued", js.id, js.view().State, js.placed(), h.c.queue.Len())
 	}
 	// A job submitted after it runs: the worker is free.
 	h.submit(nil, "true")
@@ -339,10 +339,10 @@ func TestCancelBeforeSendIsNeverDelivered(t *testing.T) {
 	h := newFederationHarness(t, &fakeFederation{peer: "b"})
 	js := h.handedOff(gpuJob(1, nil))
 	h.cancel(js)
-	if js.job.State != berth.JobCancelled || h.c.jobs[js.job.ID] != nil {
-		t.Fatalf("job %s, want cancelled at once", js.job.State)
+	if js.view().State != berth.JobCancelled || h.c.jobs[js.id] != nil {
+		t.Fatalf("job %s, want cancelled at once", js.view().State)
 	}
-	if hd := h.lastHandle(js.job.ID); hd.State != berth.HandoffCancelled || hd.Sent || hd.CancelVersion != 0 {
+	if hd := h.lastHandle(js.id); hd.State != berth.HandoffCancelled || hd.Sent || hd.CancelVersion != 0 {
 		t.Errorf("handle %+v, want cancelled, never sent, no cancel to send", hd)
 	}
 	if w := h.work("b"); len(w.Deliver)+len(w.Cancels) != 0 {
@@ -351,7 +351,7 @@ func TestCancelBeforeSendIsNeverDelivered(t *testing.T) {
 	if len(h.c.origin.handles) != 0 {
 		t.Errorf("handles kept %v, want none", h.c.origin.handles)
 	}
-	h.event(berth.EventJobCancelled, js.job.ID)
+	h.event(berth.EventJobCancelled, js.id)
 }
 
 // TestCancelAfterSendIsSentUntilAcked cancels a job delivered to its
@@ -362,7 +362,7 @@ func TestCancelAfterSendIsSentUntilAcked(t *testing.T) {
 	t.Parallel()
 	h := newFederationHarness(t, &fakeFederation{peer: "b"})
 	js := h.handedOff(gpuJob(1, nil))
-	id := js.job.ID
+	id := js.id
 	w := h.work("b")
 	if len(w.Deliver) != 1 || !w.Deliver[0].Handoff.Sent || w.Deliver[0].Spec.Command[0] != "train" || w.Active != 1 {
 		t.Fatalf("work %+v, want the job's handoff, marked sent", w)
@@ -381,8 +381,8 @@ func TestCancelAfterSendIsSentUntilAcked(t *testing.T) {
 		t.Fatalf("handle %+v, want handed off as B-1", got)
 	}
 	h.cancel(js)
-	if js.job.State != berth.JobPending || !js.cancelRequested() || h.c.jobs[id] == nil {
-		t.Fatalf("job %s %q, want active, cancel requested", js.job.State, js.job.Reason)
+	if js.view().State != berth.JobPending || !js.cancelRequested() || h.c.jobs[id] == nil {
+		t.Fatalf("job %s %q, want active, cancel requested", js.view().State, js.view().Reason)
 	}
 	for range 2 { // sent again until acknowledged
 		w = h.work("b")
@@ -394,15 +394,15 @@ func TestCancelAfterSendIsSentUntilAcked(t *testing.T) {
 	if w = h.work("b"); len(w.Cancels) != 0 {
 		t.Fatalf("cancel sent after its ack: %+v", w)
 	}
-	if js.job.State != berth.JobPending {
-		t.Fatalf("job %s after the ack, want it to wait for the peer's report", js.job.State)
+	if js.view().State != berth.JobPending {
+		t.Fatalf("job %s after the ack, want it to wait for the peer's report", js.view().State)
 	}
 	h.step(func() {
 		h.c.applyMirror(js, h.c.currentHandle(id), &berth.RemoteJob{RemoteID: id, JobID: "B-1", State: berth.JobCancelled,
 			Reason: "cancelled by peer-a", Tombstone: true}, h.clock.Now().UTC())
 	})
-	if js.job.State != berth.JobCancelled || js.job.Reason != "cancelled by alice" {
-		t.Errorf("job %s %q, want cancelled by alice", js.job.State, js.job.Reason)
+	if js.view().State != berth.JobCancelled || js.view().Reason != "cancelled by alice" {
+		t.Errorf("job %s %q, want cancelled by alice", js.view().State, js.view().Reason)
 	}
 	if len(h.c.origin.handles) != 0 {
 		t.Errorf("handles kept after the end %v", h.c.origin.handles)
@@ -421,9 +421,9 @@ func TestCancelOfAnUnacknowledgedHandoffEndsAtTheAck(t *testing.T) {
 	if w := h.work("b"); len(w.Cancels) != 1 || len(w.Deliver) != 0 {
 		t.Fatalf("work %+v, want the cancel only: a cancelled handoff is not sent again", w)
 	}
-	h.step(func() { h.c.recordCancelAck(js.job.ID, 1, 1) })
-	if js.job.State != berth.JobCancelled {
-		t.Errorf("job %s, want cancelled at the ack", js.job.State)
+	h.step(func() { h.c.recordCancelAck(js.id, 1, 1) })
+	if js.view().State != berth.JobCancelled {
+		t.Errorf("job %s, want cancelled at the ack", js.view().State)
 	}
 }
 
@@ -436,16 +436,16 @@ func TestRecordHandoffOutcomes(t *testing.T) {
 	hd := *h.work("b").Deliver[0].Handoff
 	hd.LastError = "dial tcp: connection refused"
 	h.step(func() { _ = h.c.recordHandoff(&hd) })
-	if got := h.lastHandle(js.job.ID); got.State != berth.HandoffPending || got.LastError != hd.LastError || js.job.State != berth.JobPending {
-		t.Fatalf("after a transient error: handle %+v, job %s; want pending with the error", got, js.job.State)
+	if got := h.lastHandle(js.id); got.State != berth.HandoffPending || got.LastError != hd.LastError || js.view().State != berth.JobPending {
+		t.Fatalf("after a transient error: handle %+v, job %s; want pending with the error", got, js.view().State)
 	}
 	if w := h.work("b"); len(w.Deliver) != 1 {
 		t.Fatalf("work %+v, want the handoff again", w)
 	}
 	hd.State, hd.LastError = berth.HandoffRejected, "queue: no queue \"x\""
 	h.step(func() { _ = h.c.recordHandoff(&hd) })
-	if js.job.State != berth.JobFailed || !strings.Contains(js.job.Reason, "rejected by peer b: queue") {
-		t.Errorf("job %s %q, want failed, rejected by peer b", js.job.State, js.job.Reason)
+	if js.view().State != berth.JobFailed || !strings.Contains(js.view().Reason, "rejected by peer b: queue") {
+		t.Errorf("job %s %q, want failed, rejected by peer b", js.view().State, js.view().Reason)
 	}
 	if w := h.work("b"); len(w.Deliver)+len(w.Cancels) != 0 {
 		t.Errorf("work after the rejection %+v, want none", w)
@@ -458,7 +458,7 @@ func TestMarkingACancelledHandoffSentIsRefused(t *testing.T) {
 	t.Parallel()
 	h := newFederationHarness(t, &fakeFederation{peer: "b"})
 	js := h.handedOff(gpuJob(1, nil))
-	hd := h.lastHandle(js.job.ID)
+	hd := h.lastHandle(js.id)
 	h.cancel(js)
 	hd.Sent = true
 	var err error
@@ -473,8 +473,8 @@ func TestMarkingACancelledHandoffSentIsRefused(t *testing.T) {
 // handle as acknowledged.
 func (h *harness) deliver(js *jobState, remote string) berth.Handoff {
 	h.t.Helper()
-	for _, d := range h.work(js.job.Cluster).Deliver {
-		if d.Handoff.JobID != js.job.ID {
+	for _, d := range h.work(js.view().Cluster).Deliver {
+		if d.Handoff.JobID != js.id {
 			continue
 		}
 		hd := *d.Handoff
@@ -486,7 +486,7 @@ func (h *harness) deliver(js *jobState, remote string) berth.Handoff {
 		})
 		return hd
 	}
-	h.t.Fatalf("job %s not delivered", js.job.ID)
+	h.t.Fatalf("job %s not delivered", js.id)
 	return berth.Handoff{}
 }
 
@@ -509,7 +509,7 @@ func TestApplyChangesMirrorsAndMovesTheCursorInOneBatch(t *testing.T) {
 	t.Parallel()
 	h := newFederationHarness(t, &fakeFederation{peer: "b"})
 	js := h.handedOff(gpuJob(1, nil))
-	id := js.job.ID
+	id := js.id
 	hd := h.deliver(js, "B-7")
 	started := h.clock.Now().Add(-time.Second).UTC()
 	row := func(st berth.JobState, seq uint64) *berth.FederationChanges {
@@ -525,16 +525,16 @@ func TestApplyChangesMirrorsAndMovesTheCursorInOneBatch(t *testing.T) {
 	if len(b.JobUpdates) != 1 || b.JobUpdates[0].State != berth.JobRunning || len(b.Federation.Cursors) != 1 || b.Federation.Cursors[0].Cursor.Seq != 2 {
 		t.Fatalf("batch %+v / %+v, want the job running and the cursor at 2 together", b.JobUpdates, b.Federation)
 	}
-	if js.job.State != berth.JobRunning || !js.job.StartedAt.Equal(started) || h.counts()[berth.JobRunning] != 1 {
-		t.Fatalf("job %s started %v, counts %v; want running", js.job.State, js.job.StartedAt, h.counts())
+	if js.view().State != berth.JobRunning || !js.view().StartedAt.Equal(started) || h.counts()[berth.JobRunning] != 1 {
+		t.Fatalf("job %s started %v, counts %v; want running", js.view().State, js.view().StartedAt, h.counts())
 	}
 	h.event(berth.EventJobRunning, id)
 	b = h.apply("b", row(berth.JobFailed, 3))
 	if len(b.JobUpdates) != 1 || b.JobUpdates[0].State != berth.JobFailed || b.Federation.Cursors[0].Cursor.Seq != 3 {
 		t.Fatalf("batch %+v / %+v, want the job failed and the cursor at 3 together", b.JobUpdates, b.Federation)
 	}
-	if js.job.State != berth.JobFailed || *js.job.ExitCode != 3 || js.job.Reason != "exit code 3" || h.c.jobs[id] != nil {
-		t.Errorf("job %+v, want failed with exit code 3, gone from memory", js.job)
+	if js.view().State != berth.JobFailed || *js.view().ExitCode != 3 || js.view().Reason != "exit code 3" || h.c.jobs[id] != nil {
+		t.Errorf("job %+v, want failed with exit code 3, gone from memory", js.view())
 	}
 	h.event(berth.EventJobFailed, id)
 	if h.c.origin.cursors["b"].Seq != 3 || len(h.c.origin.handles) != 0 {
@@ -543,10 +543,10 @@ func TestApplyChangesMirrorsAndMovesTheCursorInOneBatch(t *testing.T) {
 	// A row of another nonce (an older incarnation) moves nothing.
 	js2 := h.handedOff(gpuJob(1, nil))
 	h.deliver(js2, "B-8")
-	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js2.job.ID, Nonce: "other", State: berth.JobSucceeded}},
+	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js2.id, Nonce: "other", State: berth.JobSucceeded}},
 		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 4, Tag: "t"}, From: h.c.origin.cursors["b"]})
-	if js2.job.State != berth.JobPending {
-		t.Errorf("a row of another nonce moved the job to %s", js2.job.State)
+	if js2.view().State != berth.JobPending {
+		t.Errorf("a row of another nonce moved the job to %s", js2.view().State)
 	}
 }
 
@@ -561,9 +561,9 @@ func TestFullResyncLosesWhatThePeerNoLongerKnows(t *testing.T) {
 	h.deliver(js, "B-1")
 	fed.peer = "c"
 	h.apply("b", &berth.FederationChanges{Full: true, Cursor: berth.ChangeCursor{Epoch: "e2", Seq: 9, Tag: "t"}})
-	hs := h.c.origin.handles[js.job.ID]
-	if len(hs) != 2 || hs[0].State != berth.HandoffLost || hs[1].Peer != "c" || js.job.Cluster != "c" {
-		t.Fatalf("handles %+v, cluster %q; want the first lost and the job routed to c", hs, js.job.Cluster)
+	hs := h.c.origin.handles[js.id]
+	if len(hs) != 2 || hs[0].State != berth.HandoffLost || hs[1].Peer != "c" || js.view().Cluster != "c" {
+		t.Fatalf("handles %+v, cluster %q; want the first lost and the job routed to c", hs, js.view().Cluster)
 	}
 	if !strings.Contains(hs[0].LastError, "no longer knows") {
 		t.Errorf("lost handle's error %q", hs[0].LastError)
@@ -581,7 +581,7 @@ func TestPeerLostRoutesAgainAndCancelsFirst(t *testing.T) {
 	fed := &fakeFederation{peer: "b", states: states}
 	h := newFederationHarness(t, fed)
 	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
-	id := js.job.ID
+	id := js.id
 	first := h.deliver(js, "B-1")
 	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: id, Nonce: first.Nonce, JobID: "B-1", State: berth.JobRunning}},
 		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 1, Tag: "t"}})
@@ -595,8 +595,8 @@ func TestPeerLostRoutesAgainAndCancelsFirst(t *testing.T) {
 	if second.Incarnation != 2 || second.Nonce == first.Nonce || second.Peer != "b" || second.State != berth.HandoffPending {
 		t.Fatalf("new handle %+v, want incarnation 2 to b with a new nonce", second)
 	}
-	if js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "lost: peer b unheard") {
-		t.Errorf("job %s %q, want pending again, lost", js.job.State, js.job.Reason)
+	if js.view().State != berth.JobPending || !strings.Contains(js.view().Reason, "lost: peer b unheard") {
+		t.Errorf("job %s %q, want pending again, lost", js.view().State, js.view().Reason)
 	}
 	h.event(berth.EventJobRequeued, id)
 	w := h.work("b")
@@ -608,8 +608,8 @@ func TestPeerLostRoutesAgainAndCancelsFirst(t *testing.T) {
 	if len(w.Cancels) != 0 || len(w.Deliver) != 1 || w.Deliver[0].Handoff.Incarnation != 2 {
 		t.Fatalf("work after the ack %+v, want the new handoff", w)
 	}
-	if js.job.State != berth.JobPending {
-		t.Errorf("the old incarnation's cancel ack moved the job to %s", js.job.State)
+	if js.view().State != berth.JobPending {
+		t.Errorf("the old incarnation's cancel ack moved the job to %s", js.view().State)
 	}
 }
 
@@ -621,8 +621,8 @@ func TestPeerLostWithoutRetriesFails(t *testing.T) {
 	js := h.handedOff(gpuJob(1, nil))
 	h.deliver(js, "B-1")
 	h.step(func() { h.c.peerLost("b") })
-	if js.job.State != berth.JobFailed || js.job.Reason != "lost: peer b unheard for 1h0m0s" {
-		t.Fatalf("job %s %q, want failed, lost", js.job.State, js.job.Reason)
+	if js.view().State != berth.JobFailed || js.view().Reason != "lost: peer b unheard for 1h0m0s" {
+		t.Fatalf("job %s %q, want failed, lost", js.view().State, js.view().Reason)
 	}
 	if w := h.work("b"); len(w.Cancels) != 1 || len(w.Deliver) != 0 {
 		t.Errorf("work %+v, want the cancel only", w)
@@ -648,8 +648,8 @@ func TestRouteWaitingHandsOffWhenAPeerFits(t *testing.T) {
 	fed.peer = "b"
 	h.step(h.c.routeWaiting)
 	js := h.c.jobs[id]
-	if !js.federated() || js.job.Cluster != "b" || h.lastHandle(id).Incarnation != 1 {
-		t.Fatalf("job %+v, want handed to b", js.job)
+	if !js.federated() || js.view().Cluster != "b" || h.lastHandle(id).Incarnation != 1 {
+		t.Fatalf("job %+v, want handed to b", js.view())
 	}
 	if b := h.batches[len(h.batches)-1]; len(b.Federation.JobClusters) != 1 || b.Federation.JobClusters[0] != (store.JobCluster{JobID: id, Cluster: "b"}) {
 		t.Errorf("stored cluster %+v, want b with the handle", b.Federation)
@@ -671,10 +671,10 @@ func TestCancelTreeWithFederatedChild(t *testing.T) {
 	kid := h.handedOff(gpuJob(0, func(r *berth.SubmitRequest) { r.Parent, r.Cluster = parent.ID, "b" }))
 	h.deliver(kid, "B-1")
 	h.cancel(h.c.jobs[parent.ID])
-	if !kid.cancelRequested() || kid.job.State.Terminal() {
-		t.Fatalf("child %s %q, want cancel requested on its peer", kid.job.State, kid.job.Reason)
+	if !kid.cancelRequested() || kid.view().State.Terminal() {
+		t.Fatalf("child %s %q, want cancel requested on its peer", kid.view().State, kid.view().Reason)
 	}
-	if w := h.work("b"); len(w.Cancels) != 1 || w.Cancels[0].JobID != kid.job.ID {
+	if w := h.work("b"); len(w.Cancels) != 1 || w.Cancels[0].JobID != kid.id {
 		t.Errorf("work %+v, want the child's cancel", w)
 	}
 }
@@ -690,14 +690,14 @@ func TestFederatedRunningJobCountsInQuota(t *testing.T) {
 	})
 	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.User = "alice" }))
 	hd := h.deliver(js, "B-1")
-	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js.job.ID, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobRunning}},
+	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js.id, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobRunning}},
 		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 1, Tag: "t"}})
 	local := h.submit(func(s *berth.JobSpec) { s.User = "alice" }, "true")
 	if l := h.c.jobs[local.ID]; l == nil || l.placed() {
 		t.Fatal("alice's second job was placed while her job on the peer holds her one job")
 	}
 	h.event(berth.EventQuotaExceeded, local.ID)
-	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js.job.ID, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobSucceeded}},
+	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: js.id, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobSucceeded}},
 		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 2, Tag: "t"}})
 	if l := h.c.jobs[local.ID]; l == nil || !l.placed() {
 		t.Error("alice's job not placed once her job on the peer ended")
@@ -772,7 +772,7 @@ func TestFederationSurvivesARestart(t *testing.T) {
 		queued = c.queue.Len()
 		for _, id := range []string{done, lostID, fresh} {
 			if js := c.jobs[id]; js != nil {
-				states[id] = fmt.Sprintf("%s/%s/%d", js.job.State, js.job.Cluster, js.incarnation())
+				states[id] = fmt.Sprintf("%s/%s/%d", js.view().State, js.view().Cluster, js.incarnation())
 			}
 		}
 	}); err != nil {
@@ -806,11 +806,11 @@ func TestPeerLostBeforeSendOwesNoCancel(t *testing.T) {
 	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
 	fed.peer, fed.why = "", "b: lost"
 	h.step(func() { h.c.peerLost("b") })
-	if hd := h.lastHandle(js.job.ID); hd.State != berth.HandoffLost || hd.CancelVersion != 0 {
+	if hd := h.lastHandle(js.id); hd.State != berth.HandoffLost || hd.CancelVersion != 0 {
 		t.Fatalf("handle %+v, want lost with no cancel", hd)
 	}
-	if js.federated() || js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "no peer fits: b: lost") {
-		t.Fatalf("job cluster %q %s %q, want waiting here", js.job.Cluster, js.job.State, js.job.Reason)
+	if js.federated() || js.view().State != berth.JobPending || !strings.Contains(js.view().Reason, "no peer fits: b: lost") {
+		t.Fatalf("job cluster %q %s %q, want waiting here", js.view().Cluster, js.view().State, js.view().Reason)
 	}
 	if w := h.work("b"); len(w.Cancels)+len(w.Deliver) != 0 || len(h.c.origin.handles) != 0 {
 		t.Errorf("work %+v, handles %v; want nothing owed", w, h.c.origin.handles)
@@ -939,8 +939,8 @@ func TestHandedOffBehindTheCursorResyncs(t *testing.T) {
 			if got := h.work("b").Cursor; got != want {
 				t.Errorf("cursor for the next pull %+v, want %+v", got, want)
 			}
-			if js.job.State != berth.JobPending || !strings.Contains(js.job.Reason, "handed off to peer b") {
-				t.Errorf("job %s %q, want pending, handed off", js.job.State, js.job.Reason)
+			if js.view().State != berth.JobPending || !strings.Contains(js.view().Reason, "handed off to peer b") {
+				t.Errorf("job %s %q, want pending, handed off", js.view().State, js.view().Reason)
 			}
 			h.apply("b", &berth.FederationChanges{Full: true, Cursor: at}) // the mirror moves on
 			if b := record(); b != nil && !b.Federation.Empty() {
@@ -963,13 +963,13 @@ func TestAnEndedJobStaysEndedOnAFullAnswer(t *testing.T) {
 	fed := &fakeFederation{peer: "b"}
 	h := newFederationHarness(t, fed)
 	js := h.handedOff(gpuJob(1, func(r *berth.SubmitRequest) { r.Retries = 1 }))
-	id := js.job.ID
+	id := js.id
 	hd := h.deliver(js, "B-1")
 	code := 0
 	h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{{RemoteID: id, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobSucceeded,
 		ExitCode: &code, Attempts: 1, Tombstone: true}}, Cursor: berth.ChangeCursor{Epoch: "e", Seq: 2, Tag: "t"}})
-	if js.job.State != berth.JobSucceeded {
-		t.Fatalf("job %s, want succeeded as its peer reports", js.job.State)
+	if js.view().State != berth.JobSucceeded {
+		t.Fatalf("job %s, want succeeded as its peer reports", js.view().State)
 	}
 	events, routed := len(h.events), fed.routed
 	fed.peer = "c"
@@ -977,8 +977,8 @@ func TestAnEndedJobStaysEndedOnAFullAnswer(t *testing.T) {
 	if len(b.JobUpdates) != 0 || len(b.Federation.Handoffs)+len(b.Federation.JobClusters) != 0 || len(h.events) != events || fed.routed != routed {
 		t.Errorf("a full answer without the ended job wrote %+v / %+v, events %v; want the cursor only", b.JobUpdates, b.Federation, h.events[events:])
 	}
-	if js.job.State != berth.JobSucceeded || js.job.Cluster != "b" || h.c.jobs[id] != nil || len(h.c.origin.handles) != 0 {
-		t.Errorf("job %s on %q, handles %v; want it succeeded on b, nothing held", js.job.State, js.job.Cluster, h.c.origin.handles)
+	if js.view().State != berth.JobSucceeded || js.view().Cluster != "b" || h.c.jobs[id] != nil || len(h.c.origin.handles) != 0 {
+		t.Errorf("job %s on %q, handles %v; want it succeeded on b, nothing held", js.view().State, js.view().Cluster, h.c.origin.handles)
 	}
 
 	// On a store, across a restart.
@@ -1033,7 +1033,7 @@ func TestPinSurvivesARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var cluster string
-	if err := c.do(ctx, func() { cluster = c.jobs[id].job.Cluster }); err != nil {
+	if err := c.do(ctx, func() { cluster = c.jobs[id].view().Cluster }); err != nil {
 		t.Fatal(err)
 	}
 	if cluster != "b" || fed.routed != 0 {
@@ -1132,11 +1132,11 @@ func TestAnAnswerFromAResetCursorKeepsTheReset(t *testing.T) {
 	if got := h.work("b").Cursor; got != (berth.ChangeCursor{}) {
 		t.Fatalf("cursor after the recording %+v, want reset", got)
 	}
-	rj := berth.RemoteJob{RemoteID: js.job.ID, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobRunning, Attempts: 1}
+	rj := berth.RemoteJob{RemoteID: js.id, Nonce: hd.Nonce, JobID: "B-1", State: berth.JobRunning, Attempts: 1}
 	b := h.apply("b", &berth.FederationChanges{Jobs: []berth.RemoteJob{rj}, From: at,
 		Cursor: berth.ChangeCursor{Epoch: "e", Seq: 6, Tag: "t6"}})
-	if js.job.State != berth.JobRunning {
-		t.Errorf("job %s, want running: the answer's rows are applied", js.job.State)
+	if js.view().State != berth.JobRunning {
+		t.Errorf("job %s, want running: the answer's rows are applied", js.view().State)
 	}
 	if b.Federation != nil && len(b.Federation.Cursors) != 0 {
 		t.Errorf("cursors written %+v, want none", b.Federation.Cursors)

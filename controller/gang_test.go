@@ -111,7 +111,7 @@ func TestGangWhosePortIsBusyIsPlacedAgainWithAnother(t *testing.T) {
 	if again[0].RendezvousPort == busy || again[0].Env["MASTER_PORT"] == strconv.Itoa(busy) {
 		t.Errorf("placed again with MASTER_PORT %s, the port found busy", again[0].Env["MASTER_PORT"])
 	}
-	if js := h.l.jobs[j.ID]; js == nil || js.job.Attempts != 1 {
+	if js := h.l.jobs[j.ID]; js == nil || js.view().Attempts != 1 {
 		t.Fatalf("job after a busy port: %+v, want its new placement counted as its first attempt", js)
 	}
 	// The busy port stays out of use on that machine for busyPortFor, and

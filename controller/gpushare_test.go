@@ -34,9 +34,9 @@ func TestFractionsShareAGPU(t *testing.T) {
 		t.Fatalf("two halves: %s, %d GPUs in use, %v milli; want busy, 1, [1000]", st, ws.w.GPUsInUse, ws.sched.GPUMilliUsed)
 	}
 	third := h.submit(half, "sleep", "1")
-	if js := h.l.jobs[third.ID]; js.job.State != berth.JobPending || len(h.be.launched) != 2 ||
+	if js := h.l.jobs[third.ID]; js.view().State != berth.JobPending || len(h.be.launched) != 2 ||
 		!strings.Contains(js.task.Reason.Message, "no GPU with 500 milli free") {
-		t.Fatalf("third half: %s (%q), %d launched", js.job.State, js.task.Reason.Message, len(h.be.launched))
+		t.Fatalf("third half: %s (%q), %d launched", js.view().State, js.task.Reason.Message, len(h.be.launched))
 	}
 	code := 0
 	h.step(func() { h.l.endAttempt(a, berth.AttemptSucceeded, &code, "", h.clock.Now().UTC()) })

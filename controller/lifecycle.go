@@ -38,7 +38,13 @@ type lifecycle struct {
 	stats      stats
 	fx         effects
 	seq        uint64 // of the last task queued
-	eventSeq   uint64 // of the last event emitted
+	// lastSpec is the scheduler's spec of the last array template a task
+	// was made for (taskSpec): the jobs of an array share it.
+	lastSpec struct {
+		of   *berth.Job
+		spec *scheduler.TaskSpec
+	}
+	eventSeq uint64 // of the last event emitted
 	// dirty says the loop is to run a scheduling pass: something changed
 	// what can be placed.
 	dirty bool
@@ -154,7 +160,7 @@ func errIllegal(what, id string, from, to any) error {
 // moves no more. An illegal move changes nothing and returns an
 // ECodeInternal error.
 func (l *lifecycle) transitionJob(js *jobState, to berth.JobState, ev berth.Event) error {
-	j := js.job
+	j := js.own()
 	if err := checkJobMove(j, to); err != nil {
 		return err
 	}
@@ -270,15 +276,25 @@ func (l *lifecycle) createJobs(req *berth.SubmitRequest, actor string) []*berth.
 	events := make([]berth.Event, n)
 	spec := withDefaults(req.JobSpec)
 	key := idemKeyOf(&spec)
+	var template *berth.Job // what the jobs of an array share (arrayTemplate)
+	if req.Array > 0 {
+		template = &berth.Job{JobSpec: spec, State: berth.JobPending, CreatedAt: now}
+	}
 	for i := 0; i < n; i++ {
 		j := &berth.Job{ID: l.ids.New(now), JobSpec: spec, State: berth.JobPending, CreatedAt: now}
-		if req.Array > 0 {
+		reply := *j
+		out[i] = &reply
+		var js *jobState
+		if template != nil {
 			idx := i
-			j.ArrayIndex = &idx
+			j.ArrayIndex, reply.ArrayIndex = &idx, &idx
+			js = sharedJobState(template, j.ID, i)
+			b.Jobs[i] = j // the loop keeps no pointer to it
+		} else {
+			stored := *j
+			b.Jobs[i] = &stored
+			js = newJobState(j)
 		}
-		stored, reply := *j, *j
-		b.Jobs[i], out[i] = &stored, &reply
-		js := &jobState{job: j}
 		l.addJob(js)
 		l.stats.counted(js, false)
 		l.adopt(js)
@@ -301,9 +317,9 @@ func (l *lifecycle) createJobs(req *berth.SubmitRequest, actor string) []*berth.
 
 // addJob adds js, created or loaded, to the active jobs.
 func (l *lifecycle) addJob(js *jobState) {
-	l.jobs[js.job.ID] = js
-	if js.job.Kind == berth.KindService {
-		l.services[js.job.ID] = js
+	l.jobs[js.id] = js
+	if js.view().Kind == berth.KindService {
+		l.services[js.id] = js
 	}
 }
 
@@ -316,7 +332,7 @@ func (l *lifecycle) markRunning(as *attemptState, now time.Time) {
 	as.a.StartedAt = now
 	_ = l.transitionAttempt(as, berth.AttemptRunning) // checked above
 	js := as.job
-	j := js.job
+	j := js.own()
 	l.stats.started.observe(now.Sub(j.CreatedAt))
 	l.stats.totals.AttemptsStarted++
 	if j.State != berth.JobPending {
@@ -373,7 +389,7 @@ func (l *lifecycle) endAttempt(as *attemptState, st berth.AttemptState, code *in
 		return
 	}
 	js.members = nil
-	j := js.job
+	j := js.own()
 	f := js.failure
 	switch {
 	case js.cancelRequested():
@@ -423,7 +439,7 @@ func (l *lifecycle) retry(js *jobState, f *memberEnd, now time.Time) {
 	if f.worker != "" && !slices.Contains(js.avoid(), f.worker) {
 		js.retried().avoid = append(js.avoid(), f.worker)
 	}
-	j := js.job
+	j := js.own()
 	delay := berth.DoublingDelay(j.Attempts, maxRetryDelay)
 	js.retried().restartAt = now.Add(delay)
 	l.stats.totals.JobRetries++
@@ -449,7 +465,7 @@ const (
 // restarting cannot help; a later run that does so is restarted like any
 // other end. Loop only.
 func (l *lifecycle) restartService(js *jobState, f *memberEnd, last *berth.Attempt, now time.Time) {
-	j := js.job
+	j := js.own()
 	how := "exited 0"
 	if f != nil {
 		how = fmt.Sprintf("%s: %s", f.state, orDefault(f.reason, exitDesc(f.code)))
@@ -485,13 +501,13 @@ func (l *lifecycle) requeue(js *jobState, reason string, now time.Time) {
 	if js.task != nil {
 		js.task.Front = false
 	}
-	l.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: reason})
+	l.requeueEvent(js, berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.id, State: berth.JobPending, Reason: reason})
 }
 
 // requeueFront puts a job an operator stopped back at the front of its
 // priority class, with an event naming who stopped it and which attempt.
 func (l *lifecycle) requeueFront(js *jobState, f *memberEnd, now time.Time) {
-	ev := berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.job.ID, State: berth.JobPending, Reason: f.reason,
+	ev := berth.Event{Time: now, Type: berth.EventJobRequeued, JobID: js.id, State: berth.JobPending, Reason: f.reason,
 		Attempts: []string{f.attempt}}
 	if f.stoppedBy != nil {
 		ev.Actor, ev.Host, ev.Queue, ev.Policy = f.stoppedBy.RequestedBy, f.stoppedBy.Host, f.stoppedBy.Queue, f.stoppedBy.StopPolicy
@@ -504,7 +520,7 @@ func (l *lifecycle) requeueFront(js *jobState, f *memberEnd, now time.Time) {
 
 // requeueEvent puts a job back in the queue and publishes ev once durable.
 func (l *lifecycle) requeueEvent(js *jobState, ev berth.Event) {
-	js.job.Reason = ev.Reason
+	js.own().Reason = ev.Reason
 	if err := l.transitionJob(js, berth.JobPending, ev); err != nil {
 		l.illegal(err)
 		return
@@ -542,7 +558,7 @@ func (l *lifecycle) stopJob(js *jobState, requested string, now time.Time) {
 		delete(l.restarting, js)
 		l.finishJob(js, berth.JobCancelled, nil, cancelledFor(requested), now)
 	case !js.cancelRequested():
-		js.job.Reason = requested
+		js.own().Reason = requested
 		l.writeJob(js)
 		reason := cancelledFor(requested)
 		js.active(func(as *attemptState) {
@@ -550,7 +566,7 @@ func (l *lifecycle) stopJob(js *jobState, requested string, now time.Time) {
 			l.sendCancel(as, reason)
 		})
 		// Its children need not wait for its processes to end.
-		l.cancelChildren(l.children[js.job.ID], js.job.ID, "was cancelled", now)
+		l.cancelChildren(l.children[js.id], js.id, "was cancelled", now)
 	}
 }
 
@@ -561,7 +577,7 @@ func (l *lifecycle) sendCancel(as *attemptState, reason string) {
 
 // finishJob moves a job to a terminal state and drops it from memory.
 func (l *lifecycle) finishJob(js *jobState, st berth.JobState, code *int, reason string, now time.Time) {
-	j := js.job
+	j := js.own()
 	if err := checkJobMove(j, st); err != nil {
 		l.illegal(err)
 		return

@@ -66,8 +66,8 @@ func TestLifecycleRefusesIllegalTransitions(t *testing.T) {
 	if !errors.As(err, &e) || e.Code != berth.ECodeInternal {
 		t.Errorf("succeeded → running: %v, want an ECodeInternal error", err)
 	}
-	if js.job.State != berth.JobSucceeded {
-		t.Errorf("job %s is %s after a refused transition, want succeeded", j.ID, js.job.State)
+	if js.view().State != berth.JobSucceeded {
+		t.Errorf("job %s is %s after a refused transition, want succeeded", j.ID, js.view().State)
 	}
 	if err := h.l.transitionAttempt(as, berth.AttemptFailed); !errors.As(err, &e) || e.Code != berth.ECodeInternal {
 		t.Errorf("ending an attempt twice: %v, want an ECodeInternal error", err)
@@ -108,8 +108,8 @@ func TestLifecycleRetriesAfterABackoff(t *testing.T) {
 	for i, delay := range []time.Duration{time.Second, 2 * time.Second} {
 		h.runLaunched(1)
 		want := fmt.Sprintf("retrying in %v after attempt %d failed: exit code 1", delay, i+1)
-		if e := h.event(berth.EventJobRequeued, j.ID); e.Reason != want || js.job.Reason != want {
-			t.Errorf("requeued for %q, job says %q; want %q", e.Reason, js.job.Reason, want)
+		if e := h.event(berth.EventJobRequeued, j.ID); e.Reason != want || js.view().Reason != want {
+			t.Errorf("requeued for %q, job says %q; want %q", e.Reason, js.view().Reason, want)
 		}
 		if _, waiting := h.l.restarting[js]; !waiting || !js.restartAt().Equal(h.clock.Now().UTC().Add(delay)) {
 			t.Errorf("after attempt %d: backing off %v until %v, want until %v from now", i+1, waiting, js.restartAt(), delay)
@@ -133,8 +133,8 @@ func TestLifecycleRetriesAfterABackoff(t *testing.T) {
 		}
 	}
 	h.runLaunched(1)
-	if e := h.event(berth.EventJobFailed, j.ID); e.Reason != "exit code 1" || js.job.Attempts != 3 {
-		t.Errorf("failed for %q after %d attempts, want exit code 1 after 3", e.Reason, js.job.Attempts)
+	if e := h.event(berth.EventJobFailed, j.ID); e.Reason != "exit code 1" || js.view().Attempts != 3 {
+		t.Errorf("failed for %q after %d attempts, want exit code 1 after 3", e.Reason, js.view().Attempts)
 	}
 	if got := h.counts(); got[berth.JobFailed] != 1 || len(got) != 1 {
 		t.Errorf("counts after the last retry %v, want 1 failed", got)
@@ -197,8 +197,8 @@ func TestLifecycleRequeuesAPreemptedJob(t *testing.T) {
 		t.Errorf("requeued for %q, want preempted by job j2", e.Reason)
 	}
 	again := h.launched() // placed again in the same pass: the slot is free
-	if again == as || again.job.job.Attempts != 1 {
-		t.Errorf("placed again as %s, attempt %d; want a new attempt, still the first that counts", again.a.ID, again.job.job.Attempts)
+	if again == as || again.job.view().Attempts != 1 {
+		t.Errorf("placed again as %s, attempt %d; want a new attempt, still the first that counts", again.a.ID, again.job.view().Attempts)
 	}
 }
 
@@ -320,7 +320,7 @@ func TestAGoneWorkerRequeuesWithoutSpendingARetry(t *testing.T) {
 	if got := h.counts(); got[berth.JobPending] != 1 || len(got) != 1 {
 		t.Errorf("counts %v, want the job pending again", got)
 	}
-	if got := h.l.jobs[j.ID].job.Attempts; got != 0 {
+	if got := h.l.jobs[j.ID].view().Attempts; got != 0 {
 		t.Errorf("attempts counted %d, want 0: no retry spent", got)
 	}
 	h.step(func() { h.c.workerGone("gpu-1", "instance vanished") }) // again: nothing left to do

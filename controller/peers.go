@@ -104,7 +104,7 @@ func (c *Controller) DeletePeer(ctx context.Context, name string, force bool) er
 		}
 		active := 0
 		for _, js := range c.jobs {
-			if js.job.Cluster == name && !js.job.State.Terminal() {
+			if js.view().Cluster == name && !js.view().State.Terminal() {
 				active++
 			}
 		}

@@ -75,7 +75,7 @@ func (c *Controller) PendingDemand(ctx context.Context, waitedBefore time.Time) 
 		byShape := map[string]*Demand{}
 		byPlain := map[plainShape]*Demand{} // the shapes without labels, found without a demandKey
 		for _, js := range c.jobs {
-			j := js.job
+			j := js.view()
 			if j.State != berth.JobPending || js.placed() || js.federated() || js.task == nil || !j.CreatedAt.Before(waitedBefore) {
 				continue
 			}

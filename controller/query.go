@@ -65,7 +65,7 @@ func (c *Controller) explain(pending []*berth.Job) {
 		}
 		// What the controller adds, e.g. a retry's backoff; a job
 		// waiting one out is not queued, and the backoff is why.
-		j.Reason = js.job.Reason
+		j.Reason = js.view().Reason
 		if _, backingOff := c.restarting[js]; !backingOff {
 			tasks, queued = append(tasks, js.task), append(queued, j)
 		}

@@ -58,8 +58,8 @@ func (l *lifecycle) writeJob(js *jobState) {
 	b := l.fx.rows()
 	u := js.update()
 	b.JobUpdates = append(b.JobUpdates, u)
-	if js.job.Origin != nil {
-		l.logChange(b, js.job, u.Attempts, js.job.Reason)
+	if js.view().Origin != nil {
+		l.logChange(b, js.clone(), u.Attempts, js.view().Reason)
 	}
 }
 
@@ -91,12 +91,18 @@ func (l *lifecycle) logChange(b *store.Batch, j *berth.Job, attempts int, reason
 // holds: the changelog's head and the active received jobs. Loop only.
 func (c *Controller) rebuildReceived(a *store.Active) {
 	c.fed.epoch, c.fed.head = a.Federation.Epoch, a.Federation.Head
-	for _, j := range a.Jobs {
+	for j, m := range a.ByID() {
+		id := ""
+		if m != nil {
+			id, j = m.ID, m.Like
+		} else {
+			id = j.ID
+		}
 		if j.Origin != nil {
 			if c.fed.reasons == nil {
 				c.fed.reasons = map[string]string{}
 			}
-			c.fed.reasons[j.ID] = j.Reason
+			c.fed.reasons[id] = j.Reason
 		}
 	}
 }
@@ -375,16 +381,15 @@ func (c *Controller) housekeepReceived(now time.Time) {
 func (c *Controller) logReasons() {
 	var waiting []*berth.Job
 	for id := range c.fed.reasons {
-		if js := c.jobs[id]; js != nil && js.job.State == berth.JobPending && !js.placed() {
-			j := *js.job
-			waiting = append(waiting, &j)
+		if js := c.jobs[id]; js != nil && js.view().State == berth.JobPending && !js.placed() {
+			waiting = append(waiting, js.clone())
 		}
 	}
 	c.explain(waiting)
 	for _, j := range waiting {
 		if j.Reason != c.fed.reasons[j.ID] {
 			js := c.jobs[j.ID]
-			c.logChange(c.fx.rows(), js.job, js.update().Attempts, j.Reason)
+			c.logChange(c.fx.rows(), js.clone(), js.update().Attempts, j.Reason)
 		}
 	}
 }

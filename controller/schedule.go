@@ -122,7 +122,7 @@ func (l *lifecycle) applyPlan(plan *scheduler.Plan, now time.Time) {
 func (l *lifecycle) assign(members []scheduler.Assignment, now time.Time, b *store.Batch) {
 	js := l.jobs[members[0].Task.JobID]
 	l.queue.Remove(js.task)
-	j := js.job
+	j := js.own()
 	j.Attempts++
 	js.failure = nil
 	var env map[string]string
@@ -288,7 +288,7 @@ func (l *lifecycle) preempt(p scheduler.Preemption, now time.Time) {
 	l.preempted = append(l.preempted, now)
 	reason := "preempted by job " + p.For
 	l.sendCancel(as, reason)
-	ev := berth.Event{Time: now, Type: berth.EventJobPreempted, JobID: as.job.job.ID, WorkerID: as.worker.w.ID,
+	ev := berth.Event{Time: now, Type: berth.EventJobPreempted, JobID: as.job.id, WorkerID: as.worker.w.ID,
 		Host: as.worker.w.Host, Reason: reason}
 	l.emit(ev)
 }

@@ -85,9 +85,9 @@ func (c *Controller) Endpoints(ctx context.Context) ([]*berth.Endpoint, error) {
 			if as.a.Phase != berth.PhaseReady || as.a.ServicePort == 0 || !as.leaseUntil.After(now) || as.stopReason() != "" {
 				continue
 			}
-			j := as.job.job
+			j := as.job.view()
 			addr := as.worker.w.Address()
-			out = append(out, &berth.Endpoint{JobID: j.ID, Name: j.Name, User: j.User, AttemptID: as.a.ID,
+			out = append(out, &berth.Endpoint{JobID: as.job.id, Name: j.Name, User: j.User, AttemptID: as.a.ID,
 				Host: as.a.Host, Address: addr, Port: as.a.ServicePort,
 				URL:   "http://" + net.JoinHostPort(addr, strconv.Itoa(as.a.ServicePort)),
 				Model: serviceModel(j), ReadySince: as.readySince, LeaseUntil: as.leaseUntil.UTC()})
@@ -112,7 +112,7 @@ func (c *Controller) Services(ctx context.Context) ([]*berth.Service, error) {
 	var out []*berth.Service
 	err := c.do(ctx, func() {
 		for _, js := range c.services {
-			j := js.job
+			j := js.clone()
 			svc := &berth.Service{Job: *j}
 			js.active(func(as *attemptState) {
 				if as.a.TaskIndex == 0 {

@@ -404,7 +404,7 @@ func (c *Controller) attemptEnded(as *attemptState, st berth.AttemptState, code 
 	as.cause = cause
 	if class != "" {
 		as.a.FailureClass = class
-		if as.job.job.Kind == berth.KindService {
+		if as.job.view().Kind == berth.KindService {
 			as.a.Phase = berth.PhaseFailed
 		}
 	}

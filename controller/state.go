@@ -19,10 +19,16 @@ import (
 const ReasonCancelRequested = "cancel requested"
 
 type jobState struct {
-	job     *berth.Job // the loop's copy; batches get copies
+	// cur is the loop's copy of the job (batches get copies), or, while
+	// the job is as its array was submitted, the array's template that
+	// its untouched jobs share (shared): read it with view, change it
+	// through own, copy it out with clone.
+	cur     *berth.Job
+	id      string // the job's ID, the jobs map's key
 	task    *scheduler.Task
 	members []*attemptState // active attempts by rank (a gang has several); nil while queued
-	live    int             // active members
+	live    int32           // active members
+	index   int32           // the array index of a shared job
 	failure *memberEnd      // the first member to end otherwise than succeeded
 	// again is nil until the job is retried, restarted or handed off:
 	// most queued jobs never are, and each holds a jobState.
@@ -40,6 +46,74 @@ type jobAgain struct {
 	// incarnation is the job's last handoff to a federation peer (0:
 	// never handed off; federation.go).
 	incarnation int
+}
+
+// newJobState returns the state of j, which it owns.
+func newJobState(j *berth.Job) *jobState { return &jobState{cur: j, id: j.ID} }
+
+// sharedJobState returns the state of the job id, index index of an array
+// whose jobs are all template but for their IDs and indexes (a template
+// has neither: see arrayTemplate).
+func sharedJobState(template *berth.Job, id string, index int) *jobState {
+	return &jobState{cur: template, id: id, index: int32(index)}
+}
+
+// arrayTemplate returns what the jobs of j's array share while they are
+// as submitted: j without its ID and array index. Never changed once
+// made: a job that changes makes its own copy first (own).
+func arrayTemplate(j *berth.Job) *berth.Job {
+	t := *j
+	t.ID, t.ArrayIndex = "", nil
+	return &t
+}
+
+// sharesTemplate reports whether j is template but for its ID and array
+// index (its host too, which the store does not keep), so that its state
+// may share template (arrayTemplate).
+func sharesTemplate(template, j *berth.Job) bool {
+	t, s := &template.JobSpec, &j.JobSpec
+	return template.State == j.State && template.Reason == j.Reason && template.ExitCode == nil && j.ExitCode == nil &&
+		template.Attempts == j.Attempts && template.CreatedAt == j.CreatedAt && template.StartedAt == j.StartedAt &&
+		template.FinishedAt == j.FinishedAt && template.Host == j.Host &&
+		t.Name == s.Name && t.User == s.User && t.Queue == s.Queue && t.Kind == s.Kind && t.Priority == s.Priority &&
+		t.Nodes == s.Nodes && t.Resources == s.Resources && t.Constraints.Host == s.Constraints.Host &&
+		maps.Equal(t.Constraints.Labels, s.Constraints.Labels) && slices.Equal(t.Command, s.Command) &&
+		maps.Equal(t.Env, s.Env) && t.Workdir == s.Workdir && t.Template == s.Template && maps.Equal(t.Vars, s.Vars) &&
+		t.MaxRuntime == s.MaxRuntime && t.StallTimeout == s.StallTimeout && t.Retries == s.Retries &&
+		t.Preemptible == s.Preemptible && t.Model == s.Model && t.IdempotencyKey == s.IdempotencyKey &&
+		t.Parent == s.Parent && t.Backend == s.Backend && t.Cluster == s.Cluster && t.Image == s.Image &&
+		t.Origin == nil && s.Origin == nil
+}
+
+// shared reports whether js is a job of an array still as submitted,
+// whose cur is the template its array shares.
+func (js *jobState) shared() bool { return js.cur.ID == "" }
+
+// view returns the job for reading. Never write through it (own): while
+// the job is shared it is its array's template, whose ID and ArrayIndex
+// are empty (js.id and clone have them).
+func (js *jobState) view() *berth.Job { return js.cur }
+
+// own returns the job for changing: a shared job first gets its own copy
+// of its template, with its ID and array index, which the other jobs of
+// its array never see.
+func (js *jobState) own() *berth.Job {
+	if js.shared() {
+		js.cur = js.clone()
+	}
+	return js.cur
+}
+
+// clone returns a copy of the job as it is, its ID and array index
+// included, for a caller off the loop or a batch.
+func (js *jobState) clone() *berth.Job {
+	j := *js.cur
+	if js.shared() {
+		j.ID = js.id
+		index := int(js.index)
+		j.ArrayIndex = &index
+	}
+	return &j
 }
 
 // retried returns js's jobAgain, made the first time it is asked for.
@@ -107,7 +181,7 @@ func (js *jobState) active(fn func(*attemptState)) {
 }
 
 func (js *jobState) cancelRequested() bool {
-	return strings.HasPrefix(js.job.Reason, ReasonCancelRequested)
+	return strings.HasPrefix(js.view().Reason, ReasonCancelRequested)
 }
 
 // cancelRequestedBy is the reason of a job whose cancel actor requested
@@ -129,12 +203,12 @@ func cancelledFor(requested string) string {
 // job's row counts it once an agent accepts (markRunning), which keeps one
 // row write off every assignment. rebuild counts it back in.
 func (js *jobState) update() store.JobUpdate {
-	j := js.job
+	j := js.view()
 	attempts := j.Attempts
 	if j.State == berth.JobPending && js.placed() {
 		attempts--
 	}
-	return store.JobUpdate{ID: j.ID, State: j.State, Reason: j.Reason, ExitCode: j.ExitCode,
+	return store.JobUpdate{ID: js.id, State: j.State, Reason: j.Reason, ExitCode: j.ExitCode,
 		Attempts: attempts, StartedAt: j.StartedAt, FinishedAt: j.FinishedAt}
 }
 
@@ -162,7 +236,7 @@ type attemptState struct {
 func (as *attemptState) stopReason() string {
 	switch {
 	case as.job.cancelRequested():
-		return cancelledFor(as.job.job.Reason)
+		return cancelledFor(as.job.view().Reason)
 	case as.preemptedBy != "":
 		return "preempted by job " + as.preemptedBy
 	case as.stoppedBy != nil:
@@ -297,7 +371,7 @@ func (ws *workerState) addGPUUse(idx, milli int) {
 // milli-GPUs: a whole GPU, or a fraction's share of its GPU
 // (Resources.MilliOn).
 func (ws *workerState) gpuShare(as *attemptState) int {
-	r := &as.job.job.Resources
+	r := &as.job.view().Resources
 	if r.GPUMilli == 0 || len(as.a.GPUs) == 0 {
 		return berth.WholeGPU
 	}
@@ -324,13 +398,13 @@ func (ws *workerState) take(as *attemptState) {
 	s := ws.sched
 	s.Running = append(s.Running, as.run)
 	share := ws.gpuShare(as)
-	if as.job.job.Resources.GPUMilli > 0 {
+	if as.job.view().Resources.GPUMilli > 0 {
 		as.run.GPUMilli = share
 	}
 	for _, idx := range as.a.GPUs {
 		ws.addGPUUse(idx, share)
 	}
-	r := as.job.job.Resources
+	r := as.job.view().Resources
 	s.FreeCPUs -= r.CPUs
 	s.FreeMemory -= r.Memory
 	s.FreeSlots--
@@ -353,7 +427,7 @@ func (ws *workerState) release(as *attemptState) {
 		ws.addGPUUse(idx, -share)
 	}
 	ws.markFaulty()
-	r := as.job.job.Resources
+	r := as.job.view().Resources
 	s.FreeCPUs += r.CPUs
 	s.FreeMemory += r.Memory
 	s.FreeSlots++
@@ -391,16 +465,30 @@ func (c *Controller) rebuild(a *store.Active) {
 		ws.lastSeen = now.UnixNano()
 		c.addWorker(ws)
 	}
-	jobs := a.AllJobs()
-	loaded := make([]*jobState, len(jobs)) // in id order, as jobs
-	c.jobs = make(map[string]*jobState, len(jobs))
-	for i, j := range jobs {
-		js := &jobState{job: j}
-		loaded[i] = js
+	n := len(a.Jobs) + len(a.Members)
+	loaded := make([]*jobState, 0, n) // in id order
+	c.jobs = make(map[string]*jobState, n)
+	var template *berth.Job // of the array being loaded, if any (sharesTemplate)
+	for j, m := range a.ByID() {
+		var js *jobState
+		switch {
+		case m != nil && m.Like.Origin == nil: // as its array was submitted: m.Like is its template
+			js = sharedJobState(m.Like, m.ID, m.Index)
+		case m != nil:
+			js = newJobState(m.Job())
+		case j.ArrayIndex == nil || j.State != berth.JobPending || j.Origin != nil:
+			js = newJobState(j)
+		case template != nil && sharesTemplate(template, j):
+			js = sharedJobState(template, j.ID, *j.ArrayIndex)
+		default:
+			template = arrayTemplate(j)
+			js = sharedJobState(template, j.ID, *j.ArrayIndex)
+		}
+		loaded = append(loaded, js)
 		c.addJob(js)
-		if j.IdempotencyKey != "" {
+		if j := js.view(); j.IdempotencyKey != "" {
 			k := idemKeyOf(&j.JobSpec)
-			c.idem[k] = append(c.idem[k], j.ID)
+			c.idem[k] = append(c.idem[k], js.id)
 		}
 	}
 	for _, js := range loaded { // once every parent is in
@@ -437,10 +525,10 @@ func (c *Controller) rebuild(a *store.Active) {
 			c.enqueue(js)
 			continue
 		}
-		if js.job.State == berth.JobPending {
-			js.job.Attempts++ // assigned, not yet started: its row leaves it out (see update)
+		if js.view().State == berth.JobPending {
+			js.own().Attempts++ // assigned, not yet started: its row leaves it out (see update)
 		}
-		if js.live < max(js.job.Nodes, 1) {
+		if int(js.live) < max(js.view().Nodes, 1) {
 			// A member of this gang ended before the restart: the gang
 			// ends too. Its agents stop the others when they register.
 			js.failure = &memberEnd{state: berth.AttemptLost, reason: "another member of the gang ended while the server restarted"}
@@ -458,7 +546,7 @@ func (c *Controller) rebuild(a *store.Active) {
 // addMember records as as the active attempt of its rank.
 func (js *jobState) addMember(as *attemptState) {
 	if js.members == nil {
-		js.members = make([]*attemptState, max(js.job.Nodes, 1))
+		js.members = make([]*attemptState, max(js.view().Nodes, 1))
 	}
 	if r := as.a.TaskIndex; r >= 0 && r < len(js.members) && js.members[r] == nil {
 		js.members[r] = as
@@ -468,13 +556,13 @@ func (js *jobState) addMember(as *attemptState) {
 
 // running returns the scheduler's view of an attempt.
 func (l *lifecycle) running(as *attemptState) *scheduler.Running {
-	j := as.job.job
+	j := as.job.view()
 	started := as.a.StartedAt
 	if started.IsZero() {
 		started = as.a.CreatedAt
 	}
 	r := j.Resources
-	return &scheduler.Running{AttemptID: as.a.ID, JobID: j.ID, Rank: as.a.TaskIndex, Queue: j.Queue, User: j.User,
+	return &scheduler.Running{AttemptID: as.a.ID, JobID: as.job.id, Rank: as.a.TaskIndex, Queue: j.Queue, User: j.User,
 		Template: j.Template, Priority: j.Priority, Preemptible: j.Preemptible, Gang: j.Nodes > 1, Spread: spreadKey(j), Started: started,
 		MaxRuntime: time.Duration(j.MaxRuntime), GPUs: as.a.GPUs, CPUs: r.CPUs, Memory: r.Memory,
 		Stopping: as.stopReason() != ""}
@@ -489,6 +577,31 @@ func spreadKey(j *berth.Job) string {
 	return j.User + "/" + j.Name
 }
 
+// taskSpec returns what js asks the scheduler for: the one its array's
+// jobs share while js is shared (made for the first of them enqueued, the
+// jobs of an array are enqueued one after another), else its own. The
+// fields it copies never change while the job is active.
+func (l *lifecycle) taskSpec(js *jobState) *scheduler.TaskSpec {
+	j := js.view()
+	if js.shared() && l.lastSpec.of == j {
+		return l.lastSpec.spec
+	}
+	ts := &scheduler.TaskSpec{Nodes: j.Nodes, Queue: j.Queue, User: j.User, Template: j.Template, Model: j.Model,
+		Spread: spreadKey(j), MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt, Resources: j.Resources,
+		Constraints: j.Constraints, NoImage: j.Image == ""}
+	if j.Backend != "" {
+		ts.Constraints.Labels = maps.Clone(j.Constraints.Labels)
+		if ts.Constraints.Labels == nil {
+			ts.Constraints.Labels = map[string]string{}
+		}
+		ts.Constraints.Labels[BackendLabel] = j.Backend
+	}
+	if js.shared() {
+		l.lastSpec.of, l.lastSpec.spec = j, ts
+	}
+	return ts
+}
+
 // enqueue puts a job's task in the scheduler queue; a job handed to a
 // federation peer never goes there.
 func (l *lifecycle) enqueue(js *jobState) {
@@ -497,17 +610,7 @@ func (l *lifecycle) enqueue(js *jobState) {
 	}
 	if js.task == nil {
 		l.seq++
-		j := js.job
-		js.task = &scheduler.Task{JobID: j.ID, Nodes: j.Nodes, Queue: j.Queue, User: j.User, Template: j.Template,
-			Model: j.Model, Spread: spreadKey(j), Priority: j.Priority, MaxRuntime: time.Duration(j.MaxRuntime), Submitted: j.CreatedAt,
-			Seq: l.seq, Resources: j.Resources, Constraints: j.Constraints, NoImage: j.Image == ""}
-		if j.Backend != "" {
-			js.task.Constraints.Labels = maps.Clone(j.Constraints.Labels)
-			if js.task.Constraints.Labels == nil {
-				js.task.Constraints.Labels = map[string]string{}
-			}
-			js.task.Constraints.Labels[BackendLabel] = j.Backend
-		}
+		js.task = &scheduler.Task{TaskSpec: l.taskSpec(js), JobID: js.id, Priority: js.view().Priority, Seq: l.seq}
 	}
 	js.task.Avoid = js.avoid()
 	l.queue.Push(js.task)

@@ -107,7 +107,7 @@ type backlog struct {
 
 // waiting reports whether js counts in its queue's backlog: pending, and
 // not handed to a federation peer.
-func (js *jobState) waiting() bool { return js.job.State == berth.JobPending && !js.federated() }
+func (js *jobState) waiting() bool { return js.view().State == berth.JobPending && !js.federated() }
 
 // counted counts js in or out of its queue's backlog after its state or
 // its cluster changed, or it was created or loaded (was false); was is
@@ -117,7 +117,7 @@ func (s *stats) counted(js *jobState, was bool) {
 	if now == was {
 		return
 	}
-	j := js.job
+	j := js.view()
 	b := s.backlogs[j.Queue]
 	if now {
 		if b == nil {

@@ -167,7 +167,7 @@ func randomStep(t *testing.T, h *harness, rng *rand.Rand, queues []string) strin
 	case 7: // the peer runs it or ends it
 		if js := pick(jobs((*jobState).federated)); js != nil {
 			h.step(func() {
-				if js.job.State == berth.JobPending && rng.IntN(2) == 0 {
+				if js.view().State == berth.JobPending && rng.IntN(2) == 0 {
 					_ = h.l.transitionJob(js, berth.JobRunning, berth.Event{Time: now(), Type: berth.EventJobRunning})
 					return
 				}
@@ -192,11 +192,11 @@ func checkBacklogs(l *lifecycle) error {
 	depth, oldest, states := map[string]int{}, map[string]time.Time{}, map[berth.JobState]int{}
 	services := 0
 	for _, js := range l.jobs {
-		j := js.job
+		j := js.view()
 		states[j.State]++
 		if j.Kind == berth.KindService {
-			if services++; l.services[j.ID] != js {
-				return fmt.Errorf("service job %s is not among the services", j.ID)
+			if services++; l.services[js.id] != js {
+				return fmt.Errorf("service job %s is not among the services", js.id)
 			}
 		}
 		if j.State != berth.JobPending || j.Cluster != "" {

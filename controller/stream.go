@@ -23,10 +23,10 @@ func (c *Controller) OpenStream(ctx context.Context, id string, rank int, m *wir
 		if js == nil {
 			return
 		}
-		state = js.job.State
+		state = js.view().State
 		switch {
-		case rank < 0 || rank >= js.job.Nodes:
-			err = berth.Invalidf("rank", "job %s has %d node(s): rank must be 0 to %d", id, js.job.Nodes, js.job.Nodes-1)
+		case rank < 0 || rank >= js.view().Nodes:
+			err = berth.Invalidf("rank", "job %s has %d node(s): rank must be 0 to %d", id, js.view().Nodes, js.view().Nodes-1)
 		case state != berth.JobRunning:
 		case rank >= len(js.members) || js.members[rank] == nil || js.members[rank].a.State != berth.AttemptRunning:
 			err = &berth.Error{Code: berth.ECodeConflict, Field: "rank", Message: fmt.Sprintf("member %d of job %s is not running", rank, id)}

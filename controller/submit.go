@@ -85,8 +85,7 @@ func (c *Controller) SubmitFull(ctx context.Context, req *berth.SubmitRequest) (
 			jobs := make([]*berth.Job, 0, len(ids))
 			for _, id := range ids {
 				if js := c.jobs[id]; js != nil {
-					j := *js.job
-					jobs = append(jobs, &j)
+					jobs = append(jobs, js.clone())
 				}
 			}
 			if len(jobs) > 0 {
@@ -272,8 +271,8 @@ func (c *Controller) Cancel(ctx context.Context, id string) (*berth.Job, error) 
 			return
 		}
 		c.stopJob(js, requested, c.now().UTC())
-		j := *js.job
-		c.afterCommit(func() { reply <- result{job: &j} })
+		j := js.clone()
+		c.afterCommit(func() { reply <- result{job: j} })
 	}); err != nil {
 		return nil, err
 	}
@@ -305,19 +304,18 @@ func (c *Controller) CancelMatching(ctx context.Context, r berth.CancelRequest) 
 	if err := c.do(ctx, func() {
 		var matched []*jobState
 		for _, js := range c.jobs {
-			if r.Matches(js.job) {
+			if r.Matches(js.view()) {
 				matched = append(matched, js)
 			}
 		}
-		slices.SortFunc(matched, func(a, b *jobState) int { return strings.Compare(a.job.ID, b.job.ID) })
+		slices.SortFunc(matched, func(a, b *jobState) int { return strings.Compare(a.id, b.id) })
 		now := c.now().UTC()
 		jobs := make([]*berth.Job, 0, len(matched))
 		for _, js := range matched {
-			if c.jobs[js.job.ID] == js { // not ended with an earlier match, its parent
+			if c.jobs[js.id] == js { // not ended with an earlier match, its parent
 				c.stopJob(js, requested, now)
 			}
-			j := *js.job
-			jobs = append(jobs, &j)
+			jobs = append(jobs, js.clone())
 		}
 		c.afterCommit(func() { reply <- jobs })
 	}); err != nil {

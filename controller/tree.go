@@ -41,14 +41,14 @@ func (c *Controller) checkParent(ctx context.Context, req *berth.SubmitRequest) 
 // adopt records js as a child of its parent, when the parent is active.
 // Loop only.
 func (l *lifecycle) adopt(js *jobState) {
-	parent := js.job.Parent
+	parent := js.view().Parent
 	if parent == "" || l.jobs[parent] == nil {
 		return
 	}
 	if l.children[parent] == nil {
 		l.children[parent] = map[string]*jobState{}
 	}
-	l.children[parent][js.job.ID] = js
+	l.children[parent][js.id] = js
 }
 
 // orphan forgets j, a job ending in state st, as a parent and as a child,

@@ -55,8 +55,8 @@ func (c *Controller) Wait(ctx context.Context, ids []string, all bool, user stri
 			for id, js := range c.jobs {
 				_, named := w.pending[id]
 				switch {
-				case named, user != "" && js.job.User != user: // counted already, or not user's
-				case js.job.Kind == berth.KindService:
+				case named, user != "" && js.view().User != user: // counted already, or not user's
+				case js.view().Kind == berth.KindService:
 					services++
 				default:
 					w.pending[id] = struct{}{}

@@ -146,7 +146,7 @@ func modelsDesc(models []string) string {
 func asked(r *berth.Resources) string {
 	var parts []string
 	for i := needGPUs; i <= needMemory; i++ {
-		if what := requirement(i, &Task{Resources: *r}); what != "" {
+		if what := requirement(i, &Task{TaskSpec: &TaskSpec{Resources: *r}}); what != "" {
 			parts = append(parts, what)
 		}
 	}

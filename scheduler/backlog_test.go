@@ -25,8 +25,7 @@ func backlogQueue(blocked, ready int, mixed bool, now time.Time) (*Queue, *Snaps
 	}
 	q := NewQueue(DefaultConfig())
 	for i := range blocked {
-		t := &Task{JobID: fmt.Sprintf("b%07d", i), Queue: "parked", User: fmt.Sprint("parker", i%4),
-			Submitted: now.Add(-time.Duration(i%3600) * time.Second), Seq: uint64(i)}
+		t := &Task{JobID: fmt.Sprintf("b%07d", i), Seq: uint64(i), TaskSpec: &TaskSpec{Queue: "parked", User: fmt.Sprint("parker", i%4), Submitted: now.Add(-time.Duration(i%3600) * time.Second)}}
 		if i%2 == 1 {
 			t.Queue, t.Resources = "default", berth.Resources{GPUs: 1, GPUType: "B200"}
 			if mixed {
@@ -36,8 +35,7 @@ func backlogQueue(blocked, ready int, mixed bool, now time.Time) (*Queue, *Snaps
 		q.Push(t)
 	}
 	for i := range ready {
-		q.Push(&Task{JobID: fmt.Sprintf("r%07d", i), Queue: "default", User: "runner", Submitted: now,
-			Seq: uint64(blocked + i)})
+		q.Push(&Task{JobID: fmt.Sprintf("r%07d", i), Seq: uint64(blocked + i), TaskSpec: &TaskSpec{Queue: "default", User: "runner", Submitted: now}})
 	}
 	return q, s
 }
@@ -64,7 +62,7 @@ func benchBacklog(b *testing.B, mixed, push bool) {
 	examined := 0
 	for i := 0; b.Loop(); i++ {
 		if push {
-			q.Push(&Task{JobID: fmt.Sprint("p", i), Queue: "default", User: "runner", Submitted: t0, Seq: uint64(2_000_000 + i)})
+			q.Push(&Task{JobID: fmt.Sprint("p", i), Seq: uint64(2_000_000 + i), TaskSpec: &TaskSpec{Queue: "default", User: "runner", Submitted: t0}})
 		}
 		examined += RunPass(q, s).Examined
 	}
@@ -82,9 +80,7 @@ type taskSpec struct {
 }
 
 func (sp *taskSpec) task() *Task {
-	return &Task{JobID: sp.id, Queue: sp.queue, User: sp.user, Template: sp.template, Priority: sp.prio,
-		Nodes: sp.nodes, Submitted: sp.submitted, MaxRuntime: sp.maxRuntime, Seq: sp.seq,
-		Resources: berth.Resources{GPUs: sp.gpus, GPUType: sp.gpuType}}
+	return &Task{JobID: sp.id, Priority: sp.prio, Seq: sp.seq, TaskSpec: &TaskSpec{Queue: sp.queue, User: sp.user, Template: sp.template, Nodes: sp.nodes, Submitted: sp.submitted, MaxRuntime: sp.maxRuntime, Resources: berth.Resources{GPUs: sp.gpus, GPUType: sp.gpuType}}}
 }
 
 func drawSpecs(rt *rapid.T, now time.Time, first, n int) []*taskSpec {
@@ -251,15 +247,14 @@ func agingRun(t *testing.T, cfg Config, blocked int) (time.Time, int) {
 	t.Helper()
 	q := NewQueue(cfg)
 	for i := range blocked {
-		tk := &Task{JobID: fmt.Sprint("b", i), Queue: "parked", User: "hoarder", Priority: 1000,
-			Submitted: t0.Add(-2 * time.Hour), Seq: uint64(i)}
+		tk := &Task{JobID: fmt.Sprint("b", i), Priority: 1000, Seq: uint64(i), TaskSpec: &TaskSpec{Queue: "parked", User: "hoarder", Submitted: t0.Add(-2 * time.Hour)}}
 		if i%2 == 1 {
 			tk.Queue, tk.Resources = "default", berth.Resources{GPUs: 1, GPUType: "B200"}
 		}
 		q.Push(tk)
 	}
 	seq := uint64(blocked)
-	low := &Task{JobID: "low", Queue: "default", User: "stream", Submitted: t0, Seq: seq, Resources: berth.Resources{GPUs: 1}}
+	low := &Task{JobID: "low", Seq: seq, TaskSpec: &TaskSpec{Queue: "default", User: "stream", Submitted: t0, Resources: berth.Resources{GPUs: 1}}}
 	q.Push(low)
 	ws := h100s(2)
 	for _, w := range ws {
@@ -269,8 +264,7 @@ func agingRun(t *testing.T, cfg Config, blocked int) (time.Time, int) {
 	for now := t0; now.Before(t0.Add(6 * time.Hour)); now = now.Add(time.Minute) {
 		for range 2 {
 			seq++
-			q.Push(&Task{JobID: fmt.Sprint("s", seq), Queue: "default", User: "stream", Priority: 100, Submitted: now,
-				Seq: seq, Resources: berth.Resources{GPUs: 1}})
+			q.Push(&Task{JobID: fmt.Sprint("s", seq), Priority: 100, Seq: seq, TaskSpec: &TaskSpec{Queue: "default", User: "stream", Submitted: now, Resources: berth.Resources{GPUs: 1}}})
 		}
 		for _, w := range ws {
 			w.Off = now.Before(t0.Add(30 * time.Minute))
@@ -348,8 +342,7 @@ func TestBlockedTasksAreReexamined(t *testing.T) {
 	tasks := func(n int, queue, gpuType string, ngpu int) []*Task {
 		out := make([]*Task, n)
 		for i := range out {
-			out[i] = &Task{JobID: fmt.Sprint(queue, i), Queue: queue, User: "alice", Submitted: t0, Seq: uint64(i),
-				Resources: berth.Resources{GPUs: ngpu, GPUType: gpuType}}
+			out[i] = &Task{JobID: fmt.Sprint(queue, i), Seq: uint64(i), TaskSpec: &TaskSpec{Queue: queue, User: "alice", Submitted: t0, Resources: berth.Resources{GPUs: ngpu, GPUType: gpuType}}}
 		}
 		return out
 	}
@@ -415,8 +408,7 @@ func TestBlockedTasksAreReexamined(t *testing.T) {
 		{"a reservation ends", func() setup {
 			w := serving("w0")
 			run(w, "busy", 0, t0, 0, 1, 2, 3).MaxRuntime = time.Hour
-			big := &Task{JobID: "big", Queue: "default", User: "bob", Submitted: t0.Add(-time.Hour),
-				Resources: berth.Resources{GPUs: 8}}
+			big := &Task{JobID: "big", TaskSpec: &TaskSpec{Queue: "default", User: "bob", Submitted: t0.Add(-time.Hour), Resources: berth.Resources{GPUs: 8}}}
 			return setup{tasks: append(tasks(3, "default", "", 4), big), ws: []*Worker{w}}
 		}, false, "the resources it fits are reserved for job big", func(s *setup) {
 			s.tasks = s.tasks[:len(s.tasks)-1] // big is cancelled
@@ -484,7 +476,7 @@ func TestTaskPushedIntoABlockedListIsExplained(t *testing.T) {
 		Quotas: []berth.QuotaRule{{Scope: berth.QuotaUser, Name: "bob", MaxGPUs: 0, MaxJobs: berth.NoLimit}}}
 	q := NewQueue(DefaultConfig())
 	newTask := func(id, queue, user string) *Task {
-		tk := &Task{JobID: id, Queue: queue, User: user, Submitted: t0, Resources: berth.Resources{GPUs: 1}}
+		tk := &Task{JobID: id, TaskSpec: &TaskSpec{Queue: queue, User: user, Submitted: t0, Resources: berth.Resources{GPUs: 1}}}
 		q.Push(tk)
 		return tk
 	}

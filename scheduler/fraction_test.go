@@ -12,7 +12,7 @@ import (
 )
 
 func fraction(id string, prio, milli int) *Task {
-	return &Task{JobID: id, Queue: "default", Priority: prio, Submitted: t0, Resources: berth.Resources{GPUMilli: milli}}
+	return &Task{JobID: id, Priority: prio, TaskSpec: &TaskSpec{Queue: "default", Submitted: t0, Resources: berth.Resources{GPUMilli: milli}}}
 }
 
 // place runs one pass of ts over workers and returns where each task went
@@ -192,8 +192,7 @@ func TestFractionProperties(t *testing.T) {
 					continue
 				}
 				prio := 900 - i // whole requests first: they come first in reqs
-				tk := &Task{JobID: fmt.Sprint("j", i), Queue: "default", User: user, Priority: prio, Submitted: t0, Nodes: r.nodes, Seq: uint64(i),
-					Resources: berth.Resources{GPUs: r.whole, GPUMilli: r.milli, GPUMemory: r.mem}}
+				tk := &Task{JobID: fmt.Sprint("j", i), Priority: prio, Seq: uint64(i), TaskSpec: &TaskSpec{Queue: "default", User: user, Submitted: t0, Nodes: r.nodes, Resources: berth.Resources{GPUs: r.whole, GPUMilli: r.milli, GPUMemory: r.mem}}}
 				q.Push(tk)
 			}
 			return q

@@ -280,8 +280,9 @@ func (p *pass) blockedNow(l *list, c *shapeCount, free bool) bool {
 	if l.templated > 0 && p.templates {
 		return false
 	}
-	rep := *c.rep
-	rep.Template = "" // no template rule applies to l's tasks
+	rep, spec := *c.rep, *c.rep.TaskSpec
+	spec.Template = "" // no template rule applies to l's tasks
+	rep.TaskSpec = &spec
 	qe := p.overQuota(&rep)
 	if qe == nil {
 		return false

@@ -28,27 +28,17 @@ import (
 )
 
 // Task is one pending job: Nodes members (1 for a single-node job, N for a
-// gang) that must all be placed at once, each needing Resources.
+// gang) that must all be placed at once, each needing Resources. What it
+// asks for is its TaskSpec, which the tasks of an array share.
 type Task struct {
+	*TaskSpec
 	JobID    string
-	Nodes    int // members; 0 means 1
-	Queue    string
-	User     string
-	Template string
-	Model    string // placed preferably where this model is loaded
-	// Spread names a set of replicas (a service's): they go to hosts that
-	// run none of the set where any fits, else where they fit.
-	Spread     string
-	Priority   int
-	MaxRuntime time.Duration // 0: unknown, never backfills
-	Submitted  time.Time
-	Seq        uint64 // FIFO tie-break; the controller passes submission order
+	Priority int
+	Seq      uint64 // FIFO tie-break; the controller passes submission order
 	// Avoid lists the workers (IDs) where the task's earlier attempts
 	// failed: it goes to another worker where one fits now, else to one
 	// of these.
-	Avoid       []string
-	Resources   berth.Resources
-	Constraints berth.Constraints
+	Avoid []string
 
 	// Reason is why the task was still pending after the last pass that
 	// examined it, or that left it out as blocked; RunPass sets it.
@@ -63,14 +53,31 @@ type Task struct {
 	// Front puts the task at the front of its priority class among its
 	// user's tasks of its queue when pushed: ordered as if submitted with
 	// the oldest of them, and first among equals (a resume-style requeue).
-	// (Beside the flags below, for the struct's size: a queued job holds
-	// one Task.)
-	Front bool
+	Front   bool
+	removed bool
+	queued  bool
+}
+
+// TaskSpec is what a task asks for and where it belongs, the same for
+// every job of an array: the controller makes one per array (a queued job
+// holds one Task, and a million of them would otherwise copy it a million
+// times). Never changed while a task holding it is queued.
+type TaskSpec struct {
+	Nodes    int // members; 0 means 1
+	Queue    string
+	User     string
+	Template string
+	Model    string // placed preferably where this model is loaded
+	// Spread names a set of replicas (a service's): they go to hosts that
+	// run none of the set where any fits, else where they fit.
+	Spread      string
+	MaxRuntime  time.Duration // 0: unknown, never backfills
+	Submitted   time.Time
+	Resources   berth.Resources
+	Constraints berth.Constraints
 	// NoImage marks a task whose job names no container image: it never
 	// goes to a worker labelled ImageRequiredLabel.
 	NoImage bool
-	removed bool
-	queued  bool
 }
 
 // ImageRequiredLabel is the label (value "true") of a worker that runs only

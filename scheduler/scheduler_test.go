@@ -27,8 +27,7 @@ func newWorker(id string, gs []berth.GPU) *Worker {
 }
 
 func task(id string, prio int, submitted time.Time, ngpu int) *Task {
-	return &Task{JobID: id, Queue: "default", Priority: prio, Submitted: submitted,
-		Resources: berth.Resources{GPUs: ngpu}}
+	return &Task{JobID: id, Priority: prio, TaskSpec: &TaskSpec{Queue: "default", Submitted: submitted, Resources: berth.Resources{GPUs: ngpu}}}
 }
 
 func order(q *Queue, now time.Time) []string {

@@ -37,9 +37,10 @@ func Synthetic(workers, pending int, now time.Time) (*Queue, *Snapshot) {
 	}
 	q := NewQueue(DefaultConfig())
 	for i := 0; i < pending; i++ {
-		t := &Task{JobID: fmt.Sprintf("j%07d", i), Queue: "default", User: fmt.Sprint("user", rng.IntN(users)),
-			Priority: rng.IntN(10) * 100, Submitted: now.Add(-time.Duration(rng.IntN(7200)) * time.Second), Seq: uint64(i),
-			Resources: berth.Resources{GPUs: 1 << rng.IntN(4), CPUs: 4, Memory: 32 << 30}}
+		t := &Task{JobID: fmt.Sprintf("j%07d", i), Priority: rng.IntN(10) * 100, Seq: uint64(i),
+			TaskSpec: &TaskSpec{Queue: "default", User: fmt.Sprint("user", rng.IntN(users)),
+				Submitted: now.Add(-time.Duration(rng.IntN(7200)) * time.Second),
+				Resources: berth.Resources{GPUs: 1 << rng.IntN(4), CPUs: 4, Memory: 32 << 30}}}
 		switch {
 		case i%20 == 0:
 			t.Nodes, t.Resources.GPUs = 2+rng.IntN(3), 8

@@ -26,8 +26,7 @@ func TestSimRequeuedTaskIsPlacedOnce(t *testing.T) {
 		CPUs: 64, Memory: 1 << 40, FreeCPUs: 64, FreeMemory: 1 << 40, FreeSlots: 100}}}
 	q := scheduler.NewQueue(scheduler.Config{})
 	task := func(id string, seq uint64) *scheduler.Task {
-		return &scheduler.Task{JobID: id, Queue: "default", User: "u", Priority: 100, Submitted: now,
-			Seq: seq, Resources: berth.Resources{GPUs: 1}}
+		return &scheduler.Task{JobID: id, Priority: 100, Seq: seq, TaskSpec: &scheduler.TaskSpec{Queue: "default", User: "u", Submitted: now, Resources: berth.Resources{GPUs: 1}}}
 	}
 	a, b := task("a", 1), task("b", 2)
 	q.Push(a)

@@ -291,9 +291,7 @@ func newTask(spec *Job, seq uint64) *scheduler.Task {
 	if queue == "" {
 		queue = berth.DefaultQueue
 	}
-	return &scheduler.Task{JobID: spec.ID, Nodes: max(spec.Nodes, 1), Queue: queue, User: spec.User,
-		Priority: spec.Priority, MaxRuntime: spec.MaxRuntime, Submitted: epoch.Add(spec.Submit), Seq: seq,
-		Resources: spec.Resources}
+	return &scheduler.Task{JobID: spec.ID, Priority: spec.Priority, Seq: seq, TaskSpec: &scheduler.TaskSpec{Nodes: max(spec.Nodes, 1), Queue: queue, User: spec.User, MaxRuntime: spec.MaxRuntime, Submitted: epoch.Add(spec.Submit), Resources: spec.Resources}}
 }
 
 // validJob checks what Run relies on; the loaders give the same rules

@@ -6,6 +6,7 @@ package store
 
 import (
 	"context"
+	"iter"
 	"slices"
 	"time"
 
@@ -165,16 +166,34 @@ func (m ArrayMember) Job() *berth.Job {
 	return &j
 }
 
-// AllJobs returns every job of a: Jobs and the jobs of Members, by id.
+// ByID yields every job of a in id order: each of Jobs with a nil
+// member, each of Members as a nil job and the member.
+func (a *Active) ByID() iter.Seq2[*berth.Job, *ArrayMember] {
+	return func(yield func(*berth.Job, *ArrayMember) bool) {
+		jobs, members := a.Jobs, a.Members
+		for len(jobs) > 0 || len(members) > 0 {
+			var ok bool
+			if len(members) == 0 || len(jobs) > 0 && jobs[0].ID < members[0].ID {
+				ok, jobs = yield(jobs[0], nil), jobs[1:]
+			} else {
+				ok, members = yield(nil, &members[0]), members[1:]
+			}
+			if !ok {
+				return
+			}
+		}
+	}
+}
+
+// AllJobs returns every job of a, by id: Jobs, and Members as jobs of
+// their own.
 func (a *Active) AllJobs() []*berth.Job {
 	out := make([]*berth.Job, 0, len(a.Jobs)+len(a.Members))
-	jobs, members := a.Jobs, a.Members
-	for len(jobs) > 0 || len(members) > 0 {
-		if len(members) == 0 || len(jobs) > 0 && jobs[0].ID < members[0].ID {
-			out, jobs = append(out, jobs[0]), jobs[1:]
-		} else {
-			out, members = append(out, members[0].Job()), members[1:]
+	for j, m := range a.ByID() {
+		if m != nil {
+			j = m.Job()
 		}
+		out = append(out, j)
 	}
 	return out
 }
