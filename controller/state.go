@@ -455,21 +455,20 @@ func (l *lifecycle) observedState(ws *workerState) berth.WorkerState {
 	return berth.WorkerReady
 }
 
-// rebuild restores memory from what the store holds: queued jobs go back in
-// the queue, active attempts back on their workers, which count as
-// disconnected until their agents register again.
-func (c *Controller) rebuild(a *store.Active) {
-	now := c.now()
-	for _, w := range a.Workers {
-		ws := newWorkerState(w)
-		ws.lastSeen = now.UnixNano()
-		c.addWorker(ws)
-	}
-	n := len(a.Jobs) + len(a.Members)
-	loaded := make([]*jobState, 0, n) // in id order
-	c.jobs = make(map[string]*jobState, n)
-	var template *berth.Job // of the array being loaded, if any (sharesTemplate)
-	for j, m := range a.ByID() {
+// jobLoader makes the states of the jobs a start loads, part by part as
+// the store hands them out (store.JobStore.LoadActive), in id order,
+// while the store reads the next: each job goes into the jobs map and
+// loaded.
+type jobLoader struct {
+	l        *lifecycle
+	loaded   []*jobState // in id order
+	template *berth.Job  // of the array being loaded, if any (sharesTemplate)
+}
+
+// add makes the states of a part's jobs and members.
+func (ld *jobLoader) add(jobs []*berth.Job, members []store.ArrayMember) {
+	part := store.Active{Jobs: jobs, Members: members}
+	for j, m := range part.ByID() {
 		var js *jobState
 		switch {
 		case m != nil && m.Like.Origin == nil: // as its array was submitted: m.Like is its template
@@ -478,18 +477,31 @@ func (c *Controller) rebuild(a *store.Active) {
 			js = newJobState(m.Job())
 		case j.ArrayIndex == nil || j.State != berth.JobPending || j.Origin != nil:
 			js = newJobState(j)
-		case template != nil && sharesTemplate(template, j):
-			js = sharedJobState(template, j.ID, *j.ArrayIndex)
+		case ld.template != nil && sharesTemplate(ld.template, j):
+			js = sharedJobState(ld.template, j.ID, *j.ArrayIndex)
 		default:
-			template = arrayTemplate(j)
-			js = sharedJobState(template, j.ID, *j.ArrayIndex)
+			ld.template = arrayTemplate(j)
+			js = sharedJobState(ld.template, j.ID, *j.ArrayIndex)
 		}
-		loaded = append(loaded, js)
-		c.addJob(js)
+		ld.loaded = append(ld.loaded, js)
+		ld.l.addJob(js)
 		if j := js.view(); j.IdempotencyKey != "" {
 			k := idemKeyOf(&j.JobSpec)
-			c.idem[k] = append(c.idem[k], js.id)
+			ld.l.idem[k] = append(ld.l.idem[k], js.id)
 		}
+	}
+}
+
+// rebuild restores memory from what the store holds, the jobs' states
+// made (jobLoader) and in loaded: queued jobs go back in the queue,
+// active attempts back on their workers, which count as disconnected
+// until their agents register again.
+func (c *Controller) rebuild(a *store.Active, loaded []*jobState) {
+	now := c.now()
+	for _, w := range a.Workers {
+		ws := newWorkerState(w)
+		ws.lastSeen = now.UnixNano()
+		c.addWorker(ws)
 	}
 	for _, js := range loaded { // once every parent is in
 		c.adopt(js)

@@ -234,8 +234,12 @@ type JobStore interface {
 	// LoadActive returns every non-terminal job and attempt, all workers,
 	// all quota rules, all worker controls, the newest events (at most
 	// KeptEvents), log sizes of the active attempts and job counts by
-	// state.
-	LoadActive(ctx context.Context) (*Active, error)
+	// state. When each is not nil, the jobs go to it instead of into
+	// Active's Jobs and Members, as they are read, before LoadActive
+	// returns: in parts, one call at a time, the parts in id order and
+	// each part's jobs and members by id, so that a start works on the
+	// jobs read while the next are read.
+	LoadActive(ctx context.Context, each func(jobs []*berth.Job, members []ArrayMember)) (*Active, error)
 	// AuditHead returns the audit head the last batch that set one
 	// wrote, or the zero AuditHead if none did.
 	AuditHead(ctx context.Context) (AuditHead, error)

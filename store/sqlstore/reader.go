@@ -134,13 +134,20 @@ const selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
 // walk back from the end of the primary key.
 var selectEvents = `SELECT ` + EventColumns + ` FROM events ORDER BY seq DESC LIMIT ` + strconv.Itoa(store.KeptEvents)
 
-// LoadActive returns what the controller rebuilds its memory from. Its
-// reads run at once, and the pending jobs, when many, in ranges of ids
-// at once (jobsIn): at a million pending jobs the load is most of a
-// restart.
-func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
+// LoadActive returns what the controller rebuilds its memory from, and
+// hands its jobs to each as they are read, when each is not nil (see
+// store.JobStore). Its reads run at once, and the pending jobs, when
+// many, in ranges of ids at once (jobsIn): at a million pending jobs the
+// load is most of a restart.
+func (r *Reader) LoadActive(ctx context.Context, each func([]*berth.Job, []store.ArrayMember)) (*store.Active, error) {
 	a := &store.Active{LogSizes: map[string]int64{}, Counts: map[berth.JobState]int{}}
-	var pending, running []*berth.Job
+	if each == nil {
+		each = func(jobs []*berth.Job, members []store.ArrayMember) {
+			a.Jobs, a.Members = append(a.Jobs, jobs...), append(a.Members, members...)
+		}
+	}
+	var running []*berth.Job
+	runningRead := make(chan struct{})
 	err := parallel(
 		func() error {
 			if err := r.countJobs(ctx, a.Counts); err != nil {
@@ -150,13 +157,26 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 			for _, n := range a.Counts {
 				total += n
 			}
-			var err error
-			pending, a.Members, err = r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending], total)
-			return err
+			// Each part of the pending jobs goes with the running jobs
+			// whose ids are below its end (all of them after the last).
+			return r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending], total,
+				func(jobs []*berth.Job, members []store.ArrayMember, end string) {
+					<-runningRead
+					k := len(running)
+					if end != "" {
+						k, _ = slices.BinarySearchFunc(running, end, func(j *berth.Job, id string) int { return strings.Compare(j.ID, id) })
+					}
+					jobs, running = mergeByID(jobs, running[:k]), running[k:]
+					if len(jobs) > 0 || len(members) > 0 {
+						each(jobs, members)
+					}
+				})
 		},
-		func() (err error) {
-			running, _, err = r.jobsIn(ctx, berth.JobRunning, 0, 0)
-			return err
+		func() error {
+			defer close(runningRead)
+			return r.jobsIn(ctx, berth.JobRunning, 0, 0, func(jobs []*berth.Job, _ []store.ArrayMember, _ string) {
+				running = append(running, jobs...)
+			})
 		},
 		func() (err error) {
 			if a.Events, err = collect(ctx, r, scanEvent, selectEvents); err != nil {
@@ -170,7 +190,6 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.Jobs = mergeByID(pending, running)
 	return a, nil
 }
 
@@ -233,17 +252,21 @@ func (r *Reader) loadRest(ctx context.Context, a *store.Active) error {
 	return err
 }
 
-// Ranges of the load: a state's jobs are read by up to loadRanges
-// queries at once, each of jobsPerRange jobs at least.
+// Ranges of the load: a state's jobs are read in up to loadRanges
+// ranges of ids, each of jobsPerRange jobs at least, as many at once as
+// there are cores.
 const (
-	loadRanges   = 8
+	loadRanges   = 32
 	jobsPerRange = 10_000
 )
 
-// jobsIn returns the jobs in state st, by id: the pending jobs of arrays
-// still as submitted as members (memberWhere), the others whole. n is
-// about how many there are and total how many jobs there are in all (0
-// when not known): n splits them into ranges of ids read at once. Each
+// jobsIn reads the jobs in state st and hands them to part, range by
+// range in id order, one call at a time: the pending jobs of arrays
+// still as submitted as members (memberWhere), the others whole, and the
+// id the range ends before ("" for the last). n is about how many there
+// are and total how many jobs there are in all (0 when not known): n
+// splits them into ranges of ids, read as many at once as there are
+// cores, so that part works on one range while the next are read. Each
 // read walks the jobs_state index in id order (a list of states with
 // ORDER BY id would sort every row first), or, when the state holds half
 // the jobs or more, the table itself by id (Dialect.Unindexed): one walk
@@ -251,16 +274,25 @@ const (
 // of each row in the table. The jobs of an array share one decoded spec
 // (per range). LoadActive runs before anything writes (the controller's
 // start): the reads of a range are not one snapshot.
-func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int) ([]*berth.Job, []store.ArrayMember, error) {
-	bounds, err := r.rangeBounds(ctx, st, n, min(loadRanges, runtime.GOMAXPROCS(0), n/jobsPerRange))
+func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int,
+	part func(jobs []*berth.Job, members []store.ArrayMember, end string)) error {
+	cores := runtime.GOMAXPROCS(0)
+	bounds, err := r.rangeBounds(ctx, st, n, min(loadRanges, 4*cores, n/jobsPerRange))
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	members := st == berth.JobPending
-	parts := make([][]*berth.Job, len(bounds)+1)
-	memberParts := make([][]store.ArrayMember, len(parts))
-	var reads []func() error
-	for i := range parts {
+	type result struct {
+		jobs    []*berth.Job
+		members []store.ArrayMember
+		err     error
+		done    chan struct{}
+	}
+	results := make([]result, len(bounds)+1)
+	reads := make([][]func() error, len(results))
+	readCtx, cancel := context.WithCancel(ctx)
+	for i := range results {
+		res := &results[i]
+		res.done = make(chan struct{})
 		a := args{d: &r.dialect}
 		state := "state"
 		if total > 0 && 2*n >= total {
@@ -273,28 +305,60 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int) ([
 		if i < len(bounds) {
 			where += ` AND id < ` + a.add(bounds[i])
 		}
-		size := n/len(parts) + n/8/len(parts)
-		if !members {
-			reads = append(reads, func() (err error) {
-				parts[i], err = r.jobs(ctx, size, selectJobs+where+` ORDER BY id`, a.list...)
-				return err
-			})
-			continue
+		size := n/len(results) + n/8/len(results)
+		reads[i] = []func() error{func() (err error) {
+			res.jobs, err = r.jobs(readCtx, size, selectJobs+where+` ORDER BY id`, a.list...)
+			return err
+		}}
+		if st == berth.JobPending {
+			reads[i] = []func() error{
+				func() (err error) {
+					res.jobs, err = r.jobs(readCtx, 0, selectJobs+where+` AND NOT (`+memberWhere+`) ORDER BY id`, a.list...)
+					return err
+				},
+				func() (err error) {
+					res.members, err = r.members(readCtx, size, selectMembers+where+` AND `+memberWhere+` ORDER BY id`, a.list...)
+					return err
+				},
+			}
 		}
-		reads = append(reads,
-			func() (err error) {
-				parts[i], err = r.jobs(ctx, 0, selectJobs+where+` AND NOT (`+memberWhere+`) ORDER BY id`, a.list...)
-				return err
-			},
-			func() (err error) {
-				memberParts[i], err = r.members(ctx, size, selectMembers+where+` AND `+memberWhere+` ORDER BY id`, a.list...)
-				return err
+	}
+	// The ranges start in id order, as many at once as there are cores.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // the reads left, once one failed
+	wg.Go(func() {
+		slots := make(chan struct{}, cores)
+		for i := range results {
+			res := &results[i]
+			select {
+			case slots <- struct{}{}:
+			case <-readCtx.Done():
+				res.err = readCtx.Err()
+				close(res.done)
+				continue
+			}
+			wg.Go(func() {
+				res.err = parallel(reads[i]...)
+				<-slots
+				close(res.done)
 			})
+		}
+	})
+	for i := range results {
+		res := &results[i]
+		<-res.done
+		if res.err != nil {
+			return fmt.Errorf("load %s jobs: %w", st, res.err)
+		}
+		end := ""
+		if i < len(bounds) {
+			end = bounds[i]
+		}
+		part(res.jobs, res.members, end)
+		*res = result{} // its jobs are part's now
 	}
-	if err := parallel(reads...); err != nil {
-		return nil, nil, fmt.Errorf("load %s jobs: %w", st, err)
-	}
-	return slices.Concat(parts...), slices.Concat(memberParts...), nil
+	return nil
 }
 
 // memberWhere selects the pending jobs of arrays still as submitted

@@ -94,6 +94,23 @@ func testLoadActiveManyPending(t *testing.T, s store.Store) {
 	if split := loadActiveSplit(t, s); len(split.Members) != members || len(split.Jobs)+members != len(want) {
 		t.Fatalf("LoadActive: %d jobs and %d members, want %d and %d", len(split.Jobs), len(split.Members), len(want)-members, members)
 	}
+	// Handed out in parts as they are read: the same jobs, in id order.
+	var parts int
+	var streamed []*berth.Job
+	split, err := s.LoadActive(t.Context(), func(jobs []*berth.Job, members []store.ArrayMember) {
+		parts++
+		part := &store.Active{Jobs: jobs, Members: members}
+		checkMembers(t, part)
+		streamed = append(streamed, part.AllJobs()...)
+	})
+	if err != nil {
+		t.Fatalf("LoadActive: %v", err)
+	}
+	if len(split.Jobs) != 0 || len(split.Members) != 0 || parts < 2 {
+		t.Errorf("LoadActive handed out %d parts and returned %d jobs, %d members; want the jobs in parts (30,011 jobs are read in ranges), none returned",
+			parts, len(split.Jobs), len(split.Members))
+	}
+	checkEqual(t, "LoadActive's parts", streamed, loadActive(t, s).Jobs)
 	a := loadActive(t, s)
 	if !slices.Equal(jobIDs(a.Jobs), jobIDs(want)) {
 		t.Fatalf("LoadActive: %d jobs, want the %d active ones in id order", len(a.Jobs), len(want))
@@ -342,7 +359,7 @@ func testConcurrent(t *testing.T, s store.Store) {
 				if len(jobs)%perBatch != 0 {
 					t.Errorf("Jobs saw %d jobs, not a whole number of %d-job batches", len(jobs), perBatch)
 				}
-				a, err := s.LoadActive(ctx)
+				a, err := s.LoadActive(ctx, nil)
 				if err != nil {
 					t.Errorf("LoadActive: %v", err)
 					return

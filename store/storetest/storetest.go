@@ -339,7 +339,7 @@ func loadActive(t *testing.T, s store.Store) *store.Active {
 // Members checked (checkMembers).
 func loadActiveSplit(t *testing.T, s store.Store) *store.Active {
 	t.Helper()
-	a, err := s.LoadActive(t.Context())
+	a, err := s.LoadActive(t.Context(), nil)
 	if err != nil {
 		t.Fatalf("LoadActive: %v", err)
 	}
