@@ -465,8 +465,14 @@ type jobLoader struct {
 	template *berth.Job  // of the array being loaded, if any (sharesTemplate)
 }
 
-// add makes the states of a part's jobs and members.
-func (ld *jobLoader) add(jobs []*berth.Job, members []store.ArrayMember) {
+// add makes the states of a part's jobs and members; left more are to
+// come.
+func (ld *jobLoader) add(jobs []*berth.Job, members []store.ArrayMember, left int) {
+	if ld.loaded == nil { // the first part: room for them all
+		n := len(jobs) + len(members) + left
+		ld.loaded = make([]*jobState, 0, n)
+		ld.l.jobs = make(map[string]*jobState, n)
+	}
 	part := store.Active{Jobs: jobs, Members: members}
 	for j, m := range part.ByID() {
 		var js *jobState

@@ -139,10 +139,10 @@ var selectEvents = `SELECT ` + EventColumns + ` FROM events ORDER BY seq DESC LI
 // store.JobStore). Its reads run at once, and the pending jobs, when
 // many, in ranges of ids at once (jobsIn): at a million pending jobs the
 // load is most of a restart.
-func (r *Reader) LoadActive(ctx context.Context, each func([]*berth.Job, []store.ArrayMember)) (*store.Active, error) {
+func (r *Reader) LoadActive(ctx context.Context, each func([]*berth.Job, []store.ArrayMember, int)) (*store.Active, error) {
 	a := &store.Active{LogSizes: map[string]int64{}, Counts: map[berth.JobState]int{}}
 	if each == nil {
-		each = func(jobs []*berth.Job, members []store.ArrayMember) {
+		each = func(jobs []*berth.Job, members []store.ArrayMember, _ int) {
 			a.Jobs, a.Members = append(a.Jobs, jobs...), append(a.Members, members...)
 		}
 	}
@@ -159,6 +159,7 @@ func (r *Reader) LoadActive(ctx context.Context, each func([]*berth.Job, []store
 			}
 			// Each part of the pending jobs goes with the running jobs
 			// whose ids are below its end (all of them after the last).
+			left := a.Counts[berth.JobPending] + a.Counts[berth.JobRunning]
 			return r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending], total,
 				func(jobs []*berth.Job, members []store.ArrayMember, end string) {
 					<-runningRead
@@ -168,7 +169,8 @@ func (r *Reader) LoadActive(ctx context.Context, each func([]*berth.Job, []store
 					}
 					jobs, running = mergeByID(jobs, running[:k]), running[k:]
 					if len(jobs) > 0 || len(members) > 0 {
-						each(jobs, members)
+						left = max(left-len(jobs)-len(members), 0)
+						each(jobs, members, left)
 					}
 				})
 		},
