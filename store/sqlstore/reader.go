@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -313,16 +314,10 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int,
 			return err
 		}}
 		if st == berth.JobPending {
-			reads[i] = []func() error{
-				func() (err error) {
-					res.jobs, err = r.jobs(readCtx, 0, selectJobs+where+` AND NOT (`+memberWhere+`) ORDER BY id`, a.list...)
-					return err
-				},
-				func() (err error) {
-					res.members, err = r.members(readCtx, size, selectMembers+where+` AND `+memberWhere+` ORDER BY id`, a.list...)
-					return err
-				},
-			}
+			reads[i] = []func() error{func() (err error) {
+				res.jobs, res.members, err = r.pendingIn(readCtx, size, where, a.list)
+				return err
+			}}
 		}
 	}
 	// The ranges start in id order, as many at once as there are cores.
@@ -370,31 +365,63 @@ const memberWhere = `array_id IS NOT NULL AND reason = '' AND attempts = 0 AND e
 	AND started_at = 0 AND finished_at = 0 AND cluster IS NULL`
 
 // selectMembers reads what a member (memberWhere) has of its own: its id,
-// its index, the job whose spec it shares, and its creation time.
-const selectMembers = `SELECT id, array_index, array_id, created_at FROM jobs`
+// its index, the job whose spec it shares, and its creation time; the
+// shared job's id is NULL for a job that is no member.
+const selectMembers = `SELECT id, array_index, CASE WHEN ` + memberWhere + ` THEN array_id END, created_at FROM jobs`
+
+// pendingIn reads the pending jobs of about size that where (and args)
+// selects, by id, in one walk when most are members: the others are then
+// read by id, or, when there are many of them, by a second walk.
+func (r *Reader) pendingIn(ctx context.Context, size int, where string, whereArgs []any) ([]*berth.Job, []store.ArrayMember, error) {
+	members, others, err := r.members(ctx, size, selectMembers+where+` ORDER BY id`, whereArgs...)
+	if err != nil || len(others) == 0 {
+		return nil, members, err
+	}
+	if 4*len(others) > len(members) {
+		jobs, err := r.jobs(ctx, len(others), selectJobs+where+` AND NOT (`+memberWhere+`) ORDER BY id`, whereArgs...)
+		return jobs, members, err
+	}
+	jobs := make([]*berth.Job, 0, len(others))
+	for start := 0; start < len(others); start += idsPerQuery {
+		a := args{d: &r.dialect}
+		q := selectJobs + ` WHERE id ` + in(&a, others[start:min(start+idsPerQuery, len(others))]) + ` ORDER BY id`
+		part, err := r.jobs(ctx, idsPerQuery, q, a.list...)
+		if err != nil {
+			return nil, nil, err
+		}
+		jobs = append(jobs, part...)
+	}
+	return jobs, members, nil
+}
 
 // members runs query, a selectMembers of about size jobs, and returns its
-// jobs as members: those of one array made at the same time share one
-// job, whose spec is read once, at the end.
-func (r *Reader) members(ctx context.Context, size int, query string, args ...any) ([]store.ArrayMember, error) {
+// members, those of one array made at the same time sharing one job whose
+// spec is read once, at the end, and the ids of the jobs that are no
+// members, in order.
+func (r *Reader) members(ctx context.Context, size int, query string, args ...any) ([]store.ArrayMember, []string, error) {
 	type shape struct {
 		head    string
 		created int64
 	}
 	likes := map[shape]*berth.Job{}
 	out := make([]store.ArrayMember, 0, max(size, 0))
+	var others []string
 	var last shape
 	var like *berth.Job
 	err := r.each(ctx, query, args, func(row scanner) error {
 		var m store.ArrayMember
 		var index, created intCell
-		var head string
+		var head sql.NullString
 		if err := row.Scan(&m.ID, &index, &head, &created); err != nil {
 			return err
 		}
+		if !head.Valid {
+			others = append(others, m.ID)
+			return nil
+		}
 		m.Index = int(index.v)
-		if head != last.head || created.v != last.created {
-			last = shape{head, created.v}
+		if head.String != last.head || created.v != last.created {
+			last = shape{head.String, created.v}
 			if like = likes[last]; like == nil {
 				like = &berth.Job{State: berth.JobPending, CreatedAt: fromNanos(created.v)}
 				likes[last] = like
@@ -405,19 +432,19 @@ func (r *Reader) members(ctx context.Context, size int, query string, args ...an
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	specs := newSpecCache()
 	for s := range likes {
 		specs.byHead[s.head] = nil
 	}
 	if err := r.readHeads(ctx, specs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for s, like := range likes {
 		like.JobSpec = *specs.byHead[s.head]
 	}
-	return out, nil
+	return out, others, nil
 }
 
 // rangeBounds returns the ids that split the n jobs in state st into
