@@ -256,11 +256,13 @@ func (r *Reader) loadRest(ctx context.Context, a *store.Active) error {
 }
 
 // Ranges of the load: a state's jobs are read in up to loadRanges
-// ranges of ids, each of jobsPerRange jobs at least, as many at once as
-// there are cores.
+// ranges of ids, rangesPerCore a core (small ranges: the first is handed
+// out soon, and the last leaves little to do after it), each of
+// jobsPerRange jobs at least, as many at once as there are cores.
 const (
-	loadRanges   = 32
-	jobsPerRange = 10_000
+	loadRanges    = 64
+	rangesPerCore = 8
+	jobsPerRange  = 10_000
 )
 
 // jobsIn reads the jobs in state st and hands them to part, range by
@@ -280,7 +282,7 @@ const (
 func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int,
 	part func(jobs []*berth.Job, members []store.ArrayMember, end string)) error {
 	cores := runtime.GOMAXPROCS(0)
-	bounds, err := r.rangeBounds(ctx, st, n, min(loadRanges, 4*cores, n/jobsPerRange))
+	bounds, err := r.rangeBounds(ctx, st, n, min(loadRanges, rangesPerCore*cores, n/jobsPerRange))
 	if err != nil {
 		return err
 	}
