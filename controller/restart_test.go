@@ -12,6 +12,7 @@ import (
 	"github.com/berth-dev/berth/postgres/pgtest"
 	"github.com/berth-dev/berth/scheduler"
 	"github.com/berth-dev/berth/sqlite"
+	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/wire"
 )
 
@@ -69,28 +70,14 @@ func TestAssignedJobKeepsItsAttemptOverARestart(t *testing.T) {
 // queue in id order, and not the cancelled one; then a new job runs.
 func TestRestartKnowsEveryActiveJobBeforeTheFirstPass(t *testing.T) {
 	t.Parallel()
-	drivers := map[string]func(t *testing.T) func() Store{
-		"sqlite": func(t *testing.T) func() Store {
+	drivers := map[string]func(t *testing.T) func() (store.Store, error){
+		"sqlite": func(t *testing.T) func() (store.Store, error) {
 			path := filepath.Join(t.TempDir(), "berth.db")
-			return func() Store {
-				st, err := sqlite.Open(t.Context(), path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { st.Close() })
-				return st
-			}
+			return func() (store.Store, error) { return sqlite.Open(t.Context(), path) }
 		},
-		"postgres": func(t *testing.T) func() Store {
+		"postgres": func(t *testing.T) func() (store.Store, error) {
 			url := pgtest.NewDatabase(t)
-			return func() Store {
-				st, err := postgres.Open(t.Context(), url)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { st.Close() })
-				return st
-			}
+			return func() (store.Store, error) { return postgres.Open(t.Context(), url) }
 		},
 	}
 	for name, driver := range drivers {
@@ -101,11 +88,18 @@ func TestRestartKnowsEveryActiveJobBeforeTheFirstPass(t *testing.T) {
 	}
 }
 
-func testRestartKnowsEveryActiveJob(t *testing.T, open func() Store) {
+// testRestartKnowsEveryActiveJob is the test above on the store each
+// call of open opens anew.
+func testRestartKnowsEveryActiveJob(t *testing.T, open func() (store.Store, error)) {
 	ctx := t.Context()
 	now := time.Now()
 	start := func() *Controller {
-		c := New(Config{Store: open(), Now: func() time.Time { return now }})
+		st, err := open()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		c := New(Config{Store: st, Now: func() time.Time { return now }})
 		if err := c.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -140,10 +134,7 @@ func testRestartKnowsEveryActiveJob(t *testing.T, open func() Store) {
 	queued = slices.DeleteFunc(queued, func(id string) bool { return id == cancelled })
 	// a is never stopped: killed, as far as the store can tell.
 
-	b := New(Config{Store: open(), Now: func() time.Time { return now }})
-	if err := b.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	b := start()
 	t.Cleanup(func() { b.Stop(context.Background()) })
 	err = b.do(ctx, func() { // on the loop, before anything else it runs
 		if n := b.stats.passes.snapshot().Count; n != 0 {
