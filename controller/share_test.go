@@ -119,12 +119,12 @@ func TestArrayJobsShareNothingTheyChange(t *testing.T) {
 			}
 		}
 		again := New(Config{Now: h.clock.Now})
-		ld := &jobLoader{l: &again.lifecycle}
+		ld := &jobLoader{c: again}
 		a, err := st.LoadActive(t.Context(), ld.add)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again.rebuild(a, ld.loaded)
+		again.rebuild(a, ld)
 		checkArray(t, when+", restarted", &again.lifecycle, ids, want, true)
 	}
 	pending := wantJob{state: berth.JobPending, shared: true}

@@ -458,20 +458,40 @@ func (l *lifecycle) observedState(ws *workerState) berth.WorkerState {
 // jobLoader makes the states of the jobs a start loads, part by part as
 // the store hands them out (store.JobStore.LoadActive), in id order,
 // while the store reads the next: each job goes into the jobs map and
-// loaded.
+// loaded, and a job with no active attempt into the queue at once (in id
+// order: the queue's FIFO order); the others wait for the rebuild (rest).
 type jobLoader struct {
-	l        *lifecycle
-	loaded   []*jobState // in id order
-	template *berth.Job  // of the array being loaded, if any (sharesTemplate)
+	c        *Controller
+	begun    bool
+	placed   map[string]bool // the jobs of the active attempts
+	loaded   []*jobState     // in id order
+	rest     []*jobState     // the jobs of placed, in id order
+	template *berth.Job      // of the array being loaded, if any (sharesTemplate)
 }
 
-// add makes the states of a part's jobs and members; left more are to
-// come.
-func (ld *jobLoader) add(jobs []*berth.Job, members []store.ArrayMember, left int) {
-	if ld.loaded == nil { // the first part: room for them all
+// begin readies the loader for the jobs of a: the handles of the
+// federation and the jobs the active attempts place.
+func (ld *jobLoader) begin(a *store.Active) {
+	if ld.begun {
+		return
+	}
+	ld.begun = true
+	ld.c.indexHandles(&a.Federation)
+	ld.placed = make(map[string]bool, len(a.Attempts))
+	for _, at := range a.Attempts {
+		ld.placed[at.JobID] = true
+	}
+}
+
+// add makes the states of a part's jobs and members, read with the rest
+// of a; left more are to come.
+func (ld *jobLoader) add(a *store.Active, jobs []*berth.Job, members []store.ArrayMember, left int) {
+	c := ld.c
+	if !ld.begun { // the first part: room for them all
+		ld.begin(a)
 		n := len(jobs) + len(members) + left
 		ld.loaded = make([]*jobState, 0, n)
-		ld.l.jobs = make(map[string]*jobState, n)
+		c.jobs = make(map[string]*jobState, n)
 	}
 	part := store.Active{Jobs: jobs, Members: members}
 	for j, m := range part.ByID() {
@@ -490,26 +510,34 @@ func (ld *jobLoader) add(jobs []*berth.Job, members []store.ArrayMember, left in
 			js = sharedJobState(ld.template, j.ID, *j.ArrayIndex)
 		}
 		ld.loaded = append(ld.loaded, js)
-		ld.l.addJob(js)
+		c.addJob(js)
 		if j := js.view(); j.IdempotencyKey != "" {
 			k := idemKeyOf(&j.JobSpec)
-			ld.l.idem[k] = append(ld.l.idem[k], js.id)
+			c.idem[k] = append(c.idem[k], js.id)
 		}
+		if ld.placed[js.id] {
+			ld.rest = append(ld.rest, js)
+			continue
+		}
+		c.loadHandles(js)
+		c.stats.counted(js, false) // its cluster is known: loadHandles ran
+		c.enqueue(js)
 	}
 }
 
 // rebuild restores memory from what the store holds, the jobs' states
-// made (jobLoader) and in loaded: queued jobs go back in the queue,
-// active attempts back on their workers, which count as disconnected
-// until their agents register again.
-func (c *Controller) rebuild(a *store.Active, loaded []*jobState) {
+// made and the unplaced ones queued (jobLoader): active attempts go back
+// on their workers, which count as disconnected until their agents
+// register again.
+func (c *Controller) rebuild(a *store.Active, ld *jobLoader) {
+	ld.begin(a) // with no job, no part began it
 	now := c.now()
 	for _, w := range a.Workers {
 		ws := newWorkerState(w)
 		ws.lastSeen = now.UnixNano()
 		c.addWorker(ws)
 	}
-	for _, js := range loaded { // once every parent is in
+	for _, js := range ld.loaded { // once every parent is in
 		c.adopt(js)
 	}
 	c.loadFederation(&a.Federation)
@@ -537,7 +565,7 @@ func (c *Controller) rebuild(a *store.Active, loaded []*jobState) {
 			ws.w.State = berth.WorkerDisconnected
 		}
 	}
-	for _, js := range loaded { // in id order: the queue's FIFO order
+	for _, js := range ld.rest { // in id order
 		c.stats.counted(js, false) // its cluster is known: loadFederation ran
 		if !js.placed() {
 			c.enqueue(js)

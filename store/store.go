@@ -238,9 +238,11 @@ type JobStore interface {
 	// Active's Jobs and Members, as they are read, before LoadActive
 	// returns: in parts, one call at a time, the parts in id order and
 	// each part's jobs and members by id, so that a start works on the
-	// jobs read while the next are read; left is about how many jobs
-	// the parts still to come hold (from the counts by state).
-	LoadActive(ctx context.Context, each func(jobs []*berth.Job, members []ArrayMember, left int)) (*Active, error)
+	// jobs read while the next are read; a is the Active LoadActive
+	// returns, all of it read but Jobs, Members and Events; left is about
+	// how many jobs the parts still to come hold (from the counts by
+	// state).
+	LoadActive(ctx context.Context, each func(a *Active, jobs []*berth.Job, members []ArrayMember, left int)) (*Active, error)
 	// AuditHead returns the audit head the last batch that set one
 	// wrote, or the zero AuditHead if none did.
 	AuditHead(ctx context.Context) (AuditHead, error)

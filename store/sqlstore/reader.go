@@ -136,19 +136,19 @@ const selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
 var selectEvents = `SELECT ` + EventColumns + ` FROM events ORDER BY seq DESC LIMIT ` + strconv.Itoa(store.KeptEvents)
 
 // LoadActive returns what the controller rebuilds its memory from, and
-// hands its jobs to each as they are read, when each is not nil (see
-// store.JobStore). Its reads run at once, and the pending jobs, when
+// hands its jobs to each as they are read, when each is not nil, once
+// the rest but the events is read (see store.JobStore). Its reads run at once, and the pending jobs, when
 // many, in ranges of ids at once (jobsIn): at a million pending jobs the
 // load is most of a restart.
-func (r *Reader) LoadActive(ctx context.Context, each func([]*berth.Job, []store.ArrayMember, int)) (*store.Active, error) {
+func (r *Reader) LoadActive(ctx context.Context, each func(*store.Active, []*berth.Job, []store.ArrayMember, int)) (*store.Active, error) {
 	a := &store.Active{LogSizes: map[string]int64{}, Counts: map[berth.JobState]int{}}
 	if each == nil {
-		each = func(jobs []*berth.Job, members []store.ArrayMember, _ int) {
+		each = func(a *store.Active, jobs []*berth.Job, members []store.ArrayMember, _ int) {
 			a.Jobs, a.Members = append(a.Jobs, jobs...), append(a.Members, members...)
 		}
 	}
 	var running []*berth.Job
-	runningRead := make(chan struct{})
+	runningRead, restRead := make(chan struct{}), make(chan struct{})
 	err := parallel(
 		func() error {
 			if err := r.countJobs(ctx, a.Counts); err != nil {
@@ -164,6 +164,7 @@ func (r *Reader) LoadActive(ctx context.Context, each func([]*berth.Job, []store
 			return r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending], total,
 				func(jobs []*berth.Job, members []store.ArrayMember, end string) {
 					<-runningRead
+					<-restRead
 					k := len(running)
 					if end != "" {
 						k, _ = slices.BinarySearchFunc(running, end, func(j *berth.Job, id string) int { return strings.Compare(j.ID, id) })
@@ -171,7 +172,7 @@ func (r *Reader) LoadActive(ctx context.Context, each func([]*berth.Job, []store
 					jobs, running = mergeByID(jobs, running[:k]), running[k:]
 					if len(jobs) > 0 || len(members) > 0 {
 						left = max(left-len(jobs)-len(members), 0)
-						each(jobs, members, left)
+						each(a, jobs, members, left)
 					}
 				})
 		},
@@ -188,7 +189,10 @@ func (r *Reader) LoadActive(ctx context.Context, each func([]*berth.Job, []store
 			slices.Reverse(a.Events)
 			return nil
 		},
-		func() error { return r.loadRest(ctx, a) },
+		func() error {
+			defer close(restRead)
+			return r.loadRest(ctx, a)
+		},
 	)
 	if err != nil {
 		return nil, err

@@ -97,8 +97,11 @@ func testLoadActiveManyPending(t *testing.T, s store.Store) {
 	// Handed out in parts as they are read: the same jobs, in id order.
 	var parts int
 	var streamed []*berth.Job
-	split, err := s.LoadActive(t.Context(), func(jobs []*berth.Job, members []store.ArrayMember, left int) {
+	split, err := s.LoadActive(t.Context(), func(a *store.Active, jobs []*berth.Job, members []store.ArrayMember, left int) {
 		parts++
+		if a.Counts[berth.JobPending] != counts[berth.JobPending] {
+			t.Errorf("part %d: the counts are not read yet", parts)
+		}
 		if got := len(streamed) + len(jobs) + len(members) + left; got != len(want) {
 			t.Errorf("part %d: %d jobs so far and %d left, want %d in all", parts, got-left, left, len(want))
 		}
