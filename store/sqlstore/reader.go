@@ -135,11 +135,11 @@ const selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
 // walk back from the end of the primary key.
 var selectEvents = `SELECT ` + EventColumns + ` FROM events ORDER BY seq DESC LIMIT ` + strconv.Itoa(store.KeptEvents)
 
-// LoadActive returns what the controller rebuilds its memory from, and
-// hands its jobs to each as they are read, when each is not nil, once
-// the rest but the events is read (see store.JobStore). Its reads run at once, and the pending jobs, when
-// many, in ranges of ids at once (jobsIn): at a million pending jobs the
-// load is most of a restart.
+// LoadActive returns what the controller rebuilds its memory from and,
+// when each is not nil, hands it the jobs as they are read, once all but
+// the events is read (see store.JobStore). Its reads run at once, and
+// the pending jobs, when many, in ranges of ids at once (jobsIn): at a
+// million pending jobs the load is most of a restart.
 func (r *Reader) LoadActive(ctx context.Context, each func(*store.Active, []*berth.Job, []store.ArrayMember, int)) (*store.Active, error) {
 	a := &store.Active{LogSizes: map[string]int64{}, Counts: map[berth.JobState]int{}}
 	if each == nil {
@@ -297,7 +297,7 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int,
 		done    chan struct{}
 	}
 	results := make([]result, len(bounds)+1)
-	reads := make([][]func() error, len(results))
+	reads := make([]func() error, len(results))
 	readCtx, cancel := context.WithCancel(ctx)
 	for i := range results {
 		res := &results[i]
@@ -315,15 +315,13 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int,
 			where += ` AND id < ` + a.add(bounds[i])
 		}
 		size := n/len(results) + n/8/len(results)
-		reads[i] = []func() error{func() (err error) {
-			res.jobs, err = r.jobs(readCtx, size, selectJobs+where+` ORDER BY id`, a.list...)
-			return err
-		}}
-		if st == berth.JobPending {
-			reads[i] = []func() error{func() (err error) {
+		reads[i] = func() (err error) {
+			if st == berth.JobPending {
 				res.jobs, res.members, err = r.pendingIn(readCtx, size, where, a.list)
-				return err
-			}}
+			} else {
+				res.jobs, err = r.jobs(readCtx, size, selectJobs+where+` ORDER BY id`, a.list...)
+			}
+			return err
 		}
 	}
 	// The ranges start in id order, as many at once as there are cores.
@@ -342,7 +340,7 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int,
 				continue
 			}
 			wg.Go(func() {
-				res.err = parallel(reads[i]...)
+				res.err = reads[i]()
 				<-slots
 				close(res.done)
 			})
