@@ -252,11 +252,12 @@ func (c *Controller) fail(err error) {
 // Start loads active state from the store and starts the loop. It returns
 // the store's error if loading fails.
 func (c *Controller) Start(ctx context.Context) error {
-	active, err := c.store.LoadActive(ctx)
+	ld := &jobLoader{c: c}
+	active, err := c.store.LoadActive(ctx, ld.add)
 	if err != nil {
 		return fmt.Errorf("load state: %w", err)
 	}
-	c.rebuild(active)
+	c.rebuild(active, ld)
 	c.publishMetrics() // before the loop runs: Metrics answers from the start
 	c.committer.Start()
 	go c.loop()

@@ -547,31 +547,16 @@ func (c *Controller) doDurable(ctx context.Context, fn func()) error {
 	return c.awaitDurable(ctx, written)
 }
 
-// loadFederation restores the handles and cursors at start, before the
-// queue is rebuilt: a job with a live handle is federated (its cluster is
-// that handle's peer), one whose handles are all settled is not, whatever
-// its stored spec says (a job whose handle was lost and that was routed
-// here again); a job with none keeps its stored spec.cluster.
+// loadFederation restores the handles (indexed by indexHandles) and
+// cursors at start, before the queue is rebuilt: a job with a live handle
+// is federated (its cluster is that handle's peer), one whose handles are
+// all settled is not, whatever its stored spec says (a job whose handle
+// was lost and that was routed here again); a job with none keeps its
+// stored spec.cluster.
 func (c *Controller) loadFederation(f *store.FederationState) {
-	if len(f.Handoffs) > 0 {
-		c.origin.handles = map[string][]*berth.Handoff{}
-	}
-	for _, h := range f.Handoffs {
-		c.origin.handles[h.JobID] = append(c.origin.handles[h.JobID], h)
-	}
-	for id, hs := range c.origin.handles {
-		slices.SortFunc(hs, func(a, b *berth.Handoff) int { return cmp.Compare(a.Incarnation, b.Incarnation) })
+	for id := range c.origin.handles {
 		if js := c.jobs[id]; js != nil {
-			js.retried().incarnation = hs[len(hs)-1].Incarnation
-		}
-	}
-	for id, js := range c.jobs {
-		if len(c.origin.handles[id]) == 0 {
-			continue // none: as stored (a job is written with its first handle)
-		}
-		js.own().Cluster = ""
-		if h := c.currentHandle(id); h != nil {
-			js.own().Cluster = h.Peer
+			c.loadHandles(js)
 		}
 	}
 	for id := range c.origin.handles {
@@ -582,6 +567,36 @@ func (c *Controller) loadFederation(f *store.FederationState) {
 	}
 	for _, pc := range f.Cursors {
 		c.origin.cursors[pc.Peer] = pc.Cursor
+	}
+}
+
+// indexHandles indexes the stored handles by job, each job's by
+// incarnation (loadFederation's first step: a start does it before it
+// loads the jobs).
+func (c *Controller) indexHandles(f *store.FederationState) {
+	if len(f.Handoffs) > 0 {
+		c.origin.handles = map[string][]*berth.Handoff{}
+	}
+	for _, h := range f.Handoffs {
+		c.origin.handles[h.JobID] = append(c.origin.handles[h.JobID], h)
+	}
+	for _, hs := range c.origin.handles {
+		slices.SortFunc(hs, func(a, b *berth.Handoff) int { return cmp.Compare(a.Incarnation, b.Incarnation) })
+	}
+}
+
+// loadHandles sets a loaded job's last incarnation and its cluster from
+// its handles (indexHandles); a job with none is as stored (a job is
+// written with its first handle).
+func (c *Controller) loadHandles(js *jobState) {
+	hs := c.origin.handles[js.id]
+	if len(hs) == 0 {
+		return
+	}
+	js.retried().incarnation = hs[len(hs)-1].Incarnation
+	js.own().Cluster = ""
+	if h := c.currentHandle(js.id); h != nil {
+		js.own().Cluster = h.Peer
 	}
 }
 

@@ -866,7 +866,7 @@ func TestApplyChangesEndsAWaitOnAStore(t *testing.T) {
 	if err != nil || j.State != berth.JobSucceeded || j.ExitCode == nil || *j.ExitCode != 0 || j.Attempts != 1 {
 		t.Fatalf("stored job %+v, %v; want succeeded with exit code 0 after 1 attempt", j, err)
 	}
-	active, err := st.LoadActive(ctx)
+	active, err := st.LoadActive(ctx, nil)
 	if err != nil || len(active.Federation.Cursors) != 1 || active.Federation.Cursors[0].Cursor != cursor {
 		t.Fatalf("stored cursors %+v, %v; want %v", active.Federation.Cursors, err, cursor)
 	}

@@ -91,12 +91,18 @@ func (l *lifecycle) logChange(b *store.Batch, j *berth.Job, attempts int, reason
 // holds: the changelog's head and the active received jobs. Loop only.
 func (c *Controller) rebuildReceived(a *store.Active) {
 	c.fed.epoch, c.fed.head = a.Federation.Epoch, a.Federation.Head
-	for _, j := range a.Jobs {
+	for j, m := range a.ByID() {
+		id := ""
+		if m != nil {
+			id, j = m.ID, m.Like
+		} else {
+			id = j.ID
+		}
 		if j.Origin != nil {
 			if c.fed.reasons == nil {
 				c.fed.reasons = map[string]string{}
 			}
-			c.fed.reasons[j.ID] = j.Reason
+			c.fed.reasons[id] = j.Reason
 		}
 	}
 }

@@ -118,12 +118,13 @@ func TestArrayJobsShareNothingTheyChange(t *testing.T) {
 				t.Errorf("%s: stored job %d %+v, %v; want %s, %d attempts", when, i, j, err, w.state, attempts)
 			}
 		}
-		a, err := st.LoadActive(t.Context())
+		again := New(Config{Now: h.clock.Now})
+		ld := &jobLoader{c: again}
+		a, err := st.LoadActive(t.Context(), ld.add)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again := New(Config{Now: h.clock.Now})
-		again.rebuild(a)
+		again.rebuild(a, ld)
 		checkArray(t, when+", restarted", &again.lifecycle, ids, want, true)
 	}
 	pending := wantJob{state: berth.JobPending, shared: true}

@@ -455,38 +455,89 @@ func (l *lifecycle) observedState(ws *workerState) berth.WorkerState {
 	return berth.WorkerReady
 }
 
-// rebuild restores memory from what the store holds: queued jobs go back in
-// the queue, active attempts back on their workers, which count as
-// disconnected until their agents register again.
-func (c *Controller) rebuild(a *store.Active) {
+// jobLoader makes the states of the jobs a start loads, part by part as
+// the store hands them out (store.JobStore.LoadActive), in id order,
+// while the store reads the next: each job goes into the jobs map and
+// loaded, and a job with no active attempt into the queue at once (in id
+// order: the queue's FIFO order); the others wait for the rebuild (rest).
+type jobLoader struct {
+	c        *Controller
+	begun    bool
+	placed   map[string]bool // the jobs of the active attempts
+	loaded   []*jobState     // in id order
+	rest     []*jobState     // the jobs of placed, in id order
+	template *berth.Job      // of the array being loaded, if any (sharesTemplate)
+}
+
+// begin readies the loader for the jobs of a: the handles of the
+// federation and the jobs the active attempts place.
+func (ld *jobLoader) begin(a *store.Active) {
+	if ld.begun {
+		return
+	}
+	ld.begun = true
+	ld.c.indexHandles(&a.Federation)
+	ld.placed = make(map[string]bool, len(a.Attempts))
+	for _, at := range a.Attempts {
+		ld.placed[at.JobID] = true
+	}
+}
+
+// add makes the states of a part's jobs and members, read with the rest
+// of a; left more are to come.
+func (ld *jobLoader) add(a *store.Active, jobs []*berth.Job, members []store.ArrayMember, left int) {
+	c := ld.c
+	if !ld.begun { // the first part: room for them all
+		ld.begin(a)
+		n := len(jobs) + len(members) + left
+		ld.loaded = make([]*jobState, 0, n)
+		c.jobs = make(map[string]*jobState, n)
+	}
+	part := store.Active{Jobs: jobs, Members: members}
+	for j, m := range part.ByID() {
+		var js *jobState
+		switch {
+		case m != nil && m.Like.Origin == nil: // as its array was submitted: m.Like is its template
+			js = sharedJobState(m.Like, m.ID, m.Index)
+		case m != nil:
+			js = newJobState(m.Job())
+		case j.ArrayIndex == nil || j.State != berth.JobPending || j.Origin != nil:
+			js = newJobState(j)
+		case ld.template != nil && sharesTemplate(ld.template, j):
+			js = sharedJobState(ld.template, j.ID, *j.ArrayIndex)
+		default:
+			ld.template = arrayTemplate(j)
+			js = sharedJobState(ld.template, j.ID, *j.ArrayIndex)
+		}
+		ld.loaded = append(ld.loaded, js)
+		c.addJob(js)
+		if j := js.view(); j.IdempotencyKey != "" {
+			k := idemKeyOf(&j.JobSpec)
+			c.idem[k] = append(c.idem[k], js.id)
+		}
+		if ld.placed[js.id] {
+			ld.rest = append(ld.rest, js)
+			continue
+		}
+		c.loadHandles(js)
+		c.stats.counted(js, false) // its cluster is known: loadHandles ran
+		c.enqueue(js)
+	}
+}
+
+// rebuild restores memory from what the store holds, the jobs' states
+// made and the unplaced ones queued (jobLoader): active attempts go back
+// on their workers, which count as disconnected until their agents
+// register again.
+func (c *Controller) rebuild(a *store.Active, ld *jobLoader) {
+	ld.begin(a) // with no job, no part began it
 	now := c.now()
 	for _, w := range a.Workers {
 		ws := newWorkerState(w)
 		ws.lastSeen = now.UnixNano()
 		c.addWorker(ws)
 	}
-	loaded := make([]*jobState, len(a.Jobs)) // in id order, as a.Jobs
-	c.jobs = make(map[string]*jobState, len(a.Jobs))
-	var template *berth.Job // of the array being loaded, if any (sharesTemplate)
-	for i, j := range a.Jobs {
-		var js *jobState
-		switch {
-		case j.ArrayIndex == nil || j.State != berth.JobPending || j.Origin != nil:
-			js = newJobState(j)
-		case template != nil && sharesTemplate(template, j):
-			js = sharedJobState(template, j.ID, *j.ArrayIndex)
-		default:
-			template = arrayTemplate(j)
-			js = sharedJobState(template, j.ID, *j.ArrayIndex)
-		}
-		loaded[i] = js
-		c.addJob(js)
-		if j.IdempotencyKey != "" {
-			k := idemKeyOf(&j.JobSpec)
-			c.idem[k] = append(c.idem[k], j.ID)
-		}
-	}
-	for _, js := range loaded { // once every parent is in
+	for _, js := range ld.loaded { // once every parent is in
 		c.adopt(js)
 	}
 	c.loadFederation(&a.Federation)
@@ -514,7 +565,7 @@ func (c *Controller) rebuild(a *store.Active) {
 			ws.w.State = berth.WorkerDisconnected
 		}
 	}
-	for _, js := range loaded { // in id order: the queue's FIFO order
+	for _, js := range ld.rest { // in id order
 		c.stats.counted(js, false) // its cluster is known: loadFederation ran
 		if !js.placed() {
 			c.enqueue(js)

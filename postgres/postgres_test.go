@@ -442,7 +442,7 @@ func TestWriteStoresTextPostgreSQLCannotHold(t *testing.T) {
 	if err != nil || len(as) != 1 || as[0].Progress != "\uFFFD" {
 		t.Errorf("Attempts = %+v, %v; want progress %q", as, err, "\uFFFD")
 	}
-	active, err := s.LoadActive(ctx)
+	active, err := s.LoadActive(ctx, nil)
 	if err != nil || len(active.Events) != 1 || active.Events[0].Reason != "bad \uFFFD\x00 bytes" {
 		t.Errorf("LoadActive: events %+v, %v; want one with reason %q", active.Events, err, "bad \uFFFD\x00 bytes")
 	}
@@ -528,7 +528,7 @@ func TestEventBatchesMigration(t *testing.T) {
 	if err := s.Write(ctx, &store.Batch{Events: []*berth.Event{later}}); err != nil {
 		t.Fatal(err)
 	}
-	active, err := s.LoadActive(ctx)
+	active, err := s.LoadActive(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

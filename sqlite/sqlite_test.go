@@ -335,7 +335,7 @@ func TestUpgradeFrom0003(t *testing.T) {
 		t.Fatalf("Write after upgrade: %v", err)
 	}
 	want.Progress = "step 3"
-	a, err := s.LoadActive(ctx)
+	a, err := s.LoadActive(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ package store
 
 import (
 	"context"
+	"iter"
 	"slices"
 	"time"
 
@@ -127,7 +128,14 @@ type JobFilter struct {
 
 // Active is what the controller rebuilds its memory from at start.
 type Active struct {
-	Jobs     []*berth.Job     // pending and running jobs, by id
+	// Jobs are the pending and running jobs, by id, but for those of
+	// Members: together they are every pending and running job once.
+	Jobs []*berth.Job
+	// Members are the pending jobs of arrays that are still as they were
+	// submitted, by id: what a backlog of a million jobs mostly is. Each
+	// is a few bytes that point at a job its array shares, so that a
+	// start neither reads nor makes a whole job for each.
+	Members  []ArrayMember
 	Attempts []*berth.Attempt // assigned and running attempts
 	Workers  []*berth.Worker
 	Quotas   []*berth.QuotaRule     // every quota rule, by id
@@ -138,6 +146,56 @@ type Active struct {
 	// Federation is the federation's state: epoch, changelog head,
 	// peers, live handles and mirror cursors.
 	Federation FederationState
+}
+
+// ArrayMember is a pending job of an array still as it was submitted: its
+// array's spec, never started, no reason, no cluster of its own.
+type ArrayMember struct {
+	// Like is the job but for its ID and ArrayIndex, which are empty:
+	// shared by the members of its array made at the same time, and
+	// never changed (Job makes a job of its own).
+	Like  *berth.Job
+	ID    string
+	Index int
+}
+
+// Job returns the member as a job of its own.
+func (m ArrayMember) Job() *berth.Job {
+	j := *m.Like
+	j.ID, j.ArrayIndex = m.ID, &m.Index
+	return &j
+}
+
+// ByID yields every job of a in id order: each of Jobs with a nil
+// member, each of Members as a nil job and the member.
+func (a *Active) ByID() iter.Seq2[*berth.Job, *ArrayMember] {
+	return func(yield func(*berth.Job, *ArrayMember) bool) {
+		jobs, members := a.Jobs, a.Members
+		for len(jobs) > 0 || len(members) > 0 {
+			var ok bool
+			if len(members) == 0 || len(jobs) > 0 && jobs[0].ID < members[0].ID {
+				ok, jobs = yield(jobs[0], nil), jobs[1:]
+			} else {
+				ok, members = yield(nil, &members[0]), members[1:]
+			}
+			if !ok {
+				return
+			}
+		}
+	}
+}
+
+// AllJobs returns every job of a, by id: Jobs, and Members as jobs of
+// their own.
+func (a *Active) AllJobs() []*berth.Job {
+	out := make([]*berth.Job, 0, len(a.Jobs)+len(a.Members))
+	for j, m := range a.ByID() {
+		if m != nil {
+			j = m.Job()
+		}
+		out = append(out, j)
+	}
+	return out
 }
 
 // Store is durable storage: every role below, as the drivers (sqlite,
@@ -176,8 +234,15 @@ type JobStore interface {
 	// LoadActive returns every non-terminal job and attempt, all workers,
 	// all quota rules, all worker controls, the newest events (at most
 	// KeptEvents), log sizes of the active attempts and job counts by
-	// state.
-	LoadActive(ctx context.Context) (*Active, error)
+	// state. When each is not nil, the jobs go to it instead of into
+	// Active's Jobs and Members, as they are read, before LoadActive
+	// returns: in parts, one call at a time, the parts in id order and
+	// each part's jobs and members by id, so that a start works on the
+	// jobs read while the next are read; a is the Active LoadActive
+	// returns, all of it read but Jobs, Members and Events; left is about
+	// how many jobs the parts still to come hold (from the counts by
+	// state).
+	LoadActive(ctx context.Context, each func(a *Active, jobs []*berth.Job, members []ArrayMember, left int)) (*Active, error)
 	// AuditHead returns the audit head the last batch that set one
 	// wrote, or the zero AuditHead if none did.
 	AuditHead(ctx context.Context) (AuditHead, error)

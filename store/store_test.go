@@ -371,11 +371,11 @@ func testCompactOnStores(t *testing.T, open func(t *testing.T) store.Store) {
 	if err := compacted.Write(ctx, c); err != nil {
 		t.Fatalf("Write compacted: %v", err)
 	}
-	a1, err := plain.LoadActive(ctx)
+	a1, err := plain.LoadActive(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := compacted.LoadActive(ctx)
+	a2, err := compacted.LoadActive(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -398,7 +398,10 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	if err != nil {
 		return err
 	}
-	if err := ctl.Start(ctx); err != nil {
+	restore := deferCollection(startHeapGoal) // the load is nearly all live: no collection while it grows
+	err = ctl.Start(ctx)
+	restore()
+	if err != nil {
 		return err
 	}
 	rs.stopAutoscaler = runAutoscaler(scaler, fleet, cfg.PoolReconcile, cfg.Log) // idle until a pool exists

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -134,13 +135,20 @@ const selectAttempts = `SELECT ` + AttemptColumns + ` FROM attempts`
 // walk back from the end of the primary key.
 var selectEvents = `SELECT ` + EventColumns + ` FROM events ORDER BY seq DESC LIMIT ` + strconv.Itoa(store.KeptEvents)
 
-// LoadActive returns what the controller rebuilds its memory from. Its
-// reads run at once, and the pending jobs, when many, in ranges of ids
-// at once (jobsIn): at a million pending jobs the load is most of a
-// restart.
-func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
+// LoadActive returns what the controller rebuilds its memory from and,
+// when each is not nil, hands it the jobs as they are read, once all but
+// the events is read (see store.JobStore). Its reads run at once, and
+// the pending jobs, when many, in ranges of ids at once (jobsIn): at a
+// million pending jobs the load is most of a restart.
+func (r *Reader) LoadActive(ctx context.Context, each func(*store.Active, []*berth.Job, []store.ArrayMember, int)) (*store.Active, error) {
 	a := &store.Active{LogSizes: map[string]int64{}, Counts: map[berth.JobState]int{}}
-	var pending, running []*berth.Job
+	if each == nil {
+		each = func(a *store.Active, jobs []*berth.Job, members []store.ArrayMember, _ int) {
+			a.Jobs, a.Members = append(a.Jobs, jobs...), append(a.Members, members...)
+		}
+	}
+	var running []*berth.Job
+	runningRead, restRead := make(chan struct{}), make(chan struct{})
 	err := parallel(
 		func() error {
 			if err := r.countJobs(ctx, a.Counts); err != nil {
@@ -150,13 +158,29 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 			for _, n := range a.Counts {
 				total += n
 			}
-			var err error
-			pending, err = r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending], total)
-			return err
+			// Each part of the pending jobs goes with the running jobs
+			// whose ids are below its end (all of them after the last).
+			left := a.Counts[berth.JobPending] + a.Counts[berth.JobRunning]
+			return r.jobsIn(ctx, berth.JobPending, a.Counts[berth.JobPending], total,
+				func(jobs []*berth.Job, members []store.ArrayMember, end string) {
+					<-runningRead
+					<-restRead
+					k := len(running)
+					if end != "" {
+						k, _ = slices.BinarySearchFunc(running, end, func(j *berth.Job, id string) int { return strings.Compare(j.ID, id) })
+					}
+					jobs, running = mergeByID(jobs, running[:k]), running[k:]
+					if len(jobs) > 0 || len(members) > 0 {
+						left = max(left-len(jobs)-len(members), 0)
+						each(a, jobs, members, left)
+					}
+				})
 		},
-		func() (err error) {
-			running, err = r.jobsIn(ctx, berth.JobRunning, 0, 0)
-			return err
+		func() error {
+			defer close(runningRead)
+			return r.jobsIn(ctx, berth.JobRunning, 0, 0, func(jobs []*berth.Job, _ []store.ArrayMember, _ string) {
+				running = append(running, jobs...)
+			})
 		},
 		func() (err error) {
 			if a.Events, err = collect(ctx, r, scanEvent, selectEvents); err != nil {
@@ -165,12 +189,14 @@ func (r *Reader) LoadActive(ctx context.Context) (*store.Active, error) {
 			slices.Reverse(a.Events)
 			return nil
 		},
-		func() error { return r.loadRest(ctx, a) },
+		func() error {
+			defer close(restRead)
+			return r.loadRest(ctx, a)
+		},
 	)
 	if err != nil {
 		return nil, err
 	}
-	a.Jobs = mergeByID(pending, running)
 	return a, nil
 }
 
@@ -233,51 +259,196 @@ func (r *Reader) loadRest(ctx context.Context, a *store.Active) error {
 	return err
 }
 
-// Ranges of the load: a state's jobs are read by up to loadRanges
-// queries at once, each of jobsPerRange jobs at least.
+// Ranges of the load: a state's jobs are read in up to loadRanges
+// ranges of ids, rangesPerCore a core (small ranges: the first is handed
+// out soon, and the last leaves little to do after it), each of
+// jobsPerRange jobs at least, as many at once as there are cores.
 const (
-	loadRanges   = 8
-	jobsPerRange = 10_000
+	loadRanges    = 64
+	rangesPerCore = 8
+	jobsPerRange  = 10_000
 )
 
-// jobsIn returns the jobs in state st, by id; n is about how many there
+// jobsIn reads the jobs in state st and hands them to part, range by
+// range in id order, one call at a time: the pending jobs of arrays
+// still as submitted as members (memberWhere), the others whole, and the
+// id the range ends before ("" for the last). n is about how many there
 // are and total how many jobs there are in all (0 when not known): n
-// splits them into ranges of ids read at once. Each read walks the
-// jobs_state index in id order (a list of states with ORDER BY id would
-// sort every row first), or, when the state holds half the jobs or more,
-// the table itself by id (Dialect.Unindexed): one walk of the table reads
-// fewer pages than a walk of the index with a look-up of each row in the
-// table. The jobs of an array share one decoded spec (per range).
-func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int) ([]*berth.Job, error) {
-	bounds, err := r.rangeBounds(ctx, st, n, min(loadRanges, runtime.GOMAXPROCS(0), n/jobsPerRange))
+// splits them into ranges of ids, read as many at once as there are
+// cores, so that part works on one range while the next are read. Each
+// read walks the jobs_state index in id order (a list of states with
+// ORDER BY id would sort every row first), or, when the state holds half
+// the jobs or more, the table itself by id (Dialect.Unindexed): one walk
+// of the table reads fewer pages than a walk of the index with a look-up
+// of each row in the table. The jobs of an array share one decoded spec
+// (per range). LoadActive runs before anything writes (the controller's
+// start): the reads of a range are not one snapshot.
+func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int,
+	part func(jobs []*berth.Job, members []store.ArrayMember, end string)) error {
+	cores := runtime.GOMAXPROCS(0)
+	bounds, err := r.rangeBounds(ctx, st, n, min(loadRanges, rangesPerCore*cores, n/jobsPerRange))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	parts := make([][]*berth.Job, len(bounds)+1)
-	reads := make([]func() error, len(parts))
-	for i := range parts {
+	type result struct {
+		jobs    []*berth.Job
+		members []store.ArrayMember
+		err     error
+		done    chan struct{}
+	}
+	results := make([]result, len(bounds)+1)
+	reads := make([]func() error, len(results))
+	readCtx, cancel := context.WithCancel(ctx)
+	for i := range results {
+		res := &results[i]
+		res.done = make(chan struct{})
 		a := args{d: &r.dialect}
 		state := "state"
 		if total > 0 && 2*n >= total {
 			state = r.dialect.Unindexed(state)
 		}
-		q := selectJobs + ` WHERE ` + state + ` = ` + a.add(string(st))
+		where := ` WHERE ` + state + ` = ` + a.add(string(st))
 		if i > 0 {
-			q += ` AND id >= ` + a.add(bounds[i-1])
+			where += ` AND id >= ` + a.add(bounds[i-1])
 		}
 		if i < len(bounds) {
-			q += ` AND id < ` + a.add(bounds[i])
+			where += ` AND id < ` + a.add(bounds[i])
 		}
-		q += ` ORDER BY id`
+		size := n/len(results) + n/8/len(results)
 		reads[i] = func() (err error) {
-			parts[i], err = r.jobs(ctx, n/len(parts)+n/8/len(parts), q, a.list...)
+			if st == berth.JobPending {
+				res.jobs, res.members, err = r.pendingIn(readCtx, size, where, a.list)
+			} else {
+				res.jobs, err = r.jobs(readCtx, size, selectJobs+where+` ORDER BY id`, a.list...)
+			}
 			return err
 		}
 	}
-	if err := parallel(reads...); err != nil {
-		return nil, fmt.Errorf("load %s jobs: %w", st, err)
+	// The ranges start in id order, as many at once as there are cores.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // the reads left, once one failed
+	wg.Go(func() {
+		slots := make(chan struct{}, cores)
+		for i := range results {
+			res := &results[i]
+			select {
+			case slots <- struct{}{}:
+			case <-readCtx.Done():
+				res.err = readCtx.Err()
+				close(res.done)
+				continue
+			}
+			wg.Go(func() {
+				res.err = reads[i]()
+				<-slots
+				close(res.done)
+			})
+		}
+	})
+	for i := range results {
+		res := &results[i]
+		<-res.done
+		if res.err != nil {
+			return fmt.Errorf("load %s jobs: %w", st, res.err)
+		}
+		end := ""
+		if i < len(bounds) {
+			end = bounds[i]
+		}
+		part(res.jobs, res.members, end)
+		*res = result{} // its jobs are part's now
 	}
-	return slices.Concat(parts...), nil
+	return nil
+}
+
+// memberWhere selects the pending jobs of arrays still as submitted
+// (store.ArrayMember): they share their array's first job's spec, and
+// nothing was set on them since (LoadActive selects pending jobs only).
+const memberWhere = `array_id IS NOT NULL AND reason = '' AND attempts = 0 AND exit_code IS NULL
+	AND started_at = 0 AND finished_at = 0 AND cluster IS NULL`
+
+// selectMembers reads what a member (memberWhere) has of its own: its id,
+// its index, the job whose spec it shares, and its creation time; the
+// shared job's id is NULL for a job that is no member.
+const selectMembers = `SELECT id, array_index, CASE WHEN ` + memberWhere + ` THEN array_id END, created_at FROM jobs`
+
+// pendingIn reads the pending jobs of about size that where (and args)
+// selects, by id, in one walk when most are members: the others are then
+// read by id, or, when there are many of them, by a second walk.
+func (r *Reader) pendingIn(ctx context.Context, size int, where string, whereArgs []any) ([]*berth.Job, []store.ArrayMember, error) {
+	members, others, err := r.members(ctx, size, selectMembers+where+` ORDER BY id`, whereArgs...)
+	if err != nil || len(others) == 0 {
+		return nil, members, err
+	}
+	if 4*len(others) > len(members) {
+		jobs, err := r.jobs(ctx, len(others), selectJobs+where+` AND NOT (`+memberWhere+`) ORDER BY id`, whereArgs...)
+		return jobs, members, err
+	}
+	jobs := make([]*berth.Job, 0, len(others))
+	for start := 0; start < len(others); start += idsPerQuery {
+		a := args{d: &r.dialect}
+		q := selectJobs + ` WHERE id ` + in(&a, others[start:min(start+idsPerQuery, len(others))]) + ` ORDER BY id`
+		part, err := r.jobs(ctx, idsPerQuery, q, a.list...)
+		if err != nil {
+			return nil, nil, err
+		}
+		jobs = append(jobs, part...)
+	}
+	return jobs, members, nil
+}
+
+// members runs query, a selectMembers of about size jobs, and returns its
+// members, those of one array made at the same time sharing one job whose
+// spec is read once, at the end, and the ids of the jobs that are no
+// members, in order.
+func (r *Reader) members(ctx context.Context, size int, query string, args ...any) ([]store.ArrayMember, []string, error) {
+	type shape struct {
+		head    string
+		created int64
+	}
+	likes := map[shape]*berth.Job{}
+	out := make([]store.ArrayMember, 0, max(size, 0))
+	var others []string
+	var last shape
+	var like *berth.Job
+	err := r.each(ctx, query, args, func(row scanner) error {
+		var m store.ArrayMember
+		var index, created intCell
+		var head sql.NullString
+		if err := row.Scan(&m.ID, &index, &head, &created); err != nil {
+			return err
+		}
+		if !head.Valid {
+			others = append(others, m.ID)
+			return nil
+		}
+		m.Index = int(index.v)
+		if head.String != last.head || created.v != last.created {
+			last = shape{head.String, created.v}
+			if like = likes[last]; like == nil {
+				like = &berth.Job{State: berth.JobPending, CreatedAt: fromNanos(created.v)}
+				likes[last] = like
+			}
+		}
+		m.Like = like
+		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	specs := newSpecCache()
+	for s := range likes {
+		specs.byHead[s.head] = nil
+	}
+	if err := r.readHeads(ctx, specs); err != nil {
+		return nil, nil, err
+	}
+	for s, like := range likes {
+		like.JobSpec = *specs.byHead[s.head]
+	}
+	return out, others, nil
 }
 
 // rangeBounds returns the ids that split the n jobs in state st into

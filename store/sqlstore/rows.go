@@ -225,6 +225,40 @@ func nullString(s string) any {
 	return s
 }
 
+// intCell is an integer column that may be NULL, scanned without
+// database/sql's conversions (which format and parse each integer it
+// stores in an int64 or a sql.NullInt64): a start reads millions.
+type intCell struct {
+	v     int64
+	valid bool
+}
+
+// Scan implements sql.Scanner for the integers both drivers return.
+func (c *intCell) Scan(src any) error {
+	switch v := src.(type) {
+	case nil:
+		*c = intCell{}
+	case int64:
+		*c = intCell{v, true}
+	case int32:
+		*c = intCell{int64(v), true}
+	case int:
+		*c = intCell{int64(v), true}
+	default:
+		return fmt.Errorf("an integer column holds %T", src)
+	}
+	return nil
+}
+
+// ptr returns the cell as an *int, nil for NULL.
+func (c intCell) ptr() *int {
+	if !c.valid {
+		return nil
+	}
+	v := int(c.v)
+	return &v
+}
+
 func intPtr(n sql.NullInt64) *int {
 	if !n.Valid {
 		return nil
@@ -242,19 +276,18 @@ type scanner interface{ Scan(dest ...any) error }
 // handoff set (nil: the spec's).
 func scanJobRow(row scanner) (j *berth.Job, spec []byte, head string, cluster *string, err error) {
 	var (
-		state                      string
-		key, parent, headID, clust sql.NullString
-		arrayIndex, exitCode       sql.NullInt64
-		created, started, finished int64
+		state                                                 string
+		key, parent, headID, clust                            sql.NullString
+		arrayIndex, exitCode, attempts, created, started, end intCell
 	)
 	j = &berth.Job{}
-	if err := row.Scan(&j.ID, &j.Queue, &j.User, &key, &spec, &arrayIndex, &state, &j.Reason, &exitCode, &j.Attempts,
-		&created, &started, &finished, &parent, &clust, &headID); err != nil {
+	if err := row.Scan(&j.ID, &j.Queue, &j.User, &key, &spec, &arrayIndex, &state, &j.Reason, &exitCode, &attempts,
+		&created, &started, &end, &parent, &clust, &headID); err != nil {
 		return nil, nil, "", nil, err
 	}
-	j.IdempotencyKey, j.Parent = key.String, parent.String
-	j.ArrayIndex, j.State, j.ExitCode = intPtr(arrayIndex), berth.JobState(state), intPtr(exitCode)
-	j.CreatedAt, j.StartedAt, j.FinishedAt = fromNanos(created), fromNanos(started), fromNanos(finished)
+	j.IdempotencyKey, j.Parent, j.Attempts = key.String, parent.String, int(attempts.v)
+	j.ArrayIndex, j.State, j.ExitCode = arrayIndex.ptr(), berth.JobState(state), exitCode.ptr()
+	j.CreatedAt, j.StartedAt, j.FinishedAt = fromNanos(created.v), fromNanos(started.v), fromNanos(end.v)
 	if clust.Valid {
 		cluster = &clust.String
 	}

@@ -23,6 +23,7 @@ func lifecycleTests() []test {
 		{"LoadActiveEmpty", testLoadActiveEmpty},
 		{"LoadActive", testLoadActive},
 		{"LoadActiveManyPending", testLoadActiveManyPending},
+		{"LoadActiveMembers", testLoadActiveMembers},
 		{"ConcurrentWritesAndReads", testConcurrent},
 		{"AuditHead", testAuditHead},
 	}
@@ -82,6 +83,40 @@ func testLoadActiveManyPending(t *testing.T, s store.Store) {
 			b = &store.Batch{}
 		}
 	}
+	// The jobs of the first batch after the array's first job, pending
+	// and with its spec, are stored sharing its spec and load as members.
+	members := 0
+	for i := 1; i < 5000; i++ {
+		if i%1000 != 7 && i%997 != 5 && i%997 != 6 {
+			members++
+		}
+	}
+	if split := loadActiveSplit(t, s); len(split.Members) != members || len(split.Jobs)+members != len(want) {
+		t.Fatalf("LoadActive: %d jobs and %d members, want %d and %d", len(split.Jobs), len(split.Members), len(want)-members, members)
+	}
+	// Handed out in parts as they are read: the same jobs, in id order.
+	var parts int
+	var streamed []*berth.Job
+	split, err := s.LoadActive(t.Context(), func(a *store.Active, jobs []*berth.Job, members []store.ArrayMember, left int) {
+		parts++
+		if a.Counts[berth.JobPending] != counts[berth.JobPending] {
+			t.Errorf("part %d: the counts are not read yet", parts)
+		}
+		if got := len(streamed) + len(jobs) + len(members) + left; got != len(want) {
+			t.Errorf("part %d: %d jobs so far and %d left, want %d in all", parts, got-left, left, len(want))
+		}
+		part := &store.Active{Jobs: jobs, Members: members}
+		checkMembers(t, part)
+		streamed = append(streamed, part.AllJobs()...)
+	})
+	if err != nil {
+		t.Fatalf("LoadActive: %v", err)
+	}
+	if len(split.Jobs) != 0 || len(split.Members) != 0 || parts < 2 {
+		t.Errorf("LoadActive handed out %d parts and returned %d jobs, %d members; want the jobs in parts (30,011 jobs are read in ranges), none returned",
+			parts, len(split.Jobs), len(split.Members))
+	}
+	checkEqual(t, "LoadActive's parts", streamed, loadActive(t, s).Jobs)
 	a := loadActive(t, s)
 	if !slices.Equal(jobIDs(a.Jobs), jobIDs(want)) {
 		t.Fatalf("LoadActive: %d jobs, want the %d active ones in id order", len(a.Jobs), len(want))
@@ -98,6 +133,62 @@ func testLoadActiveManyPending(t *testing.T, s store.Store) {
 			t.Errorf("Counts[%s] = %d, want %d", st, a.Counts[st], counts[st])
 		}
 	}
+}
+
+// testLoadActiveMembers loads an array whose jobs changed in every way
+// a job's row can change after its submission: only the jobs still as
+// submitted load as members, each exactly the job written, and the
+// members made at one time share one Like. The jobs that are no members
+// are few: the drivers read them by id (with many, by a second walk:
+// LoadActiveManyPending).
+func testLoadActiveMembers(t *testing.T, s store.Store) {
+	var ids idSource
+	first := fullJob(ids.next())
+	first.ArrayIndex, first.State, first.Reason, first.ExitCode, first.Attempts = intPtr(0), berth.JobPending, "", nil, 0
+	first.StartedAt, first.FinishedAt = time.Time{}, time.Time{}
+	jobs := []*berth.Job{first}
+	for i := 1; i < 40; i++ {
+		j := cloneJob(first)
+		j.ID, j.ArrayIndex = ids.next(), intPtr(i)
+		if i >= 9 {
+			j.CreatedAt = first.CreatedAt.Add(time.Millisecond) // made a moment later
+		}
+		jobs = append(jobs, j)
+	}
+	write(t, s, &store.Batch{Jobs: jobs})
+	now := base.Add(time.Minute)
+	changed := []store.JobUpdate{
+		{ID: first.ID, State: berth.JobRunning, Attempts: 1, StartedAt: now}, // the first job's spec is still theirs
+		{ID: jobs[1].ID, State: berth.JobPending, Reason: "requeued"},
+		{ID: jobs[2].ID, State: berth.JobPending, Attempts: 1},
+		{ID: jobs[3].ID, State: berth.JobPending, ExitCode: intPtr(3)},
+		{ID: jobs[4].ID, State: berth.JobPending, StartedAt: now},
+		{ID: jobs[5].ID, State: berth.JobPending, FinishedAt: now},
+		{ID: jobs[6].ID, State: berth.JobSucceeded, ExitCode: intPtr(0), Attempts: 1, StartedAt: now, FinishedAt: now},
+	}
+	for _, u := range changed {
+		apply(jobs[slices.IndexFunc(jobs, func(j *berth.Job) bool { return j.ID == u.ID })], u)
+	}
+	write(t, s, &store.Batch{JobUpdates: changed, Federation: &store.FederationBatch{
+		JobClusters: []store.JobCluster{{JobID: jobs[7].ID, Cluster: "p9"}}}})
+	jobs[7].Cluster = "p9"
+
+	a := loadActiveSplit(t, s)
+	wantMembers := jobIDs(jobs[8:])
+	var got []string
+	for _, m := range a.Members {
+		got = append(got, m.ID)
+	}
+	if !slices.Equal(got, wantMembers) {
+		t.Fatalf("members %v, want %v (the jobs of the array still as submitted)", got, wantMembers)
+	}
+	for i, m := range a.Members[1:] {
+		if m.Like == a.Members[0].Like || m.Like != a.Members[1].Like {
+			t.Errorf("member %d: members made at one time do not share one Like, or made at two times share one", i+1)
+		}
+	}
+	active := slices.DeleteFunc(slices.Clone(jobs), func(j *berth.Job) bool { return j.State.Terminal() })
+	checkEqual(t, "LoadActive", a.AllJobs(), active)
 }
 
 func testLoadActive(t *testing.T, s store.Store) {
@@ -278,7 +369,7 @@ func testConcurrent(t *testing.T, s store.Store) {
 				if len(jobs)%perBatch != 0 {
 					t.Errorf("Jobs saw %d jobs, not a whole number of %d-job batches", len(jobs), perBatch)
 				}
-				a, err := s.LoadActive(ctx)
+				a, err := s.LoadActive(ctx, nil)
 				if err != nil {
 					t.Errorf("LoadActive: %v", err)
 					return

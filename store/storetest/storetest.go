@@ -326,16 +326,53 @@ func listJobs(t *testing.T, s store.Store, f store.JobFilter) []*berth.Job {
 	return jobs
 }
 
+// loadActive returns what LoadActive returns, with its Members made jobs
+// of their own among Jobs (AllJobs), once checkMembers has checked them.
 func loadActive(t *testing.T, s store.Store) *store.Active {
 	t.Helper()
-	a, err := s.LoadActive(t.Context())
+	a := loadActiveSplit(t, s)
+	a.Jobs, a.Members = a.AllJobs(), nil
+	return a
+}
+
+// loadActiveSplit returns what LoadActive returns, as it returns it, its
+// Members checked (checkMembers).
+func loadActiveSplit(t *testing.T, s store.Store) *store.Active {
+	t.Helper()
+	a, err := s.LoadActive(t.Context(), nil)
 	if err != nil {
 		t.Fatalf("LoadActive: %v", err)
 	}
 	if a == nil {
 		t.Fatal("LoadActive returned nil and no error")
 	}
+	checkMembers(t, a)
 	return a
+}
+
+// checkMembers fails t unless a's Jobs and Members are each in id order
+// with no id in both, and each member's Like is a pending job with no ID
+// or array index of its own.
+func checkMembers(t *testing.T, a *store.Active) {
+	t.Helper()
+	inJobs := map[string]bool{}
+	for i, j := range a.Jobs {
+		if i > 0 && a.Jobs[i-1].ID >= j.ID {
+			t.Fatalf("Active.Jobs not in id order: %s before %s", a.Jobs[i-1].ID, j.ID)
+		}
+		inJobs[j.ID] = true
+	}
+	for i, m := range a.Members {
+		if i > 0 && a.Members[i-1].ID >= m.ID {
+			t.Fatalf("Active.Members not in id order: %s before %s", a.Members[i-1].ID, m.ID)
+		}
+		if inJobs[m.ID] {
+			t.Fatalf("job %s is in both Active.Jobs and Active.Members", m.ID)
+		}
+		if m.Like == nil || m.Like.ID != "" || m.Like.ArrayIndex != nil || m.Like.State != berth.JobPending {
+			t.Fatalf("member %s is like %+v, want a pending job with no ID or index", m.ID, m.Like)
+		}
+	}
 }
 
 // checkEqual fails t unless got and want are deeply equal. Times must be in
