@@ -82,7 +82,11 @@ func TestDaemonsDieWithTheirAttempt(t *testing.T) {
 	dir := t.TempDir()
 	daemon := func(name, then string) (string, int) {
 		pid := filepath.Join(dir, name)
-		req := shellJob(`setsid sh -c 'sleep 1000' & echo $! > ` + pid + `.tmp; mv ` + pid + `.tmp ` + pid + `; ` + then)
+		// The daemon writes its own pid (setsid forks first when it is
+		// started as a process group leader, and $! is then not the
+		// daemon), and the leader goes on once it has.
+		req := shellJob(`setsid sh -c 'echo $$ > ` + pid + `.tmp; mv ` + pid + `.tmp ` + pid + `; exec sleep 1000' & ` +
+			`while [ ! -e ` + pid + ` ]; do sleep 0.05; done; ` + then)
 		req.Resources.CPUs, req.Retries = 0.5, 0
 		j := cl.submit(req)[0]
 		p := cl.readPID(pid)
