@@ -25,13 +25,19 @@ var heapFloorOnce sync.Once
 // allocation leaves behind once the burst is over (burstWatch).
 func keepHeapFloor(floor uint64) {
 	heapFloorOnce.Do(func() {
-		if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		if collectorSetByEnv() {
 			return
 		}
 		t := &floorTuner{floor: floor, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 		t.tune()
 		go watchBursts(&burstWatch{floor: floor}, burstTick)
 	})
+}
+
+// collectorSetByEnv reports whether the environment sets GOGC or
+// GOMEMLIMIT: then the server leaves the collector as they say.
+func collectorSetByEnv() bool {
+	return os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != ""
 }
 
 // burstTick is how often watchBursts samples the allocation.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"runtime/debug"
 	"runtime/metrics"
 )
@@ -21,7 +20,7 @@ const startHeapGoal = 1 << 30
 // past goal) sets the goal as keepHeapFloor does, and the function
 // returned leaves that.
 func deferCollection(goal uint64) (restore func()) {
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+	if collectorSetByEnv() {
 		return func() {}
 	}
 	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"testing"
 )
 
@@ -15,7 +14,7 @@ func TestDeferCollection(t *testing.T) {
 	if after := gcPercent(); after != before {
 		t.Errorf("GOGC %d after the start, want %d as before it", after, before)
 	}
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+	if collectorSetByEnv() {
 		if during != before {
 			t.Errorf("GOGC %d during the start with GOGC or GOMEMLIMIT set, want %d", during, before)
 		}
