@@ -472,6 +472,18 @@ func (h *backendHost) Log(id, stream string, data []byte) {
 	})
 }
 
+// relaunchEnv returns Berth's environment for an attempt launched again
+// (its pod never made before a restart): a gang member's rendezvous, from
+// its rank 0's durable worker and port; nil for a single-node job, or
+// once rank 0 has ended (the gang is stopping).
+func relaunchEnv(as *attemptState) map[string]string {
+	js := as.job
+	if len(js.members) < 2 || js.members[0] == nil {
+		return nil
+	}
+	return memberEnv(js.members[0], len(js.members), js.view().Resources.GPUs, as.a.TaskIndex)
+}
+
 func (h *backendHost) Reconcile(running, finished []string, done func(kill []string)) {
 	h.post(func() {
 		c := h.c
@@ -497,7 +509,7 @@ func (h *backendHost) Reconcile(running, finished []string, done func(kill []str
 					c.markRunning(as, now)
 				case runs[id] || ended[id]: // its end is on its way
 				case as.a.State == berth.AttemptAssigned:
-					h.hb.be.Launch(as.job.own(), as.a, nil)
+					h.hb.be.Launch(as.job.own(), as.a, relaunchEnv(as))
 				default:
 					c.endAttempt(as, berth.AttemptLost, nil, "its pod is gone", now)
 				}

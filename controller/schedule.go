@@ -125,7 +125,7 @@ func (l *lifecycle) assign(members []scheduler.Assignment, now time.Time, b *sto
 	j := js.own()
 	j.Attempts++
 	js.failure = nil
-	var env map[string]string
+	var rank0 *attemptState
 	for _, pa := range members {
 		ws := l.workers[pa.WorkerID]
 		a := &berth.Attempt{ID: l.ids.New(now), JobID: j.ID, TaskIndex: pa.Rank, WorkerID: ws.w.ID,
@@ -139,16 +139,13 @@ func (l *lifecycle) assign(members []scheduler.Assignment, now time.Time, b *sto
 		ws.take(as)
 		ws.w.Running = len(ws.attempts)
 		ws.got = true
+		var env map[string]string
 		if len(members) > 1 {
 			if pa.Rank == 0 {
-				addr := ws.w.Address()
-				a.Port = l.rendezvousPort(addr, now)
-				env = rendezvous(addr, a.Port, len(members), j.Resources.GPUs)
+				rank0 = as
+				a.Port = l.rendezvousPort(ws.w.Address(), now)
 			}
-			env = maps.Clone(env)
-			for _, k := range []string{"BERTH_NODE_RANK", "RANK", "NODE_RANK"} {
-				env[k] = strconv.Itoa(pa.Rank)
-			}
+			env = memberEnv(rank0, len(members), j.Resources.GPUs, pa.Rank)
 		}
 		b.Attempts = append(b.Attempts, as.copy())
 		l.audit(berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
@@ -223,6 +220,17 @@ func rendezvous(addr string, port, n, gpus int) map[string]string {
 	p, nn, local := strconv.Itoa(port), strconv.Itoa(n), strconv.Itoa(max(gpus, 1))
 	return map[string]string{"BERTH_NNODES": nn, "BERTH_COORDINATOR": net.JoinHostPort(addr, p),
 		"MASTER_ADDR": addr, "MASTER_PORT": p, "WORLD_SIZE": nn, "LOCAL_WORLD_SIZE": local, "BERTH_GPUS_PER_NODE": local}
+}
+
+// memberEnv returns Berth's environment for rank's member of a gang of n
+// whose rank 0 is the attempt rank0 (its worker's address and its
+// rendezvous port).
+func memberEnv(rank0 *attemptState, n, gpus, rank int) map[string]string {
+	env := rendezvous(rank0.worker.w.Address(), rank0.a.Port, n, gpus)
+	for _, k := range []string{"BERTH_NODE_RANK", "RANK", "NODE_RANK"} {
+		env[k] = strconv.Itoa(rank)
+	}
+	return env
 }
 
 // mergeEnv returns Berth's environment for a job with the job's own added

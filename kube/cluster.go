@@ -243,8 +243,8 @@ func (b *Backend) Close() {
 	b.done.Wait()
 }
 
-// sync waits for the informers, makes the namespace, reports the nodes and
-// adopts the pods, and then reports the nodes again whenever they or the
+// sync waits for the informers, makes the namespace, adopts the pods and
+// reports the nodes, and then reports the nodes again whenever they or the
 // pods on them change, and fails the attempts pending past a deadline.
 func (b *Backend) sync() {
 	for typ, ok := range b.inf.WaitForCacheSync(b.ctx.Done()) {
@@ -258,7 +258,6 @@ func (b *Backend) sync() {
 		b.log.Warn("kubernetes backend: cannot make namespace", "namespace", b.ns, "err", err)
 	}
 	b.podGroups.Store(servesPodGroups(b.cs))
-	b.reportCapacity()
 	var running, finished []string
 	own, _ := b.pods.Pods(b.ns).List(labels.SelectorFromSet(labels.Set{LabelBackend: b.spec.Name}))
 	for _, p := range own {
@@ -273,6 +272,10 @@ func (b *Backend) sync() {
 			b.ops.push(op{del: true, name: PodName(id)})
 		}
 	})
+	// The nodes are reported after the reconcile is posted, so that no job
+	// is placed here before the loop has seen which pods exist: an attempt
+	// placed after the listing would otherwise be launched twice.
+	b.reportCapacity()
 	b.mu.Lock()
 	b.synced = true
 	b.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -509,21 +510,39 @@ func TestGangRendezvous(t *testing.T) {
 		len(svc.Spec.Ports) != 1 {
 		t.Fatalf("service %+v", svc.Spec)
 	}
-	ranks := map[string]bool{}
+	checkMembers(t, members, svc)
+
+	// A restart after the attempts were made but before their pods were
+	// (here: the pods and the service deleted while the server is down)
+	// launches both again, with the same rendezvous.
+	k.stop()
 	for _, p := range members {
-		env := map[string]string{}
-		for _, e := range p.Spec.Containers[0].Env {
-			env[e.Name] = e.Value
-		}
-		ranks[p.Labels[LabelRank]] = true
-		if env["MASTER_ADDR"] != name+".gang.svc" || env["MASTER_PORT"] != fmt.Sprint(svc.Spec.Ports[0].Port) ||
-			env["BERTH_COORDINATOR"] != name+".gang.svc:"+env["MASTER_PORT"] || env["WORLD_SIZE"] != "2" {
-			t.Fatalf("pod %s env %v", p.Name, env)
+		if err := cs.CoreV1().Pods("gang").Delete(t.Context(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if !ranks["0"] || !ranks["1"] {
-		t.Fatalf("ranks %v", ranks)
+	if err := cs.CoreV1().Services("gang").Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	k = startController(t, srv, cs, k.db, "gang", nil)
+	var again []corev1.Pod
+	await(t, "both members' pods made again", func() (bool, string) {
+		pods, err := cs.CoreV1().Pods("gang").List(t.Context(), metav1.ListOptions{LabelSelector: LabelGang + "=" + name})
+		if err != nil {
+			return false, err.Error()
+		}
+		again = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+		return len(again) == 2, fmt.Sprintf("%d pods", len(again))
+	})
+	svc2, err := cs.CoreV1().Services("gang").Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMembers(t, again, svc2)
+	if svc2.Spec.Ports[0].Port != svc.Spec.Ports[0].Port {
+		t.Fatalf("rendezvous port %d after the restart, %d before", svc2.Spec.Ports[0].Port, svc.Spec.Ports[0].Port)
+	}
+	members = again
 	for i := range members {
 		k.setStatus(&members[i], corev1.PodSucceeded, exited(0, "Completed"))
 	}
@@ -532,6 +551,32 @@ func TestGangRendezvous(t *testing.T) {
 		_, err := cs.CoreV1().Services("gang").Get(t.Context(), name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
+}
+
+// checkMembers checks the pods of a gang of two: ranks 0 and 1, each
+// pointed at rank 0 through the rendezvous service svc.
+func checkMembers(t *testing.T, members []corev1.Pod, svc *corev1.Service) {
+	t.Helper()
+	if len(svc.Spec.Ports) != 1 {
+		t.Fatalf("service ports %v", svc.Spec.Ports)
+	}
+	ranks := map[string]bool{}
+	for _, p := range members {
+		env := map[string]string{}
+		for _, e := range p.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		ranks[p.Labels[LabelRank]] = true
+		addr := svc.Name + "." + svc.Namespace + ".svc"
+		if env["MASTER_ADDR"] != addr || env["MASTER_PORT"] != fmt.Sprint(svc.Spec.Ports[0].Port) ||
+			env["BERTH_COORDINATOR"] != addr+":"+env["MASTER_PORT"] || env["WORLD_SIZE"] != "2" ||
+			env["RANK"] != p.Labels[LabelRank] {
+			t.Fatalf("pod %s env %v", p.Name, env)
+		}
+	}
+	if !ranks["0"] || !ranks["1"] {
+		t.Fatalf("ranks %v", ranks)
+	}
 }
 
 // TestRemoveDeletesPods: removing a backend (forced, while an attempt runs

@@ -176,6 +176,9 @@ func gangService(j *berth.Job, a *berth.Attempt, ns, backend string, env map[str
 	name := GangServiceName(j)
 	addr := name + "." + ns + ".svc"
 	env = maps.Clone(env)
+	if env == nil { // a relaunch of a gang that is stopping
+		env = map[string]string{}
+	}
 	env["MASTER_ADDR"] = addr
 	portName := cmp.Or(j.Env["MASTER_PORT"], env["MASTER_PORT"]) // the job's own wins, as in its pod's env
 	if portName != "" {
