@@ -34,7 +34,8 @@ arrays of 100,000) in queue parked, which no worker serves, and measures in
 queue default: the throughput of a --scale-array array of true jobs, the
 submit → done latency of --latency jobs run one at a time, the mean scheduler
 pass (berth_scheduler_pass_seconds) over both, the time GET /metrics takes,
-the server's RSS (VmRSS) and RSS per parked job, and a restart: kill -9 of
+the server's RSS (VmRSS) and RSS per parked job right after the runs and
+again after --scale-idle idle (in parentheses), and a restart: kill -9 of
 the server, then a new one on the same store, timed until /healthz answers
 and until a new job has run. The other figures' flags (--jobs, --noop-jobs,
 --bare, --store) do not apply.`
@@ -48,6 +49,7 @@ type scaleFlags struct {
 	on       bool
 	backlogs []int
 	array    int
+	idle     time.Duration
 }
 
 // addScaleFlags adds the --scale flags to berth bench's fs.
@@ -66,6 +68,7 @@ func addScaleFlags(fs *flag.FlagSet) *scaleFlags {
 		return nil
 	})
 	fs.IntVar(&sf.array, "scale-array", 1000, "jobs of the array whose throughput --scale measures")
+	fs.DurationVar(&sf.idle, "scale-idle", 10*time.Second, "how long the server is left idle after the runs before its RSS at rest is read")
 	return sf
 }
 
@@ -111,6 +114,13 @@ type ScaleBenchRow struct {
 	// RSSPerQueuedJob is RSSBytes over Backlog (0 without a backlog).
 	RSSBytes        int64   `json:"rss_bytes"`
 	RSSPerQueuedJob float64 `json:"rss_per_queued_job"`
+	// RSSIdleBytes is the server's resident memory once it has been idle
+	// for --scale-idle after the runs, holding its backlog at rest: the
+	// server returns memory to the operating system after two idle
+	// seconds (burstWatch), which at a million jobs takes a few more.
+	// RSSIdlePerQueuedJob is that over Backlog.
+	RSSIdleBytes        int64   `json:"rss_idle_bytes"`
+	RSSIdlePerQueuedJob float64 `json:"rss_idle_per_queued_job"`
 	// RestartHealthzSeconds and RestartJobSeconds time a restart after
 	// kill -9, from starting the new server process until /healthz
 	// answers and until a job submitted then has succeeded.
@@ -124,6 +134,8 @@ func runBenchScale(ctx context.Context, m *Main, sf *scaleFlags, setup benchScal
 		return berth.Invalidf("--store", "--scale runs on a fresh SQLite store per backlog; leave --store out")
 	case len(sf.backlogs) == 0:
 		return berth.Invalidf("--scale-backlogs", "name at least one backlog")
+	case sf.idle < 0:
+		return berth.Invalidf("--scale-idle", "must not be negative")
 	case sf.array < 1 || sf.array > berth.MaxArray:
 		return berth.Invalidf("--scale-array", "must be between 1 and %d", berth.MaxArray)
 	case setup.samples < 1:
@@ -138,7 +150,7 @@ func runBenchScale(ctx context.Context, m *Main, sf *scaleFlags, setup benchScal
 		if setup.output == "table" {
 			fmt.Fprintf(m.Stderr, "berth bench --scale: backlog %d…\n", backlog)
 		}
-		row, err := benchScaleRow(ctx, exe, backlog, sf.array, setup)
+		row, err := benchScaleRow(ctx, exe, backlog, sf, setup)
 		if err != nil {
 			return fmt.Errorf("bench --scale, backlog %d: %w", backlog, err)
 		}
@@ -151,22 +163,22 @@ func runBenchScale(ctx context.Context, m *Main, sf *scaleFlags, setup benchScal
 		"  the backlog parked in queue %s (no worker serves it); an array of %d true jobs, %d jobs one at a time\n",
 		res.Agents, res.Slots, res.CPUs, scaleBacklogQueue, res.ArrayJobs, res.LatencySamples)
 	t := newTable(m.Stdout, "BACKLOG", "SEEDED IN", "ARRAY JOBS/S", "DONE P50", "DONE P99", "STARTED P99", "PASS (MEAN)",
-		"/METRICS", "RSS", "RSS/QUEUED JOB", "RESTART→HEALTHZ", "RESTART→JOB")
+		"/METRICS", "RSS (IDLE)", "RSS/QUEUED JOB (IDLE)", "RESTART→HEALTHZ", "RESTART→JOB")
 	for _, r := range res.Rows {
 		seeded, perJob := "-", "-"
 		if r.Backlog > 0 {
-			seeded, perJob = fmt.Sprintf("%.1f s", r.SeedSeconds), fmt.Sprintf("%.0f B", r.RSSPerQueuedJob)
+			seeded, perJob = fmt.Sprintf("%.1f s", r.SeedSeconds), fmt.Sprintf("%.0f B (%.0f B)", r.RSSPerQueuedJob, r.RSSIdlePerQueuedJob)
 		}
 		t.row(strconv.Itoa(r.Backlog), seeded, fmt.Sprintf("%.0f", r.ArrayJobsPerSec),
 			fmt.Sprintf("%.1f ms", r.DoneP50Ms), fmt.Sprintf("%.1f ms", r.DoneP99Ms), fmt.Sprintf("%.1f ms", r.StartP99Ms),
-			fmt.Sprintf("%.2f ms", r.PassMs), fmt.Sprintf("%.1f ms", r.MetricsMs), fmt.Sprintf("%.0f MiB", float64(r.RSSBytes)/(1<<20)),
+			fmt.Sprintf("%.2f ms", r.PassMs), fmt.Sprintf("%.1f ms", r.MetricsMs), fmt.Sprintf("%.0f MiB (%.0f MiB)", float64(r.RSSBytes)/(1<<20), float64(r.RSSIdleBytes)/(1<<20)),
 			perJob, fmt.Sprintf("%.2f s", r.RestartHealthzSeconds), fmt.Sprintf("%.2f s", r.RestartJobSeconds))
 	}
 	return t.flush()
 }
 
 // benchScaleRow measures one backlog on a server of its own.
-func benchScaleRow(ctx context.Context, exe string, backlog, array int, setup benchScaleSetup) (row ScaleBenchRow, err error) {
+func benchScaleRow(ctx context.Context, exe string, backlog int, sf *scaleFlags, setup benchScaleSetup) (row ScaleBenchRow, err error) {
 	row.Backlog = backlog
 	dir, err := os.MkdirTemp("", "berth-bench-scale-")
 	if err != nil {
@@ -217,7 +229,7 @@ func benchScaleRow(ctx context.Context, exe string, backlog, array int, setup be
 	if err != nil {
 		return row, err
 	}
-	if row.ArrayJobsPerSec, err = benchThroughput(ctx, c, array, dir); err != nil {
+	if row.ArrayJobsPerSec, err = benchThroughput(ctx, c, sf.array, dir); err != nil {
 		return row, err
 	}
 	started, done, err := benchLatency(ctx, c, setup.samples, dir)
@@ -248,8 +260,17 @@ func benchScaleRow(ctx context.Context, exe string, backlog, array int, setup be
 	if row.RSSBytes, err = srv.rss(); err != nil {
 		return row, err
 	}
+	select { // the definition of idle: nothing asked of the server for this long
+	case <-time.After(sf.idle):
+	case <-ctx.Done():
+		return row, ctx.Err()
+	}
+	if row.RSSIdleBytes, err = srv.rss(); err != nil {
+		return row, err
+	}
 	if backlog > 0 {
 		row.RSSPerQueuedJob = float64(row.RSSBytes) / float64(backlog)
+		row.RSSIdlePerQueuedJob = float64(row.RSSIdleBytes) / float64(backlog)
 	}
 
 	if err := srv.kill(); err != nil {

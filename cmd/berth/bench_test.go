@@ -99,7 +99,7 @@ func TestBenchScaleReportsEveryFigure(t *testing.T) {
 	t.Setenv(asBerthEnv, "1")
 	c := &cli{t: t}
 	res := runJSON[ScaleBenchResult](c, "bench", "--scale", "--scale-backlogs", "0,2000", "--scale-array", "40",
-		"--latency", "5", "--slots", "4", "-o", "json")
+		"--latency", "5", "--slots", "4", "--scale-idle", "100ms", "-o", "json")
 	if res.Agents != 2 || res.Slots != 4 || res.ArrayJobs != 40 || res.LatencySamples != 5 || res.CPUs < 1 || len(res.Rows) != 2 {
 		t.Fatalf("bench describes its run as %+v", res)
 	}
@@ -119,6 +119,9 @@ func TestBenchScaleReportsEveryFigure(t *testing.T) {
 			(r.Backlog > 0 && r.RSSPerQueuedJob != float64(r.RSSBytes)/float64(r.Backlog)) {
 			t.Errorf("backlog %d: RSS %d bytes, %v per queued job", r.Backlog, r.RSSBytes, r.RSSPerQueuedJob)
 		}
+		if r.RSSIdleBytes < 1<<20 || (r.Backlog > 0 && r.RSSIdlePerQueuedJob != float64(r.RSSIdleBytes)/float64(r.Backlog)) {
+			t.Errorf("backlog %d: RSS at rest %d bytes, %v per queued job", r.Backlog, r.RSSIdleBytes, r.RSSIdlePerQueuedJob)
+		}
 		if (r.Backlog > 0) != (r.SeedSeconds > 0) {
 			t.Errorf("backlog %d seeded in %v s", r.Backlog, r.SeedSeconds)
 		}
@@ -127,9 +130,9 @@ func TestBenchScaleReportsEveryFigure(t *testing.T) {
 		}
 	}
 
-	code, out, errOut := c.run("bench", "--scale", "--scale-backlogs", "0", "--scale-array", "4", "--latency", "1")
+	code, out, errOut := c.run("bench", "--scale", "--scale-backlogs", "0", "--scale-array", "4", "--latency", "1", "--scale-idle", "0s")
 	for _, col := range []string{"BACKLOG", "SEEDED IN", "ARRAY JOBS/S", "DONE P50", "DONE P99", "STARTED P99", "PASS (MEAN)",
-		"/METRICS", "RSS", "RSS/QUEUED JOB", "RESTART→HEALTHZ", "RESTART→JOB"} {
+		"/METRICS", "RSS (IDLE)", "RSS/QUEUED JOB (IDLE)", "RESTART→HEALTHZ", "RESTART→JOB"} {
 		if code != 0 || !strings.Contains(out, col) {
 			t.Errorf("bench --scale as a table: exit %d, %q, %q; want column %s", code, out, errOut, col)
 		}
@@ -141,6 +144,10 @@ func TestBenchScaleReportsEveryFigure(t *testing.T) {
 	code, out, errOut = c.run("bench", "--scale", "--scale-backlogs", "0,x")
 	if code != exitUsage || out != "" || !strings.Contains(errOut, `--scale-backlogs: "x" is not a count`) {
 		t.Errorf("bench --scale --scale-backlogs 0,x: exit %d, %q, %q", code, out, errOut)
+	}
+	code, out, errOut = c.run("bench", "--scale", "--scale-idle", "-1s")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "--scale-idle") {
+		t.Errorf("bench --scale --scale-idle -1s: exit %d, %q, %q", code, out, errOut)
 	}
 }
 
