@@ -247,10 +247,12 @@ func (q *Queue) Push(t *Task) {
 		q.lists[k] = l
 	}
 	sh := shapeOf(t)
-	if q.shapes[sh] == nil {
-		q.shapes[sh] = &sh
-	}
 	t.shape = q.shapes[sh]
+	if t.shape == nil { // a new shape: only then is one allocated
+		t.shape = new(shape)
+		*t.shape = sh
+		q.shapes[sh] = t.shape
+	}
 	sub := t.submitted()
 	l.oldest, l.newest = min(l.oldest, sub), max(l.newest, sub)
 	aged := t.Submitted
