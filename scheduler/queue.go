@@ -174,8 +174,9 @@ type list struct {
 // passes may leave them out. A shape is blocked when a pass found, before
 // it placed anything, that none of them could run whatever the pass did
 // (see pass.blockedNow) and examined all of them, or gave them all a
-// static reason (list.reasonAll); key is the reason it found then. A later pass that finds the same reason at its start (now)
-// leaves them out (skipped is its number).
+// static reason (list.reasonAll); key is the reason it found then. A
+// later pass that finds the same reason at its start (now) leaves them
+// out (skipped is its number).
 type shapeCount struct {
 	n                  int
 	rep                *Task
@@ -328,8 +329,11 @@ func before(a, b *Task) bool {
 // reasonAll gives each queued task of shape sh in l the reason r, as pass
 // number pass, as a pass that examined them would.
 func (l *list) reasonAll(sh *shape, r Reason, pass uint64) {
-	for i, s := range l.shps {
-		if t := l.sorted[i]; s == sh && !t.removed {
+	for i, s := range l.shps { // the other shapes' tasks are not read
+		if s != sh {
+			continue
+		}
+		if t := l.sorted[i]; !t.removed {
 			t.Reason, t.reasonPass = r, pass
 		}
 	}
