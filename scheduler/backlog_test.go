@@ -144,7 +144,8 @@ func drawQuotas(rt *rapid.T) []berth.QuotaRule {
 // cluster changes between them (workers join, leave, turn off or change
 // queues, GPUs free up, quota rules come and go, tasks arrive or are
 // requeued, placed ones leave), and checks each pass against a pass over
-// a new queue of the same tasks, which walks every task: the same
+// a new queue of the same tasks, which walks every task but those with a
+// static reason (which ExplainAll checks, from the workers alone): the same
 // assignments, preemptions and reservations, and the same pending reasons
 // for every task (for quota, the same code), though the first queue
 // leaves out the lists it knows are blocked.
@@ -206,6 +207,9 @@ func TestBacklogPassMatchesAFullWalk(t *testing.T) {
 				rt.Fatalf("step %d: plan\n%s\nwant (a full walk)\n%s", step, a, b)
 			}
 			got, exp := q.Reasons(mine, s), fresh.Reasons(theirs, s)
+			// Both queues give a static reason without a walk (the
+			// shape's); ExplainAll finds it from the workers alone.
+			static := ExplainAll(fresh, theirs, s)
 			// A quota reason's message counts the use when the pass
 			// looked: at its start for a list left out, when it got to
 			// the task in a walk. The code must agree.
@@ -217,6 +221,12 @@ func TestBacklogPassMatchesAFullWalk(t *testing.T) {
 				overQuota := got[i].Code == ReasonQuota && theirs[i].reasonPass != fresh.pass
 				if !same(got[i], exp[i]) && !overQuota {
 					rt.Fatalf("step %d: %s (%+v) pending for %+v, want %+v", step, ids[i], *specs[ids[i]], got[i], exp[i])
+				}
+				if (got[i].Code == ReasonUnfit || got[i].Code == ReasonOff) && got[i] != static[i] {
+					rt.Fatalf("step %d: %s (%+v) pending for %+v, want %+v", step, ids[i], *specs[ids[i]], got[i], static[i])
+				}
+				if r := mine[i].Reason; mine[i].reasonPass == q.pass && (r.Code == ReasonUnfit || r.Code == ReasonOff) && r != static[i] {
+					rt.Fatalf("step %d: %s has Reason %+v, want %+v", step, ids[i], r, static[i])
 				}
 				// Task.Reason too, where the full walk examined the task.
 				if theirs[i].reasonPass == fresh.pass && !same(mine[i].Reason, theirs[i].Reason) {
@@ -231,6 +241,55 @@ func TestBacklogPassMatchesAFullWalk(t *testing.T) {
 	})
 	if skipped == 0 {
 		t.Fatal("no pass left a list out: the test does not exercise skipping")
+	}
+}
+
+// TestFirstPassLeavesOutAnUnexaminedBacklog: a queue that holds a backlog
+// no pass has examined (a server's start) and that cannot run for a
+// reason needing no quota (a queue no worker serves, a GPU type none has,
+// in a list of its own or beside tasks that can run) is left out by the
+// first pass, which examines only what may run; each task of the backlog
+// is still pending for the reason a walk gives it, and a worker that
+// serves its queue joining makes the next pass place from it.
+func TestFirstPassLeavesOutAnUnexaminedBacklog(t *testing.T) {
+	for _, mixed := range []bool{false, true} {
+		t.Run(fmt.Sprint("mixed=", mixed), func(t *testing.T) {
+			const blocked, ready = 2_000, 4
+			q, s := backlogQueue(blocked, ready, mixed, t0)
+			plan := RunPass(q, s)
+			if len(plan.Assignments) != ready || plan.Examined != ready || plan.Skipped != blocked {
+				t.Fatalf("first pass: %d placed, %d examined, %d left out; want %d, %d, %d",
+					len(plan.Assignments), plan.Examined, plan.Skipped, ready, ready, blocked)
+			}
+			var backlog []*Task
+			for _, l := range q.lists {
+				for _, tk := range append(slices.Clip(l.sorted), l.fresh...) {
+					if !tk.removed && (tk.Queue == "parked" || tk.Resources.GPUType == "B200") {
+						backlog = append(backlog, tk)
+					}
+				}
+			}
+			if len(backlog) != blocked {
+				t.Fatalf("%d tasks of the backlog queued, want %d", len(backlog), blocked)
+			}
+			got, want := q.Reasons(backlog, s), ExplainAll(q, backlog, s)
+			for i, tk := range backlog {
+				if got[i] != want[i] || got[i].Code != ReasonUnfit {
+					t.Fatalf("%s (queue %s) pending for %+v, want %+v", tk.JobID, tk.Queue, got[i], want[i])
+				}
+			}
+
+			w := newWorker("w-parked", gpus(8, "H100", 80<<30))
+			w.Queues = []string{"parked"}
+			s.Workers = append(s.Workers, w)
+			for _, a := range plan.Assignments {
+				q.Remove(a.Task)
+			}
+			plan = RunPass(q, s)
+			if len(plan.Assignments) == 0 || plan.Assignments[0].Task.Queue != "parked" {
+				t.Fatalf("after a worker of queue parked joined: placed %s, want tasks of queue parked", describe(plan))
+			}
+		})
 	}
 }
 

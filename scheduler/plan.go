@@ -189,7 +189,10 @@ type Reason struct {
 // as the shape gets the same reason at the start of the pass: a static
 // one (no worker serves the queue, has the GPU type, …, or those that do
 // are off) with no quota rule applying to the list, or being over the
-// same quota rule with the same use. A worker joining, leaving or turning
+// same quota rule with the same use. A static reason with no quota rule
+// applying is the shape's: the pass that first finds it gives it to each
+// task of the shape without examining them (a start's backlog, a queue
+// whose last worker left). A worker joining, leaving or turning
 // a queue on or off, quota use or rules changing makes the next pass
 // examine them again. A list left out whole costs nothing; in one that
 // is walked, the pass steps over them in its shape index. Such tasks take
@@ -239,6 +242,13 @@ func (p *pass) skipBlocked(l *list) (all bool, shapes []*shape) {
 			continue
 		}
 		c.checked = pass
+		if free && (!c.blocked || c.key != c.now) {
+			// A reason that needs no quota is the shape's: the one a
+			// walk would give each of its tasks (a start's backlog, a
+			// queue whose last worker left), given without the walk.
+			l.reasonAll(sh, c.now, pass)
+			c.blocked, c.key, c.blockedAt = true, c.now, pass
+		}
 		if !c.blocked || c.key != c.now {
 			c.blocked, all = false, false
 			continue

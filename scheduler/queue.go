@@ -173,9 +173,10 @@ type list struct {
 // shapeCount is the queued tasks of one shape in a list, and whether
 // passes may leave them out. A shape is blocked when a pass found, before
 // it placed anything, that none of them could run whatever the pass did
-// (see pass.blockedNow) and examined all of them; key is the reason it
-// found then. A later pass that finds the same reason at its start (now)
-// leaves them out (skipped is its number).
+// (see pass.blockedNow) and examined all of them, or gave them all a
+// static reason (list.reasonAll); key is the reason it found then. A
+// later pass that finds the same reason at its start (now) leaves them
+// out (skipped is its number).
 type shapeCount struct {
 	n                  int
 	rep                *Task
@@ -247,10 +248,12 @@ func (q *Queue) Push(t *Task) {
 		q.lists[k] = l
 	}
 	sh := shapeOf(t)
-	if q.shapes[sh] == nil {
-		q.shapes[sh] = &sh
-	}
 	t.shape = q.shapes[sh]
+	if t.shape == nil { // a new shape: only then is one allocated
+		t.shape = new(shape)
+		*t.shape = sh
+		q.shapes[sh] = t.shape
+	}
 	sub := t.submitted()
 	l.oldest, l.newest = min(l.oldest, sub), max(l.newest, sub)
 	aged := t.Submitted
@@ -321,6 +324,24 @@ func before(a, b *Task) bool {
 		return a.Front
 	}
 	return a.Seq < b.Seq
+}
+
+// reasonAll gives each queued task of shape sh in l the reason r, as pass
+// number pass, as a pass that examined them would.
+func (l *list) reasonAll(sh *shape, r Reason, pass uint64) {
+	for i, s := range l.shps { // the other shapes' tasks are not read
+		if s != sh {
+			continue
+		}
+		if t := l.sorted[i]; !t.removed {
+			t.Reason, t.reasonPass = r, pass
+		}
+	}
+	for _, t := range l.fresh {
+		if t.shape == sh && !t.removed {
+			t.Reason, t.reasonPass = r, pass
+		}
+	}
 }
 
 // compact drops removed tasks from sorted and fresh.

@@ -400,7 +400,7 @@ func (rs *runningServer) start(ctx context.Context, cfg *serverConfig, sched *sc
 	}
 	restore := deferCollection(startHeapGoal) // the load is nearly all live: no collection while it grows
 	err = ctl.Start(ctx)
-	restore()
+	restore() // collects on a goroutine of its own while the server starts serving
 	if err != nil {
 		return err
 	}
