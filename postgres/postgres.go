@@ -587,46 +587,9 @@ func columns(b *store.Batch, n int, row func(b *store.Batch, i int) ([]any, erro
 	}
 	args := make([]any, len(cols))
 	for c, col := range cols {
-		args[c] = typedColumn(col)
+		args[c] = col
 	}
 	return args, nil
-}
-
-// typedColumn returns col as a slice of its values' type when every value
-// has one type pgx encodes without reflection (string, int, int64, bool,
-// float64), and col itself otherwise (a column holding NULLs): pgx
-// encodes a []any array element by element through reflection, several
-// times the work, to the same bytes.
-func typedColumn(col []any) any {
-	if len(col) == 0 {
-		return col
-	}
-	switch col[0].(type) {
-	case string:
-		return sameTyped[string](col)
-	case int:
-		return sameTyped[int](col)
-	case int64:
-		return sameTyped[int64](col)
-	case bool:
-		return sameTyped[bool](col)
-	case float64:
-		return sameTyped[float64](col)
-	}
-	return col
-}
-
-// sameTyped returns col as a []T if every value is a T, and col otherwise.
-func sameTyped[T any](col []any) any {
-	out := make([]T, len(col))
-	for i, v := range col {
-		t, ok := v.(T)
-		if !ok {
-			return col
-		}
-		out[i] = t
-	}
-	return out
 }
 
 // storableRow returns row i of b as row returns it, strings made storable
