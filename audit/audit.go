@@ -250,15 +250,16 @@ func (l *Log) Append(entries ...Entry) error {
 // maxKeptBuffer caps the encoding buffer a Log keeps between appends.
 const maxKeptBuffer = 1 << 20
 
-// recordFunc appends record i of an append to buf, numbered seq and
-// chained to prev, and returns its action, or "" (and buf as it was) for
-// an entry without one.
-type recordFunc func(buf []byte, i int, seq uint64, prev string) ([]byte, string)
+// recordFunc appends record i of an append to buf, numbered seq, with
+// ZeroHash as its prev (appendLocked puts the chain's hash in its place),
+// and returns its action, or "" (and buf as it was) for an entry without
+// one.
+type recordFunc func(buf []byte, i int, seq uint64) ([]byte, string)
 
 // entryRecords returns the recordFunc of entries, entry(i) returning the
 // i-th; the entry is read before the next call of entry.
 func (l *Log) entryRecords(entry func(i int) *Entry) recordFunc {
-	return func(buf []byte, i int, seq uint64, prev string) ([]byte, string) {
+	return func(buf []byte, i int, seq uint64) ([]byte, string) {
 		e := entry(i)
 		if e.Action == "" {
 			return buf, ""
@@ -269,7 +270,7 @@ func (l *Log) entryRecords(entry func(i int) *Entry) recordFunc {
 		}
 		return appendRecord(buf, &Record{
 			Seq: seq, Time: t.UTC(), Action: e.Action, Actor: e.Actor, Role: e.Role,
-			Target: e.Target, Fields: e.Fields, Prev: prev,
+			Target: e.Target, Fields: e.Fields, Prev: ZeroHash,
 		}), e.Action
 	}
 }
@@ -304,16 +305,18 @@ func (l *Log) appendLocked(n int, record recordFunc) error {
 			l.buf = buf[:0]
 		}
 	}()
-	seq, hash := l.seq, l.hash
+	seq := l.seq
+	var hash [len(ZeroHash)]byte // the hex of the chain's last hash
+	copy(hash[:], l.hash)
 	for i := range len(repairs) + n {
 		seq++
 		start := len(buf)
 		var action string
 		if i < len(repairs) {
-			buf, action = repair(buf, i, seq, hash)
+			buf, action = repair(buf, i, seq)
 		} else {
 			i -= len(repairs)
-			buf, action = record(buf, i, seq, hash)
+			buf, action = record(buf, i, seq)
 		}
 		if action == "" {
 			return fmt.Errorf("audit: append: entry %d has no action", i)
@@ -322,14 +325,18 @@ func (l *Log) appendLocked(n int, record recordFunc) error {
 		if len(line) > MaxLine {
 			return fmt.Errorf("audit: append: entry %d (%s) is %d bytes, over the %d-byte line limit", i, action, len(line), MaxLine)
 		}
-		hash = lineHash(line)
+		// A record ends in its prev, a string of hex digits written as
+		// they are: "…"} (appendRecordWith).
+		copy(line[len(line)-2-len(hash):], hash[:])
+		sum := sha256.Sum256(line)
+		hex.Encode(hash[:], sum[:])
 		buf = append(buf, '\n')
 	}
 	if err := l.write(l.f, l.path, "log", &l.size, buf); err != nil {
 		return err
 	}
 	l.repairs = l.repairs[len(repairs):]
-	l.seq, l.hash = seq, hash
+	l.seq, l.hash = seq, string(hash[:])
 	if l.seq-l.cpSeq >= uint64(l.every) {
 		l.checkpoint() // a failure is sticky in l.err; these records are durable
 	}

@@ -15,7 +15,7 @@ import (
 // its FromEvent writes it (the tests hold it to that), without the map of
 // fields: the log takes several events a job.
 func (l *Log) RecordEvents(events []berth.Event) error {
-	return l.append(len(events), func(buf []byte, i int, seq uint64, prev string) ([]byte, string) {
+	return l.append(len(events), func(buf []byte, i int, seq uint64) ([]byte, string) {
 		e := &events[i]
 		if e.Type == "" {
 			return buf, ""
@@ -24,14 +24,14 @@ func (l *Log) RecordEvents(events []berth.Event) error {
 		if t.IsZero() {
 			t = l.now()
 		}
-		return appendEventRecord(buf, seq, t.UTC(), e, prev), e.Type
+		return appendEventRecord(buf, seq, t.UTC(), e), e.Type
 	})
 }
 
-// appendEventRecord appends the record of e, numbered seq at t and chained
-// to prev, as appendRecord writes FromEvent's entry.
-func appendEventRecord(buf []byte, seq uint64, t time.Time, e *berth.Event, prev string) []byte {
-	r := Record{Seq: seq, Time: t, Action: e.Type, Actor: e.Actor, Target: eventTarget(e), Prev: prev}
+// appendEventRecord appends the record of e, numbered seq at t, with
+// ZeroHash as its prev, as appendRecord writes FromEvent's entry.
+func appendEventRecord(buf []byte, seq uint64, t time.Time, e *berth.Event) []byte {
+	r := Record{Seq: seq, Time: t, Action: e.Type, Actor: e.Actor, Target: eventTarget(e), Prev: ZeroHash}
 	return appendRecordWith(buf, &r, func(buf []byte) []byte {
 		fields := 0
 		eventFields(e, func(k, s string, isNum bool, n int64) {
