@@ -48,9 +48,7 @@ func (m *JobAssign) appendJSON(buf []byte) []byte {
 	o.str("attempt_id", m.AttemptID)
 	o.str("job_id", m.JobID)
 	o.int("task_index", int64(m.TaskIndex))
-	if m.ArrayIndex != nil {
-		o.int("array_index", int64(*m.ArrayIndex))
-	}
+	o.optIntPointer("array_index", m.ArrayIndex)
 	o.optStr("job_name", m.JobName)
 	o.optStr("user", m.User)
 	o.optInt("attempt", int64(m.Attempt))
@@ -82,27 +80,25 @@ func (m *JobAssign) appendJSON(buf []byte) []byte {
 	o.optInt("rendezvous_port", int64(m.RendezvousPort))
 	o.optStr("model", m.Model)
 	o.optStrMap("secrets", m.Secrets)
-	return append(o.b, '}')
+	return o.end()
 }
 
 func (m *JobAccepted) appendJSON(buf []byte) []byte {
 	o := open(buf)
 	o.str("attempt_id", m.AttemptID)
-	return append(o.b, '}')
+	return o.end()
 }
 
 func (m *JobResult) appendJSON(buf []byte) []byte {
 	o := open(buf)
 	o.str("attempt_id", m.AttemptID)
 	o.str("state", string(m.State))
-	if m.ExitCode != nil {
-		o.int("exit_code", int64(*m.ExitCode))
-	}
+	o.optIntPointer("exit_code", m.ExitCode)
 	o.optStr("reason", m.Reason)
 	o.optStr("cause", m.Cause)
 	o.int("log_size", m.LogSize)
 	o.optStr("class", m.Class)
-	return append(o.b, '}')
+	return o.end()
 }
 
 func (m *Ack) appendJSON(buf []byte) []byte {
@@ -123,7 +119,7 @@ func (m *Ack) appendJSON(buf []byte) []byte {
 		o.b = append(o.b, "true"...)
 	}
 	o.optStr("error", m.Error)
-	return append(o.b, '}')
+	return o.end()
 }
 
 // object writes a JSON object's fields in order; the caller appends the
@@ -166,6 +162,16 @@ func (o *object) optInt(name string, v int64) {
 		o.int(name, v)
 	}
 }
+
+// optIntPointer writes *v unless v is nil.
+func (o *object) optIntPointer(name string, v *int) {
+	if v != nil {
+		o.int(name, int64(*v))
+	}
+}
+
+// end closes the object and returns the buffer.
+func (o *object) end() []byte { return append(o.b, '}') }
 
 func (o *object) optDuration(name string, v time.Duration) { o.optInt(name, int64(v)) }
 
