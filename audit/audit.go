@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -247,8 +248,15 @@ func (l *Log) Append(entries ...Entry) error {
 	return l.append(len(entries), l.entryRecords(func(i int) *Entry { return &entries[i] }))
 }
 
-// maxKeptBuffer caps the encoding buffer a Log keeps between appends.
-const maxKeptBuffer = 1 << 20
+// maxKeptBuffer caps the encoding buffer a Log keeps between appends: a
+// busy server's group commits append a few thousand records each, and a
+// buffer grown afresh for each was most of the cost of writing them.
+const maxKeptBuffer = 8 << 20
+
+// recordRoom is the room an append makes in its buffer for each record
+// before writing any (about a job event's record), so that the buffer of
+// a large append grows once rather than step by step.
+const recordRoom = 320
 
 // recordFunc appends record i of an append to buf, numbered seq, with
 // ZeroHash as its prev (appendLocked puts the chain's hash in its place),
@@ -299,7 +307,7 @@ func (l *Log) appendLocked(n int, record recordFunc) error {
 		repairs[i] = l.repairs[i].entry()
 	}
 	repair := l.entryRecords(func(i int) *Entry { return &repairs[i] })
-	buf := l.buf[:0]
+	buf := slices.Grow(l.buf[:0], (len(repairs)+n)*recordRoom)
 	defer func() {
 		if cap(buf) <= maxKeptBuffer {
 			l.buf = buf[:0]
