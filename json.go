@@ -13,11 +13,12 @@ import (
 func (e *Event) AppendJSON(buf []byte) ([]byte, error) {
 	buf = append(buf, `{"seq":`...)
 	buf = strconv.AppendUint(buf, e.Seq, 10)
-	t, err := e.Time.MarshalJSON()
+	// The time as MarshalJSON writes it, without the slice it makes.
+	buf, err := e.Time.AppendText(append(buf, `,"time":"`...))
 	if err != nil {
 		return nil, fmt.Errorf("encode event time: %w", err)
 	}
-	buf = append(append(buf, `,"time":`...), t...)
+	buf = append(buf, '"')
 	buf = append(buf, `,"type":`...)
 	buf = AppendJSONString(buf, e.Type)
 	for _, f := range [...]struct{ name, value string }{{"job_id", e.JobID}, {"name", e.Name}, {"state", string(e.State)},

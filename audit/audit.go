@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -244,15 +245,46 @@ func (l *Log) resume() error {
 // (the checkpoint file is cut back likewise, and the checkpoint written
 // with a later append). Append on a closed Log returns ErrClosed.
 func (l *Log) Append(entries ...Entry) error {
-	return l.append(len(entries), func(i int) *Entry { return &entries[i] })
+	return l.append(len(entries), l.entryRecords(func(i int) *Entry { return &entries[i] }))
 }
 
-// maxKeptBuffer caps the encoding buffer a Log keeps between appends.
-const maxKeptBuffer = 1 << 20
+// maxKeptBuffer caps the encoding buffer a Log keeps between appends: a
+// busy server's group commits append a few thousand records each, and a
+// buffer grown afresh for each was most of the cost of writing them.
+const maxKeptBuffer = 8 << 20
 
-// append does Append's work for n entries, entry(i) returning the i-th;
-// the entry is read before the next call of entry.
-func (l *Log) append(n int, entry func(i int) *Entry) error {
+// recordRoom is the room an append makes in its buffer for each record
+// before writing any (about a job event's record), so that the buffer of
+// a large append grows once rather than step by step.
+const recordRoom = 320
+
+// recordFunc appends record i of an append to buf, numbered seq, with
+// ZeroHash as its prev (appendLocked puts the chain's hash in its place),
+// and returns its action, or "" (and buf as it was) for an entry without
+// one.
+type recordFunc func(buf []byte, i int, seq uint64) ([]byte, string)
+
+// entryRecords returns the recordFunc of entries, entry(i) returning the
+// i-th; the entry is read before the next call of entry.
+func (l *Log) entryRecords(entry func(i int) *Entry) recordFunc {
+	return func(buf []byte, i int, seq uint64) ([]byte, string) {
+		e := entry(i)
+		if e.Action == "" {
+			return buf, ""
+		}
+		t := e.Time
+		if t.IsZero() {
+			t = l.now()
+		}
+		return appendRecord(buf, &Record{
+			Seq: seq, Time: t.UTC(), Action: e.Action, Actor: e.Actor, Role: e.Role,
+			Target: e.Target, Fields: e.Fields, Prev: ZeroHash,
+		}), e.Action
+	}
+}
+
+// append does Append's work for n records, each appended by record.
+func (l *Log) append(n int, record recordFunc) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
@@ -264,56 +296,55 @@ func (l *Log) append(n int, entry func(i int) *Entry) error {
 	if n == 0 {
 		return nil
 	}
-	return l.appendLocked(n, entry)
+	return l.appendLocked(n, record)
 }
 
 // appendLocked does append's work with l.mu held, on an open, unbroken
 // Log.
-func (l *Log) appendLocked(n int, entry func(i int) *Entry) error {
+func (l *Log) appendLocked(n int, record recordFunc) error {
 	repairs := make([]Entry, len(l.repairs))
 	for i := range l.repairs {
 		repairs[i] = l.repairs[i].entry()
 	}
-	buf := l.buf[:0]
+	repair := l.entryRecords(func(i int) *Entry { return &repairs[i] })
+	buf := slices.Grow(l.buf[:0], (len(repairs)+n)*recordRoom)
 	defer func() {
 		if cap(buf) <= maxKeptBuffer {
 			l.buf = buf[:0]
 		}
 	}()
-	seq, hash := l.seq, l.hash
+	seq := l.seq
+	var hash [len(ZeroHash)]byte // the hex of the chain's last hash
+	copy(hash[:], l.hash)
 	for i := range len(repairs) + n {
-		var e *Entry
-		if i < len(repairs) {
-			e = &repairs[i]
-		} else {
-			i -= len(repairs)
-			e = entry(i)
-		}
-		if e.Action == "" {
-			return fmt.Errorf("audit: append: entry %d has no action", i)
-		}
-		t := e.Time
-		if t.IsZero() {
-			t = l.now()
-		}
 		seq++
 		start := len(buf)
-		buf = appendRecord(buf, &Record{
-			Seq: seq, Time: t.UTC(), Action: e.Action, Actor: e.Actor, Role: e.Role,
-			Target: e.Target, Fields: e.Fields, Prev: hash,
-		})
+		var action string
+		if i < len(repairs) {
+			buf, action = repair(buf, i, seq)
+		} else {
+			i -= len(repairs)
+			buf, action = record(buf, i, seq)
+		}
+		if action == "" {
+			return fmt.Errorf("audit: append: entry %d has no action", i)
+		}
 		line := buf[start:]
 		if len(line) > MaxLine {
-			return fmt.Errorf("audit: append: entry %d (%s) is %d bytes, over the %d-byte line limit", i, e.Action, len(line), MaxLine)
+			return fmt.Errorf("audit: append: entry %d (%s) is %d bytes, over the %d-byte line limit", i, action, len(line), MaxLine)
 		}
-		hash = lineHash(line)
+		// A record ends in its prev, a string of hex digits written as
+		// they are: "…"} (appendRecordWith).
+		copy(line[len(line)-2-len(hash):], hash[:])
+		sum := sha256.Sum256(line)
+		hex.Encode(hash[:], sum[:])
 		buf = append(buf, '\n')
 	}
 	if err := l.write(l.f, l.path, "log", &l.size, buf); err != nil {
 		return err
 	}
 	l.repairs = l.repairs[len(repairs):]
-	l.seq, l.hash = seq, hash
+	l.seq, l.hash = seq, string(hash[:])
 	if l.seq-l.cpSeq >= uint64(l.every) {
 		l.checkpoint() // a failure is sticky in l.err; these records are durable
 	}

@@ -3,8 +3,10 @@ package audit
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -18,7 +20,10 @@ func TestRecordEventsIsAppendOfFromEvent(t *testing.T) {
 	events := append(lifecycleEvents(20),
 		berth.Event{Time: time.Unix(1, 0), Type: "quota.set", Quota: "user:alice", Limits: "gpus<=8", Actor: "root"},
 		berth.Event{Time: time.Unix(2, 0), Type: "job.held", JobID: "01KAZ5C2V3K4M5N6P7Q8R9HELD", Requested: 2, Limit: 8},
-		berth.Event{Time: time.Unix(3, 0), Type: "worker.lost", Host: "gpu-2"})
+		berth.Event{Time: time.Unix(3, 0), Type: "worker.lost", Host: "gpu-2"},
+		everyField(), berth.Event{Type: "limit", Limit: -1, Seq: math.MaxUint64, Peer: "p\x00"},
+		berth.Event{Type: "pool.scaled", Pool: "pool-1", Count: -3, Instance: "i-1", Attempts: []string{"", "\xff"}, ExitCode: new(-9)},
+		berth.Event{Type: "seq", Seq: math.MaxInt64, Requested: 1, Peer: "peer-1", Pool: "p"})
 	logs := make([]string, 2)
 	for i := range logs {
 		logs[i] = filepath.Join(t.TempDir(), "audit.log")
@@ -56,6 +61,27 @@ func TestRecordEventsIsAppendOfFromEvent(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("RecordEvents wrote\n%s\nwant\n%s", got, want)
 	}
+}
+
+// everyField returns an event with every field set, strings JSON must
+// escape: a field added to the audit's records and left out of
+// RecordEvents or FromEvent shows.
+func everyField() berth.Event {
+	e := berth.Event{Time: time.Unix(4, 5), ExitCode: new(137), Attempts: []string{"a<1>", "a&2\u2028"}}
+	v := reflect.ValueOf(&e).Elem()
+	for i := range v.NumField() {
+		switch f := v.Field(i); f.Kind() {
+		case reflect.String:
+			f.SetString(v.Type().Field(i).Name + " \"<é>\n\xff")
+		case reflect.Int, reflect.Uint64:
+			if f.CanInt() {
+				f.SetInt(int64(i + 100))
+			} else {
+				f.SetUint(uint64(i + 1000))
+			}
+		}
+	}
+	return e
 }
 
 // TestFromEventNamesTheExitCode: an ended job's record carries the exit

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 
 	"github.com/berth-dev/berth"
@@ -34,9 +35,9 @@ func (l *lifecycle) emit(events ...berth.Event) {
 	l.audit(events...)
 	if l.storeEvents {
 		stored := make([]*berth.Event, len(events))
-		for i := range events {
-			e := events[i]
-			stored[i] = &e
+		copies := slices.Clone(events) // one allocation for them all
+		for i := range copies {
+			stored[i] = &copies[i]
 		}
 		l.write(&store.Batch{Events: stored})
 	}

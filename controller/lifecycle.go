@@ -107,7 +107,19 @@ func newLifecycle(cfg *Config) lifecycle {
 type effects struct {
 	batch *store.Batch
 	after []effect
+	// room is the lengths of the busiest lists of the last batch taken,
+	// each at most maxRoom: the next batch starts with room for as many,
+	// rather than growing step by step (a busy loop's batches are alike).
+	room room
 }
+
+// room is how many job updates, attempts, events, audit events and
+// effects a batch starts with room for.
+type room struct{ updates, attempts, events, audit, after int }
+
+// maxRoom caps each length of room: a submission's batch of 50,000 jobs
+// does not make every later batch as large.
+const maxRoom = 1024
 
 // effect is one thing to do once the batch is durable: send msg on a
 // session, publish events, or call fn.
@@ -123,13 +135,22 @@ type effect struct {
 func (fx *effects) take() (*store.Batch, []effect) {
 	b, after := fx.batch, fx.after
 	fx.batch, fx.after = nil, nil
+	if b != nil {
+		fx.room = room{updates: min(len(b.JobUpdates), maxRoom), attempts: min(len(b.Attempts), maxRoom),
+			events: min(len(b.Events), maxRoom), audit: min(len(b.Audit), maxRoom), after: min(len(after), maxRoom)}
+	}
 	return b, after
 }
 
 // rows returns the pending batch, to append rows to.
 func (fx *effects) rows() *store.Batch {
 	if fx.batch == nil {
-		fx.batch = &store.Batch{}
+		r := fx.room
+		fx.batch = &store.Batch{JobUpdates: make([]store.JobUpdate, 0, r.updates), Attempts: make([]*berth.Attempt, 0, r.attempts),
+			Events: make([]*berth.Event, 0, r.events), Audit: make([]berth.Event, 0, r.audit)}
+		if fx.after == nil {
+			fx.after = make([]effect, 0, r.after)
+		}
 	}
 	return fx.batch
 }

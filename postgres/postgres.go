@@ -600,18 +600,22 @@ func storableRow(b *store.Batch, i int, row func(b *store.Batch, i int) ([]any, 
 		return nil, err
 	}
 	for c, v := range values {
-		if s, ok := v.(string); ok {
-			values[c] = storable(s)
+		// Only a string that changes is stored back: boxing it again
+		// would cost an allocation a value.
+		if s, ok := v.(string); ok && !storable(s) {
+			values[c] = makeStorable(s)
 		}
 	}
 	return values, nil
 }
 
-// storable returns s with invalid UTF-8 and NUL bytes replaced by U+FFFD.
-func storable(s string) string {
-	if utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
-		return s
-	}
+// storable reports whether PostgreSQL's text holds s as it is: valid
+// UTF-8 without NUL bytes.
+func storable(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
+
+// makeStorable returns s with invalid UTF-8 and NUL bytes replaced by
+// U+FFFD.
+func makeStorable(s string) string {
 	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 }
 

@@ -417,16 +417,18 @@ func merge(group []commit) *Batch {
 	if len(group) == 1 {
 		return merged
 	}
-	var jobs, updates, attempts, audit int
+	var jobs, updates, attempts, events, audit int
 	for _, g := range group[1:] {
 		jobs += len(g.batch.Jobs)
 		updates += len(g.batch.JobUpdates)
 		attempts += len(g.batch.Attempts)
+		events += len(g.batch.Events)
 		audit += len(g.batch.Audit)
 	}
 	merged.Jobs = slices.Grow(merged.Jobs, jobs)
 	merged.JobUpdates = slices.Grow(merged.JobUpdates, updates)
 	merged.Attempts = slices.Grow(merged.Attempts, attempts)
+	merged.Events = slices.Grow(merged.Events, events)
 	merged.Audit = slices.Grow(merged.Audit, audit)
 	for _, g := range group[1:] {
 		merged.Append(g.batch)

@@ -103,14 +103,18 @@ func AppendFrame(frame []byte, typ string, payload any) ([]byte, error) {
 	if !ok {
 		return frame, fmt.Errorf("encode %s: unknown message type", typ)
 	}
-	p, err := json.Marshal(payload)
-	if err != nil {
-		return frame, fmt.Errorf("encode %s: %w", typ, err)
-	}
-	if len(frame) > 0 {
+	start := len(frame)
+	if start > 0 {
 		frame = append(frame, '\n')
 	}
 	frame = append(frame, k.head...)
+	if f, ok := appendFast(frame, payload); ok {
+		return append(f, '}'), nil
+	}
+	p, err := json.Marshal(payload)
+	if err != nil {
+		return frame[:start], fmt.Errorf("encode %s: %w", typ, err)
+	}
 	frame = append(frame, p...)
 	return append(frame, '}'), nil
 }
