@@ -117,7 +117,7 @@ type ScaleBenchRow struct {
 	// RSSIdleBytes is the server's resident memory once it has been idle
 	// for --scale-idle after the runs, holding its backlog at rest: the
 	// server returns memory to the operating system after two idle
-	// seconds (burstWatch), which at a million jobs takes a few more.
+	// seconds (idleWatch), which at a million jobs takes a few more.
 	// RSSIdlePerQueuedJob is that over Backlog.
 	RSSIdleBytes        int64   `json:"rss_idle_bytes"`
 	RSSIdlePerQueuedJob float64 `json:"rss_idle_per_queued_job"`

@@ -21,8 +21,8 @@ var heapFloorOnce sync.Once
 // to the larger of twice the live heap (GOGC=100's goal) and floor bytes,
 // for the rest of the process, unless the environment sets GOGC or
 // GOMEMLIMIT: a heap above floor/2 live is collected as by default. Only
-// the first call does anything. It also returns what a burst of
-// allocation leaves behind once the burst is over (burstWatch).
+// the first call does anything. It also returns the heap a server holds
+// beyond its use once it is idle (idleWatch).
 func keepHeapFloor(floor uint64) {
 	heapFloorOnce.Do(func() {
 		if collectorSetByEnv() {
@@ -30,7 +30,7 @@ func keepHeapFloor(floor uint64) {
 		}
 		t := &floorTuner{floor: floor, sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 		t.tune()
-		go watchBursts(&burstWatch{floor: floor}, burstTick)
+		go watchIdle(&idleWatch{floor: floor}, idleTick)
 	})
 }
 
@@ -40,90 +40,49 @@ func collectorSetByEnv() bool {
 	return os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != ""
 }
 
-// burstTick is how often watchBursts samples the allocation.
-const burstTick = time.Second
+// idleTick is how often watchIdle samples the allocation.
+const idleTick = time.Second
 
-// burstWatch tells when a burst of allocation is over and left more
-// garbage behind than the heap holds live (a load of a million jobs at a
-// start, or a million submitted through the API), and when a server gone
-// idle holds much more heap than it uses. The collector's goal is twice
-// the live heap it last marked, and a collection in the middle of such a
-// burst marks its transient data live (the rows being read, the batch
-// being written): the heap grows to twice that, and nothing shrinks it
-// until the next collection, which on a server gone quiet the runtime
-// forces only after two minutes.
+// idleWatch tells when a server gone idle holds much more heap than it
+// uses, so that the heap is returned to the operating system then rather
+// than minutes later. A burst of allocation (a load of a million jobs at a
+// start, or a million submitted through the API) leaves such a heap: the
+// collector's goal is twice the live heap it last marked, a collection in
+// the middle of the burst marks its transient data live (the rows being
+// read, the batch being written), and on a server gone quiet the runtime
+// forces the next collection only after two minutes and returns the free
+// heap a little at a time after it.
 //
-// So the watch collects once a burst is over: after two quiet ticks in a
-// row, each allocating a quarter of the recent peak or less, or under
-// floor/256 (idle), once at least max(floor/2, live/4) was allocated since
-// its last collection. One quiet tick is not enough: a collection in the
-// middle of a burst slows it for a second. None while a rate holds
-// steady, whose collections the heap floor paces. The collection only
-// resets the goal; the runtime's scavenger returns the memory above it a
-// little at a time.
-//
-// It returns the heap to the operating system at once
-// (debug.FreeOSMemory, a collection and a scavenge of every free page)
-// only when the server is idle, at its second idle tick in a row (once an
-// idle spell), and when at least max(floor/2, live/4) could be returned: handing back a gigabyte at once
-// costs a core for a moment and page faults after, which a server still
-// starting jobs would feel in their latency.
-type burstWatch struct {
+// The watch asks for a release (debug.FreeOSMemory: a collection and a
+// return of every free page) at the second tick in a row that allocates
+// under floor/256, once an idle spell, when at least max(floor/2, live/4)
+// could be returned. Never while the server is busy: handing back a
+// gigabyte at once costs a core for a moment and page faults after, which
+// jobs being started would feel in their latency.
+type idleWatch struct {
 	floor  uint64
 	allocs uint64 // bytes allocated by the last sample
-	since  uint64 // bytes allocated since the watch last collected
-	// peak is the most allocated in one tick, less an eighth each busy
-	// tick: a rate that falls by half a tick is seen to fall.
-	peak  uint64
-	quiet int // quiet ticks in a row
-	idle  int // idle ticks in a row
+	idle   int    // idle ticks in a row
 }
-
-// heapAction is what burstWatch asks for after a tick.
-type heapAction int
-
-const (
-	heapKeep    heapAction = iota // nothing
-	heapCollect                   // runtime.GC
-	heapRelease                   // debug.FreeOSMemory
-)
 
 // observe takes a tick's sample: the bytes allocated since the process
 // began, the live heap the last collection marked, and the heap's bytes
-// beyond it that are still held from the operating system (what a release
-// would return, about).
-func (w *burstWatch) observe(allocs, live, spare uint64) heapAction {
+// beyond it still held from the operating system (about what a release
+// would return). It reports whether to release now.
+func (w *idleWatch) observe(allocs, live, spare uint64) bool {
 	tick := allocs - w.allocs
 	w.allocs = allocs
-	w.since += tick
-	if tick < w.floor/256 {
-		w.idle++
-	} else {
+	if tick >= w.floor/256 {
 		w.idle = 0
+		return false
 	}
-	if tick*4 <= w.peak || w.idle > 0 {
-		w.quiet++ // measured against the peak before the quiet began
-	} else {
-		w.quiet, w.peak = 0, max(tick, w.peak-w.peak/8)
-	}
-	enough := max(w.floor/2, live/4)
-	switch {
-	case w.quiet >= 2 && w.since >= enough:
-		w.since, w.quiet, w.peak = 0, 0, tick // the rate now is the next one to fall from
-		if w.idle >= 2 {
-			return heapRelease
-		}
-		return heapCollect
-	case w.idle == 2 && spare >= enough: // once an idle spell
-		w.since = 0
-		return heapRelease
-	}
-	return heapKeep
+	w.idle++
+	return w.idle == 2 && spare >= max(w.floor/2, live/4)
 }
 
-// watchBursts samples the allocation and the heap every tick for the rest
-// of the process, and collects or releases when w says so.
-func watchBursts(w *burstWatch, tick time.Duration) {
+// watchIdle samples the allocation and the heap every tick for the rest
+// of the process, and releases the heap when w says so.
+func watchIdle(w *idleWatch, tick time.Duration) {
 	sample := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/live:bytes"},
 		{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/unused:bytes"},
 		{Name: "/memory/classes/heap/free:bytes"}}
@@ -131,10 +90,7 @@ func watchBursts(w *burstWatch, tick time.Duration) {
 		metrics.Read(sample)
 		live := sample[1].Value.Uint64()
 		held := sample[2].Value.Uint64() + sample[3].Value.Uint64() + sample[4].Value.Uint64()
-		switch w.observe(sample[0].Value.Uint64(), live, held-min(held, live)) {
-		case heapCollect:
-			runtime.GC()
-		case heapRelease:
+		if w.observe(sample[0].Value.Uint64(), live, held-min(held, live)) {
 			debug.FreeOSMemory()
 		}
 	}

@@ -115,61 +115,42 @@ func gcPercent() int {
 	return int(s[0].Value.Uint64())
 }
 
-// TestBurstWatch feeds burstWatch ticks of allocation (MiB per tick) with
-// a floor of 256 MiB (idle under 1 MiB a tick) and a live heap of 100 MiB,
-// and checks what it asks for at each tick: a collection at the second
-// quiet tick after a burst of at least floor/2, never at a steady rate,
-// never for a small burst, and not at a pause of one tick (a collection
-// slowing the burst), nor at a pause in a burst too small yet, but at its
-// end; a release instead when the burst ends in idleness; and a release
-// at the second idle tick when the heap holds at least floor/2 more than
-// it uses (spare, in MiB), once an idle spell.
-func TestBurstWatch(t *testing.T) {
+// TestIdleWatch feeds idleWatch ticks of allocation (MiB per tick) with a
+// floor of 256 MiB (idle under 1 MiB a tick), a live heap of 100 MiB and
+// spare MiB held beyond it, and checks the ticks it releases at: the
+// second idle tick in a row, once an idle spell, when at least floor/2 is
+// held beyond the live heap; never while busy, however much is held.
+func TestIdleWatch(t *testing.T) {
 	const mib = 1 << 20
-	type at struct {
-		tick int
-		do   heapAction
-	}
 	for _, tt := range []struct {
 		name  string
 		ticks []uint64
 		spare []uint64 // MiB held beyond the live heap at each tick; 0 past its end
-		want  []at
+		want  []int
 	}{
-		{"steady", []uint64{50, 60, 50, 55, 45, 60, 50, 50, 55, 60, 50, 50}, nil, nil},
-		{"idle", []uint64{0, 0, 2, 0, 0, 2, 0, 0}, nil, nil},
-		{"a tail that halves each tick", []uint64{400, 200, 100, 50, 25, 12, 6, 3}, nil, []at{{4, heapCollect}}},
-		{"a tail to a trickle", []uint64{300, 300, 150, 80, 40, 30, 20, 20, 2, 2}, nil, []at{{5, heapCollect}}},
-		{"small burst", []uint64{1, 100, 1, 1, 1}, nil, nil},
-		{"burst then quiet", []uint64{1, 200, 200, 200, 10, 1, 1, 1}, nil, []at{{5, heapCollect}}},
-		{"burst then slower", []uint64{300, 300, 300, 70, 70, 70, 70}, nil, []at{{4, heapCollect}}},
-		{"a one-tick stall", []uint64{200, 200, 40, 200, 200, 5, 5}, nil, []at{{6, heapCollect}}},
-		{"pause, then the end", []uint64{100, 10, 10, 100, 5, 5}, nil, []at{{5, heapCollect}}},
-		{"two bursts", []uint64{300, 300, 1, 1, 1, 300, 300, 1, 1}, nil, []at{{3, heapCollect}, {8, heapCollect}}},
-		{"a burst that ends idle", []uint64{300, 300, 0, 0, 0}, nil, []at{{3, heapRelease}}},
-		{"collected, then idle with the heap held", []uint64{300, 300, 2, 2, 0, 0, 0, 0},
-			[]uint64{0, 0, 0, 0, 400, 400, 0, 0}, []at{{3, heapCollect}, {5, heapRelease}}},
-		{"released once an idle spell", []uint64{0, 0, 0, 0, 5, 0, 0, 0}, []uint64{400, 400, 400, 400, 400, 400, 400, 400},
-			[]at{{1, heapRelease}, {6, heapRelease}}},
+		{"a burst that ends idle", []uint64{300, 300, 0, 0, 0}, []uint64{900, 900, 900, 900, 900}, []int{3}},
+		{"busy with the heap held", []uint64{50, 50, 50, 50, 2, 50}, []uint64{400, 400, 400, 400, 400, 400}, nil},
+		{"a trickle is busy", []uint64{300, 1, 1, 1, 1}, []uint64{400, 400, 400, 400, 400}, nil},
+		{"released once an idle spell", []uint64{0, 0, 0, 0, 5, 0, 0, 0}, []uint64{400, 400, 400, 400, 400, 400, 400, 400}, []int{1, 6}},
+		{"returned by the runtime before the second idle tick", []uint64{300, 0, 0, 0}, []uint64{400, 400, 0, 0}, nil},
 		{"idle with little held", []uint64{2, 0, 0, 0}, []uint64{0, 100, 100, 100}, nil},
-		{"busy with the heap held", []uint64{50, 50, 50, 50}, []uint64{400, 400, 400, 400}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			w := &burstWatch{floor: 256 * mib}
+			w := &idleWatch{floor: 256 * mib}
 			var allocs uint64
-			var got []at
+			var got []int
 			for i, tick := range tt.ticks {
 				allocs += tick * mib
 				var spare uint64
 				if i < len(tt.spare) {
 					spare = tt.spare[i] * mib
 				}
-				if do := w.observe(allocs, 100*mib, spare); do != heapKeep {
-					got = append(got, at{i, do})
+				if w.observe(allocs, 100*mib, spare) {
+					got = append(got, i)
 				}
 			}
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("got %v, want %v (1 collect, 2 release)", got, tt.want)
+				t.Errorf("released at ticks %v, want %v", got, tt.want)
 			}
 		})
 	}
