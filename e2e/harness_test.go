@@ -57,7 +57,7 @@ type proc struct {
 	t    *testing.T
 	cmd  *exec.Cmd
 	out  *lineBuffer
-	done chan struct{}
+	done chan struct{} // closed once the process has exited and all its output is in out
 }
 
 // lineBuffer collects a process's output and lets tests await a line.
@@ -122,16 +122,20 @@ func startAs(t *testing.T, token, name string, args ...string) *proc {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	p := &proc{t: t, cmd: cmd, out: newLineBuffer(), done: make(chan struct{})}
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			p.out.add(sc.Text())
 		}
+		_, _ = io.Copy(io.Discard, pr) // past a line too long, so the process is never stuck writing
 	}()
 	go func() {
 		_ = cmd.Wait()
 		pw.Close()
+		<-read // every line is in out once done is closed
 		close(p.done)
 	}()
 	t.Cleanup(func() {

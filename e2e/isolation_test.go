@@ -29,7 +29,7 @@ func (cl *cluster) isolatedAgent(host string, extra ...string) *proc {
 	if i < 0 {
 		cl.t.Fatalf("worker %s is not listed", host)
 	}
-	if !strings.Contains(p.out.String(), "isolation="+ws[i].Isolation) {
+	if _, ok := p.out.await("isolation="+ws[i].Isolation, 30*time.Second); !ok { // logged before it registered, read from its pipe since
 		cl.t.Fatalf("worker %s has isolation %q; its agent logged:\n%s", host, ws[i].Isolation, p.out)
 	}
 	if ws[i].Isolation == berth.IsolationNone {
