@@ -141,9 +141,11 @@ func TestAgentProgressEndpointKeepsStallAway(t *testing.T) {
 	fs := newFakeServer(t)
 	startAgent(t, fs, nil)
 	done := filepath.Join(t.TempDir(), "done")
-	// Silent after printing its URL, with an 800ms stall timeout: only the
-	// reports posted to the URL over 1.2s keep it from stalling.
-	fs.assign(&wire.JobAssign{AttemptID: "a1", StallTimeout: 800 * time.Millisecond, Command: []string{"sh", "-c",
+	// Silent after printing its URL, with a 2s stall timeout: only the
+	// reports posted to the URL over 3s keep it from stalling. (The first
+	// report waits for the URL line to be shipped and read: the timeout
+	// leaves a loaded machine room for that.)
+	fs.assign(&wire.JobAssign{AttemptID: "a1", StallTimeout: 2 * time.Second, Command: []string{"sh", "-c",
 		`echo "url=$BERTH_PROGRESS_URL."; while [ ! -e ` + done + ` ]; do sleep 0.05; done`}})
 	u := progressURL(t, fs, "a1")
 	for i := range 10 {
@@ -152,7 +154,7 @@ func TestAgentProgressEndpointKeepsStallAway(t *testing.T) {
 			t.Fatalf("report %d: %v %v", i, resp, err)
 		}
 		resp.Body.Close()
-		time.Sleep(120 * time.Millisecond) // the pace of a slow job's reports
+		time.Sleep(300 * time.Millisecond) // the pace of a slow job's reports
 	}
 	if err := os.WriteFile(done, nil, 0o644); err != nil {
 		t.Fatal(err)
