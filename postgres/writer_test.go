@@ -68,3 +68,79 @@ func TestWriterLooksRowsUpByKey(t *testing.T) {
 		t.Fatalf("the update of %d of %d jobs does not look each up by key:\n%s", n, n, p)
 	}
 }
+
+// TestStateReadsUseTheActiveJobsIndex checks that the reads of jobs by
+// state (the restart's load, listings by state) use jobs_state, which
+// leaves succeeded jobs out (migration 0027), even under plans made for
+// any value: the planner uses a partial index only where the query's
+// condition keeps to its rows, so sqlstore.StateIn writes the states as
+// literals. A placeholder's generic plan, shown first, cannot use it.
+func TestStateReadsUseTheActiveJobsIndex(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var gen berth.IDGen
+	now := time.Now()
+	b := &store.Batch{}
+	for i := range 3000 {
+		st := berth.JobSucceeded
+		switch {
+		case i%1000 == 0:
+			st = berth.JobPending
+		case i%1000 == 1:
+			st = berth.JobFailed
+		}
+		b.Jobs = append(b.Jobs, &berth.Job{ID: gen.New(now), JobSpec: berth.JobSpec{Queue: "default", Command: berth.Argv{"true"}},
+			State: st, CreatedAt: now})
+	}
+	if err := s.Write(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := s.pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(t.Context(), `ANALYZE jobs`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(t.Context(), `SET plan_cache_mode = force_generic_plan`); err != nil {
+		t.Fatal(err)
+	}
+	plan := func(query string) string {
+		t.Helper()
+		rows, err := conn.Query(t.Context(), "EXPLAIN "+query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p strings.Builder
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			p.WriteString(line + "\n")
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return p.String()
+	}
+	if _, err := conn.Exec(t.Context(), `PREPARE by_state(text) AS SELECT id FROM jobs WHERE state = $1 ORDER BY id`); err != nil {
+		t.Fatal(err)
+	}
+	if p := plan(`EXECUTE by_state('pending')`); strings.Contains(p, "jobs_state") {
+		t.Fatalf("a placeholder's generic plan uses jobs_state, so the literals are not what makes the reads below use it:\n%s", p)
+	}
+	for _, q := range []string{
+		`SELECT id FROM jobs WHERE ` + sqlstore.StateIn("state", berth.JobPending) + ` ORDER BY id`,
+		`SELECT id FROM jobs WHERE ` + sqlstore.StateIn("state", berth.JobFailed, berth.JobCancelled) + ` ORDER BY id DESC LIMIT 100`,
+	} {
+		if p := plan(q); !strings.Contains(p, "jobs_state") {
+			t.Errorf("%s\ndoes not use jobs_state:\n%s", q, p)
+		}
+	}
+}

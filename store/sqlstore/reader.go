@@ -96,6 +96,19 @@ func in[T ~string](a *args, vs []T) string {
 	return "IN (" + strings.Join(ps, ", ") + ")"
 }
 
+// StateIn returns the condition that column, a job's state, is one of
+// states, each written as a literal rather than a placeholder: PostgreSQL's
+// jobs_state index leaves succeeded jobs out (its migration 0027), and the
+// planner uses a partial index only where it sees that the condition keeps
+// to the index's rows, which it cannot for a placeholder's value.
+func StateIn(column string, states ...berth.JobState) string {
+	lits := make([]string, len(states))
+	for i, st := range states {
+		lits[i] = "'" + strings.ReplaceAll(string(st), "'", "''") + "'"
+	}
+	return column + " IN (" + strings.Join(lits, ", ") + ")"
+}
+
 // each runs query and calls fn with each row, stopping at the first error.
 func (r *Reader) each(ctx context.Context, query string, args []any, fn func(row scanner) error) error {
 	rows, err := r.query(ctx, query, args...)
@@ -307,7 +320,7 @@ func (r *Reader) jobsIn(ctx context.Context, st berth.JobState, n, total int,
 		if total > 0 && 2*n >= total {
 			state = r.dialect.Unindexed(state)
 		}
-		where := ` WHERE ` + state + ` = ` + a.add(string(st))
+		where := ` WHERE ` + StateIn(state, st)
 		if i > 0 {
 			where += ` AND id >= ` + a.add(bounds[i-1])
 		}
@@ -460,7 +473,7 @@ func (r *Reader) rangeBounds(ctx context.Context, st berth.JobState, n, ranges i
 	var bounds []string
 	for last := ""; len(bounds) < ranges-1; {
 		a := args{d: &r.dialect}
-		q := `SELECT id FROM jobs WHERE state = ` + a.add(string(st)) + ` AND id >= ` + a.add(last) +
+		q := `SELECT id FROM jobs WHERE ` + StateIn("state", st) + ` AND id >= ` + a.add(last) +
 			` ORDER BY id LIMIT 1 OFFSET ` + a.add(step)
 		ids, err := collect(ctx, r, func(row scanner) (id string, err error) { return id, row.Scan(&id) }, q, a.list...)
 		if err != nil {
@@ -587,7 +600,7 @@ func (r *Reader) Jobs(ctx context.Context, f store.JobFilter) ([]*berth.Job, err
 	a := args{d: &r.dialect}
 	var where []string
 	if len(f.States) > 0 {
-		where = append(where, "state "+in(&a, f.States))
+		where = append(where, StateIn("state", f.States...))
 	}
 	if f.Queue != "" {
 		where = append(where, "queue = "+a.add(f.Queue))
