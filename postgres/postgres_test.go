@@ -538,3 +538,54 @@ func TestEventBatchesMigration(t *testing.T) {
 		t.Errorf("events after migration 0018 = %+v, want %+v", active.Events, want)
 	}
 }
+
+// TestAttemptUpdatesStayInPlace checks that an attempt's update at its
+// end is heap-only (HOT): no index of attempts covers a column it changes,
+// and its pages leave room for the new versions (migration 0028). The
+// update would otherwise insert the row into every index of the table.
+// Nine in ten must be in place (a page's last rows may find it full).
+func TestAttemptUpdatesStayInPlace(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	url := pgtest.NewDatabase(t)
+	s := openAt(t, url)
+	const n = 300
+	now := time.Now().UTC()
+	attempts := func(st berth.AttemptState) []*berth.Attempt {
+		as := make([]*berth.Attempt, n)
+		for i := range as {
+			id := "j-" + strconv.Itoa(i)
+			as[i] = &berth.Attempt{ID: "a-" + id, JobID: id, WorkerID: "w1", Host: "gpu-1", State: st, CreatedAt: now, StartedAt: now}
+			if st.Terminal() {
+				as[i].FinishedAt, as[i].ExitCode = now, new(int)
+			}
+		}
+		return as
+	}
+	first := &store.Batch{Attempts: attempts(berth.AttemptRunning)}
+	for _, a := range first.Attempts {
+		first.Jobs = append(first.Jobs, &berth.Job{ID: a.JobID, JobSpec: berth.JobSpec{Queue: "default", Command: berth.Argv{"true"}},
+			State: berth.JobRunning, CreatedAt: now})
+	}
+	for _, b := range []*store.Batch{first, {Attempts: attempts(berth.AttemptSucceeded)}} {
+		if err := s.Write(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close() // each of its backends reports its counts as it exits
+	conn := connect(t, url)
+	var updated, inPlace int
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		err := conn.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'attempts'`).Scan(&updated, &inPlace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if updated >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond) // the counts arrive as the backends exit: nothing to wait on
+	}
+	if updated != n || inPlace < n*9/10 {
+		t.Errorf("attempts: %d updates, %d of them heap-only; want %d, nine in ten heap-only", updated, inPlace, n)
+	}
+}
