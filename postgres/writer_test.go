@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/postgres/pgtest"
 	"github.com/berth-dev/berth/store"
@@ -21,7 +23,7 @@ func TestWriterLooksRowsUpByKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() }) // after the connection writeAnalyzed holds is released
 	const n = 3000
 	var gen berth.IDGen
 	now := time.Now()
@@ -32,39 +34,14 @@ func TestWriterLooksRowsUpByKey(t *testing.T) {
 		b.Jobs = append(b.Jobs, &berth.Job{ID: ids[i], JobSpec: berth.JobSpec{Queue: "default", Command: berth.Argv{"true"}},
 			State: berth.JobPending, CreatedAt: now})
 	}
-	if err := s.Write(t.Context(), b); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := s.writer.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(t.Context(), `ANALYZE jobs`); err != nil {
-		t.Fatal(err)
-	}
+	conn := writeAnalyzed(t, s, s.writer, b)
 	if _, err := conn.Conn().Prepare(t.Context(), "update_jobs", steps[sqlstore.UpdateJobs].query); err != nil {
 		t.Fatal(err)
 	}
 	fill := func(v string) string { return "'{" + strings.Repeat(v+",", n-1) + v + "}'" }
 	explain := `EXPLAIN EXECUTE update_jobs('{` + strings.Join(ids, ",") + `}', ` + fill("succeeded") + `, ` + fill(`""`) + `, ` +
 		fill("0") + `, ` + fill("1") + `, ` + fill("0") + `, ` + fill("0") + `)`
-	rows, err := conn.Query(t.Context(), explain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plan strings.Builder
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan.WriteString(line + "\n")
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if p := plan.String(); strings.Contains(p, "Seq Scan on jobs") || !strings.Contains(p, "Index Scan using jobs_pkey") {
+	if p := plan(t, conn, explain); strings.Contains(p, "Seq Scan on jobs") || !strings.Contains(p, "Index Scan using jobs_pkey") {
 		t.Fatalf("the update of %d of %d jobs does not look each up by key:\n%s", n, n, p)
 	}
 }
@@ -81,7 +58,7 @@ func TestStateReadsUseTheActiveJobsIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() }) // after the connection writeAnalyzed holds is released
 	var gen berth.IDGen
 	now := time.Now()
 	b := &store.Batch{}
@@ -96,51 +73,61 @@ func TestStateReadsUseTheActiveJobsIndex(t *testing.T) {
 		b.Jobs = append(b.Jobs, &berth.Job{ID: gen.New(now), JobSpec: berth.JobSpec{Queue: "default", Command: berth.Argv{"true"}},
 			State: st, CreatedAt: now})
 	}
-	if err := s.Write(t.Context(), b); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := s.pool.Acquire(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(t.Context(), `ANALYZE jobs`); err != nil {
-		t.Fatal(err)
-	}
+	conn := writeAnalyzed(t, s, s.pool, b)
 	if _, err := conn.Exec(t.Context(), `SET plan_cache_mode = force_generic_plan`); err != nil {
 		t.Fatal(err)
-	}
-	plan := func(query string) string {
-		t.Helper()
-		rows, err := conn.Query(t.Context(), "EXPLAIN "+query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p strings.Builder
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			p.WriteString(line + "\n")
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return p.String()
 	}
 	if _, err := conn.Exec(t.Context(), `PREPARE by_state(text) AS SELECT id FROM jobs WHERE state = $1 ORDER BY id`); err != nil {
 		t.Fatal(err)
 	}
-	if p := plan(`EXECUTE by_state('pending')`); strings.Contains(p, "jobs_state") {
+	if p := plan(t, conn, `EXPLAIN EXECUTE by_state('pending')`); strings.Contains(p, "jobs_state") {
 		t.Fatalf("a placeholder's generic plan uses jobs_state, so the literals are not what makes the reads below use it:\n%s", p)
 	}
 	for _, q := range []string{
 		`SELECT id FROM jobs WHERE ` + sqlstore.StateIn("state", berth.JobPending) + ` ORDER BY id`,
 		`SELECT id FROM jobs WHERE ` + sqlstore.StateIn("state", berth.JobFailed, berth.JobCancelled) + ` ORDER BY id DESC LIMIT 100`,
 	} {
-		if p := plan(q); !strings.Contains(p, "jobs_state") {
+		if p := plan(t, conn, "EXPLAIN "+q); !strings.Contains(p, "jobs_state") {
 			t.Errorf("%s\ndoes not use jobs_state:\n%s", q, p)
 		}
 	}
+}
+
+// writeAnalyzed writes b to s and returns a connection of pool, released
+// when t ends, after analyzing the jobs table on it.
+func writeAnalyzed(t *testing.T, s *Store, pool *pgxpool.Pool, b *store.Batch) *pgxpool.Conn {
+	t.Helper()
+	if err := s.Write(t.Context(), b); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	if _, err := conn.Exec(t.Context(), `ANALYZE jobs`); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// plan returns the lines an EXPLAIN statement returns on conn.
+func plan(t *testing.T, conn *pgxpool.Conn, explain string) string {
+	t.Helper()
+	rows, err := conn.Query(t.Context(), explain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		p.WriteString(line + "\n")
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return p.String()
 }
