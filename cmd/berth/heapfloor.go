@@ -18,11 +18,13 @@ const heapFloor = 256 << 20
 var heapFloorOnce sync.Once
 
 // keepHeapFloor sets the garbage collector's goal after every collection
-// to the larger of twice the live heap (GOGC=100's goal) and floor bytes,
-// for the rest of the process, unless the environment sets GOGC or
-// GOMEMLIMIT: a heap above floor/2 live is collected as by default. Only
-// the first call does anything. It also returns the heap a server holds
-// beyond its use once it is idle (idleWatch).
+// to the larger of one and a half times the live heap (GOGC=50's goal) and
+// floor bytes, for the rest of the process, unless the environment sets
+// GOGC or GOMEMLIMIT. A large live heap (a million queued jobs hold about
+// 0.42 KiB each) so grows by half before it is collected, not by as much
+// again as Go's default, and a busy server holds under 1 KiB of memory a
+// queued job. Only the first call does anything. It also returns the heap
+// a server holds beyond its use once it is idle (idleWatch).
 func keepHeapFloor(floor uint64) {
 	heapFloorOnce.Do(func() {
 		if collectorSetByEnv() {
@@ -47,7 +49,7 @@ const idleTick = time.Second
 // uses, so that the heap is returned to the operating system then rather
 // than minutes later. A burst of allocation (a load of a million jobs at a
 // start, or a million submitted through the API) leaves such a heap: the
-// collector's goal is twice the live heap it last marked, a collection in
+// collector's goal is half as much again as the live heap it last marked, a collection in
 // the middle of the burst marks its transient data live (the rows being
 // read, the batch being written), and on a server gone quiet the runtime
 // forces the next collection only after two minutes and returns the free
@@ -121,13 +123,13 @@ func (t *floorTuner) tune() {
 }
 
 // gcPercentFor returns the GOGC whose goal for a live heap of live bytes
-// is floor bytes, or 100 once twice live is more. A live heap under the
+// is floor bytes, or 50 once one and a half times live is more. A live heap under the
 // runtime's 4 MiB minimum (0 before the first collection) counts as 4 MiB:
 // the runtime scales that minimum by GOGC too, so the goal stays floor.
 func gcPercentFor(live, floor uint64) int {
 	live = max(live, minHeap)
-	if 2*live >= floor {
-		return 100
+	if live+live/2 >= floor {
+		return 50
 	}
 	return int(floor*100/live) - 100
 }

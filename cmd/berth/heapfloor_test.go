@@ -37,7 +37,9 @@ func TestGCPercentFor(t *testing.T) {
 		{64 * mib, 256 * mib, 300},
 		{100 * mib, 256 * mib, 156},
 		{128 * mib, 256 * mib, 100},
-		{1024 * mib, 256 * mib, 100},
+		{170 * mib, 256 * mib, 50},
+		{171 * mib, 256 * mib, 50},
+		{1024 * mib, 256 * mib, 50},
 	} {
 		if got := gcPercentFor(tt.live, tt.floor); got != tt.want {
 			t.Errorf("gcPercentFor(%d MiB, %d MiB) = %d, want %d", tt.live/mib, tt.floor/mib, got, tt.want)
@@ -47,7 +49,7 @@ func TestGCPercentFor(t *testing.T) {
 
 // TestKeepHeapFloor runs keepHeapFloor in child processes (it changes the
 // whole process's collector): with a small live heap it raises GOGC, once
-// the live heap passes half the floor it sets it back to 100, and it
+// the live heap passes two thirds of the floor it sets it to 50, and it
 // leaves a GOGC from the environment alone.
 func TestKeepHeapFloor(t *testing.T) {
 	t.Parallel()
@@ -59,7 +61,7 @@ func TestKeepHeapFloor(t *testing.T) {
 	for _, tt := range []struct {
 		name, gogc, want string
 	}{
-		{"tuned", "", "raised, then 100"},
+		{"tuned", "", "raised, then 50"},
 		{"GOGC set", "50", "50"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
