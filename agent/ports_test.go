@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -65,13 +66,9 @@ func TestPortAllocatorDoesNotReuseAtOnce(t *testing.T) {
 
 func TestPortAllocatorSkipsBoundPorts(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
+	l, port := listenBelowEphemeral(t)
 	a := newTestPorts(t, PortConfig{Lo: port, Hi: port})
-	_, err = a.Allocate("a")
+	_, err := a.Allocate("a")
 	want := fmt.Sprintf("no free port in %d–%d: 0 held, 1 bound by other processes", port, port)
 	if !errors.Is(err, ErrNoFreePort) || err.Error() != want {
 		t.Fatalf("Allocate of a listened-on port: %v, want %q", err, want)
@@ -80,6 +77,29 @@ func TestPortAllocatorSkipsBoundPorts(t *testing.T) {
 	if got, err := a.Allocate("a"); err != nil || got != port {
 		t.Fatalf("Allocate after the listener closed = %d, %v; want %d", got, err, port)
 	}
+}
+
+// listenBelowEphemeral listens on a free loopback port under the kernel's
+// ephemeral range: once it is closed, no other test's connection or ":0"
+// listener can be given that port before the test binds it again, as one
+// could be given a port the kernel chose.
+func listenBelowEphemeral(t *testing.T) (net.Listener, int) {
+	t.Helper()
+	const from = 10000
+	lo := 32768 // Linux's default start of the range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscan(string(b), &lo)
+	}
+	n := max(lo-from, 1)
+	start := rand.IntN(n)
+	for i := range n {
+		port := from + (start+i)%n
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			return l, port
+		}
+	}
+	t.Fatalf("no free port in %d–%d", from, from+n-1)
+	return nil, 0
 }
 
 func TestPortAllocatorReclaim(t *testing.T) {
