@@ -49,11 +49,11 @@ const idleTick = time.Second
 // uses, so that the heap is returned to the operating system then rather
 // than minutes later. A burst of allocation (a load of a million jobs at a
 // start, or a million submitted through the API) leaves such a heap: the
-// collector's goal is half as much again as the live heap it last marked,
-// a collection in the middle of the burst marks its transient data live
-// (the rows being read, the batch being written), and on a server gone
-// quiet the runtime forces the next collection only after two minutes and
-// returns the free heap a little at a time after it.
+// collector's goal for a large heap is half as much again as the live heap
+// it last marked, a collection in the middle of the burst marks its
+// transient data live (the rows being read, the batch being written), and
+// on a server gone quiet the runtime forces the next collection only after
+// two minutes and returns the free heap a little at a time after it.
 //
 // The watch asks for a release (debug.FreeOSMemory: a collection and a
 // return of every free page) at the second tick in a row that allocates
@@ -123,9 +123,10 @@ func (t *floorTuner) tune() {
 }
 
 // gcPercentFor returns the GOGC whose goal for a live heap of live bytes
-// is floor bytes, or 50 once one and a half times live is more. A live heap under the
-// runtime's 4 MiB minimum (0 before the first collection) counts as 4 MiB:
-// the runtime scales that minimum by GOGC too, so the goal stays floor.
+// is floor bytes, or 50 once one and a half times live is more. A live
+// heap under the runtime's 4 MiB minimum (0 before the first collection)
+// counts as 4 MiB: the runtime scales that minimum by GOGC too, so the
+// goal stays floor.
 func gcPercentFor(live, floor uint64) int {
 	live = max(live, minHeap)
 	if live+live/2 >= floor {
