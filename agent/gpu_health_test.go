@@ -244,3 +244,28 @@ func TestGPUHealthMIG(t *testing.T) {
 		}
 	}
 }
+
+// TestRealH100Answers reads what nvidia-smi (driver 580.159.04) answered on
+// an H100 machine, byte for byte, to the health, load and compute-apps
+// queries: once idle, once while two half-GPU jobs each held 10 GiB.
+func TestRealH100Answers(t *testing.T) {
+	t.Parallel()
+	h100 := []berth.GPU{{Index: 0, UUID: "GPU-009bc4cc-7f22-986b-8713-e7a7af83aee9", Model: "NVIDIA H100 80GB HBM3", Memory: 81559 << 20}}
+	smi := newStateSMI(t)
+	smi.set("gpus", "0, GPU-009bc4cc-7f22-986b-8713-e7a7af83aee9, 0\n")
+	smi.set("stats", "0, 0, 0\n")
+	if faults, err := newGPUHealth(smi.path, h100).check(context.Background()); err != nil || len(faults) != 0 {
+		t.Fatalf("health check of an idle H100 = %v, %v; want no fault", faults, err)
+	}
+	if stats, err := gpuStats(context.Background(), smi.path); err != nil || !slices.Equal(stats, []berth.GPUStat{{Index: 0}}) {
+		t.Fatalf("load of an idle H100 = %+v, %v; want GPU 0 at 0 %% and 0 bytes", stats, err)
+	}
+	if got, want := awaitGPURelease(context.Background(), smi.path, h100, time.Second), "GPU memory released on GPU 0"; got != want {
+		t.Fatalf("release on an idle H100 (no compute app: empty output) = %q, want %q", got, want)
+	}
+	smi.set("apps", "GPU-009bc4cc-7f22-986b-8713-e7a7af83aee9, 657, 10758\nGPU-009bc4cc-7f22-986b-8713-e7a7af83aee9, 668, 10758\n")
+	held, err := computeApps(context.Background(), smi.path, h100)
+	if want := []string{"GPU 0 (pid 657, 10758 MiB; pid 668, 10758 MiB)"}; err != nil || !slices.Equal(held, want) {
+		t.Fatalf("compute apps of two half-GPU jobs = %q, %v; want %q", held, err, want)
+	}
+}
