@@ -31,6 +31,12 @@ type BenchResult struct {
 	// against.
 	BareStartsPerSec float64 `json:"bare_starts_per_sec,omitempty"`
 	NoopJobsPerSec   float64 `json:"noop_jobs_per_sec,omitempty"`
+	// SteadyJobsPerSec is the no-op executor's rate in river bench's shape
+	// (--steady): jobs worked a second while arrays keep a backlog.
+	SteadyJobsPerSec float64 `json:"steady_jobs_per_sec,omitempty"`
+	SteadyWorked     uint64  `json:"steady_worked,omitempty"`   // jobs succeeded while its clock ran
+	SteadyInserted   int     `json:"steady_inserted,omitempty"` // jobs it submitted, the first backlog included
+	SteadySeconds    float64 `json:"steady_seconds,omitempty"`  // how long its clock ran
 	LatencySamples   int     `json:"latency_samples,omitempty"`
 	StartP50Ms       float64 `json:"start_p50_ms,omitempty"`
 	StartP99Ms       float64 `json:"start_p99_ms,omitempty"`
@@ -53,6 +59,9 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	slots := fs.Int("slots", 32, "slots per agent for real processes")
 	samples := fs.Int("latency", 200, "jobs for the submit → process-started latency run (one at a time)")
 	bare := fs.Int("bare", 2000, "true processes started without Berth, as many at once as the agents' slots, for\nthe real processes' reference (0: none)")
+	steady := fs.Duration("steady", 0, "also run the no-op executor for this `duration` as river bench --duration runs River:\n"+
+		"75,000 jobs submitted (arrays of 5,000) before the clock starts, then the agents start and\n"+
+		"arrays of 5,000 keep 75,000 pending; prints the jobs worked a second (0: not run)")
 	output := fs.String("o", "table", "output: table or json")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	storeURL := fs.String("store", "", "store to run on: a postgres:// URL of an empty database (default: a fresh SQLite file)")
@@ -69,6 +78,8 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 		}
 	}
 	switch {
+	case *steady != 0 && (*steady < time.Second || *steady > time.Hour):
+		return berth.Invalidf("--steady", "must be 0 or between 1s and 1h")
 	case *agents < 1 || *agents > 64:
 		return berth.Invalidf("--agents", "must be between 1 and 64")
 	case *slots < 1:
@@ -122,6 +133,13 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 			return err
 		}
 	}
+	if *steady > 0 {
+		run, err := benchSteady(ctx, *storeURL, steadyShape{duration: *steady, batch: 5_000, backlog: 75_000, agents: *agents})
+		if err != nil {
+			return err
+		}
+		res.SteadyJobsPerSec, res.SteadyWorked, res.SteadyInserted, res.SteadySeconds = run.rate(), run.Worked, run.Inserted, run.Elapsed.Seconds()
+	}
 	if *output == "json" {
 		return printJSON(m.Stdout, res)
 	}
@@ -139,6 +157,10 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 	if res.NoopJobsPerSec > 0 {
 		fmt.Fprintf(m.Stdout, "  no-op executor: %d jobs, %.0f jobs/s submit → all succeeded\n", *noopJobs, res.NoopJobsPerSec)
 	}
+	if res.SteadyWorked > 0 {
+		fmt.Fprintf(m.Stdout, "  no-op executor, steady (river bench's shape): %d jobs worked in %.1f s, %.0f jobs/s (%d submitted)\n",
+			res.SteadyWorked, res.SteadySeconds, res.SteadyJobsPerSec, res.SteadyInserted)
+	}
 	if res.LatencySamples > 0 {
 		fmt.Fprintf(m.Stdout, "  submit → process started (idle cluster, %d jobs): p50 %.2f ms, p99 %.2f ms\n", res.LatencySamples, res.StartP50Ms, res.StartP99Ms)
 	}
@@ -148,6 +170,19 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 // withBenchCluster runs fn against a fresh server and agents in a temporary
 // directory, all in this process, talking over loopback.
 func withBenchCluster(ctx context.Context, storeURL string, agents, slots int, exec agent.Executor, fn func(*client.Client, string) error) error {
+	return withBenchServer(ctx, storeURL, func(rs *runningServer, c *client.Client, dir string) error {
+		stop, err := startBenchAgents(ctx, agents, agent.Config{Server: rs.URL, DataDir: dir, Host: "bench", Slots: slots, Executor: exec})
+		if err != nil {
+			return err
+		}
+		defer stop()
+		return fn(c, dir)
+	})
+}
+
+// withBenchServer runs fn against a fresh server with no agent, in a
+// temporary directory that fn may use too.
+func withBenchServer(ctx context.Context, storeURL string, fn func(*runningServer, *client.Client, string) error) error {
 	dir, err := os.MkdirTemp("", "berth-bench-")
 	if err != nil {
 		return err
@@ -158,20 +193,30 @@ func withBenchCluster(ctx context.Context, storeURL string, agents, slots int, e
 		return err
 	}
 	defer rs.Close(context.Background())
-	actx, stop := context.WithCancel(ctx)
+	return fn(rs, client.New(rs.URL, "", nil), dir)
+}
+
+// startBenchAgents starts n agents in this process, each configured as
+// base but for its host (base.Host-0, base.Host-1, …) and its data dir
+// (base.DataDir/agent0, …), and returns once each has registered. The
+// returned func stops them and waits until they have stopped.
+func startBenchAgents(ctx context.Context, n int, base agent.Config) (func(), error) {
+	actx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	defer func() { stop(); wg.Wait() }()
-	for i := 0; i < agents; i++ {
-		a, err := agent.New(agent.Config{Server: rs.URL, DataDir: filepath.Join(dir, "agent"+strconv.Itoa(i)),
-			Host: "bench-" + strconv.Itoa(i), Slots: slots, Executor: exec})
+	stop := func() { cancel(); wg.Wait() }
+	for i := range n {
+		cfg := base
+		cfg.Host, cfg.DataDir = base.Host+"-"+strconv.Itoa(i), filepath.Join(base.DataDir, "agent"+strconv.Itoa(i))
+		a, err := agent.New(cfg)
 		if err != nil {
-			return err
+			stop()
+			return nil, err
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = a.Run(actx) }()
 		<-a.Registered()
 	}
-	return fn(client.New(rs.URL, "", nil), dir)
+	return stop, nil
 }
 
 func trueJob(dir string) *berth.SubmitRequest {

@@ -17,7 +17,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/berth-dev/berth"
@@ -199,19 +198,12 @@ func benchScaleRow(ctx context.Context, exe string, backlog int, sf *scaleFlags,
 	}
 	c := client.New(srv.url, "", nil)
 
-	actx, stopAgents := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { stopAgents(); wg.Wait() }()
-	for i := range setup.agents {
-		a, err := agent.New(agent.Config{Server: srv.url, DataDir: filepath.Join(dir, "agent"+strconv.Itoa(i)),
-			Host: "scale-" + strconv.Itoa(i), Slots: setup.slots, Queues: []string{berth.DefaultQueue}, Executor: agent.ProcessExecutor{}})
-		if err != nil {
-			return row, err
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = a.Run(actx) }()
-		<-a.Registered()
+	stopAgents, err := startBenchAgents(ctx, setup.agents, agent.Config{Server: srv.url, DataDir: dir, Host: "scale",
+		Slots: setup.slots, Queues: []string{berth.DefaultQueue}, Executor: agent.ProcessExecutor{}})
+	if err != nil {
+		return row, err
 	}
+	defer stopAgents()
 
 	if backlog > 0 {
 		start := time.Now()

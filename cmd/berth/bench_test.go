@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestBenchReportsEveryFigure runs a small berth bench end to end: its own
@@ -26,6 +28,29 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	}
 }
 
+// TestBenchSteadyKeepsTheBacklog runs a small steady run (river bench's
+// shape) on SQLite: the inserter must have topped the backlog up while the
+// agents worked, and the figure must be the jobs worked over the clock.
+// The clock runs 3 s, so that the agents, even under the race detector on
+// a loaded machine, work the first backlog down before its last ticks.
+func TestBenchSteadyKeepsTheBacklog(t *testing.T) {
+	t.Parallel()
+	shape := steadyShape{duration: 3 * time.Second, batch: 200, backlog: 1_000, agents: 1}
+	run, err := benchSteady(context.Background(), "", shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Worked == 0 || run.Elapsed < shape.duration {
+		t.Fatalf("steady run %+v: want jobs worked over at least %v", run, shape.duration)
+	}
+	if run.Inserted <= shape.backlog || run.Inserted%shape.batch != 0 || run.Worked > uint64(run.Inserted) {
+		t.Errorf("steady run %+v: want arrays of %d submitted past the first %d, and no more worked than submitted", run, shape.batch, shape.backlog)
+	}
+	if got, want := run.rate(), float64(run.Worked)/run.Elapsed.Seconds(); got != want {
+		t.Errorf("rate = %v, want %v", got, want)
+	}
+}
+
 func TestBenchBadFlags(t *testing.T) {
 	t.Parallel()
 	c := &cli{t: t}
@@ -37,6 +62,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--noop-jobs", "100001"}, "--noop-jobs: must be between 0 and 100000"},
 		{[]string{"--latency", "-3"}, "--latency: must be between 0"},
 		{[]string{"--agents", "0"}, "--agents: must be between 1 and 64"},
+		{[]string{"--steady", "10ms"}, "--steady: must be 0 or between 1s and 1h"},
 		{[]string{"-o", "yaml"}, "-o: must be table or json"},
 	} {
 		code, out, errOut := c.run(append([]string{"bench"}, tc.args...)...)
