@@ -260,11 +260,14 @@ func (r *SubmitRequest) Validate() error {
 type Job struct {
 	ID string `json:"id"`
 	JobSpec
-	ArrayIndex *int      `json:"array_index,omitempty"`
-	State      JobState  `json:"state"`
-	Reason     string    `json:"reason,omitempty"` // why pending, or why it ended
-	ExitCode   *int      `json:"exit_code,omitempty"`
-	Attempts   int       `json:"attempts"` // attempts started so far
+	ArrayIndex *int     `json:"array_index,omitempty"`
+	State      JobState `json:"state"`
+	Reason     string   `json:"reason,omitempty"` // why pending, or why it ended
+	ExitCode   *int     `json:"exit_code,omitempty"`
+	// Attempts counts the attempts started so far that spend the retry
+	// budget (at most Retries+1): one an operator stopped, a preemption, a
+	// withdrawal, or an end whose cause spends no retry is given back.
+	Attempts   int       `json:"attempts"`
 	CreatedAt  time.Time `json:"created_at"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`

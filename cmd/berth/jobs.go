@@ -294,7 +294,10 @@ func runJob(ctx context.Context, m *Main, args []string) error {
 	if j.ArrayIndex != nil {
 		fmt.Fprintf(w, "Array:     index %d\n", *j.ArrayIndex)
 	}
-	fmt.Fprintf(w, "Retries:   %d (attempts so far: %d)\nCreated:   %s\n", j.Retries, j.Attempts, j.CreatedAt.Local().Format(time.RFC3339))
+	// Attempts counts only those that spend the retry budget: an attempt
+	// an operator stopped or a preemption ended is listed below but given
+	// back.
+	fmt.Fprintf(w, "Retries:   %d (attempts counted: %d of %d)\nCreated:   %s\n", j.Retries, j.Attempts, j.Retries+1, j.CreatedAt.Local().Format(time.RFC3339))
 	if !j.StartedAt.IsZero() {
 		fmt.Fprintf(w, "Started:   %s\n", j.StartedAt.Local().Format(time.RFC3339))
 	}
