@@ -60,12 +60,16 @@ func Standby(st store.JobReader, leader func(context.Context) (string, error), s
 			return
 		}
 		if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
-			writeJSON(w, http.StatusOK, map[string]string{"status": "standby", "leader": lead})
+			status := "standby"
+			if lead == self {
+				status = "starting" // it leads and is loading the store
+			}
+			writeJSON(w, http.StatusOK, map[string]string{"status": status, "leader": lead})
 			return
 		}
 		target, perr := url.Parse(lead)
 		if lead == "" || lead == self || perr != nil || r.URL.Path == "/api/v1/agent" || r.Header.Get(forwardedHeader) != "" {
-			unavailable(w, r, lead)
+			unavailable(w, r, lead, self)
 			return
 		}
 		proxy := &httputil.ReverseProxy{
@@ -83,7 +87,7 @@ func Standby(st store.JobReader, leader func(context.Context) (string, error), s
 			},
 			ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 				requestLog(r).Warn("forward to the leader", "leader", lead, "err", err)
-				unavailable(w, r, lead)
+				unavailable(w, r, lead, self)
 			},
 		}
 		proxy.ServeHTTP(w, r)
@@ -91,11 +95,17 @@ func Standby(st store.JobReader, leader func(context.Context) (string, error), s
 	return s
 }
 
-// unavailable answers 503 naming the leader, for the client to go there.
-func unavailable(w http.ResponseWriter, r *http.Request, lead string) {
+// unavailable answers 503 naming the leader, for the client to go there;
+// where the leader is this server itself (self), it has taken the lead
+// and is still loading the store, and says so.
+func unavailable(w http.ResponseWriter, r *http.Request, lead, self string) {
 	w.Header().Set(berth.LeaderHeader, lead)
 	msg := "this server is a standby; no server leads yet"
-	if lead != "" {
+	switch lead {
+	case "":
+	case self:
+		msg = "this server leads and is starting: it is loading the store; try again in a moment"
+	default:
 		msg = "this server is a standby; the leader is " + lead
 	}
 	writeError(w, r, berth.Errorf(berth.ECodeUnavailable, "%s", msg))

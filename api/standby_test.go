@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/berth-dev/berth"
@@ -56,6 +57,8 @@ func TestStandbyReadsAndForwards(t *testing.T) {
 		{"forwarded once only", leader.URL, "GET", "/api/v1/workers", "http://elsewhere", http.StatusServiceUnavailable},
 		{"no leader", "", "POST", "/api/v1/jobs", "", http.StatusServiceUnavailable},
 		{"leader unreachable", dead.URL, "GET", "/api/v1/workers", "", http.StatusServiceUnavailable},
+		{"leading, loading the store", "http://standby", "POST", "/api/v1/jobs", "", http.StatusServiceUnavailable},
+		{"healthz while loading", "http://standby", "GET", "/healthz", "", http.StatusOK},
 	} {
 		h := api.Standby(st, func(context.Context) (string, error) { return c.lead, nil }, "http://standby", sec, nil)
 		req := httptest.NewRequest(c.method, c.path, nil)
@@ -73,7 +76,16 @@ func TestStandbyReadsAndForwards(t *testing.T) {
 		if len(ids) != 1 || len(ids[0]) != 26 || (c.name == "forwarded") != (ids[0] == leaderRequestID) {
 			t.Errorf("%s: request ids %q, want one, the leader's (%s) if forwarded", c.name, ids, leaderRequestID)
 		}
+		if c.path == "/healthz" {
+			want := map[bool]string{true: `"status":"starting"`, false: `"status":"standby"`}[c.lead == "http://standby"]
+			if !strings.Contains(rec.Body.String(), want) {
+				t.Errorf("%s: %s, want %s", c.name, rec.Body, want)
+			}
+		}
 		if c.want == http.StatusServiceUnavailable {
+			if want := map[bool]string{true: "leads and is starting", false: "is a standby"}[c.lead == "http://standby"]; !strings.Contains(rec.Body.String(), want) {
+				t.Errorf("%s: %s, want it to say it %s", c.name, rec.Body, want)
+			}
 			var body berth.ErrorBody
 			if json.Unmarshal(rec.Body.Bytes(), &body) != nil || body.Error.Code != berth.ECodeUnavailable ||
 				rec.Header().Values(berth.LeaderHeader) == nil || rec.Header().Get(berth.LeaderHeader) != c.lead {
