@@ -11,15 +11,15 @@ import (
 	"github.com/berth-dev/berth/controller"
 )
 
-// steadyShape is how berth bench --steady feeds the no-op executor. Its
-// defaults are river bench's (cmd/river/riverbench, v0.43.0): the first
-// backlog is inserted before the clock starts, then an inserter wakes
-// every 250 ms and inserts batches until the backlog is back up.
+// steadyShape is how berth bench --steady feeds the no-op executor. The
+// command gives it river bench's numbers (cmd/river/riverbench, v0.43.0):
+// a first backlog of 75,000 inserted before the clock starts, then batches
+// of 5,000 until the backlog is back up, every 250 ms.
 type steadyShape struct {
 	duration time.Duration // how long the clock runs
 	batch    int           // jobs per array submitted (River's insertBatchSize)
 	backlog  int           // pending jobs the inserter keeps (River's minJobs)
-	agents   int
+	agents   int           // local agents, 1,024 slots each
 }
 
 // steadyEvery is how often the inserter looks at the backlog (River's
