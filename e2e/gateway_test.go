@@ -287,7 +287,7 @@ func TestGatewayWarmingAndSwap(t *testing.T) {
 	if err := os.WriteFile(catalog, []byte(`pools:
   spark: {labels: {pool: spark}}
 models:
-  small: {pool: spark, template: fakellm, vars: {MODEL_NAME: org/small, FLAGS: "--warmup 4s"}}
+  small: {pool: spark, template: fakellm, vars: {MODEL_NAME: org/small, FLAGS: "--warmup 10s"}}
   big: {pool: spark, template: fakellm, vars: {MODEL_NAME: org/big, FLAGS: "--warmup 4s"}}
 `), 0o644); err != nil {
 		t.Fatal(err)
@@ -313,6 +313,10 @@ models:
 	}
 
 	// While small warms: 503 with its phase, and the phases of vLLM's markers.
+	// Its warmup of 10 s keeps each of its ten early markers for 1 s: the
+	// CUDA graph phase lasts one marker, and with 0.4 s (a 4 s warmup) a
+	// loaded machine could pass it between two of the agent's log reads
+	// and this loop's requests.
 	sw := swap("small")
 	phases := map[string]bool{}
 	listed := map[string]bool{}

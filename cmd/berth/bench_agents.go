@@ -312,6 +312,12 @@ func benchAgents(ctx context.Context, url string, pid, n, slots int, window time
 		go func() {
 			defer wg.Done()
 			a, hb, err := dialSimAgent(actx, url, i, slots)
+			if err == nil {
+				// Counted before the slot is given back: the wait for
+				// every slot below is the wait for every registration.
+				interval.Store(int64(hb))
+				st.registered.Add(1)
+			}
 			<-sem
 			if err != nil {
 				select {
@@ -320,8 +326,6 @@ func benchAgents(ctx context.Context, url string, pid, n, slots int, window time
 				}
 				return
 			}
-			interval.Store(int64(hb))
-			st.registered.Add(1)
 			a.run(actx, hb, st)
 		}()
 	}
