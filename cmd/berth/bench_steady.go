@@ -65,7 +65,21 @@ func benchSteady(ctx context.Context, storeURL string, shape steadyShape) (stead
 		defer stop()
 		ictx, stopInserting := context.WithCancel(ctx)
 		inserted := make(chan error, 1)
-		go func() { inserted <- keepBacklog(ictx, rs.Ctl, c, req, shape.backlog, &run.Inserted) }()
+		pending := func(ctx context.Context) (int, error) {
+			m, err := rs.Ctl.Metrics(ctx)
+			if err != nil {
+				return 0, fmt.Errorf("read the server's counters: %w", err)
+			}
+			return m.Jobs[berth.JobPending], nil
+		}
+		submit := func(ctx context.Context) error {
+			if _, err := c.SubmitIDs(ctx, req); err != nil {
+				return err
+			}
+			run.Inserted += req.Array
+			return nil
+		}
+		go func() { inserted <- keepBacklog(ictx, pending, submit, shape.backlog) }()
 		select {
 		case <-time.After(shape.duration):
 		case err := <-inserted:
@@ -90,10 +104,9 @@ func benchSteady(ctx context.Context, storeURL string, shape steadyShape) (stead
 	return run, err
 }
 
-// keepBacklog submits req (an array) every steadyEvery, as many times as it
-// takes to bring ctl's pending jobs back up to backlog, adding what it
-// submits to *inserted, until ctx ends (then it returns nil).
-func keepBacklog(ctx context.Context, ctl *controller.Controller, c *client.Client, req *berth.SubmitRequest, backlog int, inserted *int) error {
+// keepBacklog calls submit every steadyEvery, as many times as it takes
+// to bring pending back up to backlog, until ctx ends; then it returns nil.
+func keepBacklog(ctx context.Context, pending func(context.Context) (int, error), submit func(context.Context) error, backlog int) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -101,23 +114,22 @@ func keepBacklog(ctx context.Context, ctl *controller.Controller, c *client.Clie
 		case <-time.After(steadyEvery):
 		}
 		for {
-			m, err := ctl.Metrics(ctx)
+			n, err := pending(ctx)
 			if ctx.Err() != nil {
 				return nil
 			}
 			if err != nil {
-				return fmt.Errorf("read the server's counters: %w", err)
+				return err
 			}
-			if m.Jobs[berth.JobPending] >= backlog {
+			if n >= backlog {
 				break
 			}
-			if _, err := c.SubmitIDs(ctx, req); err != nil {
+			if err := submit(ctx); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				return fmt.Errorf("keep the backlog: %w", err)
 			}
-			*inserted += req.Array
 		}
 	}
 }

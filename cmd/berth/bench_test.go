@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,14 +30,13 @@ func TestBenchReportsEveryFigure(t *testing.T) {
 	}
 }
 
-// TestBenchSteadyKeepsTheBacklog runs a small steady run (river bench's
-// shape) on SQLite: the inserter must have topped the backlog up while the
-// agents worked, and the figure must be the jobs worked over the clock.
-// The clock runs 3 s, so that the agents, even under the race detector on
-// a loaded machine, work the first backlog down before its last ticks.
-func TestBenchSteadyKeepsTheBacklog(t *testing.T) {
+// TestBenchSteadyCountsTheWorkedJobs runs a small steady run (river
+// bench's shape) on SQLite: the first backlog goes in before the clock,
+// jobs are worked while it runs, and the figure is those jobs over the
+// clock.
+func TestBenchSteadyCountsTheWorkedJobs(t *testing.T) {
 	t.Parallel()
-	shape := steadyShape{duration: 3 * time.Second, batch: 200, backlog: 1_000, agents: 1}
+	shape := steadyShape{duration: 2 * time.Second, batch: 200, backlog: 1_000, agents: 1}
 	run, err := benchSteady(context.Background(), "", shape)
 	if err != nil {
 		t.Fatal(err)
@@ -43,11 +44,50 @@ func TestBenchSteadyKeepsTheBacklog(t *testing.T) {
 	if run.Worked == 0 || run.Elapsed < shape.duration {
 		t.Fatalf("steady run %+v: want jobs worked over at least %v", run, shape.duration)
 	}
-	if run.Inserted <= shape.backlog || run.Inserted%shape.batch != 0 || run.Worked > uint64(run.Inserted) {
-		t.Errorf("steady run %+v: want arrays of %d submitted past the first %d, and no more worked than submitted", run, shape.batch, shape.backlog)
+	if run.Inserted < shape.backlog || run.Inserted%shape.batch != 0 || run.Worked > uint64(run.Inserted) {
+		t.Errorf("steady run %+v: want arrays of %d, the first %d among them, and no more worked than submitted", run, shape.batch, shape.backlog)
 	}
 	if got, want := run.rate(), float64(run.Worked)/run.Elapsed.Seconds(); got != want {
 		t.Errorf("rate = %v, want %v", got, want)
+	}
+}
+
+// TestKeepBacklog drives the steady run's inserter against a backlog of
+// 3 that starts at 1 and loses one job between wake-ups: it must submit
+// twice at the first wake-up and once at each later one, and end without
+// an error when its context does.
+func TestKeepBacklog(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	level, reads, submitted := 1, []int{}, 0
+	pending := func(context.Context) (int, error) {
+		reads = append(reads, level)
+		n := level
+		if n >= 3 {
+			level-- // a job worked before the next wake-up
+		}
+		return n, nil
+	}
+	submit := func(context.Context) error {
+		level++
+		if submitted++; submitted == 4 {
+			cancel()
+		}
+		return nil
+	}
+	if err := keepBacklog(ctx, pending, submit, 3); err != nil {
+		t.Fatalf("keepBacklog ended with %v, want nil once its context ended", err)
+	}
+	// Wake-ups: 1 → submit, 2 → submit, 3 full; 2 → submit, 3 full; 2 →
+	// submit, the 4th, which ends the context: the next read sees it.
+	if want := []int{1, 2, 3, 2, 3, 2, 3}; submitted != 4 || !slices.Equal(reads, want) {
+		t.Errorf("%d submissions after reading pending %v; want 4 after %v", submitted, reads, want)
+	}
+
+	failing := func(context.Context) error { return errors.New("refused") }
+	err := keepBacklog(context.Background(), func(context.Context) (int, error) { return 0, nil }, failing, 3)
+	if err == nil || !strings.Contains(err.Error(), "keep the backlog: refused") {
+		t.Errorf("keepBacklog with a failing submit = %v, want its error", err)
 	}
 }
 
