@@ -341,8 +341,13 @@ func (s *session) run(ctx context.Context, c *websocket.Conn, server string) err
 	for _, m := range early {
 		s.handle(ctx, sctx, m.Type, m.Body)
 	}
+	var frames wire.FrameBuffer
 	for {
-		_, data, err := c.Read(sctx)
+		_, r, err := c.Reader(sctx)
+		if err != nil {
+			return fmt.Errorf("read: %w", err)
+		}
+		data, err := frames.Read(r)
 		if err != nil {
 			return fmt.Errorf("read: %w", err)
 		}

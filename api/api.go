@@ -25,6 +25,7 @@ import (
 	"github.com/berth-dev/berth/internal/strict"
 	"github.com/berth-dev/berth/store"
 	"github.com/berth-dev/berth/webhook"
+	"github.com/berth-dev/berth/wire"
 )
 
 // MaxBody is the largest request body accepted.
@@ -516,11 +517,18 @@ func (s *Server) workers(w http.ResponseWriter, r *http.Request) {
 }
 
 // wsConn adapts a WebSocket to controller.Conn.
-type wsConn struct{ c *websocket.Conn }
+type wsConn struct {
+	c     *websocket.Conn
+	frame *wire.FrameBuffer
+}
 
+// Read returns the next frame, valid until the next Read.
 func (w wsConn) Read(ctx context.Context) ([]byte, error) {
-	_, data, err := w.c.Read(ctx)
-	return data, err
+	_, r, err := w.c.Reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return w.frame.Read(r)
 }
 
 func (w wsConn) Write(ctx context.Context, frame []byte) error {
@@ -545,6 +553,6 @@ func (s *Server) agent(w http.ResponseWriter, r *http.Request) {
 		return // Accept wrote the error response
 	}
 	c.SetReadLimit(4 << 20)
-	err = s.ctl.ServeAgent(r.Context(), wsConn{c}, identity(r).Worker)
+	err = s.ctl.ServeAgent(r.Context(), wsConn{c: c, frame: &wire.FrameBuffer{}}, identity(r).Worker)
 	requestLog(r).Info("agent session ended", "remote", r.RemoteAddr, "err", err)
 }

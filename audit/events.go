@@ -14,9 +14,9 @@ import (
 // Auditor). Each record is written from its event directly, as appending
 // its FromEvent writes it (the tests hold it to that), without the map of
 // fields: the log takes several events a job.
-func (l *Log) RecordEvents(events []berth.Event) error {
+func (l *Log) RecordEvents(events []*berth.Event) error {
 	return l.append(len(events), func(buf []byte, i int, seq uint64) ([]byte, string) {
-		e := &events[i]
+		e := events[i]
 		if e.Type == "" {
 			return buf, ""
 		}

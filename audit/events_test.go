@@ -32,7 +32,7 @@ func TestRecordEventsIsAppendOfFromEvent(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 0 {
-			err = l.RecordEvents(events)
+			err = l.RecordEvents(pointers(events))
 		} else {
 			entries := make([]Entry, len(events))
 			for j := range events {
@@ -109,7 +109,7 @@ func BenchmarkRecordEvents(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	events := lifecycleEvents(250)
+	events := pointers(lifecycleEvents(250))
 	for b.Loop() {
 		if err := l.RecordEvents(events); err != nil {
 			b.Fatal(err)
@@ -120,6 +120,16 @@ func BenchmarkRecordEvents(b *testing.B) {
 
 // lifecycleEvents returns the events of jobs trivial jobs from submit to
 // success, as the controller emits them.
+// pointers returns a pointer to each of events, as the controller hands
+// them to RecordEvents.
+func pointers(events []berth.Event) []*berth.Event {
+	ps := make([]*berth.Event, len(events))
+	for i := range events {
+		ps[i] = &events[i]
+	}
+	return ps
+}
+
 func lifecycleEvents(jobs int) []berth.Event {
 	at := time.Date(2026, 11, 23, 10, 0, 0, 123456789, time.UTC)
 	var events []berth.Event

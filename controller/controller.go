@@ -94,7 +94,7 @@ type Config struct {
 // Auditor appends events to a durable audit log (the audit package's Log).
 type Auditor interface {
 	// RecordEvents appends events and returns once they are durable.
-	RecordEvents(events []berth.Event) error
+	RecordEvents(events []*berth.Event) error
 	// Head returns the seq and line hash of the log's last durable
 	// record.
 	Head() (seq uint64, hash string)

@@ -10,11 +10,11 @@ import (
 	"github.com/berth-dev/berth/store"
 )
 
-// audit records events in the audit log only, with the loop's pending
-// writes. Loop only.
-func (l *lifecycle) audit(events ...berth.Event) {
+// audit records e in the audit log only, with the loop's pending writes.
+// Loop only.
+func (l *lifecycle) audit(e *berth.Event) {
 	if l.audited {
-		l.write(&store.Batch{Audit: events})
+		l.write(&store.Batch{Audit: []*berth.Event{e}})
 	}
 }
 
@@ -32,14 +32,22 @@ func (l *lifecycle) emit(events ...berth.Event) {
 			e.Name = l.jobs[e.JobID].view().Name // a job event carries the job's name
 		}
 	}
-	l.audit(events...)
-	if l.storeEvents {
+	if l.audited || l.storeEvents {
+		// The batch holds copies: events is published after the commit.
+		// Audit and Events share them.
 		stored := make([]*berth.Event, len(events))
 		copies := slices.Clone(events) // one allocation for them all
 		for i := range copies {
 			stored[i] = &copies[i]
 		}
-		l.write(&store.Batch{Events: stored})
+		b := &store.Batch{}
+		if l.audited {
+			b.Audit = stored
+		}
+		if l.storeEvents {
+			b.Events = stored
+		}
+		l.write(b)
 	}
 	l.fx.after = append(l.fx.after, effect{events: events})
 }

@@ -147,7 +147,7 @@ func (fx *effects) rows() *store.Batch {
 	if fx.batch == nil {
 		r := fx.room
 		fx.batch = &store.Batch{JobUpdates: make([]store.JobUpdate, 0, r.updates), Attempts: make([]*berth.Attempt, 0, r.attempts),
-			Events: make([]*berth.Event, 0, r.events), Audit: make([]berth.Event, 0, r.audit)}
+			Events: make([]*berth.Event, 0, r.events), Audit: make([]*berth.Event, 0, r.audit)}
 		if fx.after == nil {
 			fx.after = make([]effect, 0, r.after)
 		}

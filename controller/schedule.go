@@ -148,7 +148,7 @@ func (l *lifecycle) assign(members []scheduler.Assignment, now time.Time, b *sto
 			env = memberEnv(rank0, len(members), j.Resources.GPUs, pa.Rank)
 		}
 		b.Attempts = append(b.Attempts, as.copy())
-		l.audit(berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
+		l.audit(&berth.Event{Time: now, Type: berth.AuditJobAssigned, JobID: j.ID, State: j.State, WorkerID: ws.w.ID, Host: ws.w.Host,
 			Attempts: []string{a.ID}, Reason: pa.Why})
 		l.backendOf(ws).Launch(j, a, env)
 	}

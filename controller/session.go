@@ -15,7 +15,8 @@ import (
 
 // Conn is one agent's message connection (a WebSocket in production).
 type Conn interface {
-	// Read returns the next frame.
+	// Read returns the next frame, which may share memory with the frame
+	// after it: it is valid until the next Read.
 	Read(ctx context.Context) ([]byte, error)
 	// Write sends one frame. The caller may reuse frame once Write
 	// returns.

@@ -292,7 +292,7 @@ func TestCommitterPrepareRunsAlongsideWrite(t *testing.T) {
 		r.hold, r.entered = make(chan struct{}), make(chan struct{})
 		close(r.hold) // the first Write only signals that it has begun
 		c := store.NewCommitter(r)
-		release, prepared := make(chan struct{}), make(chan []berth.Event, 1)
+		release, prepared := make(chan struct{}), make(chan []*berth.Event, 1)
 		head := &store.AuditHead{Seq: 7, Hash: strings.Repeat("c", 64)}
 		c.Prepare = func(b *store.Batch) (*store.AuditHead, error) {
 			<-release
@@ -303,7 +303,7 @@ func TestCommitterPrepareRunsAlongsideWrite(t *testing.T) {
 		defer c.Stop()
 
 		j := newJob()
-		audit := []berth.Event{{Type: "job.submitted", JobID: j.ID}}
+		audit := []*berth.Event{{Type: "job.submitted", JobID: j.ID}}
 		res := newResults(1)
 		c.Commit(&store.Batch{Jobs: []*berth.Job{j}, Audit: audit}, res.done(0))
 		select {

@@ -35,8 +35,10 @@ type Batch struct {
 	// until a peer exists or a job is received from one).
 	Federation *FederationBatch
 	// Audit is the events to append to the audit log before the batch is
-	// committed (see Committer.Prepare); stores do not write them.
-	Audit []berth.Event
+	// committed (see Committer.Prepare); stores do not write them. They
+	// are the same events as Events, when the batch stores those: shared,
+	// not copied, for no one changes an event once it is emitted.
+	Audit []*berth.Event
 	// BeforeCommit, when set, runs before the batch's changes are
 	// committed: after they are made, or before, as the store finds
 	// cheaper. Its error aborts the write and leaves nothing written.

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -150,6 +151,29 @@ func DecodeFrame(frame []byte) ([]Message, error) {
 		return nil, fmt.Errorf("decode frame: no message")
 	}
 	return msgs, nil
+}
+
+// FrameBuffer reads frames into one buffer, reused from frame to frame:
+// a busy session reads thousands of frames a second, and DecodeFrame
+// keeps nothing of the frame it decodes. The zero value is ready to use;
+// it is not safe for concurrent use.
+type FrameBuffer struct{ buf bytes.Buffer }
+
+// maxKeptFrame is the largest buffer a FrameBuffer keeps for the next
+// frame; a larger frame's buffer is left to the garbage collector.
+const maxKeptFrame = 1 << 20
+
+// Read reads a whole frame from r (a WebSocket message's reader). The
+// frame is valid until the next Read.
+func (f *FrameBuffer) Read(r io.Reader) ([]byte, error) {
+	if f.buf.Cap() > maxKeptFrame {
+		f.buf = bytes.Buffer{}
+	}
+	f.buf.Reset()
+	if _, err := f.buf.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	return f.buf.Bytes(), nil
 }
 
 // Decode parses a frame of one envelope into its type and payload value (a

@@ -64,6 +64,7 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 		"arrays of 5,000 keep 75,000 pending; prints the jobs worked a second (0: not run)")
 	output := fs.String("o", "table", "output: table or json")
 	profile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memProfile := fs.String("memprofile", "", "write a profile of the memory allocated over the whole run to this file")
 	storeURL := fs.String("store", "", "store to run on: a postgres:// URL of an empty database (default: a fresh SQLite file)")
 	scale := addScaleFlags(fs)
 	if err := parse(fs, args); err != nil {
@@ -95,6 +96,13 @@ func runBench(ctx context.Context, m *Main, args []string) error {
 		return err
 	}
 	defer stop()
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return &berth.Error{Code: berth.ECodeInvalid, Field: "--memprofile", Err: err}
+		}
+		defer writeAllocProfile(f)
+	}
 	res := BenchResult{Store: storeKind(*storeURL), Jobs: *jobs, Agents: *agents, CPUs: runtime.NumCPU()}
 	if *jobs > 0 || *samples > 0 {
 		err := withBenchCluster(ctx, *storeURL, *agents, *slots, agent.ProcessExecutor{}, func(c *client.Client, dir string) error {
@@ -323,6 +331,15 @@ func benchBareStarts(ctx context.Context, n, parallel int) (float64, error) {
 		return 0, fmt.Errorf("bare process starts: %w", failed)
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// writeAllocProfile writes the profile of the memory allocated since the
+// process started to f, and closes it.
+func writeAllocProfile(f *os.File) {
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "berth bench: memory profile: %v\n", err)
+	}
 }
 
 func percentile(sorted []float64, p float64) float64 {

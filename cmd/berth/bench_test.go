@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,11 +15,19 @@ import (
 // server and agents, real true processes, the no-op executor, the latency
 // run and the bare starts. It checks that every figure is measured and
 // consistent; how fast they are is for docs/performance.md, not a test.
+// The CPU and memory profiles it is asked for are written.
 func TestBenchReportsEveryFigure(t *testing.T) {
 	t.Parallel()
 	c := &cli{t: t}
+	cpu, mem := filepath.Join(t.TempDir(), "cpu.pprof"), filepath.Join(t.TempDir(), "mem.pprof")
 	res := runJSON[BenchResult](c, "bench", "--jobs", "30", "--noop-jobs", "200", "--latency", "5", "--bare", "10",
-		"--agents", "1", "--slots", "4", "-o", "json")
+		"--agents", "1", "--slots", "4", "--cpuprofile", cpu, "--memprofile", mem, "-o", "json")
+	for _, path := range []string{cpu, mem} {
+		// A profile is gzipped protocol buffers.
+		if data, err := os.ReadFile(path); err != nil || len(data) < 100 || data[0] != 0x1f || data[1] != 0x8b {
+			t.Errorf("profile %s: %d bytes, %v; want a gzipped profile", path, len(data), err)
+		}
+	}
 	if res.Store != "SQLite" || res.Jobs != 30 || res.Agents != 1 || res.CPUs < 1 {
 		t.Errorf("bench describes its run as %+v", res)
 	}
@@ -104,6 +114,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--agents", "0"}, "--agents: must be between 1 and 64"},
 		{[]string{"--steady", "10ms"}, "--steady: must be 0 or between 1s and 1h"},
 		{[]string{"-o", "yaml"}, "-o: must be table or json"},
+		{[]string{"--memprofile", "/no/such/dir/mem.pprof"}, "--memprofile: open /no/such/dir/mem.pprof: no such file"},
 	} {
 		code, out, errOut := c.run(append([]string{"bench"}, tc.args...)...)
 		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
