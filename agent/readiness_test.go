@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/fakeclock"
+	"github.com/berth-dev/berth/internal/freeport"
 )
 
 // vllmMarkers are vLLM's startup markers (shared/reference/vast-and-vllm.md).
@@ -50,17 +51,6 @@ func vllmSpec() ReadinessSpec {
 		LiveEvery:    100 * time.Millisecond,
 		LiveFailures: 2,
 	}
-}
-
-// freePort returns a port nothing listens on just now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // reports records what a Prober reports.
@@ -152,7 +142,7 @@ func TestProberStallNeedsSemanticProgress(t *testing.T) {
 	t.Parallel()
 	spec := vllmSpec()
 	spec.Infra, spec.Warmup, spec.Stall = time.Minute, time.Hour, 10*time.Second
-	sp := newStepProber(t, spec, freePort(t))
+	sp := newStepProber(t, spec, freeport.ForTest(t))
 	sp.at(0, ServiceStarting)
 	sp.write("\x1b[1;36m(APIServer pid=7)\x1b[0;0m INFO vLLM API server version 0.10.1\n")
 	if st := sp.at(time.Second, ServiceWarming); st.Marker != "vLLM API server version" {
@@ -190,7 +180,7 @@ func TestProberStallNeedsSemanticProgress(t *testing.T) {
 
 func TestProberInfraBudget(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
+	port := freeport.ForTest(t)
 	sp := newStepProber(t, vllmSpec(), port)
 	sp.write("INFO starting the container\n") // output, but no marker
 	sp.at(2*time.Second, ServiceStarting)
@@ -203,7 +193,7 @@ func TestProberInfraBudget(t *testing.T) {
 
 func TestProberFatalLine(t *testing.T) {
 	t.Parallel()
-	sp := newStepProber(t, vllmSpec(), freePort(t))
+	sp := newStepProber(t, vllmSpec(), freeport.ForTest(t))
 	sp.write("INFO vLLM API server version 0.10.1\n")
 	sp.at(time.Second, ServiceWarming)
 	sp.write("\x1b[1;31m(EngineCore_0 pid=9) ERROR\x1b[0m torch.OutOfMemoryError: cuda OUT of memory. Tried to allocate 2.00 GiB\n")
@@ -291,7 +281,7 @@ func TestProberProcessExit(t *testing.T) {
 			done := make(chan struct{})
 			close(done)
 			var r reports
-			p, err := NewProber(ProberConfig{Spec: vllmSpec(), Port: freePort(t), LogPath: log, Done: done, Report: r.add})
+			p, err := NewProber(ProberConfig{Spec: vllmSpec(), Port: freeport.ForTest(t), LogPath: log, Done: done, Report: r.add})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -372,7 +362,7 @@ func TestReadinessFakeVLLM(t *testing.T) {
 	// Prober's last status once it reports until (or fails).
 	watch := func(t *testing.T, spec ReadinessSpec, until string, args ...string) (ServiceStatus, []string, int) {
 		t.Helper()
-		port := freePort(t)
+		port := freeport.ForTest(t)
 		log := filepath.Join(t.TempDir(), "out.log")
 		f, err := os.Create(log)
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/contract"
 	"github.com/berth-dev/berth/gateway"
+	"github.com/berth-dev/berth/internal/freeport"
 )
 
 var (
@@ -54,17 +54,6 @@ func fakeVLLM(t testing.TB) string {
 	return fakeBin
 }
 
-// freePort returns a loopback port nothing listens on now.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startFake starts the fake model server serving model with the
 // scripted chat completion answers steps and returns its URL once it
 // answers /health.
@@ -79,7 +68,7 @@ func startFake(t testing.TB, model string, steps []map[string]any) string {
 	if err := os.WriteFile(script, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := freeport.ForTest(t)
 	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--model", model, "--script", script)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

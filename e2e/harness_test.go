@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/freeport"
 )
 
 var berthBin string
@@ -176,16 +178,11 @@ func (p *proc) stop() {
 	}
 }
 
-// freeAddr returns a loopback address nothing listens on now.
+// freeAddr returns a loopback address nothing listens on now, which no
+// outgoing connection will take (freeport).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(freeport.ForTest(t)))
 }
 
 // cluster is a server and its agents, each a berth process.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/controller"
+	"github.com/berth-dev/berth/internal/freeport"
 	"github.com/berth-dev/berth/internal/kubetest"
 )
 
@@ -194,12 +196,7 @@ func TestLogs(t *testing.T) {
 // (a loopback port nothing listens on) is unreachable, saying why, rather
 // than syncing in silence.
 func TestUnreachableSaysWhy(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(freeport.ForTest(t)))
 	kubeconfig := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters: [{name: c, cluster: {server: "https://%s", insecure-skip-tls-verify: true}}]

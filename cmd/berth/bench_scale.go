@@ -22,6 +22,7 @@ import (
 	"github.com/berth-dev/berth"
 	"github.com/berth-dev/berth/agent"
 	"github.com/berth-dev/berth/client"
+	"github.com/berth-dev/berth/internal/freeport"
 )
 
 // benchScaleUsage is what berth bench -h says of --scale.
@@ -294,12 +295,11 @@ type scaleServer struct {
 }
 
 func newScaleServer(exe, dir string) (*scaleServer, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	f, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		return nil, err

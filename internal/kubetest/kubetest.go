@@ -39,6 +39,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/berth-dev/berth/internal/freeport"
 )
 
 // Version is the Kubernetes release of the binaries kubetest runs, the one
@@ -137,7 +139,7 @@ func Start(t testing.TB) *Server {
 	// A port chosen free may be taken before etcd or the API server binds
 	// it: then all three are chosen again.
 	for try := 1; ; try++ {
-		ports, err := freePorts(3)
+		ports, err := freeport.Ports(3)
 		if err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
@@ -194,7 +196,7 @@ func (s *Server) StartKwok(t testing.TB) {
 	t.Helper()
 	kwok, stages := bin(t, "kwok"), bin(t, "kwok-stages.yaml")
 	for try := 1; ; try++ {
-		ports, err := freePorts(1)
+		ports, err := freeport.Ports(1)
 		if err != nil {
 			t.Fatalf("kubetest: %v", err)
 		}
@@ -353,20 +355,6 @@ func poll(interval time.Duration, procs []*proc, try func(context.Context) error
 			return fmt.Errorf("not ready after %v (last try: %w)", readyTimeout, last)
 		}
 	}
-}
-
-// freePorts returns n loopback TCP ports free now, all different.
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("free port: %w", err)
-		}
-		defer l.Close() // held until all are chosen, so that they differ
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
 }
 
 // writeServingCert writes a self-signed ECDSA certificate for 127.0.0.1,

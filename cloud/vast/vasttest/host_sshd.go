@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/berth-dev/berth/internal/freeport"
 )
 
 // SSHD is the OpenSSH server SSHHost starts, one per instance.
@@ -262,7 +264,7 @@ func (in *instance) start(machine int64, fault Fault, keys []string, env map[str
 func (in *instance) startSSHD(path, marker string) (int, error) {
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		port, err := freeport.Port()
 		if err != nil {
 			return 0, err
 		}
@@ -504,16 +506,6 @@ func reap(cmd *exec.Cmd) chan struct{} {
 		close(end)
 	}()
 	return end
-}
-
-// freePort returns a loopback TCP port nothing listens on now.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitListening waits until something accepts connections on the loopback
