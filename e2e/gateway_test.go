@@ -375,6 +375,14 @@ models:
 			}
 		}()
 	}
+	// The swap stops small at once, so it starts only once the traffic
+	// has been served by small: started before, it could stop small before
+	// the first request.
+	cl.eventually(30*time.Second, "org/small answering the traffic before the swap", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen["org/small"][http.StatusOK] > 0
+	})
 	awaitSwap(swap("big"))
 	cl.eventually(30*time.Second, "org/big answering through the gateway", func() bool {
 		mu.Lock()
