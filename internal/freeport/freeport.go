@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"testing"
 )
 
 // below is how many ports under the kernel's ephemeral range ports are
@@ -77,8 +76,15 @@ func ephemeralLow() (int, bool) {
 	return low, true
 }
 
+// T is the part of a testing.TB that ForTest uses; taking it rather than
+// testing.TB keeps package testing out of the binaries that use Port.
+type T interface {
+	Helper()
+	Fatal(args ...any)
+}
+
 // ForTest returns one port as Port does, and fails t when there is none.
-func ForTest(t testing.TB) int {
+func ForTest(t T) int {
 	t.Helper()
 	p, err := Port()
 	if err != nil {
