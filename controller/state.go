@@ -217,6 +217,7 @@ type attemptState struct {
 	job         *jobState
 	worker      *workerState
 	run         *scheduler.Running // what the scheduler sees of it
+	runAt       int                // where run is in its worker's Running list
 	logSize     int64
 	preemptedBy string               // job it is being stopped for
 	stoppedBy   *berth.WorkerControl // the control whose hard stop is stopping it
@@ -396,6 +397,7 @@ func (ws *workerState) gpusFull() int {
 
 func (ws *workerState) take(as *attemptState) {
 	s := ws.sched
+	as.runAt = len(s.Running)
 	s.Running = append(s.Running, as.run)
 	share := ws.gpuShare(as)
 	if as.job.view().Resources.GPUMilli > 0 {
@@ -419,13 +421,22 @@ func (ws *workerState) release(as *attemptState) {
 	if as.cause == berth.CauseShutdown && ws.sess != nil {
 		ws.leaving, s.Off = ws.sess, true
 	}
-	if i := slices.Index(s.Running, as.run); i >= 0 {
+	i := as.runAt
+	if i >= len(s.Running) || s.Running[i] != as.run {
+		i = slices.Index(s.Running, as.run)
+	}
+	if i >= 0 {
 		// The last takes its place: the scheduler orders Running itself
 		// where order matters, and a worker runs up to a thousand no-op
-		// attempts, whose shifting was 3 % of a busy server's CPU.
+		// attempts, whose shifting was 3 % of a busy server's CPU (and
+		// finding the attempt in the list 1 %, hence runAt).
 		last := len(s.Running) - 1
-		s.Running[i], s.Running[last] = s.Running[last], nil
+		moved := s.Running[last]
+		s.Running[i], s.Running[last] = moved, nil
 		s.Running = s.Running[:last]
+		if m := ws.attempts[moved.AttemptID]; m != nil && m.run == moved {
+			m.runAt = i
+		}
 	}
 	share := ws.gpuShare(as)
 	for _, idx := range as.a.GPUs {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -154,5 +155,45 @@ func TestAWorkerReadyWithNothingQueuedRunsNoPass(t *testing.T) {
 	h.from(s2, wire.TypeReadyForWork, &wire.ReadyForWork{}) // nothing queued any more
 	if passes != passesBefore {
 		t.Errorf("a pass ran for ready_for_work with nothing queued")
+	}
+}
+
+// TestWorkerRunningListFollowsEnds ends a worker's attempts out of the
+// order they started in and checks that the scheduler's list of what runs
+// there holds exactly the attempts still running after each end: an end
+// moves the list's last entry into its place, which that entry must then
+// be found at.
+func TestWorkerRunningListFollowsEnds(t *testing.T) {
+	t.Parallel()
+	h := newLifecycleHarness(t)
+	reg := workerReg()
+	reg.Slots = 5
+	ws := h.worker(reg)
+	var started []*attemptState
+	for range 5 {
+		h.submit(nil, "sleep", "1")
+		started = append(started, h.launched())
+	}
+	code := 0
+	for _, i := range []int{1, 4, 0, 2, 3} { // the first, the moved last, the first again, …
+		as := started[i]
+		h.step(func() { h.l.endAttempt(as, berth.AttemptSucceeded, &code, "", h.clock.Now().UTC()) })
+		var want, got []string
+		for id := range ws.attempts {
+			want = append(want, id)
+		}
+		for _, r := range ws.sched.Running {
+			got = append(got, r.AttemptID)
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) || len(got) != len(ws.attempts) {
+			t.Fatalf("after attempt %d ended, Running lists %v; want the attempts running, %v", i, got, want)
+		}
+		for at, r := range ws.sched.Running {
+			if as := ws.attempts[r.AttemptID]; as.runAt != at {
+				t.Errorf("after attempt %d ended, %s is at %d of Running but records %d", i, r.AttemptID, at, as.runAt)
+			}
+		}
 	}
 }
